@@ -1,0 +1,103 @@
+"""A small in-memory relay for unit tests of the client (MemoryTransport peer). Applies real JSON Patch."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import jsonpatch
+
+from widget import protocol as P
+from widget.core.limits import check_state
+from widget.errors import StateLimitError
+from widget.transports.memory import MemoryTransport
+
+BASE = "http://relay.test"
+
+
+class FakeRelay:
+    """Plays the relay: conversations over 'HTTP', join/state/patch/response over 'Socket.IO'."""
+
+    def __init__(self) -> None:
+        self.doc: dict[str, Any] = {"autopilot": {"functions": {}, "context": {}}}
+        self.seq = 0
+        self.events: list[tuple[str, dict[str, Any]]] = []
+        self.responses: list[dict[str, Any]] = []
+        self.patches: list[list[dict[str, Any]]] = []
+        self.keys: dict[str, Any] = {}
+        self.join_error: dict[str, Any] | None = None
+        self.ack_patches = True
+        self.pending_calls: list[dict[str, Any]] = []
+        self.requests: list[tuple[str, str]] = []
+        self.created = 0
+
+    async def handle_request(self, method: str, url: str, body: Any) -> tuple[int, Any]:
+        self.requests.append((method, url))
+        if method == "POST" and url.endswith("/conversations"):
+            self.created += 1
+            return 201, {"ok": True, "id": f"c{self.created}", "url": f"{BASE}/api/conversations/c{self.created}"}
+        if method == "GET" and "/api/conversations/" in url:
+            if url.endswith("/missing"):
+                return 404, P.error(P.ERR_NOT_FOUND, "no such conversation")
+            return 200, {
+                "ok": True,
+                "conversation": {"id": url.rsplit("/", 1)[-1], "seq": self.seq, "status": "idle"},
+                "messages": [],
+                "relay_url": BASE,
+                "relay_path": "/socket.io",
+                "token": "tok",
+            }
+        return 404, P.error(P.ERR_NOT_FOUND, "nope")
+
+    async def handle_emit(self, transport: MemoryTransport, event: str, data: Any) -> Any:
+        key = data.get("idempotency_key") if isinstance(data, dict) else None
+        if key and key in self.keys:
+            return self.keys[key]
+        ack = await self._handle(transport, event, data)
+        if key:
+            self.keys[key] = ack
+        return ack
+
+    async def _handle(self, transport: MemoryTransport, event: str, data: Any) -> Any:
+        if event == P.EV_JOIN:
+            if self.join_error:
+                return {"ok": False, "error": self.join_error}
+            if data.get("version") != P.PROTOCOL_VERSION:
+                return P.error(P.ERR_VERSION_MISMATCH, "bad version")
+            transport.deliver(P.EV_STATE, copy.deepcopy(self.doc["autopilot"]))
+            for name, payload in self.events:
+                if payload["seq"] > (data.get("last_seq") or 0):
+                    transport.deliver(name, payload)
+            return P.ok(conversation_id="c1", seq=self.seq, active=True, pending_calls=self.pending_calls)
+        if event == P.EV_STATE_PATCH:
+            if not self.ack_patches:
+                return P.error(P.ERR_INTERNAL, "refused for the test")
+            self.patches.append(data["patch"])
+            try:
+                new = jsonpatch.apply_patch(self.doc, data["patch"])
+                check_state(new)
+            except StateLimitError as exc:
+                return P.error(exc.code, str(exc))
+            except Exception as exc:  # noqa: BLE001
+                return P.error(P.ERR_PATCH_FAILED, str(exc))
+            self.doc = new
+            return P.ok()
+        if event == P.EV_FUNCTION_RESPONSE:
+            self.responses.append(data)
+            return P.ok()
+        if event == P.EV_USER_MESSAGE:
+            return P.ok(message_id="m1")
+        if event == P.EV_REPLAY:
+            for name, payload in self.events:
+                if payload["seq"] > data["last_seq"]:
+                    transport.deliver(name, payload)
+            return P.ok(seq=self.seq)
+        return P.error(P.ERR_BAD_REQUEST, f"unknown event {event}")
+
+    def push(self, transport: MemoryTransport, name: str, payload: dict[str, Any], deliver: bool = True) -> None:
+        """Record a sequenced event and (optionally) deliver it live."""
+        self.seq += 1
+        payload = {**payload, "seq": self.seq}
+        self.events.append((name, payload))
+        if deliver:
+            transport.deliver(name, payload)

@@ -1,0 +1,246 @@
+"""The client's connection and call logic against an in-memory relay (no sockets)."""
+
+import asyncio
+
+import pytest
+
+from fake_relay import BASE, FakeRelay
+from widget import AutopilotClient, ConfigError, ConnectionFailed, ProtocolError
+from widget import protocol as P
+from widget.transports.memory import MemoryTransport
+
+
+async def make(**connect):
+    relay = FakeRelay()
+    transport = MemoryTransport(relay)
+    client = AutopilotClient(transport)
+    return relay, transport, client
+
+
+async def connected(**kw):
+    relay, transport, client = await make()
+    client.register_function("echo", lambda args, ctx: args, description="Echo.")
+    client.set_context({"page": "/"})
+    await client.connect(relay_url=BASE, app_id="demo", **kw)
+    return relay, transport, client
+
+
+async def test_connect_creates_conversation_stores_it_and_syncs_initial_state():
+    relay, transport, client = await connected()
+    assert client.connection_state == "connected"
+    assert client.storage["autopilot:conversation:demo"] == f"{BASE}/api/conversations/c1"
+    assert relay.doc["autopilot"]["functions"]["echo"]["source"] == "client"
+    assert relay.doc["autopilot"]["context"] == {"page": "/"}
+    # a second client with the same storage resumes instead of creating
+    t2 = MemoryTransport(relay)
+    c2 = AutopilotClient(t2, storage=client.storage)
+    await c2.connect(relay_url=BASE, app_id="demo")
+    assert relay.created == 1
+
+
+async def test_stale_stored_conversation_is_replaced():
+    relay, transport, client = await make()
+    client.storage["autopilot:conversation:demo"] = f"{BASE}/api/conversations/missing"
+    await client.connect(relay_url=BASE, app_id="demo")
+    assert relay.created == 1
+    assert client.conversation_url.endswith("/c1")
+
+
+async def test_join_refusal_and_version_errors_are_clear():
+    relay, transport, client = await make()
+    relay.join_error = {"code": "invalid_token", "message": "Join token is invalid."}
+    errors = []
+    client.on("error", errors.append)
+    with pytest.raises(ProtocolError) as info:
+        await client.connect(relay_url=BASE, app_id="demo")
+    assert info.value.code == "invalid_token"
+    assert client.connection_state == "error"
+    assert errors and errors[0]["code"] == "invalid_token"
+
+
+async def test_unreachable_socket_is_connection_failed():
+    relay, transport, client = await make()
+    transport.refuse_connect = "connection refused"
+    with pytest.raises(ConnectionFailed, match="connection refused"):
+        await client.connect(relay_url=BASE, app_id="demo")
+
+
+async def test_connect_needs_a_target():
+    relay, transport, client = await make()
+    with pytest.raises(ConfigError):
+        await client.connect()
+
+
+async def test_function_call_runs_once_and_responds_with_timings():
+    relay, transport, client = await connected()
+    seen = []
+    client.on("functionSuccess", seen.append)
+    call = {"id": "call1", "name": "echo", "arguments": {"x": 1}, "run": True}
+    relay.push(transport, "function_call.begin", call)
+    relay.push(transport, "function_call.begin", call)  # a duplicate begin with a new seq never re-runs
+    for _ in range(20):
+        await asyncio.sleep(0)
+    assert len(relay.responses) == 1
+    r = relay.responses[0]
+    assert r["status"] == "success" and r["result"] == {"x": 1}
+    assert r["total_ms"] >= r["handler_ms"] >= 0
+    rec = client.get_function_call_history()[0]
+    assert rec["id"] == "call1" and rec["respondedAt"] is not None and rec["totalMs"] is not None
+    assert seen[0]["durationMs"] >= 0
+
+
+async def test_replayed_or_not_run_begin_is_not_executed():
+    relay, transport, client = await connected()
+    relay.push(transport, "function_call.begin", {"id": "c9", "name": "echo", "arguments": {}, "run": False})
+    await asyncio.sleep(0.01)
+    assert relay.responses == []
+
+
+async def test_unknown_function_bad_args_and_throwing_handler_fail_cleanly():
+    relay, transport, client = await connected()
+
+    def boom(args, ctx):
+        raise RuntimeError("not allowed in incognito mode")
+
+    client.register_function("boom", boom)
+    client.register_function(
+        "typed", lambda a, c: a, parameters={"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"]}
+    )
+    client.register_function("bad_result", lambda a, c: object())
+    for i, (name, args) in enumerate([("nope", {}), ("typed", {"n": "x"}), ("boom", {}), ("bad_result", {})]):
+        relay.push(transport, "function_call.begin", {"id": f"e{i}", "name": name, "arguments": args, "run": True})
+    await asyncio.sleep(0.05)
+    errors = {r["id"]: r["error"] for r in relay.responses}
+    assert "not registered" in errors["e0"]
+    assert "Invalid arguments" in errors["e1"] and "n" in errors["e1"]
+    assert errors["e2"] == "not allowed in incognito mode"
+    assert "JSON-serializable" in errors["e3"]
+    assert client.connection_state == "connected"
+
+
+async def test_sensitive_function_fails_closed_and_honours_the_handler():
+    relay, transport, client = await connected()
+    ran = []
+    client.register_function("delete_account", lambda a, c: ran.append(1) or "gone", sensitive=True)
+    relay.push(transport, "function_call.begin", {"id": "s1", "name": "delete_account", "arguments": {}, "run": True})
+    await asyncio.sleep(0.02)
+    assert relay.responses[-1]["error"] == P.MSG_SENSITIVE_DENIED and ran == []
+
+    def raising(req):
+        raise ValueError("ui broke")
+
+    client.set_confirmation_handler(raising)
+    relay.push(transport, "function_call.begin", {"id": "s2", "name": "delete_account", "arguments": {}, "run": True})
+    await asyncio.sleep(0.02)
+    assert relay.responses[-1]["error"] == P.MSG_SENSITIVE_DENIED and ran == []
+
+    async def allow(req):
+        assert req["name"] == "delete_account"
+        return "allow"
+
+    client.set_confirmation_handler(allow)
+    relay.push(transport, "function_call.begin", {"id": "s3", "name": "delete_account", "arguments": {}, "run": True})
+    await asyncio.sleep(0.02)
+    assert relay.responses[-1]["result"] == "gone" and ran == [1]
+
+
+async def test_gate_withholds_response_until_dirty_state_is_acked():
+    relay, transport, client = await connected()
+
+    def handler(args, ctx):
+        client.update_context({"after": True})
+        return "ok"
+
+    client.register_function("mutate", handler)
+    await client.sync_registered_functions()
+    relay.push(transport, "function_call.begin", {"id": "g1", "name": "mutate", "arguments": {}, "run": True})
+    await asyncio.sleep(0.05)  # far less than the 100 ms context debounce
+    assert relay.responses and relay.responses[0]["id"] == "g1"
+    # the patch with the handler's context reached the relay before the response
+    order = [e for e, _ in transport.sent if e in (P.EV_STATE_PATCH, P.EV_FUNCTION_RESPONSE)]
+    assert order[-2:] == [P.EV_STATE_PATCH, P.EV_FUNCTION_RESPONSE]
+    assert relay.doc["autopilot"]["context"]["after"] is True
+
+
+async def test_context_resolution_holds_the_response_until_released():
+    relay, transport, client = await connected()
+    changes = []
+    client.on("contextResolutionChanged", changes.append)
+    holder = {}
+
+    def navigate(args, ctx):
+        holder["release"] = client.begin_context_resolution("page")
+        return "navigating"
+
+    client.register_function("navigate", navigate)
+    relay.push(transport, "function_call.begin", {"id": "n1", "name": "navigate", "arguments": {}, "run": True})
+    await asyncio.sleep(0.05)
+    assert relay.responses == []
+    client.update_context({"users": [1, 2]})
+    holder["release"]()
+    holder["release"]()  # idempotent
+    await asyncio.sleep(0.05)
+    assert relay.responses[0]["result"] == "navigating"
+    assert relay.doc["autopilot"]["context"]["users"] == [1, 2]
+    assert [c["pending"] for c in changes] == [1, 0]
+
+
+async def test_gap_in_sequence_asks_for_replay_and_fills_it():
+    relay, transport, client = await connected()
+    relay.push(transport, "message", {"message": {"id": "u1", "role": "user", "content": "a"}}, deliver=False)
+    relay.push(transport, "message", {"message": {"id": "u2", "role": "user", "content": "b"}})
+    await asyncio.sleep(0.02)
+    assert [m["id"] for m in client.messages] == ["u1", "u2"]
+    assert client.seq.last_seq == 2
+
+
+async def test_reconnect_rejoins_and_resends_unacknowledged_response():
+    relay, transport, client = await connected()
+    client.register_function("slow", lambda a, c: "done")
+    transport.drop()
+    assert client.connection_state == "reconnecting"
+    relay.pending_calls = [{"id": "p1", "name": "slow", "arguments": {}}]
+    transport.restore()
+    await asyncio.sleep(0.05)
+    assert client.connection_state == "connected"
+    assert [r["id"] for r in relay.responses] == ["p1"]
+    assert relay.doc["autopilot"]["functions"]["slow"]["name"] == "slow"
+
+
+async def test_decorator_builds_schema_and_calls_with_kwargs():
+    relay, transport, client = await connected()
+
+    @client.function
+    def weather(city: str, units: str = "c") -> str:
+        """Current weather of a city."""
+        return f"{city}:{units}"
+
+    d = {f["name"]: f for f in client.get_registered_functions()}["weather"]
+    assert d["description"] == "Current weather of a city."
+    assert d["parameters"]["required"] == ["city"]
+    relay.push(transport, "function_call.begin", {"id": "w", "name": "weather", "arguments": {"city": "Oslo"}, "run": True})
+    await asyncio.sleep(0.02)
+    assert relay.responses[-1]["result"] == "Oslo:c"
+
+
+async def test_bad_registration_is_a_clear_error():
+    relay, transport, client = await make()
+    with pytest.raises(ConfigError, match="name"):
+        client.register_function("bad name!", lambda a, c: 1)
+    with pytest.raises(ConfigError, match="callable"):
+        client.register_function("x", "not callable")  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match="type 'object'"):
+        client.register_function("x", lambda a, c: 1, parameters={"type": "string"})
+    assert client.unregister_function("x") is False
+
+
+async def test_oversized_context_fires_state_error_and_sends_nothing():
+    relay, transport, client = await connected()
+    errs = []
+    client.on("stateError", errs.append)
+    before = len(relay.patches)
+    client.set_context({"big": "x" * 70000})
+    await client.flush_context_sync()
+    assert errs and errs[0]["code"] == "state_too_large"
+    assert len(relay.patches) == before
+    assert relay.doc["autopilot"]["context"] == {"page": "/"}

@@ -1,0 +1,121 @@
+"""Sans-I/O state sync: debounce with time passed in, limits, acks and refusals."""
+
+import pytest
+
+from widget.core.limits import check_state, depth
+from widget.core.state import StateSync
+from widget.errors import StateLimitError
+from widget.protocol import MAX_STATE_BYTES
+
+
+def ready() -> StateSync:
+    s = StateSync()
+    s.snapshot({}, {})
+    assert s.poll(0.0) is None  # nothing local yet: empty diff sends nothing
+    return s
+
+
+def test_context_debounce_restarts_and_collapses_bursts():
+    s = ready()
+    for i in range(1000):
+        s.update_context({"n": i}, 0.0 + i * 0.00005)  # 1,000 calls within 50 ms
+    last = 999 * 0.00005
+    assert s.poll(last + 0.099) is None
+    out = s.poll(last + 0.1)
+    assert out is not None
+    assert out.patch == [{"op": "add", "path": "/autopilot/context/n", "value": 999}]
+    assert s.poll(10.0) is None
+
+
+def test_functions_debounce_is_25ms_and_independent_of_context():
+    s = ready()
+    s.set_functions({"f": {"name": "f"}}, 1.0)
+    s.update_context({"a": 1}, 1.0)
+    assert s.next_deadline() == pytest.approx(1.025)
+    out = s.poll(1.026)
+    assert [op["path"] for op in out.patch] == ["/autopilot/functions/f"]
+    out2 = s.poll(1.1)
+    assert [op["path"] for op in out2.patch] == ["/autopilot/context/a"]
+
+
+def test_one_key_change_in_60kb_context_is_a_small_patch():
+    s = ready()
+    big = {f"k{i}": "x" * 100 for i in range(550)}
+    s.set_context(big, 0)
+    first = s.poll(1)
+    s.ack(first.key, True)
+    s.update_context({"k7": "changed"}, 2)
+    out = s.poll(3)
+    assert out.patch == [{"op": "replace", "path": "/autopilot/context/k7", "value": "changed"}]
+    import json
+
+    assert len(json.dumps(out.patch)) < 200
+
+
+def test_oversized_state_is_skipped_and_base_kept():
+    s = ready()
+    s.set_context({"ok": 1}, 0)
+    o = s.poll(1)
+    s.ack(o.key, True)
+    s.set_context({"big": "x" * MAX_STATE_BYTES}, 2)
+    with pytest.raises(StateLimitError) as info:
+        s.poll(3)
+    assert info.value.code == "state_too_large"
+    assert s.base["autopilot"]["context"] == {"ok": 1}
+    assert not s.has_pending()  # no endless retries of the same oversized state
+    # the local value is the page's; a later small change diffs from the synced base
+    s.set_context({"ok": 2}, 4)
+    out = s.poll(5)
+    assert out.patch == [{"op": "replace", "path": "/autopilot/context/ok", "value": 2}]
+
+
+def test_too_deep_state_is_refused_before_diffing():
+    s = ready()
+    deep: dict = {}
+    node = deep
+    for _ in range(40):
+        node["a"] = {}
+        node = node["a"]
+    s.set_context(deep, 0)
+    with pytest.raises(StateLimitError) as info:
+        s.poll(1)
+    assert info.value.code == "state_too_deep"
+
+
+def test_exact_64kb_boundary_counts_utf8_bytes():
+    overhead = len('{"autopilot":{"functions":{},"context":{"s":""}}}')
+    fits = {"autopilot": {"functions": {}, "context": {"s": "é" * ((MAX_STATE_BYTES - overhead) // 2)}}}
+    assert check_state(fits) <= MAX_STATE_BYTES
+    over = {"autopilot": {"functions": {}, "context": {"s": "é" * ((MAX_STATE_BYTES - overhead) // 2 + 1)}}}
+    with pytest.raises(StateLimitError):
+        check_state(over)
+
+
+def test_refused_patch_resets_base_to_acked_and_resends():
+    s = ready()
+    s.set_context({"a": 1}, 0)
+    o = s.poll(1)
+    assert s.is_dirty()
+    s.ack(o.key, False)
+    out = s.flush()
+    assert out.patch == [{"op": "add", "path": "/autopilot/context/a", "value": 1}]
+    s.ack(out.key, True)
+    assert not s.is_dirty()
+
+
+def test_non_json_context_is_a_clear_error():
+    s = ready()
+    with pytest.raises(TypeError, match="JSON-serializable"):
+        s.set_context({"x": object()}, 0)
+    with pytest.raises(TypeError, match="must be a dict"):
+        s.set_context(["not", "a", "dict"], 0)  # type: ignore[arg-type]
+
+
+def test_depth_counts_levels_iteratively():
+    assert depth(1) == 0
+    assert depth({}) == 1
+    assert depth({"a": [1, {"b": 2}]}) == 3
+    nested: list = []
+    for _ in range(10000):
+        nested = [nested]
+    assert depth(nested) > 32  # no RecursionError

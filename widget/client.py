@@ -1,0 +1,805 @@
+"""The autopilot client: the one runtime module that drives the sans-I/O core with asyncio.
+
+Pyodide's event loop runs it unchanged; the network is behind a ``Transport`` (see ``widget.transports``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import inspect
+import itertools
+import logging
+import secrets
+import time
+from collections.abc import Awaitable, MutableMapping
+from typing import Any, Callable
+
+from . import protocol as P
+from .core.events import Emitter
+from .core.registry import FunctionDefinition, FunctionRegistry, Handler
+from .core.schema import parameters_from_signature
+from .core.sequence import DUPLICATE, GAP, SeqTracker
+from .core.state import StateSync, to_json_value
+from .core.streaming import StreamingSession
+from .core.validation import validate_arguments
+from .errors import ConfigError, ConnectionFailed, ProtocolError, StateLimitError, WidgetError
+from .transports.base import CONNECTED, DISCONNECTED, Transport, TransportError
+
+log = logging.getLogger("widget")
+
+#: Connection states reported by ``connectionStateChanged``.
+IDLE, CONNECTING, CONNECTED_STATE, RECONNECTING, DISCONNECTED_STATE, ERROR = (
+    "idle",
+    "connecting",
+    "connected",
+    "reconnecting",
+    "disconnected",
+    "error",
+)
+
+ConfirmationHandler = Callable[[dict[str, Any]], "str | Awaitable[str]"]
+
+
+def storage_key(app_id: str) -> str:
+    """The storage key under which a conversation URL is kept for ``app_id`` (D2)."""
+    return f"autopilot:conversation:{app_id}"
+
+
+class AutopilotClient:
+    """Connects to a relay, mirrors functions and context, runs the functions the model calls."""
+
+    def __init__(
+        self,
+        transport: Transport,
+        *,
+        storage: MutableMapping[str, str] | None = None,
+        clock: Callable[[], float] = time.monotonic,
+        wall_clock: Callable[[], float] = time.time,
+        step_timeout_s: float = 15.0,
+    ) -> None:
+        self.transport = transport
+        self.storage: MutableMapping[str, str] = storage if storage is not None else {}
+        self._clock = clock
+        self._wall = wall_clock
+        self._step_timeout = step_timeout_s
+        self.events = Emitter()
+        self.events.on_listener_error = lambda ev, exc: log.error("listener for %r raised: %r", ev, exc)
+        self.registry = FunctionRegistry()
+        self._instance = secrets.token_hex(6)
+        self.state = StateSync(key_prefix=f"p{self._instance}-")
+        self.seq = SeqTracker()
+        self.session = StreamingSession(on_ignored=lambda why: log.warning("stream: %s", why))
+        self.conversation: dict[str, Any] | None = None
+        self.conversation_url: str | None = None
+        self.connection_state = IDLE
+        self.last_error: dict[str, Any] | None = None
+        self.active = False
+        self.pending_ask_user: list[dict[str, Any]] = []
+        self._keys = itertools.count(1)
+        self._confirmation_handler: ConfirmationHandler | None = None
+        self._history: collections.deque[dict[str, Any]] = collections.deque(maxlen=P.FUNCTION_CALL_HISTORY_LIMIT)
+        self._started_calls: set[str] = set()
+        self._outbox: dict[str, dict[str, Any]] = {}
+        self._patch_acks: dict[str, asyncio.Future[bool]] = {}
+        self._resolutions: dict[int, str] = {}
+        self._resolution_ids = itertools.count(1)
+        self._resolutions_changed: asyncio.Event | None = None
+        self._flush_handle: asyncio.TimerHandle | None = None
+        self._state_waiter: asyncio.Future[Any] | None = None
+        self._tasks: set[asyncio.Task[Any]] = set()
+        self._joined_once = False
+        self._closing = False
+        self._replay_pending = False
+        self._opts: dict[str, Any] = {
+            "sync_state_before_function_response": True,
+            "sync_state_before_function_response_timeout_ms": P.SYNC_STATE_BEFORE_FUNCTION_RESPONSE_TIMEOUT_MS,
+            "context_resolution_timeout_ms": P.CONTEXT_RESOLUTION_TIMEOUT_MS,
+        }
+        transport.set_handler(self._on_transport_event)
+
+    # ------------------------------------------------------------------ events
+    def on(self, event: str, listener: Callable[[Any], Any]) -> Callable[[], None]:
+        """Subscribe to a client event; returns an unsubscribe function."""
+        return self.events.on(event, listener)
+
+    def _set_connection_state(self, state: str, error: dict[str, Any] | None = None) -> None:
+        self.connection_state = state
+        if error is not None:
+            self.last_error = error
+        elif state == CONNECTED_STATE:
+            self.last_error = None
+        self.events.emit("connectionStateChanged", {"state": state, "error": error})
+
+    # ------------------------------------------------------------------ functions
+    def register_function(
+        self,
+        name: str,
+        handler: Handler,
+        *,
+        description: str = "",
+        parameters: dict[str, Any] | None = None,
+        sensitive: bool = False,
+    ) -> None:
+        """Register ``handler(args, context)`` under ``name`` (seed 000 ``registerFunction``)."""
+        definition = FunctionDefinition(
+            name=name,
+            handler=handler,
+            description=description or "",
+            parameters=parameters if parameters is not None else {"type": "object", "properties": {}},
+            sensitive=sensitive,
+        )
+        try:
+            to_json_value(definition.parameters, f"Parameters of {name!r}")
+        except TypeError as exc:
+            raise ConfigError(str(exc)) from None
+        self.registry.register(definition)
+        self._functions_changed()
+
+    def function(
+        self,
+        fn: Callable[..., Any] | None = None,
+        *,
+        name: str | None = None,
+        description: str | None = None,
+        sensitive: bool = False,
+    ) -> Any:
+        """Decorator: register a plain Python function; parameters come from its type hints, the description
+        from its docstring, and the model's arguments arrive as keyword arguments."""
+
+        def decorate(func: Callable[..., Any]) -> Callable[..., Any]:
+            params = parameters_from_signature(func)
+            doc = description if description is not None else inspect.getdoc(func) or ""
+
+            def call_with_kwargs(args: dict[str, Any], context: dict[str, Any]) -> Any:
+                return func(**args)
+
+            self.register_function(
+                name or func.__name__,
+                call_with_kwargs,
+                description=doc,
+                parameters=params,
+                sensitive=sensitive,
+            )
+            return func
+
+        return decorate(fn) if fn is not None else decorate
+
+    def unregister_function(self, name: str) -> bool:
+        """Remove a function; True when it existed."""
+        existed = self.registry.unregister(name)
+        if existed:
+            self._functions_changed()
+        return existed
+
+    def clear_functions(self) -> None:
+        """Remove every registered function."""
+        self.registry.clear()
+        self._functions_changed()
+
+    def has_function(self, name: str) -> bool:
+        """Whether ``name`` is registered."""
+        return self.registry.has(name)
+
+    def get_registered_functions(self) -> list[dict[str, Any]]:
+        """Descriptors as the relay sees them (no handlers)."""
+        return list(self.registry.descriptors().values())
+
+    def sync_registered_functions(self) -> asyncio.Future[bool]:
+        """Send pending function changes now; the result resolves when the relay acknowledges."""
+        return self._flush_now()
+
+    def _functions_changed(self) -> None:
+        self.state.set_functions(self.registry.descriptors(), self._clock())
+        self._schedule_flush()
+
+    # ------------------------------------------------------------------ context
+    def set_context(self, context: dict[str, Any]) -> None:
+        """Replace the page context mirrored to ``/autopilot/context``."""
+        self.state.set_context(context, self._clock())
+        self._schedule_flush()
+
+    def update_context(self, partial: dict[str, Any]) -> None:
+        """Merge ``partial`` into the page context (shallow)."""
+        self.state.update_context(partial, self._clock())
+        self._schedule_flush()
+
+    def get_context(self) -> dict[str, Any]:
+        """A copy of the local page context."""
+        return self.state.context
+
+    def flush_context_sync(self) -> asyncio.Future[bool]:
+        """Send pending state now (e.g. before navigating away); resolves True once acknowledged."""
+        return self._flush_now()
+
+    # ------------------------------------------------------------------ state sync plumbing
+    def _loop(self) -> asyncio.AbstractEventLoop:
+        return asyncio.get_event_loop()
+
+    def _spawn(self, coro: Awaitable[Any]) -> asyncio.Task[Any]:
+        task = asyncio.ensure_future(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._task_done)
+        return task
+
+    def _task_done(self, task: asyncio.Task[Any]) -> None:
+        self._tasks.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            log.error("widget task failed: %r", task.exception())
+
+    def _schedule_flush(self) -> None:
+        deadline = self.state.next_deadline()
+        if deadline is None or not self._can_send():
+            return
+        if self._flush_handle is not None:
+            self._flush_handle.cancel()
+        delay = max(0.0, deadline - self._clock())
+        self._flush_handle = self._loop().call_later(delay, self._flush_tick)
+
+    def _can_send(self) -> bool:
+        return self.state.base is not None and self.transport.connected and self.active
+
+    def _flush_tick(self) -> None:
+        self._flush_handle = None
+        self._send_outgoing(lambda: self.state.poll(self._clock()))
+        self._schedule_flush()
+
+    def _flush_now(self) -> asyncio.Future[bool]:
+        if self._flush_handle is not None:
+            self._flush_handle.cancel()
+            self._flush_handle = None
+        done: asyncio.Future[bool] = self._loop().create_future()
+        if not self._can_send():
+            done.set_result(False)
+            return done
+        self._send_outgoing(lambda: self.state.flush())
+        waits = list(self._patch_acks.values())
+        if not waits:
+            done.set_result(True)
+            return done
+
+        async def wait_all() -> bool:
+            results = await asyncio.gather(*waits)
+            return all(results)
+
+        return asyncio.ensure_future(wait_all())
+
+    def _send_outgoing(self, build: Callable[[], Any]) -> None:
+        try:
+            outgoing = build()
+        except StateLimitError as exc:
+            log.warning("state sync skipped: %s", exc)
+            self.events.emit("stateError", {"code": exc.code, "message": str(exc)})
+            return
+        if outgoing is None:
+            return
+        fut: asyncio.Future[bool] = self._loop().create_future()
+        self._patch_acks[outgoing.key] = fut
+        self._spawn(self._emit_patch(outgoing.key, outgoing.patch, fut))
+
+    async def _emit_patch(self, key: str, patch: list[dict[str, Any]], fut: asyncio.Future[bool]) -> None:
+        ok = False
+        try:
+            ack = await self.transport.emit(P.EV_STATE_PATCH, {"patch": patch, "idempotency_key": key})
+            ok = isinstance(ack, dict) and ack.get("ok") is True
+            if not ok:
+                err = (ack or {}).get("error", {}) if isinstance(ack, dict) else {}
+                self.events.emit(
+                    "stateError",
+                    {"code": err.get("code", P.ERR_INTERNAL), "message": err.get("message", "State patch refused.")},
+                )
+            self.state.ack(key, ok)
+        except TransportError as exc:
+            log.warning("state patch %s not acknowledged: %s", key, exc)
+        finally:
+            self._patch_acks.pop(key, None)
+            if not fut.done():
+                fut.set_result(ok)
+            self._schedule_flush()
+
+    # ------------------------------------------------------------------ context resolutions
+    def begin_context_resolution(self, label: str = "") -> Callable[[], None]:
+        """Hold function responses until the returned (idempotent) release is called."""
+        rid = next(self._resolution_ids)
+        self._resolutions[rid] = label
+        self._resolutions_event().set()
+        self.events.emit("contextResolutionChanged", {"pending": len(self._resolutions)})
+
+        def release() -> None:
+            if self._resolutions.pop(rid, None) is not None:
+                self._resolutions_event().set()
+                self.events.emit("contextResolutionChanged", {"pending": len(self._resolutions)})
+
+        return release
+
+    def hold_context_until(self, awaitable: Awaitable[Any], label: str = "") -> asyncio.Future[Any]:
+        """Acquire a resolution released when ``awaitable`` settles; passes its value or error through."""
+        release = self.begin_context_resolution(label)
+
+        async def run() -> Any:
+            try:
+                return await awaitable
+            finally:
+                release()
+
+        return asyncio.ensure_future(run())
+
+    @property
+    def pending_context_resolutions(self) -> int:
+        """How many resolutions are outstanding."""
+        return len(self._resolutions)
+
+    def _resolutions_event(self) -> asyncio.Event:
+        if self._resolutions_changed is None:
+            self._resolutions_changed = asyncio.Event()
+        return self._resolutions_changed
+
+    async def _withhold(self) -> None:
+        """Context resolutions first, then the state-sync gate (seed 000)."""
+        waited = bool(self._resolutions)
+        if waited:
+            deadline = self._clock() + self._opts["context_resolution_timeout_ms"] / 1000
+            event = self._resolutions_event()
+            while self._resolutions:
+                remaining = deadline - self._clock()
+                if remaining <= 0:
+                    log.warning("context resolution timed out; sending the response anyway")
+                    break
+                event.clear()
+                try:
+                    await asyncio.wait_for(event.wait(), remaining)
+                except asyncio.TimeoutError:
+                    pass
+        # Resolutions are honoured with the gate off too: what they wrote is committed before the response.
+        if self._opts["sync_state_before_function_response"] or waited:
+            if self.state.is_dirty() and self._can_send():
+                flushed = self._flush_now()
+                timeout = self._opts["sync_state_before_function_response_timeout_ms"] / 1000
+                try:
+                    await asyncio.wait_for(asyncio.shield(flushed), timeout)
+                except asyncio.TimeoutError:
+                    log.warning("state sync gate timed out after %s ms", timeout * 1000)
+
+    # ------------------------------------------------------------------ confirmation
+    def set_confirmation_handler(self, handler: ConfirmationHandler | None) -> None:
+        """One handler per client deciding 'allow' or 'deny' for sensitive calls; None clears it."""
+        if handler is not None and not callable(handler):
+            raise ConfigError("Confirmation handler must be callable or None.")
+        self._confirmation_handler = handler
+
+    async def _confirm(self, request: dict[str, Any]) -> str:
+        self.events.emit("functionConfirmationRequired", {"request": request})
+        decision = "deny"
+        handler = self._confirmation_handler
+        if handler is not None:
+            try:
+                value = handler(request)
+                if inspect.isawaitable(value):
+                    value = await value
+                decision = "allow" if value == "allow" else "deny"
+            except Exception as exc:  # noqa: BLE001 - fail closed
+                log.warning("confirmation handler raised, denying: %r", exc)
+                decision = "deny"
+        self.events.emit("functionConfirmationResolved", {"request": request, "decision": decision})
+        return decision
+
+    # ------------------------------------------------------------------ function calls
+    def get_function_call_history(self) -> list[dict[str, Any]]:
+        """The last calls, newest first, as FunctionCallRecords."""
+        return [dict(r) for r in self._history]
+
+    async def _run_call(self, call: dict[str, Any]) -> None:
+        call_id = call.get("id")
+        if not isinstance(call_id, str) or call_id in self._started_calls:
+            return
+        self._started_calls.add(call_id)
+        name = call.get("name") if isinstance(call.get("name"), str) else ""
+        args = call.get("arguments")
+        if args is None:
+            args = {}
+        t0 = self._clock()
+        record: dict[str, Any] = {
+            "id": call_id,
+            "name": name,
+            "status": "running",
+            "startedAt": self._wall() * 1000,
+            "settledAt": None,
+            "respondedAt": None,
+            "handlerMs": None,
+            "totalMs": None,
+        }
+        self._history.appendleft(record)
+        request = {"id": call_id, "name": name, "arguments": args, "timestamp": record["startedAt"]}
+        self.events.emit("functionCall", {"request": request})
+        status, result, error = await self._execute(request)
+        handler_ms = (self._clock() - t0) * 1000
+        record.update(status=status, settledAt=self._wall() * 1000, handlerMs=handler_ms)
+        if status == P.STATUS_SUCCESS:
+            self.events.emit("functionSuccess", {"request": request, "result": result, "durationMs": handler_ms})
+        else:
+            self.events.emit("functionError", {"request": request, "error": error, "durationMs": handler_ms})
+        await self._withhold()
+        total_ms = (self._clock() - t0) * 1000
+        payload: dict[str, Any] = {
+            "id": call_id,
+            "status": status,
+            "idempotency_key": f"fr-{call_id}",
+            "handler_ms": round(handler_ms, 3),
+            "total_ms": round(total_ms, 3),
+        }
+        if status == P.STATUS_SUCCESS:
+            payload["result"] = result
+        else:
+            payload["error"] = error
+        self._outbox[call_id] = payload
+        await self._send_response(payload, record, request, total_ms)
+
+    async def _send_response(
+        self, payload: dict[str, Any], record: dict[str, Any] | None, request: dict[str, Any] | None, total_ms: float
+    ) -> None:
+        try:
+            if record is not None:
+                record.update(respondedAt=self._wall() * 1000, totalMs=total_ms)
+            ack = await self.transport.emit(P.EV_FUNCTION_RESPONSE, payload)
+        except TransportError as exc:
+            if record is not None:
+                record.update(respondedAt=None, totalMs=None)
+            log.warning("function response %s kept for resend: %s", payload["id"], exc)
+            return
+        self._outbox.pop(payload["id"], None)
+        if isinstance(ack, dict) and not ack.get("ok"):
+            log.warning("relay refused function response %s: %s", payload["id"], ack.get("error"))
+        if request is not None:
+            self.events.emit("functionResponseSent", {"request": request, "totalMs": total_ms, "ack": ack})
+
+    async def _execute(self, request: dict[str, Any]) -> tuple[str, Any, str | None]:
+        name = request["name"]
+        definition = self.registry.get(name)
+        if definition is None:
+            return P.STATUS_ERROR, None, f"Unknown function: {name!r} is not registered on this page."
+        args = request["arguments"]
+        problem = validate_arguments(definition.parameters, args)
+        if problem is not None:
+            return P.STATUS_ERROR, None, f"Invalid arguments for {name!r}: {problem}"
+        if definition.sensitive:
+            if await self._confirm(request) != "allow":
+                return P.STATUS_ERROR, None, P.MSG_SENSITIVE_DENIED
+        try:
+            value = definition.handler(args, {"id": request["id"], "name": name, "timestamp": request["timestamp"]})
+            if inspect.isawaitable(value):
+                value = await value
+        except Exception as exc:  # noqa: BLE001 - a page handler may raise anything
+            return P.STATUS_ERROR, None, str(exc) or type(exc).__name__
+        try:
+            return P.STATUS_SUCCESS, to_json_value(value, f"The result of {name!r}"), None
+        except TypeError as exc:
+            return P.STATUS_ERROR, None, str(exc)
+
+    # ------------------------------------------------------------------ connection
+    async def connect(
+        self,
+        conversation_url: str | None = None,
+        *,
+        relay_url: str | None = None,
+        app_id: str | None = None,
+        sync_state_before_function_response: bool = True,
+        sync_state_before_function_response_timeout_ms: float = P.SYNC_STATE_BEFORE_FUNCTION_RESPONSE_TIMEOUT_MS,
+        context_resolution_timeout_ms: float = P.CONTEXT_RESOLUTION_TIMEOUT_MS,
+        function_call_history_limit: int = P.FUNCTION_CALL_HISTORY_LIMIT,
+    ) -> dict[str, Any]:
+        """Seed 001 steps 1-4: GET the conversation, open the socket, join, receive the snapshot, sync.
+
+        Pass ``conversation_url`` (a site created it), or ``relay_url`` and ``app_id`` to resume the stored
+        conversation of that app or create one (D2). Returns the conversation.
+        """
+        if conversation_url is None and (not relay_url or not app_id):
+            raise ConfigError("connect() needs conversation_url, or both relay_url and app_id.")
+        if function_call_history_limit < 1:
+            raise ConfigError("function_call_history_limit must be at least 1.")
+        self._opts.update(
+            sync_state_before_function_response=bool(sync_state_before_function_response),
+            sync_state_before_function_response_timeout_ms=float(sync_state_before_function_response_timeout_ms),
+            context_resolution_timeout_ms=float(context_resolution_timeout_ms),
+        )
+        if function_call_history_limit != self._history.maxlen:
+            self._history = collections.deque(self._history, maxlen=function_call_history_limit)
+        self._relay_url = relay_url.rstrip("/") if relay_url else None
+        self._app_id = app_id
+        self._closing = False
+        self._set_connection_state(CONNECTING)
+        try:
+            if conversation_url is None:
+                conversation_url = await self._resolve_conversation_url()
+            self.conversation_url = conversation_url
+            info = await self._get_conversation(conversation_url)
+            if info is None:
+                # A stored conversation that no longer exists: start a new one (D2).
+                self.storage.pop(storage_key(app_id or ""), None)
+                conversation_url = await self._create_conversation()
+                self.conversation_url = conversation_url
+                info = await self._get_conversation(conversation_url)
+                if info is None:
+                    raise ProtocolError(P.ERR_NOT_FOUND, "The new conversation could not be read back.")
+            self._load_conversation(info)
+            await self._with_timeout(
+                self.transport.connect(info["relay_url"], info.get("relay_path") or P.DEFAULT_RELAY_PATH),
+                f"Could not connect to the relay at {info['relay_url']}",
+            )
+            await self._join(info)
+        except WidgetError as exc:
+            code = getattr(exc, "code", "connection_failed")
+            self._set_connection_state(ERROR, {"code": code, "message": str(exc)})
+            self.events.emit("error", {"code": code, "message": str(exc)})
+            await self._quiet_disconnect()
+            raise
+        return self.conversation or {}
+
+    async def _with_timeout(self, aw: Awaitable[Any], what: str) -> Any:
+        try:
+            return await asyncio.wait_for(aw, self._step_timeout)
+        except asyncio.TimeoutError:
+            raise ConnectionFailed(f"{what}: no answer within {self._step_timeout:g} s.") from None
+
+    async def _resolve_conversation_url(self) -> str:
+        stored = self.storage.get(storage_key(self._app_id or ""))
+        if stored:
+            return stored
+        return await self._create_conversation()
+
+    async def _create_conversation(self) -> str:
+        if not self._relay_url or not self._app_id:
+            raise ConfigError("Creating a conversation needs relay_url and app_id.")
+        url = self._relay_url + P.HTTP_CREATE_CONVERSATION.format(app_id=self._app_id)
+        status, body = await self._http("POST", url, {})
+        if status != 201 or not isinstance(body, dict) or not isinstance(body.get("url"), str):
+            raise _http_error(status, body, f"Creating a conversation at {url} failed")
+        self.storage[storage_key(self._app_id)] = body["url"]
+        return body["url"]
+
+    async def _get_conversation(self, url: str) -> dict[str, Any] | None:
+        status, body = await self._http("GET", url)
+        if status == 404:
+            return None
+        if status != 200 or not isinstance(body, dict):
+            raise _http_error(status, body, f"Reading the conversation at {url} failed")
+        for key in ("relay_url", "token", "conversation"):
+            if key not in body:
+                raise ProtocolError(P.ERR_BAD_REQUEST, f"The relay's conversation response lacks {key!r}.")
+        return body
+
+    async def _http(self, method: str, url: str, body: Any = None) -> tuple[int, Any]:
+        try:
+            return await self._with_timeout(self.transport.request(method, url, body), f"{method} {url}")
+        except TransportError as exc:
+            raise ConnectionFailed(f"Cannot reach the relay: {exc}") from exc
+
+    def _load_conversation(self, info: dict[str, Any]) -> None:
+        self.conversation = info["conversation"]
+        self.session.load(info.get("messages") or [])
+        self.seq.reset(int(self.conversation.get("seq") or 0))
+        self._set_pending_ask_user(info.get("pending_ask_user") or [])
+        self.events.emit("conversationLoaded", {"conversation": self.conversation, "messages": self.session.messages})
+
+    async def _join(self, info: dict[str, Any]) -> None:
+        loop = self._loop()
+        self._state_waiter = loop.create_future()
+        ack = await self._with_timeout(
+            self.transport.emit(
+                P.EV_JOIN, {"token": info["token"], "version": P.PROTOCOL_VERSION, "last_seq": self.seq.last_seq}
+            ),
+            "The relay did not answer join",
+        )
+        if not isinstance(ack, dict) or not ack.get("ok"):
+            err = ack.get("error", {}) if isinstance(ack, dict) else {}
+            raise ProtocolError(err.get("code", P.ERR_INTERNAL), err.get("message", "join refused"))
+        snapshot = await self._with_timeout(self._state_waiter, "The relay sent no state snapshot")
+        self._state_waiter = None
+        self.active = bool(ack.get("active", True))
+        self.state.snapshot(snapshot.get("functions"), snapshot.get("context"))
+        self._joined_once = True
+        self._set_connection_state(CONNECTED_STATE)
+        self.events.emit("joined", {"conversation_id": ack.get("conversation_id"), "active": self.active})
+        if self.active:
+            ok = await self._flush_now()
+            if not ok and self.state.base is not None:
+                log.warning("initial state sync was not acknowledged")
+            for payload in list(self._outbox.values()):
+                self._spawn(self._send_response(payload, None, None, payload.get("total_ms", 0.0)))
+            for call in ack.get("pending_calls") or []:
+                if isinstance(call, dict):
+                    self._spawn(self._run_call(call))
+        self.events.emit("ready", {"conversation": self.conversation})
+
+    async def _rejoin(self) -> None:
+        if self._closing or self.conversation_url is None:
+            return
+        try:
+            info = await self._get_conversation(self.conversation_url)
+            if info is None:
+                raise ProtocolError(P.ERR_NOT_FOUND, "The conversation no longer exists.")
+            self.conversation = info["conversation"]
+            await self._join(info)
+        except WidgetError as exc:
+            code = getattr(exc, "code", "connection_failed")
+            self._set_connection_state(ERROR, {"code": code, "message": str(exc)})
+            self.events.emit("error", {"code": code, "message": str(exc)})
+
+    async def _quiet_disconnect(self) -> None:
+        self._closing = True
+        try:
+            await self.transport.disconnect()
+        except Exception:  # noqa: BLE001 - best effort on an already failed connection
+            pass
+
+    async def disconnect(self) -> None:
+        """Close the connection; pending holds and gates settle, history is kept."""
+        self._closing = True
+        if self._flush_handle is not None:
+            self._flush_handle.cancel()
+            self._flush_handle = None
+        await self.transport.disconnect()
+        for fut in list(self._patch_acks.values()):
+            if not fut.done():
+                fut.set_result(False)
+        for task in list(self._tasks):
+            task.cancel()
+        self.state.disconnected()
+        self.active = False
+        self._set_connection_state(DISCONNECTED_STATE)
+
+    # ------------------------------------------------------------------ incoming
+    def _on_transport_event(self, event: str, data: Any) -> None:
+        if event == CONNECTED:
+            if self._joined_once and not self._closing:
+                self._spawn(self._rejoin())
+            return
+        if event == DISCONNECTED:
+            self.state.disconnected()
+            self.active = False
+            if not self._closing:
+                self._set_connection_state(RECONNECTING)
+            return
+        if event == P.EV_STATE:
+            if self._state_waiter is not None and not self._state_waiter.done():
+                self._state_waiter.set_result(data if isinstance(data, dict) else {})
+            return
+        if event == P.EV_CLIENT_ROLE:
+            self.active = bool(isinstance(data, dict) and data.get("active"))
+            self.events.emit("roleChanged", {"active": self.active})
+            return
+        if event in P.SEQUENCED_EVENTS:
+            self._on_sequenced(event, data)
+            return
+        log.debug("unhandled relay event %r", event)
+
+    def _on_sequenced(self, event: str, data: Any) -> None:
+        if not isinstance(data, dict):
+            log.warning("relay event %r ignored: payload is not an object", event)
+            return
+        verdict = self.seq.classify(data.get("seq"))
+        if verdict == DUPLICATE:
+            return
+        if verdict == GAP:
+            self._request_replay()
+            return
+        if event == P.EV_MESSAGE:
+            message = data.get("message")
+            if isinstance(message, dict):
+                self.session.add_message(message)
+        elif event == P.EV_ASK_USER_REQUEST:
+            prompts = data.get("prompts")
+            self._set_pending_ask_user(prompts if isinstance(prompts, list) else [])
+        elif event != P.EV_USER_INPUT:
+            self.session.handle(event, data)
+        if event == P.EV_FUNCTION_CALL_BEGIN and data.get("run") is True and self.active:
+            self._spawn(self._run_call(data))
+        self.events.emit(event, data)
+        self.events.emit("messagesChanged", None)
+
+    def _request_replay(self) -> None:
+        if self._replay_pending or not self.transport.connected:
+            return
+        self._replay_pending = True
+
+        async def replay() -> None:
+            try:
+                await self.transport.emit(P.EV_REPLAY, {"last_seq": self.seq.last_seq})
+            except TransportError as exc:
+                log.warning("replay request failed: %s", exc)
+            finally:
+                self._replay_pending = False
+
+        self._spawn(replay())
+
+    # ------------------------------------------------------------------ user input
+    def _key(self, kind: str) -> str:
+        return f"{kind}{self._instance}-{next(self._keys)}"
+
+    async def send_message(self, text: str) -> str:
+        """Send a user message; returns its id (ProtocolError when the relay refuses it)."""
+        if not isinstance(text, str) or not text.strip():
+            raise ConfigError("A message needs some text.")
+        if len(text) > P.MAX_USER_MESSAGE_CHARS:
+            raise ProtocolError(
+                P.ERR_MESSAGE_TOO_LONG,
+                f"The message is {len(text)} characters; the limit is {P.MAX_USER_MESSAGE_CHARS}.",
+            )
+        ack = await self._emit_checked(P.EV_USER_MESSAGE, {"text": text, "idempotency_key": self._key("m")})
+        return str(ack.get("message_id", ""))
+
+    async def cancel(self) -> bool:
+        """Stop the running completion; True when one was cancelled."""
+        ack = await self._emit_checked(P.EV_CANCEL, {"idempotency_key": self._key("c")})
+        return bool(ack.get("cancelled"))
+
+    async def activate(self) -> None:
+        """Make this client the active one ("use here")."""
+        await self._emit_checked(P.EV_ACTIVATE, {})
+        self.active = True
+        self.events.emit("roleChanged", {"active": True})
+        self.state.due = {k: 0.0 for k in self.state.due}
+        self._schedule_flush()
+
+    async def _emit_checked(self, event: str, payload: dict[str, Any]) -> dict[str, Any]:
+        if not self.transport.connected:
+            raise ConnectionFailed("Not connected to the relay.")
+        ack = await self.transport.emit(event, payload)
+        if not isinstance(ack, dict) or not ack.get("ok"):
+            err = ack.get("error", {}) if isinstance(ack, dict) else {}
+            raise ProtocolError(err.get("code", P.ERR_INTERNAL), err.get("message", f"{event} refused"))
+        return ack
+
+    # ------------------------------------------------------------------ ask user
+    def get_pending_ask_user(self) -> list[dict[str, Any]]:
+        """Prompts the model is waiting on."""
+        return [dict(p) for p in self.pending_ask_user]
+
+    def _set_pending_ask_user(self, prompts: list[dict[str, Any]]) -> None:
+        had = bool(self.pending_ask_user)
+        self.pending_ask_user = [p for p in prompts if isinstance(p, dict)]
+        if self.pending_ask_user:
+            self.events.emit("askUserRequired", {"prompts": self.get_pending_ask_user()})
+        elif had:
+            self.events.emit("askUserCleared", None)
+
+    async def respond_to_ask_user(self, answers: dict[str, Any] | list[dict[str, Any]]) -> dict[str, Any]:
+        """Post answers to every pending prompt; returns the conversation response."""
+        from .core.ask_user import check_answers
+
+        answer_list = [answers] if isinstance(answers, dict) else list(answers)
+        check_answers(self.pending_ask_user, answer_list)
+        if self.conversation is None or self.conversation_url is None:
+            raise ConnectionFailed("Not connected to a conversation.")
+        url = self.conversation_url.rstrip("/") + "/ask_user"
+        status, body = await self._http(
+            "POST", url, {"answers": answer_list, "idempotency_key": self._key("a")}
+        )
+        if status != 200 or not isinstance(body, dict):
+            raise _http_error(status, body, "Answering the prompts failed")
+        self._set_pending_ask_user(body.get("pending_ask_user") or [])
+        return body
+
+    # ------------------------------------------------------------------ conversation
+    @property
+    def messages(self) -> list[dict[str, Any]]:
+        """Committed messages of the conversation."""
+        return self.session.messages
+
+    async def new_conversation(self) -> dict[str, Any]:
+        """Start a fresh conversation for this app (D2 "New chat") and connect to it."""
+        if not self._relay_url or not self._app_id:
+            raise ConfigError("new_conversation() needs a client connected with relay_url and app_id.")
+        await self._quiet_disconnect()
+        self.storage.pop(storage_key(self._app_id), None)
+        self._joined_once = False
+        self._started_calls.clear()
+        self._outbox.clear()
+        self.state.disconnected()
+        return await self.connect(relay_url=self._relay_url, app_id=self._app_id)
+
+
+def _http_error(status: int, body: Any, what: str) -> WidgetError:
+    err = body.get("error") if isinstance(body, dict) else None
+    if isinstance(err, dict):
+        return ProtocolError(str(err.get("code", "http_error")), f"{what}: {err.get('message', status)}")
+    return ProtocolError("http_error", f"{what}: HTTP {status}")

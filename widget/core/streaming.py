@@ -1,0 +1,164 @@
+"""The streaming-message state machine for seed 001's event sequence, as a transition table.
+
+Rules:
+- Two states: ``idle`` and ``streaming``. ``completion.started`` enters ``streaming`` with a fresh streaming
+  message; ``completion.finished`` returns to ``idle``.
+- ``completion_stream`` appends to the streaming message; ``function_call.begin``/``.end`` record calls on it.
+- ``completion.ended`` commits the message (the relay's copy when it sends one) to ``messages``.
+- ``function_call_iteration`` starts the next round; text streamed so far stays.
+- An event that makes no sense in the current state (or is unknown) is reported and ignored: the machine never
+  raises on input from the wire.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+IDLE = "idle"
+STREAMING = "streaming"
+
+
+@dataclass
+class StreamingSession:
+    """Holds ``is_streaming``, the streaming message, committed messages and function-call records."""
+
+    messages: list[dict[str, Any]] = field(default_factory=list)
+    streaming_message: dict[str, Any] | None = None
+    state: str = IDLE
+    iteration: int = 0
+    calls: dict[str, dict[str, Any]] = field(default_factory=dict)
+    #: Receives a one-line reason for each ignored event.
+    on_ignored: Callable[[str], None] | None = None
+
+    @property
+    def is_streaming(self) -> bool:
+        """Whether a completion is in progress."""
+        return self.state == STREAMING
+
+    def load(self, messages: list[dict[str, Any]]) -> None:
+        """Replace committed messages (a conversation GET) and forget any stream."""
+        self.messages = [copy.deepcopy(m) for m in messages]
+        self.streaming_message = None
+        self.state = IDLE
+        self.iteration = 0
+
+    def handle(self, event: str, payload: Any) -> bool:
+        """Apply one event; False when it was ignored."""
+        action = _TABLE.get((self.state, event))
+        if action is None:
+            self._ignore(f"{event!r} ignored in state {self.state!r}")
+            return False
+        if not isinstance(payload, dict):
+            self._ignore(f"{event!r} ignored: payload is not an object")
+            return False
+        return action(self, payload) is not False
+
+    def _ignore(self, reason: str) -> None:
+        if self.on_ignored is not None:
+            self.on_ignored(reason)
+
+    # --- actions --------------------------------------------------------------------
+    def _started(self, p: dict[str, Any]) -> None:
+        if self.streaming_message is not None:
+            self._commit(None)
+        self.state = STREAMING
+        self.iteration = 0
+        self.streaming_message = _new_message(p.get("message_id"))
+
+    def _stream(self, p: dict[str, Any]) -> bool:
+        delta = p.get("delta")
+        if not isinstance(delta, str):
+            self._ignore("completion_stream ignored: delta is not a string")
+            return False
+        if self.streaming_message is None:
+            self.streaming_message = _new_message(p.get("message_id"))
+        self.streaming_message["content"] += delta
+        return True
+
+    def _call_begin(self, p: dict[str, Any]) -> bool:
+        call_id = p.get("id")
+        if not isinstance(call_id, str):
+            self._ignore("function_call.begin ignored: no id")
+            return False
+        record = {
+            "id": call_id,
+            "name": p.get("name"),
+            "arguments": p.get("arguments"),
+            "status": "running",
+            "result": None,
+            "error": None,
+            "duration_ms": None,
+            "total_ms": None,
+        }
+        self.calls[call_id] = record
+        if self.streaming_message is None:
+            self.streaming_message = _new_message(p.get("message_id"))
+        self.streaming_message["function_calls"].append(record)
+        return True
+
+    def _call_end(self, p: dict[str, Any]) -> bool:
+        record = self.calls.get(p.get("id"))  # type: ignore[arg-type]
+        if record is None:
+            self._ignore(f"function_call.end ignored: unknown call {p.get('id')!r}")
+            return False
+        record["status"] = p.get("status", "success")
+        for key in ("result", "error", "duration_ms", "total_ms"):
+            if key in p:
+                record[key] = p[key]
+        return True
+
+    def _iteration(self, p: dict[str, Any]) -> None:
+        self.iteration = int(p.get("iteration", self.iteration + 1) or 0)
+
+    def _ended(self, p: dict[str, Any]) -> None:
+        message = p.get("message")
+        self._commit(message if isinstance(message, dict) else None)
+
+    def _finished(self, p: dict[str, Any]) -> None:
+        if self.streaming_message is not None and (
+            self.streaming_message["content"] or self.streaming_message["function_calls"]
+        ):
+            # A cancelled or failed turn keeps what the reader already saw.
+            self._commit(None)
+        self.streaming_message = None
+        self.state = IDLE
+
+    def _commit(self, message: dict[str, Any] | None) -> None:
+        local = self.streaming_message
+        if message is None:
+            message = local
+        elif local is not None and not message.get("function_calls") and local["function_calls"]:
+            # Keep live call records (with timings) when the relay's copy omits them.
+            message = {**message, "function_calls": local["function_calls"]}
+        if message is not None:
+            mid = message.get("id")
+            if mid is None or all(m.get("id") != mid for m in self.messages):
+                self.messages.append(message)
+        self.streaming_message = None
+
+    def add_message(self, message: dict[str, Any]) -> None:
+        """A non-streamed message (user, error) from a ``message`` event."""
+        mid = message.get("id")
+        if mid is None or all(m.get("id") != mid for m in self.messages):
+            self.messages.append(message)
+
+
+def _new_message(message_id: Any) -> dict[str, Any]:
+    return {"id": message_id, "role": "assistant", "content": "", "function_calls": []}
+
+
+_S = StreamingSession
+_TABLE: dict[tuple[str, str], Callable[[StreamingSession, dict[str, Any]], Any]] = {
+    (IDLE, "completion.started"): _S._started,
+    (STREAMING, "completion.started"): _S._started,
+    (STREAMING, "completion_stream"): _S._stream,
+    (STREAMING, "function_call.begin"): _S._call_begin,
+    (STREAMING, "function_call.end"): _S._call_end,
+    (IDLE, "function_call.end"): _S._call_end,
+    (STREAMING, "function_call_iteration"): _S._iteration,
+    (STREAMING, "completion.ended"): _S._ended,
+    (STREAMING, "completion.finished"): _S._finished,
+    (IDLE, "completion.finished"): _S._finished,
+}
