@@ -1,0 +1,89 @@
+// The JS Socket.IO bridge Python uses in the browser (registered as the module `autopilot_bridge`).
+//
+// Payloads cross the boundary once, as JSON text: Python hands over a string, JS parses it once; incoming
+// events are stringified once and parsed once in Python. No proxies of payload objects are created.
+import { io } from "./vendor/socket.io.esm.min.js";
+
+let socket = null;
+let onEvent = null; // a Python proxy (create_proxy), owned and destroyed by Python
+
+function deliver(name, value) {
+  if (onEvent) onEvent(name, value === undefined ? "null" : JSON.stringify(value));
+}
+
+/** Open the socket; resolves on the first connect, rejects on the first connect error. */
+export function connect(url, path, handler) {
+  close();
+  onEvent = handler;
+  return new Promise((resolve, reject) => {
+    let settled = false;
+    const s = io(url, {
+      path,
+      transports: ["websocket", "polling"],
+      reconnectionDelay: 250,
+      reconnectionDelayMax: 5000,
+      timeout: 10000,
+    });
+    socket = s;
+    s.on("connect", () => {
+      deliver("__connected__", null);
+      if (!settled) { settled = true; resolve(true); }
+    });
+    s.on("disconnect", (reason) => deliver("__disconnected__", reason));
+    s.on("connect_error", (err) => {
+      if (!settled) {
+        settled = true;
+        s.disconnect();
+        reject(new Error("Socket.IO connection to " + url + " (" + path + ") failed: " + (err && err.message)));
+      } else {
+        deliver("__connect_error__", err && err.message);
+      }
+    });
+    s.onAny((name, payload) => deliver(name, payload));
+  });
+}
+
+/** Emit with an acknowledgement; resolves to the ack as JSON text. */
+export async function emitAck(name, json, timeoutMs) {
+  if (!socket || !socket.connected) throw new Error("Cannot emit " + JSON.stringify(name) + ": not connected");
+  const ack = await socket.timeout(timeoutMs || 10000).emitWithAck(name, JSON.parse(json));
+  return JSON.stringify(ack === undefined ? null : ack);
+}
+
+export function connected() {
+  return !!(socket && socket.connected);
+}
+
+/** Close the socket for good and drop the handler reference. */
+export function close() {
+  if (socket) {
+    socket.offAny();
+    socket.removeAllListeners();
+    socket.disconnect();
+    socket = null;
+  }
+  onEvent = null;
+}
+
+/** One JSON HTTP request; resolves to [status, bodyText]. */
+export async function request(method, url, bodyJson) {
+  const init = { method, headers: {}, credentials: "omit" };
+  if (bodyJson !== null && bodyJson !== undefined) {
+    init.headers["Content-Type"] = "application/json";
+    init.body = bodyJson;
+  }
+  const res = await fetch(url, init);
+  return [res.status, await res.text()];
+}
+
+/** Round-trip timing helper for benchmarks: a plain-JS emit+ack of the same payload. */
+export async function jsEmitAckMs(name, json, n) {
+  const data = JSON.parse(json);
+  const times = [];
+  for (let i = 0; i < n; i++) {
+    const t = performance.now();
+    await socket.timeout(10000).emitWithAck(name, data);
+    times.push(performance.now() - t);
+  }
+  return JSON.stringify(times);
+}

@@ -1,0 +1,51 @@
+"""Conversation helpers of seed 001: pair tool results onto calls, and the messages readers care about."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+VISIBLE_ROLES = ("user", "assistant", "error")
+
+
+def enrich_messages(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Copies of ``messages`` where each assistant function call carries its tool message's result."""
+    results: dict[str, dict[str, Any]] = {}
+    for m in messages:
+        if m.get("role") == "tool" and isinstance(m.get("function_call_id"), str):
+            results[m["function_call_id"]] = m
+    out = []
+    for m in messages:
+        m = copy.deepcopy(m)
+        calls = m.get("function_calls")
+        if m.get("role") == "assistant" and isinstance(calls, list):
+            for call in calls:
+                if not isinstance(call, dict):
+                    continue
+                tool = results.get(call.get("id"))  # type: ignore[arg-type]
+                if tool is not None:
+                    call.setdefault("status", tool.get("status"))
+                    for key in ("result", "error", "duration_ms", "total_ms"):
+                        if call.get(key) is None and key in tool:
+                            call[key] = tool[key]
+        out.append(m)
+    return out
+
+
+def _only_calls(m: dict[str, Any]) -> bool:
+    return m.get("role") == "assistant" and not (m.get("content") or "").strip() and bool(m.get("function_calls"))
+
+
+def visible_messages(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """User, assistant and error messages; consecutive empty assistant messages with only calls merged."""
+    out: list[dict[str, Any]] = []
+    for m in enrich_messages(messages):
+        if m.get("role") not in VISIBLE_ROLES:
+            continue
+        if m.get("role") == "assistant" and not (m.get("content") or "").strip() and not m.get("function_calls"):
+            continue
+        if out and _only_calls(m) and out[-1].get("role") == "assistant" and _only_calls(out[-1]):
+            out[-1]["function_calls"] = list(out[-1]["function_calls"]) + list(m["function_calls"])
+            continue
+        out.append(m)
+    return out

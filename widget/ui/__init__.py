@@ -1,0 +1,1 @@
+"""The DOM layer (Pyodide only): the bar over the headless store."""
