@@ -38,9 +38,10 @@ class LocalStorage(MutableMapping[str, str]):
         if self._ls is None:
             return self._mem[key]
         value = self._ls.getItem(key)
-        if value is None:
+        # A missing key is JS null, which Pyodide hands over as ``jsnull``, not None: stored values are str.
+        if not isinstance(value, str):
             raise KeyError(key)
-        return str(value)
+        return value
 
     def __setitem__(self, key: str, value: str) -> None:
         if self._ls is None:
