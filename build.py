@@ -1,0 +1,1009 @@
+#!/usr/bin/env python3
+"""Build the browser assets of the autopilot widget into ``widget/_dist/``.
+
+Run from the repo root::
+
+    python build.py [--clean] [--no-precompile] [--update-lock] [--quiet]
+
+or call :func:`build` (returns the output folder).  Standard library only.
+
+What it does (each step cached under ``.build-cache/``):
+
+1. checks the tools it needs (node, npm, pip);
+2. fetches the pinned npm packages with ``npm pack``;
+3. fetches the pinned pure-Python wheels with ``pip download``;
+4. checks every download against ``build.lock.json`` (exact versions + sha256);
+5. unpacks the npm tarballs;
+6. precompiles the Pyodide stdlib and the browser bundle (wheels + our ``widget``
+   package minus its server-only parts) to Python 3.14 ``.pyc`` with Pyodide itself,
+   under Node, in one process (the host CPython writes the wrong bytecode), and checks
+   the result: every stdlib module that imports from source imports from the .pyc zip
+   too, and the wheels import from bundle.zip as .pyc (no network is used);
+7. assembles ``widget/_dist/``::
+
+       autopilot.js            loader (from static/autopilot.js), __BUILD_ID__ filled in
+       manifest.json           build id, versions, bytes + sha256 of every file
+       <build_id>/             immutable: build_id = sha256 over its content, 12 hex
+           pyodide/            pyodide.mjs, pyodide.asm.mjs, pyodide.asm.wasm,
+                               pyodide-lock.json, python_stdlib.zip (precompiled)
+           vendor/             socket.io.esm.min.js, purify.es.mjs (+ source maps)
+           pyscript/           @pyscript/core dist/ folder
+           bundle.zip          wheels (+ .dist-info) and widget client code, .pyc
+           ...                 every other file of static/, subfolders kept
+"""
+from __future__ import annotations
+
+import argparse
+import contextlib
+import hashlib
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tarfile
+import tempfile
+import time
+import zipfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent
+
+# ---------------------------------------------------------------------------
+# Pins.  Changing one needs `python build.py --update-lock` (the lock records sha256).
+NPM_PINS = {
+    "pyodide": "314.0.7",
+    "socket.io-client": "4.8.4",
+    "@pyscript/core": "0.7.31",
+    "dompurify": "3.5.0",
+}
+# Pure-Python wheels for the browser (py3-none-any), for Python 3.14 (Pyodide 314).
+WHEEL_PINS = {
+    "jsonpatch": "1.48",
+    "jsonpointer": "3.12",
+    "jsonschema": "4.17.3",
+    "attrs": "26.1.0",
+    "pyrsistent": "0.20.0",
+    "markdown": "3.11.3",
+}
+TARGET_PYTHON = "3.14"
+PIP_TARGET_ARGS = ["--platform", "any", "--python-version", TARGET_PYTHON,
+                   "--implementation", "py", "--abi", "none"]
+
+# Dropped from Pyodide's python_stdlib.zip.  Pyodide already leaves out test/, idlelib,
+# tkinter, turtledemo, ensurepip, lib2to3, venv...; the names below are only dropped if
+# present.  Everything a page author might import stays (unittest, sqlite3, _pyrepl...).
+#   - CPython test fixtures and the test suite: __hello__, __phello__, test
+#   - GUI / demo / installer code that cannot work in a browser: idlelib, tkinter,
+#     turtledemo, ensurepip, lib2to3 (removed in 3.13 anyway)
+#   - non-importable developer files: ctypes/macholib/{fetch_macholib,fetch_macholib.bat,
+#     README.ctypes}, mypy.ini files
+STDLIB_DROP_TOP = {"__hello__.py", "__phello__", "test", "idlelib", "tkinter",
+                   "turtledemo", "ensurepip", "lib2to3"}
+STDLIB_DROP_FILES = {"ctypes/macholib/fetch_macholib", "ctypes/macholib/fetch_macholib.bat",
+                     "ctypes/macholib/README.ctypes", "tomllib/mypy.ini", "_pyrepl/mypy.ini"}
+
+# Dropped from the wheels in the bundle: <package>/tests/ and <package>/benchmarks/
+# (jsonschema ships its test suite, ~90 KB compressed).
+WHEEL_DROP_SUBDIRS = {"tests", "benchmarks"}
+
+# Our own package: everything under widget/ except these (server-only / generated),
+# __pycache__ and dotfiles.  Non-.py files (data) are included as they are.
+#
+# .pyc files carry a file name for tracebacks (there is no source to show anyway):
+# stdlib modules get /lib/python314.zip/<path>.py (where Pyodide mounts the stdlib),
+# bundle modules get /lib/python3.14/site-packages/<path>.py (where PyScript's "files"
+# unpack it); loaded by zipimport from /lib/bundle.zip, __file__ is still right.
+WIDGET_EXCLUDE = {"relay", "_dist"}
+
+# Imports checked after precompiling (in a Pyodide booted on the precompiled stdlib).
+VERIFY_STDLIB = ["json", "asyncio", "re", "email", "email.message", "urllib.parse",
+                 "typing", "dataclasses", "collections", "functools", "datetime", "decimal",
+                 "html", "html.parser", "base64", "uuid", "random", "textwrap", "enum",
+                 "inspect", "traceback", "logging", "zipfile", "importlib.metadata",
+                 "importlib.resources", "pathlib", "copy", "weakref", "contextlib",
+                 "pyodide", "pyodide.ffi", "pyodide.http", "pyodide.webloop"]
+VERIFY_BUNDLE = ["jsonpatch", "jsonpointer", "jsonschema", "attr", "attrs", "pyrsistent",
+                 "markdown"]
+# Not imported by the "import every stdlib module" comparison (side effects or no use).
+IMPORT_ALL_SKIP = ["this", "antigravity", "__hello__", "__phello__", "idlelib", "turtledemo",
+                   "tkinter", "turtle"]
+
+DIST_FILES = {  # (npm package, path in package) -> path under <build_id>/
+    "pyodide/pyodide.mjs": ("pyodide", "pyodide.mjs"),
+    "pyodide/pyodide.mjs.map": ("pyodide", "pyodide.mjs.map"),
+    "pyodide/pyodide.asm.mjs": ("pyodide", "pyodide.asm.mjs"),
+    "pyodide/pyodide.asm.wasm": ("pyodide", "pyodide.asm.wasm"),
+    "pyodide/pyodide-lock.json": ("pyodide", "pyodide-lock.json"),
+    "vendor/socket.io.esm.min.js": ("socket.io-client", "dist/socket.io.esm.min.js"),
+    "vendor/socket.io.esm.min.js.map": ("socket.io-client", "dist/socket.io.esm.min.js.map"),
+    "vendor/purify.es.mjs": ("dompurify", "dist/purify.es.mjs"),
+    "vendor/purify.es.mjs.map": ("dompurify", "dist/purify.es.mjs.map"),
+}
+PYSCRIPT_DIST = ("@pyscript/core", "dist")  # copied whole to <build_id>/pyscript/
+
+LOCK_VERSION = 1
+STEPS = 7
+ZIP_DATE = (1980, 1, 1, 0, 0, 0)
+BUILD_ID_RE = re.compile(r"^[0-9a-f]{12}$")
+CACHE_KEEP = 4  # precompiled zips kept per kind besides the current ones
+NODE_MOUNT = "/host"  # where the Node precompile mounts .build-cache inside Pyodide
+
+
+class BuildError(Exception):
+    """A build step failed; str() is a one-line message for the user."""
+
+
+# ---------------------------------------------------------------------------
+# small helpers
+
+def _sha256_file(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def _sha256(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def _one_line(text: str) -> str:
+    return " ".join(text.split())
+
+
+def _write_atomic(path: Path, data: bytes) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_bytes(data)
+    os.replace(tmp, path)
+
+
+def _json_bytes(obj) -> bytes:
+    return (json.dumps(obj, indent=2, sort_keys=True) + "\n").encode()
+
+
+def _rmtree(path: Path) -> None:
+    if path.is_dir() and not path.is_symlink():
+        shutil.rmtree(path)
+    elif path.exists() or path.is_symlink():
+        path.unlink()
+
+
+def _require_tool(name: str, why: str) -> str:
+    exe = shutil.which(name)
+    if not exe:
+        raise BuildError(f"'{name}' not found on PATH (needed to {why}); install it and retry")
+    return exe
+
+
+def _pip_command() -> list[str]:
+    import importlib.util
+    if importlib.util.find_spec("pip") is not None:
+        return [sys.executable, "-m", "pip"]
+    for name in ("pip", "pip3"):
+        exe = shutil.which(name)
+        if exe:
+            return [exe]
+    raise BuildError("'pip' not found (neither `python -m pip` nor pip on PATH; needed to "
+                     "download wheels); install it and retry")
+
+
+def _run(cmd: list[str], what: str, *, cwd: Path | None = None,
+         timeout: float = 900) -> subprocess.CompletedProcess:
+    """Run a command; on failure raise BuildError with its most telling stderr line."""
+    try:
+        proc = subprocess.run(cmd, cwd=cwd, timeout=timeout, stdin=subprocess.DEVNULL,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    except FileNotFoundError:
+        raise BuildError(f"{what}: '{cmd[0]}' not found") from None
+    except subprocess.TimeoutExpired:
+        raise BuildError(f"{what}: `{' '.join(cmd[:3])} ...` timed out after {timeout:.0f}s") from None
+    if proc.returncode != 0:
+        with contextlib.suppress(ValueError, TypeError, KeyError):  # npm --json: {"error": {"summary"}}
+            summary = json.loads(proc.stdout)["error"]["summary"]
+            raise BuildError(f"{what}: exited {proc.returncode}: {_one_line(summary)[:300]}")
+        lines = [ln.strip() for ln in ((proc.stderr or "") + "\n" + (proc.stdout or "")).splitlines()]
+        lines = [ln for ln in lines if ln and "complete log of this run" not in ln
+                 and not ln.startswith("npm error A complete log")]
+        errs = [ln for ln in lines if re.search(r"error", ln, re.I)
+                and not re.match(r"npm error (code|errno|syscall) ", ln)]
+        detail = (errs or lines or ["(no output)"])[-1]
+        shown = " ".join([Path(cmd[0]).name, *cmd[1:3]])
+        raise BuildError(f"{what}: `{shown} ...` exited {proc.returncode}: {_one_line(detail)[:300]}")
+    return proc
+
+
+class _Progress:
+    def __init__(self, quiet: bool):
+        self.quiet = quiet
+        self.n = 0
+        self.t = time.perf_counter()
+
+    def step(self, label: str) -> None:
+        self.n += 1
+        self.t = time.perf_counter()
+        self.label = label
+
+    def done(self, status: str) -> None:
+        if not self.quiet:
+            dt = time.perf_counter() - self.t
+            timing = f" ({dt:.1f}s)" if dt >= 0.05 else ""
+            print(f"[{self.n}/{STEPS}] {self.label} ... {status}{timing}", flush=True)
+
+    def note(self, text: str) -> None:
+        if not self.quiet:
+            print(f"      {text}", flush=True)
+
+
+@contextlib.contextmanager
+def _exclusive(lock_file: Path):
+    """Serialize concurrent builds that share a cache (several engineers, test runs)."""
+    lock_file.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        import fcntl
+    except ImportError:  # pragma: no cover - non-POSIX
+        yield
+        return
+    with open(lock_file, "a") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
+def _zipinfo(name: str, is_dir: bool = False) -> zipfile.ZipInfo:
+    info = zipfile.ZipInfo(name, ZIP_DATE)
+    if is_dir:
+        info.external_attr = (0o40755 << 16) | 0x10
+        info.compress_type = zipfile.ZIP_STORED
+    else:
+        info.external_attr = 0o644 << 16
+        info.compress_type = zipfile.ZIP_DEFLATED
+    return info
+
+
+def _write_zip(path: Path, entries: dict[str, bytes]) -> None:
+    """Deterministic zip: sorted names, fixed dates, every parent directory listed."""
+    dirs = set()
+    for name in entries:
+        parts = name.split("/")[:-1]
+        for i in range(1, len(parts) + 1):
+            dirs.add("/".join(parts[:i]) + "/")
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    with zipfile.ZipFile(tmp, "w") as z:
+        for name in sorted(dirs | set(entries)):
+            if name.endswith("/"):
+                z.writestr(_zipinfo(name, True), b"")
+            else:
+                z.writestr(_zipinfo(name), entries[name], compresslevel=9)
+    os.replace(tmp, path)
+
+
+# ---------------------------------------------------------------------------
+# lock file
+
+def _load_lock(lock_path: Path) -> dict | None:
+    if not lock_path.exists():
+        return None
+    try:
+        lock = json.loads(lock_path.read_text())
+    except (OSError, ValueError) as e:
+        raise BuildError(f"{lock_path.name} is unreadable ({e}); fix it or run with --update-lock")
+    if lock.get("lock_version") != LOCK_VERSION:
+        raise BuildError(f"{lock_path.name} has lock_version {lock.get('lock_version')!r}, "
+                         f"expected {LOCK_VERSION}; run with --update-lock")
+    return lock
+
+
+def _check_lock_matches_pins(lock: dict, lock_path: Path) -> None:
+    for kind, pins in (("npm", NPM_PINS), ("wheels", WHEEL_PINS)):
+        locked = lock.get(kind, {})
+        for name, version in pins.items():
+            got = locked.get(name, {}).get("version")
+            if got != version:
+                raise BuildError(f"{lock_path.name} pins {kind} {name} {got or '(missing)'} but "
+                                 f"build.py pins {version}; run `python build.py --update-lock`")
+        extra = set(locked) - set(pins)
+        if extra:
+            raise BuildError(f"{lock_path.name} lists {kind} {sorted(extra)} that build.py does not "
+                             f"pin; run `python build.py --update-lock`")
+
+
+# ---------------------------------------------------------------------------
+# steps 2-4: downloads
+
+def _npm_pack(specs: list[str], tmp: Path) -> dict[str, dict]:
+    npm = _require_tool("npm", "fetch npm packages")
+    proc = _run([npm, "pack", *specs, "--pack-destination", str(tmp), "--json",
+                 "--ignore-scripts", "--no-fund", "--no-audit"], "npm pack", cwd=tmp)
+    try:
+        info = json.loads(proc.stdout)
+    except ValueError:
+        raise BuildError("npm pack: could not parse its --json output") from None
+    out = {}
+    for item in info:
+        if not (tmp / item["filename"]).is_file():
+            raise BuildError(f"npm pack: {item['filename']} was not written")
+        out[item["name"]] = {"version": item["version"], "file": item["filename"],
+                             "integrity": item.get("integrity", "")}
+    return out
+
+
+def _pip_download(specs: list[str], tmp: Path) -> dict[str, dict]:
+    pip = _pip_command()
+    _run([*pip, "download", "--no-deps", "--only-binary=:all:", *PIP_TARGET_ARGS,
+          "--disable-pip-version-check", "--no-input", "-q", "-d", str(tmp), *specs],
+         "pip download")
+    out = {}
+    for whl in sorted(tmp.glob("*.whl")):
+        dist, version = whl.name.split("-")[:2]
+        if not whl.name.endswith("-none-any.whl"):
+            raise BuildError(f"pip download: {whl.name} is not a pure-Python wheel")
+        out[_norm(dist)] = {"version": version, "file": whl.name}
+    return out
+
+
+def _norm(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def _fetch(kind: str, pins: dict[str, str], lock: dict | None, new_lock: dict, dl_dir: Path,
+           update_lock: bool) -> tuple[dict[str, Path], str]:
+    """Make sure every pinned artifact is in the cache and matches the lock."""
+    dl_dir.mkdir(parents=True, exist_ok=True)
+    locked = (lock or {}).get(kind, {})
+    have: dict[str, Path] = {}
+    missing = []
+    for name in pins:
+        entry = locked.get(name)
+        path = dl_dir / entry["file"] if entry else None
+        if not update_lock and path and path.is_file() and _sha256_file(path) == entry["sha256"]:
+            have[name] = path
+            new_lock[kind][name] = entry
+        else:  # not cached, or the cached copy does not match: fetch it and check again
+            missing.append(name)
+    if missing:
+        tmp = Path(tempfile.mkdtemp(prefix=f".incoming-{kind}-", dir=dl_dir))
+        try:
+            if kind == "npm":
+                got = _npm_pack([f"{n}@{pins[n]}" for n in missing], tmp)
+                got = {n: got.get(n) for n in missing}
+            else:
+                raw = _pip_download([f"{n}=={pins[n]}" for n in missing], tmp)
+                got = {n: raw.get(_norm(n)) for n in missing}
+            for name in missing:
+                info = got.get(name)
+                if not info:
+                    raise BuildError(f"{kind}: {name} {pins[name]} was not downloaded")
+                if info["version"] != pins[name]:
+                    raise BuildError(f"{kind}: asked for {name} {pins[name]}, got {info['version']}")
+                digest = _sha256_file(tmp / info["file"])
+                entry = locked.get(name)
+                if entry and not update_lock and (digest != entry["sha256"] or info["file"] != entry["file"]):
+                    raise BuildError(
+                        f"sha256 mismatch for {kind} {name} {pins[name]} ({info['file']}): "
+                        f"build.lock.json has {entry['sha256'][:16]}..., the registry served "
+                        f"{digest[:16]}...; if the change is expected run --update-lock")
+                os.replace(tmp / info["file"], dl_dir / info["file"])
+                info = dict(info, sha256=digest)
+                if not info.get("integrity"):
+                    info.pop("integrity", None)
+                new_lock[kind][name] = info
+                have[name] = dl_dir / info["file"]
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+    status = "cached" if not missing else f"downloaded {len(missing)}, cached {len(pins) - len(missing)}"
+    return have, f"{status}: " + ", ".join(f"{n} {pins[n]}" for n in pins)
+
+
+# ---------------------------------------------------------------------------
+# step 5: unpack npm tarballs
+
+def _unpack_npm(tgz: Path, sha: str, unpack_dir: Path) -> tuple[Path, bool]:
+    dest = unpack_dir / f"{tgz.name[:-4]}-{sha[:12]}"
+    if (dest / ".complete").exists():
+        return dest, False
+    _rmtree(dest)
+    unpack_dir.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=".unpack-", dir=unpack_dir))
+    try:
+        with tarfile.open(tgz, "r:gz") as tf:
+            members = []
+            for m in tf.getmembers():
+                name = m.name
+                if not name.startswith("package/") or ".." in Path(name).parts or Path(name).is_absolute():
+                    continue
+                if not (m.isfile() or m.isdir()):
+                    continue
+                members.append(m)
+            kwargs = {"filter": "data"} if hasattr(tarfile, "data_filter") else {}
+            tf.extractall(tmp, members=members, **kwargs)
+        (tmp / "package" / ".complete").write_text(sha)
+        os.replace(tmp / "package", dest)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return dest, True
+
+
+# ---------------------------------------------------------------------------
+# step 6: sources to compile, and the precompile in Node
+
+def _widget_files(root: Path) -> dict[str, Path]:
+    """Files of the widget package that run in the browser ('widget/...' -> path)."""
+    base = root / "widget"
+    out: dict[str, Path] = {}
+    if not base.is_dir():
+        return out
+    for dirpath, dirnames, filenames in os.walk(base):
+        rel_dir = Path(dirpath).relative_to(base)
+        dirnames[:] = sorted(
+            d for d in dirnames
+            if not d.startswith(".") and d != "__pycache__" and not d.endswith(".egg-info")
+            and not (rel_dir == Path(".") and d in WIDGET_EXCLUDE))
+        for fn in sorted(filenames):
+            if fn.startswith(".") or fn.endswith((".pyc", ".pyo")):
+                continue
+            out[(Path("widget") / rel_dir / fn).as_posix()] = Path(dirpath) / fn
+    return out
+
+
+def _stdlib_source_entries(stdlib_zip: Path) -> dict[str, bytes]:
+    entries = {}
+    with zipfile.ZipFile(stdlib_zip) as z:
+        for info in z.infolist():
+            name = info.filename
+            if info.is_dir():
+                continue
+            if name.split("/")[0] in STDLIB_DROP_TOP or name in STDLIB_DROP_FILES:
+                continue
+            entries[name] = z.read(info)
+    return entries
+
+
+def _bundle_source_entries(wheels: dict[str, Path], widget: dict[str, Path]) -> dict[str, bytes]:
+    entries: dict[str, bytes] = {}
+    origin: dict[str, str] = {}
+    for name, whl in sorted(wheels.items()):
+        with zipfile.ZipFile(whl) as z:
+            for info in z.infolist():
+                if info.is_dir():
+                    continue
+                fn = info.filename
+                top, _, rest = fn.partition("/")
+                if top.endswith(".data"):
+                    # purelib/platlib go to site-packages; scripts, headers, data do not
+                    # belong in a browser bundle (jsonpointer ships a console script)
+                    kind, _, fn = rest.partition("/")
+                    if kind not in ("purelib", "platlib"):
+                        continue
+                parts = fn.split("/")
+                if len(parts) > 2 and parts[1] in WHEEL_DROP_SUBDIRS:
+                    continue
+                if fn in entries:
+                    raise BuildError(f"bundle: {fn} is in both {origin[fn]} and {whl.name}")
+                entries[fn] = z.read(info)
+                origin[fn] = whl.name
+    for rel, path in widget.items():
+        if rel in entries:
+            raise BuildError(f"bundle: {rel} is in both {origin[rel]} and the repo")
+        entries[rel] = path.read_bytes()
+    return entries
+
+
+# Runs inside Pyodide (a real .py file read by the Node script; never embedded in JS).
+PRECOMPILE_PY = r'''
+import importlib, importlib.util, json, os, sys, time, zipfile
+import importlib._bootstrap_external as _bext
+
+ZIP_DATE = (1980, 1, 1, 0, 0, 0)
+
+
+def _info(name, is_dir=False):
+    info = zipfile.ZipInfo(name, ZIP_DATE)
+    if is_dir:
+        info.external_attr = (0o40755 << 16) | 0x10
+        info.compress_type = zipfile.ZIP_STORED
+    else:
+        info.external_attr = 0o644 << 16
+        info.compress_type = zipfile.ZIP_DEFLATED
+    return info
+
+
+def compile_zip(src, dst, co_prefix):
+    """Every .py becomes a sourceless unchecked-hash .pyc next to where it was."""
+    t0 = time.perf_counter()
+    n_pyc, failed = 0, []
+    with zipfile.ZipFile(src) as zin, zipfile.ZipFile(dst, "w") as zout:
+        for info in zin.infolist():
+            name = info.filename
+            if info.is_dir():
+                zout.writestr(_info(name, True), b"")
+                continue
+            data = zin.read(info)
+            if name.endswith(".py"):
+                try:
+                    code = compile(data, co_prefix + name, "exec", dont_inherit=True)
+                except Exception as e:  # keep the source: it still imports (or fails) as before
+                    failed.append(f"{name}: {type(e).__name__}: {e}")
+                else:
+                    pyc = _bext._code_to_hash_pyc(code, importlib.util.source_hash(data), checked=False)
+                    zout.writestr(_info(name[:-3] + ".pyc"), bytes(pyc), compresslevel=9)
+                    n_pyc += 1
+                    continue
+            zout.writestr(_info(name), data, compresslevel=9)
+    return {"pyc": n_pyc, "kept_source": failed, "seconds": round(time.perf_counter() - t0, 2)}
+
+
+def module_names(zip_path, skip):
+    names = set()
+    with zipfile.ZipFile(zip_path) as z:
+        for n in z.namelist():
+            for ext in (".py", ".pyc"):
+                if n.endswith(ext):
+                    mod = n[: -len(ext)].replace("/", ".")
+                    if mod.endswith(".__init__"):
+                        mod = mod[: -len(".__init__")]
+                    break
+            else:
+                continue
+            parts = mod.split(".")
+            if not all(p.isidentifier() for p in parts) or parts[-1] == "__main__":
+                continue
+            if parts[0] in skip:
+                continue
+            names.add(mod)
+    return sorted(names)
+
+
+def import_all(names):
+    ok, bad = [], {}
+    for name in names:
+        try:
+            importlib.import_module(name)
+            ok.append(name)
+        except BaseException as e:
+            bad[name] = f"{type(e).__name__}: {e}"[:200]
+    return {"ok": ok, "bad": bad}
+
+
+def origins(names):
+    out = {}
+    for name in names:
+        mod = importlib.import_module(name)
+        out[name] = getattr(getattr(mod, "__spec__", None), "origin", None)
+    return out
+
+
+def smoke_bundle():
+    import jsonpatch, jsonschema, markdown
+    schema = {"type": "object", "properties": {"n": {"type": "integer", "minimum": 1}},
+              "required": ["n"]}
+    v = jsonschema.Draft202012Validator(schema)
+    assert v.is_valid({"n": 3}) and not v.is_valid({"n": 0}) and not v.is_valid({})
+    assert jsonpatch.apply_patch({"a": 1}, [{"op": "replace", "path": "/a", "value": 2}]) == {"a": 2}
+    assert "<em>x</em>" in markdown.markdown("*x*")
+    return True
+
+
+def run(job_json):
+    job = json.loads(job_json)
+    results = {}
+    for t in job["targets"]:
+        results[t["name"]] = compile_zip(t["src"], t["dst"] + ".tmp", t["co_prefix"])
+    return json.dumps(results)
+'''
+
+# Boots Pyodide once (no network), compiles every stale target, then boots a second
+# Pyodide on the precompiled stdlib and checks imports.  Prints one JSON line.
+PRECOMPILE_MJS = r'''
+import fs from "node:fs";
+import path from "node:path";
+import { pathToFileURL } from "node:url";
+
+const job = JSON.parse(fs.readFileSync(process.argv[2], "utf8"));
+const noNetwork = () => { throw new Error("precompile: network access is disabled"); };
+globalThis.fetch = noNetwork;
+globalThis.XMLHttpRequest = undefined;
+globalThis.WebSocket = undefined;
+const quietIO = { stdout: () => {}, stderr: () => {} };
+const { loadPyodide } = await import(pathToFileURL(path.join(job.index_dir, "pyodide.mjs")).href);
+const script = fs.readFileSync(job.script, "utf8");
+
+async function boot(stdLibURL) {
+  const t0 = performance.now();
+  const opts = { indexURL: job.index_dir + path.sep, ...quietIO };
+  if (stdLibURL) opts.stdLibURL = stdLibURL;
+  const py = await loadPyodide(opts);
+  const ms = performance.now() - t0;
+  py.mountNodeFS(job.mount, job.cache_dir);
+  py.runPython(script, { filename: "precompile.py" });
+  return [py, ms];
+}
+const call = (py, fn, ...args) => {
+  const f = py.globals.get(fn);
+  const r = f(...args);
+  f.destroy();
+  return r && r.toJs ? r.toJs({ dict_converter: Object.fromEntries }) : r;
+};
+
+async function main() {
+  const out = { targets: {} };
+  const vs = job.verify;
+  const stdlibStale = job.targets.some((t) => t.name === "stdlib");
+  const pycStdlib = path.join(job.cache_dir, vs.stdlib_pyc_rel);
+  // Compile in a Pyodide booted on the source stdlib, or on the cached precompiled one
+  // when only the bundle is stale (faster, and then that one instance also verifies).
+  const [py, bootMs] = await boot(stdlibStale ? null : pycStdlib);
+  out.boot_ms = Math.round(bootMs);
+  out.targets = JSON.parse(call(py, "run", JSON.stringify(job)));
+  for (const t of job.targets) {
+    fs.renameSync(path.join(job.cache_dir, t.dst_rel + ".tmp"), path.join(job.cache_dir, t.dst_rel));
+  }
+  let check = py;
+  if (stdlibStale) {
+    // Every stdlib module that imports from source must import from the .pyc zip too.
+    const srcNames = call(py, "module_names", vs.stdlib_src, py.toPy(vs.skip));
+    const srcAll = call(py, "import_all", py.toPy(srcNames));
+    const [py2, boot2] = await boot(pycStdlib);
+    out.boot_pyc_ms = Math.round(boot2);
+    check = py2;
+    const names = call(py2, "module_names", vs.stdlib_pyc, py2.toPy(vs.skip));
+    const pycAll = call(py2, "import_all", py2.toPy(names));
+    const lost = srcAll.ok.filter((n) => !pycAll.ok.includes(n));
+    out.import_all = { modules: names.length, ok: pycAll.ok.length };
+    if (lost.length) throw new Error(`modules import from source but not from .pyc: ${lost.map((n) => n + " (" + pycAll.bad[n] + ")").join(", ")}`);
+  }
+  const origins = call(check, "origins", check.toPy(vs.stdlib_modules));
+  const notPyc = Object.entries(origins).filter(([, o]) => !(o && o.endsWith(".pyc")));
+  if (notPyc.length) throw new Error(`stdlib modules not loaded from .pyc: ${JSON.stringify(notPyc)}`);
+  const bundle = `${job.mount}/${vs.bundle_pyc_rel}`;
+  check.runPython(`import sys; sys.path.insert(0, ${JSON.stringify(bundle)})`);
+  const bo = call(check, "origins", check.toPy(vs.bundle_modules));
+  const bad = Object.entries(bo).filter(([, o]) => !(o && o.startsWith(bundle) && o.endsWith(".pyc")));
+  if (bad.length) throw new Error(`bundle modules not loaded from bundle.zip as .pyc: ${JSON.stringify(bad)}`);
+  call(check, "smoke_bundle");
+  return out;
+}
+
+try {
+  console.log(JSON.stringify(await main()));
+} catch (e) {
+  const lines = String(e && e.message || e).split("\n").map((l) => l.trim()).filter(Boolean);
+  console.error(`precompile error: ${lines[lines.length - 1] || e}`);
+  process.exit(1);
+}
+'''
+
+
+def _precompile_node(cache_dir: Path, work: Path, index_dir: Path, targets: list[dict],
+                     verify: dict, quiet: bool) -> dict:
+    node = _require_tool("node", "precompile Python with Pyodide (or use --no-precompile)")
+    proc = _run([node, "--version"], "node --version")
+    m = re.match(r"v(\d+)", proc.stdout.strip())
+    if not m or int(m.group(1)) < 18:
+        raise BuildError(f"node {proc.stdout.strip()} is too old for Pyodide (need >= 18)")
+    work.mkdir(parents=True, exist_ok=True)
+    script_py, script_mjs = work / "precompile.py", work / "precompile.mjs"
+    for p, text in ((script_py, PRECOMPILE_PY), (script_mjs, PRECOMPILE_MJS)):
+        if not p.exists() or p.read_text() != text:
+            _write_atomic(p, text.encode())
+    mount = NODE_MOUNT
+    job = {
+        "index_dir": str(index_dir), "cache_dir": str(cache_dir), "mount": mount,
+        "script": str(script_py), "quiet": quiet,
+        "targets": [dict(t, src=f"{mount}/{t['src_rel']}", dst=f"{mount}/{t['dst_rel']}")
+                    for t in targets],
+        "verify": verify,
+    }
+    job_path = work / "job.json"
+    _write_atomic(job_path, _json_bytes(job))
+    proc = _run([node, str(script_mjs), str(job_path)], "precompile (node)", timeout=1800)
+    try:
+        return json.loads(proc.stdout.strip().splitlines()[-1])
+    except (ValueError, IndexError):
+        raise BuildError("precompile (node): no result line on stdout") from None
+
+
+# ---------------------------------------------------------------------------
+# the build
+
+def default_cache_dir(root: Path | str | None = None) -> Path:
+    """``$AUTOPILOT_BUILD_CACHE`` if set, else ``<root>/.build-cache``."""
+    env = os.environ.get("AUTOPILOT_BUILD_CACHE")
+    return Path(env) if env else Path(root or ROOT) / ".build-cache"
+
+
+def build(root: Path | str | None = None, *, out_dir: Path | str | None = None,
+          cache_dir: Path | str | None = None, lock_path: Path | str | None = None,
+          clean: bool = False, precompile: bool = True, update_lock: bool = False,
+          quiet: bool = False) -> Path:
+    """Build the browser assets; return the output folder (``<root>/widget/_dist``).
+
+    ``root`` holds ``widget/`` and ``static/``; the other paths default to
+    ``<root>/widget/_dist``, ``$AUTOPILOT_BUILD_CACHE`` or ``<root>/.build-cache``, and
+    ``<root>/build.lock.json``.  Raises :class:`BuildError` on failure.
+    """
+    root = Path(root or ROOT).resolve()
+    out_dir = Path(out_dir or root / "widget" / "_dist").resolve()
+    cache_dir = Path(cache_dir or default_cache_dir(root)).resolve()
+    lock_path = Path(lock_path or root / "build.lock.json")
+    with _exclusive(cache_dir / ".build.lock"):
+        return _build(root, out_dir, cache_dir, lock_path, clean, precompile, update_lock, quiet)
+
+
+def _build(root: Path, out_dir: Path, cache_dir: Path, lock_path: Path, clean: bool,
+           precompile: bool, update_lock: bool, quiet: bool) -> Path:
+    pr = _Progress(quiet)
+    t_start = time.perf_counter()
+
+    # [1] tools: only presence here (cheap); each is required again where it is used,
+    # so a fully cached build needs none of them.
+    pr.step("tools")
+    found = {t: shutil.which(t) for t in ("node", "npm")}
+    try:
+        _pip_command()
+        found["pip"] = "ok"
+    except BuildError:
+        found["pip"] = None
+    missing = [t for t, v in found.items() if not v]
+    pr.done("node, npm, pip found" if not missing else
+            f"not found: {', '.join(missing)} (fine while the cache covers what they fetch/compile)")
+
+    lock = None if update_lock else _load_lock(lock_path)
+    if lock is not None:
+        _check_lock_matches_pins(lock, lock_path)
+    new_lock = {"lock_version": LOCK_VERSION, "target_python": TARGET_PYTHON,
+                "pip_args": PIP_TARGET_ARGS, "npm": {}, "wheels": {}}
+    dl = cache_dir / "downloads"
+
+    pr.step("npm packages")
+    tgz, status = _fetch("npm", NPM_PINS, lock, new_lock, dl / "npm", update_lock)
+    pr.done(status)
+
+    pr.step("wheels")
+    wheels, status = _fetch("wheels", WHEEL_PINS, lock, new_lock, dl / "wheels", update_lock)
+    pr.done(status)
+
+    pr.step("lock")
+    new_bytes = _json_bytes(new_lock)
+    if lock is None or update_lock:
+        old = lock_path.read_bytes() if lock_path.exists() else None
+        if old != new_bytes:
+            _write_atomic(lock_path, new_bytes)
+            pr.done(f"written {lock_path.name}")
+        else:
+            pr.done(f"{lock_path.name} unchanged")
+    else:
+        pr.done(f"{len(NPM_PINS) + len(WHEEL_PINS)} sha256 verified against {lock_path.name}")
+
+    pr.step("unpack")
+    pkg_dirs: dict[str, Path] = {}
+    n_new = 0
+    for name, path in tgz.items():
+        pkg_dirs[name], fresh = _unpack_npm(path, new_lock["npm"][name]["sha256"], cache_dir / "unpacked")
+        n_new += fresh
+    current = {d.name for d in pkg_dirs.values()}
+    for d in (cache_dir / "unpacked").iterdir():  # older versions of the packages
+        if d.is_dir() and d.name not in current and not d.name.startswith("."):
+            _rmtree(d)
+    pr.done("cached" if not n_new else f"unpacked {n_new}")
+
+    pyodide_dir = pkg_dirs["pyodide"]
+    try:
+        pyodide_info = json.loads((pyodide_dir / "pyodide-lock.json").read_text())["info"]
+        py_full = pyodide_info["python"]
+    except (OSError, ValueError, KeyError) as e:
+        raise BuildError(f"pyodide package: cannot read pyodide-lock.json info ({e})")
+    py_short = ".".join(py_full.split(".")[:2])
+    if py_short != TARGET_PYTHON:
+        raise BuildError(f"pyodide {NPM_PINS['pyodide']} runs Python {py_full}, but wheels are "
+                         f"fetched for {TARGET_PYTHON}; update TARGET_PYTHON")
+    stdlib_prefix = f"/lib/python{py_short.replace('.', '')}.zip/"
+    bundle_prefix = f"/lib/python{py_short}/site-packages/"
+
+    # [6] precompile (keys cover every input, including the scripts themselves)
+    pr.step("precompile" if precompile else "python zips (sources, --no-precompile)")
+    pc = cache_dir / "precompile"
+    pc.mkdir(parents=True, exist_ok=True)
+    widget = _widget_files(root)
+    scripts_sha = _sha256((PRECOMPILE_PY + PRECOMPILE_MJS).encode())
+    stdlib_key = _sha256(json.dumps([
+        NPM_PINS["pyodide"], new_lock["npm"]["pyodide"]["sha256"], sorted(STDLIB_DROP_TOP),
+        sorted(STDLIB_DROP_FILES), stdlib_prefix]).encode())[:16]
+    widget_hashes = {rel: _sha256_file(p) for rel, p in widget.items()}
+    bundle_key = _sha256(json.dumps([
+        {n: new_lock["wheels"][n]["sha256"] for n in sorted(wheels)}, widget_hashes,
+        bundle_prefix, sorted(WHEEL_DROP_SUBDIRS), sorted(WIDGET_EXCLUDE)]).encode())[:16]
+    pyc_key = lambda k: _sha256(f"{k}{scripts_sha}{NPM_PINS['pyodide']}".encode())[:16]  # noqa: E731
+    paths = {
+        "stdlib": (pc / f"stdlib-src-{stdlib_key}.zip", pc / f"stdlib-pyc-{pyc_key(stdlib_key)}.zip"),
+        "bundle": (pc / f"bundle-src-{bundle_key}.zip", pc / f"bundle-pyc-{pyc_key(bundle_key)}.zip"),
+    }
+    made_src = []
+    for name, (src, _) in paths.items():
+        if not src.exists():
+            if name == "stdlib":
+                _write_zip(src, _stdlib_source_entries(pyodide_dir / "python_stdlib.zip"))
+            else:
+                _write_zip(src, _bundle_source_entries(wheels, widget))
+            made_src.append(name)
+    failed: dict[str, list[str]] = {}
+    if precompile:
+        stale = [n for n, (_, dst) in paths.items() if not dst.exists()]
+        if stale:
+            targets = [{"name": n, "src_rel": paths[n][0].relative_to(cache_dir).as_posix(),
+                        "dst_rel": paths[n][1].relative_to(cache_dir).as_posix(),
+                        "co_prefix": stdlib_prefix if n == "stdlib" else bundle_prefix}
+                       for n in stale]
+            verify = {
+                "skip": IMPORT_ALL_SKIP,
+                "stdlib_src": f"{NODE_MOUNT}/{paths['stdlib'][0].relative_to(cache_dir).as_posix()}",
+                "stdlib_pyc": f"{NODE_MOUNT}/{paths['stdlib'][1].relative_to(cache_dir).as_posix()}",
+                "stdlib_pyc_rel": paths["stdlib"][1].relative_to(cache_dir).as_posix(),
+                "bundle_pyc_rel": paths["bundle"][1].relative_to(cache_dir).as_posix(),
+                "stdlib_modules": VERIFY_STDLIB,
+                "bundle_modules": VERIFY_BUNDLE,
+            }
+            result = _precompile_node(cache_dir, pc / "node", pyodide_dir, targets, verify, quiet)
+            parts = []
+            for n in stale:
+                r = result["targets"][n]
+                parts.append(f"{n}: {r['pyc']} .pyc in {r['seconds']}s")
+                if r["kept_source"]:
+                    failed[n] = r["kept_source"]
+            if "import_all" in result:
+                ia = result["import_all"]
+                parts.append(f"import check {ia['ok']}/{ia['modules']} stdlib modules as before")
+            pr.done("; ".join(parts))
+        else:
+            pr.done("cached")
+        stdlib_out, bundle_out = paths["stdlib"][1], paths["bundle"][1]
+        # A .py left in the bundle did not compile (a syntax error in our code, most
+        # likely): say so on every build, not only the one that compiled it.
+        if "bundle" not in failed:
+            with zipfile.ZipFile(bundle_out) as z:
+                kept = [n for n in z.namelist() if n.endswith(".py")]
+            if kept:
+                failed["bundle"] = kept
+        for n, kept in failed.items():
+            pr.note(f"{'WARNING' if n == 'bundle' else 'note'}: {n}: {len(kept)} file(s) kept "
+                    f"as .py (did not compile): " + "; ".join(kept[:5]))
+    else:
+        pr.done("cached" if not made_src else f"zipped {', '.join(made_src)} sources")
+        stdlib_out, bundle_out = paths["stdlib"][0], paths["bundle"][0]
+    # Keep the cache from growing: per kind, keep the current zip and the few most
+    # recently used others (another checkout or a test may share this cache).
+    current = {p.name for pair in paths.values() for p in pair}
+    for p in current:
+        with contextlib.suppress(OSError):
+            os.utime(pc / p)
+    for kind in ("stdlib-src", "stdlib-pyc", "bundle-src", "bundle-pyc"):
+        older = sorted((p for p in pc.glob(f"{kind}-*.zip") if p.name not in current),
+                       key=lambda p: p.stat().st_mtime, reverse=True)
+        for p in older[CACHE_KEEP:]:
+            p.unlink(missing_ok=True)
+
+    # [7] assemble
+    pr.step("assemble")
+    files: dict[str, Path] = {}
+    for rel, (pkg, inner) in DIST_FILES.items():
+        src = pkg_dirs[pkg] / inner
+        if not src.is_file():
+            raise BuildError(f"npm {pkg} {NPM_PINS[pkg]} has no {inner}")
+        files[rel] = src
+    files["pyodide/python_stdlib.zip"] = stdlib_out
+    files["bundle.zip"] = bundle_out
+    ps_dir = pkg_dirs[PYSCRIPT_DIST[0]] / PYSCRIPT_DIST[1]
+    if not (ps_dir / "core.js").is_file():
+        raise BuildError(f"npm {PYSCRIPT_DIST[0]} has no {PYSCRIPT_DIST[1]}/core.js")
+    for p in sorted(ps_dir.rglob("*")):
+        if p.is_file():
+            files[f"pyscript/{p.relative_to(ps_dir).as_posix()}"] = p
+    static = root / "static"
+    loader = static / "autopilot.js"
+    if static.is_dir():
+        for dirpath, dirnames, filenames in os.walk(static):
+            dirnames[:] = sorted(d for d in dirnames if not d.startswith(".") and d != "__pycache__")
+            for fn in sorted(filenames):
+                p = Path(dirpath) / fn
+                if fn.startswith(".") or fn.endswith(".pyc") or p == loader:
+                    continue
+                rel = p.relative_to(static).as_posix()
+                if rel in files or rel.split("/")[0] in ("pyodide", "vendor", "pyscript"):
+                    raise BuildError(f"static/{rel} collides with a generated file or folder; rename it")
+                files[rel] = p
+
+    hashes = {rel: (_sha256_file(p), p.stat().st_size) for rel, p in files.items()}
+    id_hash = hashlib.sha256()
+    for rel in sorted(hashes):
+        id_hash.update(f"{rel}\0{hashes[rel][0]}\n".encode())
+    build_id = id_hash.hexdigest()[:12]
+
+    if clean and out_dir.exists():
+        _rmtree(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    target = out_dir / build_id
+    reused = target.is_dir() and _dir_matches(target, hashes)
+    if not reused:
+        tmp = out_dir / f".tmp-{build_id}-{os.getpid()}"
+        _rmtree(tmp)
+        for rel, src in files.items():
+            dst = tmp / rel
+            dst.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(src, dst)
+        _rmtree(target)
+        os.replace(tmp, target)
+
+    manifest_files = {f"{build_id}/{rel}": {"bytes": size, "sha256": sha}
+                      for rel, (sha, size) in hashes.items()}
+    if loader.is_file():
+        js = loader.read_bytes().replace(b"__BUILD_ID__", build_id.encode())
+        if not (out_dir / "autopilot.js").is_file() or (out_dir / "autopilot.js").read_bytes() != js:
+            _write_atomic(out_dir / "autopilot.js", js)
+        manifest_files["autopilot.js"] = {"bytes": len(js), "sha256": _sha256(js)}
+    else:
+        _rmtree(out_dir / "autopilot.js")
+        pr.note("note: static/autopilot.js does not exist yet; no loader written")
+    versions = {name: v for name, v in NPM_PINS.items()}
+    versions.update(WHEEL_PINS)
+    versions["python"] = py_full
+    manifest = {"build_id": build_id, "precompiled": precompile, "versions": versions,
+                "files": dict(sorted(manifest_files.items()))}
+    mbytes = _json_bytes(manifest)
+    if not (out_dir / "manifest.json").is_file() or (out_dir / "manifest.json").read_bytes() != mbytes:
+        _write_atomic(out_dir / "manifest.json", mbytes)
+
+    removed = []
+    for p in out_dir.iterdir():
+        if p.name == build_id:
+            continue
+        if (p.is_dir() and BUILD_ID_RE.match(p.name)) or p.name.startswith(".tmp-"):
+            _rmtree(p)
+            removed.append(p.name)
+    total = sum(size for _, size in hashes.values())
+    pr.done(f"{'unchanged' if reused else 'written'} {out_dir.relative_to(root) if out_dir.is_relative_to(root) else out_dir}/"
+            f"{build_id}/ ({len(files)} files, {total / 1e6:.1f} MB"
+            f"{'; removed ' + ', '.join(sorted(removed)) if removed else ''})")
+    if not quiet:
+        print(f"build {build_id} ready in {time.perf_counter() - t_start:.1f}s "
+              f"(python_stdlib.zip {hashes['pyodide/python_stdlib.zip'][1] / 1e6:.2f} MB, "
+              f"bundle.zip {hashes['bundle.zip'][1] / 1e6:.2f} MB, "
+              f"{'precompiled' if precompile else 'sources'})", flush=True)
+    return out_dir
+
+
+def _dir_matches(target: Path, hashes: dict[str, tuple[str, int]]) -> bool:
+    """An existing <build_id>/ folder is reused only if it holds exactly these files."""
+    present = {p.relative_to(target).as_posix() for p in target.rglob("*") if p.is_file()}
+    if present != set(hashes):
+        return False
+    return all(_sha256_file(target / rel) == sha for rel, (sha, _) in hashes.items())
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="build.py", description=__doc__.split("\n\n")[0])
+    ap.add_argument("--clean", action="store_true", help="wipe widget/_dist before building")
+    ap.add_argument("--no-precompile", action="store_true",
+                    help="ship .py sources instead of .pyc (debugging)")
+    ap.add_argument("--update-lock", action="store_true",
+                    help="download the pinned versions again and rewrite build.lock.json")
+    ap.add_argument("--quiet", action="store_true", help="print errors only")
+    args = ap.parse_args(argv)
+    try:
+        build(clean=args.clean, precompile=not args.no_precompile,
+              update_lock=args.update_lock, quiet=args.quiet)
+    except (BuildError, OSError) as e:
+        print(f"build.py: error: {_one_line(str(e))}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print("build.py: interrupted", file=sys.stderr)
+        return 130
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,281 @@
+"""Tests of build.py: layout, manifest, caching, lock checks, and a Pyodide boot in Node.
+
+The first build() of a fresh checkout downloads (npm, pip) and precompiles (~15 s);
+later runs reuse .build-cache/ and take well under a second each.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+import zipfile
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+import build as buildmod  # noqa: E402
+
+CACHE = buildmod.default_cache_dir(ROOT).resolve()
+
+
+def _sha(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+@pytest.fixture(scope="module")
+def dist() -> Path:
+    return buildmod.build(quiet=True)
+
+
+@pytest.fixture(scope="module")
+def manifest(dist: Path) -> dict:
+    return json.loads((dist / "manifest.json").read_text())
+
+
+@pytest.fixture(scope="module")
+def out(dist: Path, manifest: dict) -> Path:
+    return dist / manifest["build_id"]
+
+
+def test_build_returns_dist_folder(dist):
+    assert dist == ROOT / "widget" / "_dist"
+
+
+def test_layout(dist, manifest, out):
+    build_id = manifest["build_id"]
+    assert re.fullmatch(r"[0-9a-f]{12}", build_id)
+    # only the current versioned folder survives
+    assert [p.name for p in dist.iterdir() if p.is_dir()] == [build_id]
+    for rel in ["pyodide/pyodide.mjs", "pyodide/pyodide.asm.mjs", "pyodide/pyodide.asm.wasm",
+                "pyodide/pyodide-lock.json", "pyodide/python_stdlib.zip",
+                "vendor/socket.io.esm.min.js", "vendor/purify.es.mjs",
+                "pyscript/core.js", "pyscript/core.css", "bundle.zip"]:
+        assert (out / rel).is_file(), rel
+    assert "export" in (out / "vendor/purify.es.mjs").read_text()
+    # every chunk that pyscript/*.js imports is there
+    for js in (out / "pyscript").glob("*.js"):
+        for ref in re.findall(r'(?:from|import)\s*\(?\s*"\./([^"]+)"', js.read_text()):
+            assert (out / "pyscript" / ref).is_file(), f"{js.name} imports missing {ref}"
+    # static/ copied generically (autopilot.js is the unversioned loader)
+    static = ROOT / "static"
+    for p in static.rglob("*") if static.is_dir() else []:
+        rel = p.relative_to(static).as_posix()
+        if not p.is_file() or rel == "autopilot.js" or p.name.startswith(".") or "__pycache__" in rel:
+            continue
+        assert (out / rel).read_bytes() == p.read_bytes(), rel
+    loader = static / "autopilot.js"
+    if loader.is_file():
+        js = (dist / "autopilot.js").read_text()
+        assert "__BUILD_ID__" not in js
+        if "__BUILD_ID__" in loader.read_text():
+            assert build_id in js
+        assert not (out / "autopilot.js").exists()
+    assert manifest["versions"]["pyodide"] == buildmod.NPM_PINS["pyodide"]
+    assert manifest["versions"]["jsonschema"] == "4.17.3"
+    assert manifest["versions"]["python"].startswith("3.14")
+    assert manifest["precompiled"] is True
+
+
+def test_precompiled_zips(out):
+    with zipfile.ZipFile(out / "pyodide/python_stdlib.zip") as z:
+        names = set(z.namelist())
+    assert {"json/__init__.pyc", "asyncio/__init__.pyc", "re/__init__.pyc", "os.pyc"} <= names
+    assert "json/__init__.py" not in names
+    assert not any("__pycache__" in n for n in names)
+    assert not any(n.startswith("__phello__/") for n in names)
+
+    with zipfile.ZipFile(out / "bundle.zip") as z:
+        names = set(z.namelist())
+        head = z.read("jsonschema/__init__.pyc")[:16]
+    # sourceless, unchecked-hash pyc (flags == 0b01) of Python 3.14
+    assert int.from_bytes(head[4:8], "little") == 1
+    for pkg in ["jsonpatch.pyc", "jsonpointer.pyc", "jsonschema/__init__.pyc", "attr/__init__.pyc",
+                "attrs/__init__.pyc", "pyrsistent/__init__.pyc", "markdown/__init__.pyc"]:
+        assert pkg in names, pkg
+    dist_infos = {n.split("/")[0] for n in names if ".dist-info/" in n}
+    assert {f"jsonschema-4.17.3.dist-info", "markdown-3.11.3.dist-info"} <= dist_infos
+    assert "jsonschema/schemas/draft2020-12.json" in names
+    assert not any(n.startswith("jsonschema/tests/") for n in names)
+    # our package, minus the server-only parts, all compiled
+    widget_src = [p for p in (ROOT / "widget").rglob("*.py")
+                  if not ({"relay", "_dist", "__pycache__"} & set(p.relative_to(ROOT / "widget").parts))]
+    for p in widget_src:
+        rel = p.relative_to(ROOT).with_suffix(".pyc").as_posix()
+        assert rel in names, rel
+    assert not any(n.startswith(("widget/relay/", "widget/_dist/")) for n in names)
+    assert not any(n.endswith(".py") for n in names), [n for n in names if n.endswith(".py")][:5]
+
+
+def test_manifest_hashes(dist, manifest):
+    files = manifest["files"]
+    on_disk = {p.relative_to(dist).as_posix() for p in dist.rglob("*") if p.is_file()}
+    assert on_disk - {"manifest.json"} == set(files)
+    for rel, meta in files.items():
+        p = dist / rel
+        assert p.stat().st_size == meta["bytes"], rel
+        assert _sha(p) == meta["sha256"], rel
+    # build_id is the hash of the versioned content
+    h = hashlib.sha256()
+    prefix = manifest["build_id"] + "/"
+    for rel in sorted(r[len(prefix):] for r in files if r.startswith(prefix)):
+        h.update(f"{rel}\0{files[prefix + rel]['sha256']}\n".encode())
+    assert h.hexdigest()[:12] == manifest["build_id"]
+
+
+def test_lock_records_every_download(manifest):
+    lock = json.loads((ROOT / "build.lock.json").read_text())
+    assert {k: v["version"] for k, v in lock["npm"].items()} == buildmod.NPM_PINS
+    assert {k: v["version"] for k, v in lock["wheels"].items()} == buildmod.WHEEL_PINS
+    for kind in ("npm", "wheels"):
+        for entry in lock[kind].values():
+            assert re.fullmatch(r"[0-9a-f]{64}", entry["sha256"])
+            cached = CACHE / "downloads" / kind / entry["file"]
+            assert _sha(cached) == entry["sha256"]
+
+
+def test_second_run_is_cached(dist, manifest, capsys):
+    t0 = time.perf_counter()
+    again = buildmod.build()
+    elapsed = time.perf_counter() - t0
+    text = capsys.readouterr().out
+    assert again == dist
+    assert json.loads((dist / "manifest.json").read_text())["build_id"] == manifest["build_id"]
+    assert "[6/7] precompile ... cached" in text
+    assert "[2/7] npm packages ... cached" in text and "[3/7] wheels ... cached" in text
+    assert elapsed < 10, f"cached build took {elapsed:.1f}s"
+
+
+NODE_SMOKE = r"""
+import fs from "node:fs";
+import path from "node:path";
+import { pathToFileURL } from "node:url";
+globalThis.fetch = () => { throw new Error("network disabled in this test"); };
+const base = process.argv[2];
+const { loadPyodide } = await import(pathToFileURL(path.join(base, "pyodide", "pyodide.mjs")).href);
+const t0 = performance.now();
+const py = await loadPyodide({ indexURL: path.join(base, "pyodide") + path.sep });
+const bootMs = performance.now() - t0;
+py.FS.writeFile("/lib/bundle.zip", fs.readFileSync(path.join(base, "bundle.zip")));
+const res = py.runPython(`
+import json, sys, asyncio, re, email, urllib.parse
+sys.path.insert(0, "/lib/bundle.zip")
+import jsonschema, jsonpatch, markdown
+v = jsonschema.Draft202012Validator({"type": "object", "required": ["q"],
+                                     "properties": {"q": {"type": "string"}}})
+json.dumps({"valid": v.is_valid({"q": "x"}), "invalid": v.is_valid({"q": 1}),
+            "json": json.__spec__.origin, "jsonschema": jsonschema.__spec__.origin})
+`);
+console.log(JSON.stringify({ boot_ms: Math.round(bootMs), ...JSON.parse(res) }));
+"""
+
+
+def test_node_boots_pyodide_from_output(out, tmp_path):
+    script = tmp_path / "smoke.mjs"
+    script.write_text(NODE_SMOKE)
+    proc = subprocess.run(["node", str(script), str(out)], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    res = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert res["valid"] is True and res["invalid"] is False
+    assert res["json"] == "/lib/python314.zip/json/__init__.pyc"
+    assert res["jsonschema"] == "/lib/bundle.zip/jsonschema/__init__.pyc"
+
+
+def _fake_root(tmp_path: Path) -> Path:
+    """A repo-like tree with files build.py must pick up generically (or leave out)."""
+    root = tmp_path / "repo"
+    files = {
+        "widget/__init__.py": "VALUE = 1\n",
+        "widget/deep/er/mod.py": "def f():\n    return 42\n",
+        "widget/deep/__init__.py": "",
+        "widget/data/strings.json": '{"hi": "there"}\n',
+        "widget/broken.py": "def (:\n",
+        "widget/relay/server.py": "SECRET = 1\n",
+        "widget/_dist/old.txt": "x",
+        "widget/__pycache__/x.cpython-311.pyc": "junk",
+        "static/autopilot.js": 'const BUILD = "__BUILD_ID__";\n',
+        "static/bridge.mjs": "export const x = 1;\n",
+        "static/skin.css": ":host { color: red }\n",
+        "static/demo/index.html": "<!doctype html><title>demo</title>\n",
+        "static/.hidden": "no",
+    }
+    for rel, text in files.items():
+        p = root / rel
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_text(text)
+    shutil.copy(ROOT / "build.lock.json", root / "build.lock.json")
+    return root
+
+
+def test_generic_tree_and_no_precompile(tmp_path, dist, capsys):
+    root = _fake_root(tmp_path)
+    d = buildmod.build(root, cache_dir=CACHE)
+    text = capsys.readouterr().out
+    assert "WARNING: bundle: 1 file(s) kept as .py" in text and "widget/broken.py" in text
+    man = json.loads((d / "manifest.json").read_text())
+    bid = man["build_id"]
+    out = d / bid
+    assert (d / "autopilot.js").read_text() == f'const BUILD = "{bid}";\n'
+    assert (out / "bridge.mjs").is_file() and (out / "skin.css").is_file()
+    assert (out / "demo/index.html").is_file() and not (out / ".hidden").exists()
+    assert not (out / "autopilot.js").exists()
+    with zipfile.ZipFile(out / "bundle.zip") as z:
+        names = set(z.namelist())
+    assert {"widget/__init__.pyc", "widget/deep/__init__.pyc", "widget/deep/er/mod.pyc",
+            "widget/data/strings.json", "widget/broken.py"} <= names
+    assert not any(n.startswith(("widget/relay", "widget/_dist", "widget/__pycache__")) for n in names)
+
+    # a new static file -> new build id, old folder removed
+    (root / "static/extra.txt").write_text("new\n")
+    d2 = buildmod.build(root, cache_dir=CACHE, quiet=True)
+    bid2 = json.loads((d2 / "manifest.json").read_text())["build_id"]
+    assert bid2 != bid and (d2 / bid2 / "extra.txt").is_file() and not (d2 / bid).exists()
+
+    # --no-precompile ships sources
+    d3 = buildmod.build(root, cache_dir=CACHE, quiet=True, precompile=False)
+    man3 = json.loads((d3 / "manifest.json").read_text())
+    assert man3["precompiled"] is False
+    with zipfile.ZipFile(d3 / man3["build_id"] / "bundle.zip") as z:
+        assert "widget/deep/er/mod.py" in z.namelist() and "jsonschema/__init__.py" in z.namelist()
+    with zipfile.ZipFile(d3 / man3["build_id"] / "pyodide/python_stdlib.zip") as z:
+        assert "json/__init__.py" in z.namelist()
+
+    # --clean wipes the folder first
+    (d3 / "stray.txt").write_text("x")
+    buildmod.build(root, cache_dir=CACHE, quiet=True, precompile=False, clean=True)
+    assert not (d3 / "stray.txt").exists()
+
+
+def test_lock_mismatch_fails_clearly(tmp_path, dist):
+    lock = json.loads((ROOT / "build.lock.json").read_text())
+    lock["npm"]["dompurify"]["sha256"] = "0" * 64
+    bad = tmp_path / "build.lock.json"
+    bad.write_text(json.dumps(lock))
+    with pytest.raises(buildmod.BuildError, match="sha256 mismatch for npm dompurify"):
+        buildmod.build(ROOT, out_dir=tmp_path / "out", cache_dir=CACHE, lock_path=bad, quiet=True)
+    assert not (tmp_path / "out").exists()
+    # the shared cache still holds the good tarball
+    good = json.loads((ROOT / "build.lock.json").read_text())["npm"]["dompurify"]
+    assert _sha(CACHE / "downloads/npm" / good["file"]) == good["sha256"]
+
+    lock = json.loads((ROOT / "build.lock.json").read_text())
+    lock["wheels"]["markdown"]["version"] = "0.0"
+    bad.write_text(json.dumps(lock))
+    with pytest.raises(buildmod.BuildError, match="--update-lock"):
+        buildmod.build(ROOT, out_dir=tmp_path / "out", cache_dir=CACHE, lock_path=bad, quiet=True)
+
+
+def test_missing_tool_is_one_line_error(tmp_path):
+    env = dict(os.environ, PATH=str(tmp_path / "empty"), AUTOPILOT_BUILD_CACHE=str(tmp_path / "cache"))
+    proc = subprocess.run([sys.executable, str(ROOT / "build.py"), "--quiet"], env=env,
+                          capture_output=True, text=True, timeout=60, cwd=tmp_path)
+    assert proc.returncode == 1
+    assert proc.stdout == ""
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("build.py: error: 'npm' not found"), proc.stderr
