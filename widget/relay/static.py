@@ -1,0 +1,175 @@
+"""Serving the build output (``widget/_dist``, D13) under ``/widget/`` and the demo page at ``/``.
+
+- ``/widget/autopilot.js`` and other top-level files (the loader, ``manifest.json``): ``Cache-Control:
+  no-cache`` (revalidated with the ETag each time).
+- ``/widget/<build_id>/...``: versioned, ``public, max-age=31536000, immutable``.
+- gzip when the client accepts it and it saves more than 10 % (computed once per file version and kept
+  in memory, keyed by path + mtime + size); ETag / ``If-None-Match`` → 304; no directory traversal.
+- ``/`` serves ``<build_id>/demo/index.html`` of the current build (``manifest.json``'s ``build_id``, else the
+  newest build folder with a demo); other root paths are looked up in that demo folder.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import gzip
+import hashlib
+import json
+import logging
+import os
+from pathlib import Path
+from typing import Iterable
+
+from starlette.requests import Request
+from starlette.responses import PlainTextResponse, Response
+
+log = logging.getLogger("widget.relay.static")
+
+MIME = {
+    ".wasm": "application/wasm",
+    ".js": "text/javascript; charset=utf-8",
+    ".mjs": "text/javascript; charset=utf-8",
+    ".zip": "application/zip",
+    ".whl": "application/zip",
+    ".json": "application/json",
+    ".map": "application/json",
+    ".css": "text/css; charset=utf-8",
+    ".html": "text/html; charset=utf-8",
+    ".htm": "text/html; charset=utf-8",
+    ".py": "text/plain; charset=utf-8",
+    ".txt": "text/plain; charset=utf-8",
+    ".svg": "image/svg+xml",
+    ".png": "image/png",
+    ".ico": "image/x-icon",
+    ".tar": "application/x-tar",
+    ".data": "application/octet-stream",
+    ".bin": "application/octet-stream",
+    ".snapshot": "application/octet-stream",
+}
+#: Already compressed: never try.
+NO_GZIP = {".png", ".jpg", ".jpeg", ".gif", ".webp", ".gz", ".br", ".woff2", ".zst"}
+MIN_GZIP_BYTES = 1024
+MIN_SAVING = 0.10
+IMMUTABLE = "public, max-age=31536000, immutable"
+NO_CACHE = "no-cache"
+
+
+class DistFiles:
+    def __init__(self, root: Path, allowed_origins: Iterable[str] = ()) -> None:
+        self.root = Path(root)
+        self.allowed_origins = set(allowed_origins)
+        self._gz: dict[tuple[str, int, int], bytes | None] = {}
+        self._gz_locks: dict[tuple[str, int, int], asyncio.Lock] = {}
+        if not self.root.is_dir():
+            log.warning("build output %s does not exist: static files and the demo page are unavailable "
+                        "(run python build.py); the API works", self.root)
+
+    # -- lookup ---------------------------------------------------------------------------
+    def _resolve(self, rel: str) -> Path | None:
+        if not rel or "\x00" in rel or "\\" in rel:
+            return None
+        parts = rel.split("/")
+        if any(p in ("", ".", "..") or p.startswith(".") for p in parts):
+            return None
+        root = self.root.resolve()
+        path = (root / rel).resolve()
+        if not path.is_relative_to(root) or not path.is_file():
+            return None
+        return path
+
+    def build_id(self) -> str | None:
+        manifest = self.root / "manifest.json"
+        try:
+            data = json.loads(manifest.read_text("utf-8"))
+            bid = data.get("build_id") if isinstance(data, dict) else None
+            if isinstance(bid, str) and (self.root / bid / "demo" / "index.html").is_file():
+                return bid
+        except (OSError, ValueError):
+            pass
+        try:
+            builds = [d for d in self.root.iterdir() if d.is_dir() and (d / "demo" / "index.html").is_file()]
+        except OSError:
+            return None
+        if not builds:
+            return None
+        return max(builds, key=lambda d: d.stat().st_mtime).name
+
+    # -- responses ---------------------------------------------------------------------------
+    def cors_headers(self, request: Request) -> dict[str, str]:
+        origin = request.headers.get("origin")
+        if origin and origin in self.allowed_origins:
+            return {"Access-Control-Allow-Origin": origin, "Vary": "Origin, Accept-Encoding"}
+        return {}
+
+    async def _gzip(self, path: Path, st: os.stat_result) -> bytes | None:
+        key = (str(path), st.st_mtime_ns, st.st_size)
+        if key in self._gz:
+            return self._gz[key]
+        lock = self._gz_locks.setdefault(key, asyncio.Lock())
+        async with lock:
+            if key not in self._gz:
+                def compress() -> bytes | None:
+                    raw = path.read_bytes()
+                    packed = gzip.compress(raw, compresslevel=6, mtime=0)
+                    return packed if len(packed) <= len(raw) * (1 - MIN_SAVING) else None
+
+                # drop older versions of this path
+                for old in [k for k in self._gz if k[0] == key[0]]:
+                    del self._gz[old]
+                self._gz[key] = await asyncio.to_thread(compress)
+        self._gz_locks.pop(key, None)
+        return self._gz[key]
+
+    async def file_response(self, request: Request, path: Path, cache_control: str) -> Response:
+        st = path.stat()
+        suffix = path.suffix.lower()
+        media = MIME.get(suffix, "application/octet-stream")
+        etag_base = hashlib.sha1(f"{path}:{st.st_mtime_ns}:{st.st_size}".encode()).hexdigest()[:20]
+        accepts_gzip = "gzip" in request.headers.get("accept-encoding", "").lower()
+        body: bytes | None = None
+        encoding = None
+        if accepts_gzip and suffix not in NO_GZIP and st.st_size >= MIN_GZIP_BYTES:
+            body = await self._gzip(path, st)
+            if body is not None:
+                encoding = "gzip"
+        etag = f'"{etag_base}{"-gz" if encoding else ""}"'
+        headers = {"ETag": etag, "Cache-Control": cache_control, "Vary": "Accept-Encoding", "X-Content-Type-Options": "nosniff"}
+        headers.update(self.cors_headers(request))
+        inm = request.headers.get("if-none-match")
+        if inm and etag in {t.strip().removeprefix("W/") for t in inm.split(",")}:
+            return Response(status_code=304, headers=headers)
+        if encoding:
+            headers["Content-Encoding"] = "gzip"
+        else:
+            body = await asyncio.to_thread(path.read_bytes) if st.st_size > 256 * 1024 else path.read_bytes()
+        if request.method == "HEAD":
+            headers["Content-Length"] = str(len(body))
+            return Response(status_code=200, headers=headers, media_type=media)
+        return Response(body, headers=headers, media_type=media)
+
+    async def widget(self, request: Request) -> Response:
+        rel = request.path_params.get("path", "")
+        path = self._resolve(rel)
+        if path is None:
+            return PlainTextResponse("Not found", status_code=404, headers=self.cors_headers(request))
+        cache = IMMUTABLE if "/" in rel else NO_CACHE
+        return await self.file_response(request, path, cache)
+
+    async def demo(self, request: Request) -> Response:
+        rel = request.path_params.get("path", "") or "index.html"
+        bid = self.build_id()
+        path = self._resolve(f"{bid}/demo/{rel}") if bid else None
+        if path is None:
+            if rel == "index.html":
+                return PlainTextResponse(
+                    "The demo page is not built: run python build.py, then reload.", status_code=404)
+            return PlainTextResponse("Not found", status_code=404)
+        return await self.file_response(request, path, NO_CACHE)
+
+    async def preflight(self, request: Request) -> Response:
+        headers = self.cors_headers(request)
+        if headers:
+            headers.update({"Access-Control-Allow-Methods": "GET, HEAD, OPTIONS", "Access-Control-Max-Age": "600",
+                            "Access-Control-Allow-Headers": request.headers.get("access-control-request-headers", "")})
+            return Response(status_code=204, headers=headers)
+        return Response(status_code=403)

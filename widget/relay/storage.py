@@ -1,0 +1,556 @@
+"""Relay storage: a small async ``Store`` interface and its SQLite implementation.
+
+The store is the source of truth: conversations, messages, sequenced events (for replay), the state
+document, idempotency keys with their stored acks, function calls and ask-user prompts. Every method is
+async so another backend (PostgreSQL, scale-out issue) can implement the same interface.
+
+The SQLite store runs every statement on one dedicated worker thread (so calls are serialized in
+submission order and never block the event loop), in WAL mode with ``synchronous=NORMAL``: a committed
+write survives a relay crash.
+"""
+
+from __future__ import annotations
+
+import abc
+import asyncio
+import json
+import sqlite3
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any, Callable, Iterable, TypeVar
+
+T = TypeVar("T")
+Ack = tuple[str, dict[str, Any]]
+
+#: Conversation statuses (docs/protocol.md §2.2).
+IDLE = "idle"
+RUNNING = "running"
+WAITING_FOR_FUNCTION = "waiting_for_function"
+WAITING_FOR_ASK_USER = "WAITING_FOR_ASK_USER"
+FAILED = "failed"
+
+#: Function-call and prompt statuses.
+CALL_PENDING = "pending"
+CALL_ANSWERED = "answered"
+CALL_TIMED_OUT = "timed_out"
+CALL_CANCELLED = "cancelled"
+PROMPT_TAKEN = "taken"
+
+#: Events of a model round whose content the stored messages reflect only from the round's
+#: ``completion.ended`` on (it stores the assistant message and its tool results together).
+UNCOMMITTED_EVENTS = frozenset({"completion.started", "completion_stream", "function_call.begin", "function_call.end"})
+
+
+def _dumps(value: Any) -> str:
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+
+
+class Store(abc.ABC):
+    """What the relay needs from storage. Conversations are dicts with the keys ``id, app_id, status,
+    created_at, updated_at, seq, msg_seq, turn_id, iteration, runner``; ``msg_seq`` is the highest seq
+    whose content the stored messages reflect (events of a message still streaming are not)."""
+
+    async def open(self) -> None:
+        return None
+
+    async def close(self) -> None:
+        return None
+
+    # conversations
+    @abc.abstractmethod
+    async def create_conversation(self, conversation_id: str, app_id: str, state: dict[str, Any]) -> dict[str, Any]: ...
+    @abc.abstractmethod
+    async def get_conversation(self, conversation_id: str) -> dict[str, Any] | None: ...
+    @abc.abstractmethod
+    async def update_conversation(self, conversation_id: str, **fields: Any) -> None: ...
+    @abc.abstractmethod
+    async def delete_conversation(self, conversation_id: str) -> bool: ...
+    @abc.abstractmethod
+    async def delete_inactive_before(self, timestamp: float) -> list[str]: ...
+    @abc.abstractmethod
+    async def snapshot(self, conversation_id: str) -> tuple[dict[str, Any], list[dict[str, Any]]] | None:
+        """The conversation and its messages, read together (so ``msg_seq`` matches the messages)."""
+
+    # events
+    @abc.abstractmethod
+    async def append_event(
+        self,
+        conversation_id: str,
+        name: str,
+        payload: dict[str, Any],
+        *,
+        messages: Iterable[dict[str, Any]] = (),
+        conversation: dict[str, Any] | None = None,
+        idempotency: Ack | None = None,
+    ) -> int:
+        """Atomically: take the next ``seq``, store the event (``payload["seq"]`` is set), store
+        ``messages`` (each gets the same ``seq``), update ``conversation`` fields, store the
+        idempotency ack. Returns the seq."""
+
+    @abc.abstractmethod
+    async def events_after(self, conversation_id: str, seq: int) -> list[tuple[int, str, dict[str, Any]]]: ...
+
+    # state
+    @abc.abstractmethod
+    async def get_state(self, conversation_id: str) -> dict[str, Any]: ...
+    @abc.abstractmethod
+    async def save_state(self, conversation_id: str, doc: dict[str, Any], idempotency: Ack | None = None) -> None: ...
+
+    # idempotency
+    @abc.abstractmethod
+    async def get_ack(self, conversation_id: str, key: str) -> dict[str, Any] | None: ...
+    @abc.abstractmethod
+    async def put_ack(self, conversation_id: str, key: str, ack: dict[str, Any]) -> None: ...
+
+    # function calls
+    @abc.abstractmethod
+    async def add_calls(self, conversation_id: str, turn_id: str, calls: list[dict[str, Any]]) -> None: ...
+    @abc.abstractmethod
+    async def set_call_seq(self, conversation_id: str, call_id: str, seq: int) -> None: ...
+    @abc.abstractmethod
+    async def get_call(self, conversation_id: str, call_id: str) -> dict[str, Any] | None: ...
+    @abc.abstractmethod
+    async def pending_calls(self, conversation_id: str) -> list[dict[str, Any]]: ...
+    @abc.abstractmethod
+    async def finish_call(
+        self,
+        conversation_id: str,
+        call_id: str,
+        status: str,
+        *,
+        result: Any = None,
+        error: str | None = None,
+        handler_ms: float | None = None,
+        total_ms: float | None = None,
+        idempotency: Ack | None = None,
+    ) -> bool:
+        """Move a *pending* call to ``status``; False (and nothing written) when it was not pending."""
+
+    @abc.abstractmethod
+    async def record_refused(self, conversation_id: str, kind: str, payload: Any, reason: str) -> None: ...
+
+    # ask-user prompts
+    @abc.abstractmethod
+    async def add_prompts(self, conversation_id: str, turn_id: str, prompts: list[dict[str, Any]]) -> None: ...
+    @abc.abstractmethod
+    async def pending_prompts(self, conversation_id: str) -> list[dict[str, Any]]: ...
+    @abc.abstractmethod
+    async def answer_prompt(self, conversation_id: str, prompt_id: str, answer: Any) -> bool: ...
+    @abc.abstractmethod
+    async def take_answers(self, conversation_id: str) -> list[tuple[dict[str, Any], Any]]:
+        """Answered prompts not taken yet, marked taken: the answers a suspended turn resumes with."""
+
+    @abc.abstractmethod
+    async def cancel_prompts(self, conversation_id: str) -> int: ...
+
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS conversations (
+    id TEXT PRIMARY KEY,
+    app_id TEXT NOT NULL,
+    status TEXT NOT NULL,
+    created_at REAL NOT NULL,
+    updated_at REAL NOT NULL,
+    seq INTEGER NOT NULL DEFAULT 0,
+    msg_seq INTEGER NOT NULL DEFAULT 0,
+    turn_id TEXT,
+    iteration INTEGER NOT NULL DEFAULT 0,
+    runner TEXT,
+    state TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS conversations_updated ON conversations(updated_at);
+CREATE TABLE IF NOT EXISTS messages (
+    pos INTEGER PRIMARY KEY AUTOINCREMENT,
+    conversation_id TEXT NOT NULL,
+    id TEXT NOT NULL,
+    seq INTEGER NOT NULL,
+    data TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS messages_conv ON messages(conversation_id, pos);
+CREATE TABLE IF NOT EXISTS events (
+    conversation_id TEXT NOT NULL,
+    seq INTEGER NOT NULL,
+    name TEXT NOT NULL,
+    payload TEXT NOT NULL,
+    PRIMARY KEY (conversation_id, seq)
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS idempotency (
+    conversation_id TEXT NOT NULL,
+    key TEXT NOT NULL,
+    ack TEXT NOT NULL,
+    created_at REAL NOT NULL,
+    PRIMARY KEY (conversation_id, key)
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS calls (
+    conversation_id TEXT NOT NULL,
+    id TEXT NOT NULL,
+    turn_id TEXT NOT NULL,
+    name TEXT NOT NULL,
+    kind TEXT NOT NULL,
+    arguments TEXT NOT NULL,
+    seq INTEGER NOT NULL DEFAULT 0,
+    status TEXT NOT NULL,
+    result TEXT,
+    error TEXT,
+    handler_ms REAL,
+    total_ms REAL,
+    created_at REAL NOT NULL,
+    finished_at REAL,
+    PRIMARY KEY (conversation_id, id)
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS refused (
+    conversation_id TEXT NOT NULL,
+    kind TEXT NOT NULL,
+    payload TEXT NOT NULL,
+    reason TEXT NOT NULL,
+    created_at REAL NOT NULL
+);
+CREATE TABLE IF NOT EXISTS prompts (
+    conversation_id TEXT NOT NULL,
+    id TEXT NOT NULL,
+    turn_id TEXT NOT NULL,
+    prompt TEXT NOT NULL,
+    status TEXT NOT NULL,
+    answer TEXT,
+    pos INTEGER NOT NULL,
+    PRIMARY KEY (conversation_id, id)
+);
+"""
+
+_CONV_COLUMNS = ("id", "app_id", "status", "created_at", "updated_at", "seq", "msg_seq", "turn_id", "iteration", "runner")
+_UPDATABLE = {"status", "turn_id", "iteration", "runner"}
+_CALL_COLUMNS = ("id", "turn_id", "name", "kind", "arguments", "seq", "status", "result", "error",
+                 "handler_ms", "total_ms", "created_at", "finished_at")
+_TABLES = ("messages", "events", "idempotency", "calls", "refused", "prompts")
+
+
+class SQLiteStore(Store):
+    def __init__(self, path: str | Path) -> None:
+        self.path = str(path)
+        self._executor: ThreadPoolExecutor | None = None
+        self._db: sqlite3.Connection | None = None
+
+    # -- plumbing -------------------------------------------------------------------------
+    async def _run(self, fn: Callable[..., T], *args: Any) -> T:
+        if self._executor is None:
+            raise RuntimeError("store is not open")
+        return await asyncio.get_running_loop().run_in_executor(self._executor, fn, *args)
+
+    def _open_sync(self) -> None:
+        if self.path != ":memory:":
+            Path(self.path).expanduser().parent.mkdir(parents=True, exist_ok=True)
+        db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None, timeout=10.0)
+        db.execute("PRAGMA journal_mode=WAL")
+        db.execute("PRAGMA synchronous=NORMAL")
+        db.executescript(_SCHEMA)
+        self._db = db
+
+    async def open(self) -> None:
+        if self._executor is not None:
+            return
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="relay-sqlite")
+        try:
+            await self._run(self._open_sync)
+        except Exception:
+            self._executor.shutdown(wait=False)
+            self._executor = None
+            raise
+
+    async def close(self) -> None:
+        if self._executor is None:
+            return
+        if self._db is not None:
+            await self._run(self._db.close)
+        self._executor.shutdown(wait=True)
+        self._executor = None
+        self._db = None
+
+    @property
+    def db(self) -> sqlite3.Connection:
+        assert self._db is not None
+        return self._db
+
+    def _tx(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        db = self.db
+        db.execute("BEGIN IMMEDIATE")
+        try:
+            out = fn(db)
+        except BaseException:
+            db.execute("ROLLBACK")
+            raise
+        db.execute("COMMIT")
+        return out
+
+    async def _write(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        return await self._run(self._tx, fn)
+
+    async def _read(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        return await self._run(lambda: fn(self.db))
+
+    @staticmethod
+    def _put_ack(db: sqlite3.Connection, conversation_id: str, key: str, ack: dict[str, Any]) -> None:
+        db.execute(
+            "INSERT OR IGNORE INTO idempotency (conversation_id, key, ack, created_at) VALUES (?,?,?,?)",
+            (conversation_id, key, _dumps(ack), time.time()),
+        )
+
+    # -- conversations ----------------------------------------------------------------------
+    @staticmethod
+    def _conv(db: sqlite3.Connection, conversation_id: str) -> dict[str, Any] | None:
+        row = db.execute(f"SELECT {', '.join(_CONV_COLUMNS)} FROM conversations WHERE id = ?", (conversation_id,)).fetchone()
+        return dict(zip(_CONV_COLUMNS, row)) if row else None
+
+    async def create_conversation(self, conversation_id: str, app_id: str, state: dict[str, Any]) -> dict[str, Any]:
+        now = time.time()
+
+        def go(db: sqlite3.Connection) -> dict[str, Any]:
+            db.execute(
+                "INSERT INTO conversations (id, app_id, status, created_at, updated_at, state) VALUES (?,?,?,?,?,?)",
+                (conversation_id, app_id, IDLE, now, now, _dumps(state)),
+            )
+            conv = self._conv(db, conversation_id)
+            assert conv is not None
+            return conv
+
+        return await self._write(go)
+
+    async def get_conversation(self, conversation_id: str) -> dict[str, Any] | None:
+        return await self._read(lambda db: self._conv(db, conversation_id))
+
+    async def update_conversation(self, conversation_id: str, **fields: Any) -> None:
+        bad = set(fields) - _UPDATABLE
+        if bad:
+            raise ValueError(f"cannot update {bad}")
+        sets = "".join(f", {k} = ?" for k in fields)
+        args = (time.time(), *fields.values(), conversation_id)
+        await self._write(lambda db: db.execute(f"UPDATE conversations SET updated_at = ?{sets} WHERE id = ?", args))
+
+    async def delete_conversation(self, conversation_id: str) -> bool:
+        def go(db: sqlite3.Connection) -> bool:
+            cur = db.execute("DELETE FROM conversations WHERE id = ?", (conversation_id,))
+            for table in _TABLES:
+                db.execute(f"DELETE FROM {table} WHERE conversation_id = ?", (conversation_id,))
+            return cur.rowcount > 0
+
+        return await self._write(go)
+
+    async def delete_inactive_before(self, timestamp: float) -> list[str]:
+        ids = await self._read(lambda db: [r[0] for r in db.execute("SELECT id FROM conversations WHERE updated_at < ?", (timestamp,))])
+        for cid in ids:
+            await self.delete_conversation(cid)
+        return ids
+
+    async def snapshot(self, conversation_id: str) -> tuple[dict[str, Any], list[dict[str, Any]]] | None:
+        def go(db: sqlite3.Connection) -> tuple[dict[str, Any], list[dict[str, Any]]] | None:
+            conv = self._conv(db, conversation_id)
+            if conv is None:
+                return None
+            rows = db.execute("SELECT data FROM messages WHERE conversation_id = ? ORDER BY pos", (conversation_id,)).fetchall()
+            return conv, [json.loads(r[0]) for r in rows]
+
+        return await self._write(go)  # one transaction: a consistent read
+
+    # -- events -------------------------------------------------------------------------------
+    async def append_event(
+        self,
+        conversation_id: str,
+        name: str,
+        payload: dict[str, Any],
+        *,
+        messages: Iterable[dict[str, Any]] = (),
+        conversation: dict[str, Any] | None = None,
+        idempotency: Ack | None = None,
+    ) -> int:
+        msgs = list(messages)
+        fields = dict(conversation or {})
+        bad = set(fields) - _UPDATABLE
+        if bad:
+            raise ValueError(f"cannot update {bad}")
+        committed = name not in UNCOMMITTED_EVENTS
+        now = time.time()
+
+        def go(db: sqlite3.Connection) -> int:
+            # In an UPDATE every right-hand side sees the old row, so both get old seq + 1.
+            sets = "seq = seq + 1, updated_at = ?" + (", msg_seq = seq + 1" if committed else "")
+            sets += "".join(f", {k} = ?" for k in fields)
+            row = db.execute(
+                f"UPDATE conversations SET {sets} WHERE id = ? RETURNING seq", (now, *fields.values(), conversation_id)
+            ).fetchone()
+            if row is None:
+                raise KeyError(conversation_id)
+            seq = row[0]
+            payload["seq"] = seq
+            for m in msgs:  # before the payload is serialized: it may embed these messages
+                m["seq"] = seq
+            db.execute("INSERT INTO events (conversation_id, seq, name, payload) VALUES (?,?,?,?)",
+                       (conversation_id, seq, name, _dumps(payload)))
+            for m in msgs:
+                db.execute("INSERT INTO messages (conversation_id, id, seq, data) VALUES (?,?,?,?)",
+                           (conversation_id, m["id"], seq, _dumps(m)))
+            if idempotency:
+                self._put_ack(db, conversation_id, *idempotency)
+            return seq
+
+        return await self._write(go)
+
+    async def events_after(self, conversation_id: str, seq: int) -> list[tuple[int, str, dict[str, Any]]]:
+        def go(db: sqlite3.Connection) -> list[tuple[int, str, dict[str, Any]]]:
+            rows = db.execute("SELECT seq, name, payload FROM events WHERE conversation_id = ? AND seq > ? ORDER BY seq",
+                              (conversation_id, seq)).fetchall()
+            return [(s, n, json.loads(p)) for s, n, p in rows]
+
+        return await self._read(go)
+
+    # -- state --------------------------------------------------------------------------------
+    async def get_state(self, conversation_id: str) -> dict[str, Any]:
+        def go(db: sqlite3.Connection) -> dict[str, Any]:
+            row = db.execute("SELECT state FROM conversations WHERE id = ?", (conversation_id,)).fetchone()
+            if row is None:
+                raise KeyError(conversation_id)
+            return json.loads(row[0])
+
+        return await self._read(go)
+
+    async def save_state(self, conversation_id: str, doc: dict[str, Any], idempotency: Ack | None = None) -> None:
+        text = _dumps(doc)
+        now = time.time()
+
+        def go(db: sqlite3.Connection) -> None:
+            cur = db.execute("UPDATE conversations SET state = ?, updated_at = ? WHERE id = ?", (text, now, conversation_id))
+            if cur.rowcount == 0:
+                raise KeyError(conversation_id)
+            if idempotency:
+                self._put_ack(db, conversation_id, *idempotency)
+
+        await self._write(go)
+
+    # -- idempotency ------------------------------------------------------------------------------
+    async def get_ack(self, conversation_id: str, key: str) -> dict[str, Any] | None:
+        def go(db: sqlite3.Connection) -> dict[str, Any] | None:
+            row = db.execute("SELECT ack FROM idempotency WHERE conversation_id = ? AND key = ?", (conversation_id, key)).fetchone()
+            return json.loads(row[0]) if row else None
+
+        return await self._read(go)
+
+    async def put_ack(self, conversation_id: str, key: str, ack: dict[str, Any]) -> None:
+        await self._write(lambda db: self._put_ack(db, conversation_id, key, ack))
+
+    # -- function calls -----------------------------------------------------------------------------
+    @staticmethod
+    def _call_row(row: tuple[Any, ...]) -> dict[str, Any]:
+        d = dict(zip(_CALL_COLUMNS, row))
+        d["arguments"] = json.loads(d["arguments"])
+        d["result"] = json.loads(d["result"]) if d["result"] is not None else None
+        return d
+
+    async def add_calls(self, conversation_id: str, turn_id: str, calls: list[dict[str, Any]]) -> None:
+        now = time.time()
+
+        def go(db: sqlite3.Connection) -> None:
+            for c in calls:
+                db.execute(
+                    "INSERT INTO calls (conversation_id, id, turn_id, name, kind, arguments, seq, status, created_at)"
+                    " VALUES (?,?,?,?,?,?,?,?,?)",
+                    (conversation_id, c["id"], turn_id, c["name"], c.get("kind", "function"), _dumps(c["arguments"]),
+                     c.get("seq", 0), CALL_PENDING, now),
+                )
+
+        await self._write(go)
+
+    async def set_call_seq(self, conversation_id: str, call_id: str, seq: int) -> None:
+        await self._write(lambda db: db.execute("UPDATE calls SET seq = ? WHERE conversation_id = ? AND id = ?",
+                                                (seq, conversation_id, call_id)))
+
+    async def get_call(self, conversation_id: str, call_id: str) -> dict[str, Any] | None:
+        def go(db: sqlite3.Connection) -> dict[str, Any] | None:
+            row = db.execute(f"SELECT {', '.join(_CALL_COLUMNS)} FROM calls WHERE conversation_id = ? AND id = ?",
+                             (conversation_id, call_id)).fetchone()
+            return self._call_row(row) if row else None
+
+        return await self._read(go)
+
+    async def pending_calls(self, conversation_id: str) -> list[dict[str, Any]]:
+        def go(db: sqlite3.Connection) -> list[dict[str, Any]]:
+            rows = db.execute(
+                f"SELECT {', '.join(_CALL_COLUMNS)} FROM calls WHERE conversation_id = ? AND status = ? ORDER BY seq",
+                (conversation_id, CALL_PENDING)).fetchall()
+            return [self._call_row(r) for r in rows]
+
+        return await self._read(go)
+
+    async def finish_call(
+        self,
+        conversation_id: str,
+        call_id: str,
+        status: str,
+        *,
+        result: Any = None,
+        error: str | None = None,
+        handler_ms: float | None = None,
+        total_ms: float | None = None,
+        idempotency: Ack | None = None,
+    ) -> bool:
+        now = time.time()
+
+        def go(db: sqlite3.Connection) -> bool:
+            cur = db.execute(
+                "UPDATE calls SET status = ?, result = ?, error = ?, handler_ms = ?, total_ms = ?, finished_at = ?"
+                " WHERE conversation_id = ? AND id = ? AND status = ?",
+                (status, _dumps(result) if result is not None else None, error, handler_ms, total_ms, now,
+                 conversation_id, call_id, CALL_PENDING))
+            if cur.rowcount and idempotency:
+                self._put_ack(db, conversation_id, *idempotency)
+            return cur.rowcount > 0
+
+        return await self._write(go)
+
+    async def record_refused(self, conversation_id: str, kind: str, payload: Any, reason: str) -> None:
+        await self._write(lambda db: db.execute(
+            "INSERT INTO refused (conversation_id, kind, payload, reason, created_at) VALUES (?,?,?,?,?)",
+            (conversation_id, kind, _dumps(payload), reason, time.time())))
+
+    async def refused(self, conversation_id: str) -> list[dict[str, Any]]:
+        def go(db: sqlite3.Connection) -> list[dict[str, Any]]:
+            rows = db.execute("SELECT kind, payload, reason, created_at FROM refused WHERE conversation_id = ? ORDER BY rowid",
+                              (conversation_id,)).fetchall()
+            return [{"kind": k, "payload": json.loads(p), "reason": r, "created_at": t} for k, p, r, t in rows]
+
+        return await self._read(go)
+
+    # -- ask-user prompts ------------------------------------------------------------------------------
+    async def add_prompts(self, conversation_id: str, turn_id: str, prompts: list[dict[str, Any]]) -> None:
+        def go(db: sqlite3.Connection) -> None:
+            for i, p in enumerate(prompts):
+                db.execute("INSERT INTO prompts (conversation_id, id, turn_id, prompt, status, pos) VALUES (?,?,?,?,?,?)",
+                           (conversation_id, p["id"], turn_id, _dumps(p), CALL_PENDING, i))
+
+        await self._write(go)
+
+    async def pending_prompts(self, conversation_id: str) -> list[dict[str, Any]]:
+        def go(db: sqlite3.Connection) -> list[dict[str, Any]]:
+            rows = db.execute("SELECT prompt FROM prompts WHERE conversation_id = ? AND status = ? ORDER BY rowid",
+                              (conversation_id, CALL_PENDING)).fetchall()
+            return [json.loads(r[0]) for r in rows]
+
+        return await self._read(go)
+
+    async def answer_prompt(self, conversation_id: str, prompt_id: str, answer: Any) -> bool:
+        return await self._write(lambda db: db.execute(
+            "UPDATE prompts SET status = ?, answer = ? WHERE conversation_id = ? AND id = ? AND status = ?",
+            (CALL_ANSWERED, _dumps(answer), conversation_id, prompt_id, CALL_PENDING)).rowcount > 0)
+
+    async def take_answers(self, conversation_id: str) -> list[tuple[dict[str, Any], Any]]:
+        def go(db: sqlite3.Connection) -> list[tuple[dict[str, Any], Any]]:
+            rows = db.execute("SELECT prompt, answer FROM prompts WHERE conversation_id = ? AND status = ? ORDER BY rowid",
+                              (conversation_id, CALL_ANSWERED)).fetchall()
+            db.execute("UPDATE prompts SET status = ? WHERE conversation_id = ? AND status = ?",
+                       (PROMPT_TAKEN, conversation_id, CALL_ANSWERED))
+            return [(json.loads(p), json.loads(a)) for p, a in rows]
+
+        return await self._write(go)
+
+    async def cancel_prompts(self, conversation_id: str) -> int:
+        return await self._write(lambda db: db.execute(
+            "UPDATE prompts SET status = ? WHERE conversation_id = ? AND status = ?",
+            (CALL_CANCELLED, conversation_id, CALL_PENDING)).rowcount)
