@@ -54,6 +54,7 @@ def create_app(
     async def lifespan(_app: Starlette) -> AsyncIterator[None]:
         await store.open()
         await sweep_retention(hub, config.retention_days)
+        warmer = asyncio.ensure_future(dist.warm())
         sweeper = None
         if config.retention_days > 0:
             interval = min(3600.0, max(60.0, config.retention_days * 86400 / 10))
@@ -70,6 +71,7 @@ def create_app(
         try:
             yield
         finally:
+            warmer.cancel()
             if sweeper is not None:
                 sweeper.cancel()
             await hub.shutdown()

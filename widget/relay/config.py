@@ -103,8 +103,10 @@ class RelayConfig:
     log_level: str = "info"
 
     # ------------------------------------------------------------------------------------
-    def finalized(self) -> "RelayConfig":
-        """A validated copy with defaults filled in (the ``demo`` app and model)."""
+    def finalized(self, env: Mapping[str, str] | None = None) -> "RelayConfig":
+        """A validated copy with defaults filled in (the ``demo`` app and model); ``api_key_env``
+        names are looked up in ``env`` (default ``os.environ``)."""
+        env = os.environ if env is None else env
         cfg = dataclasses.replace(
             self,
             apps={k: dataclasses.replace(v, allowed_origins=list(v.allowed_origins)) for k, v in self.apps.items()},
@@ -135,7 +137,7 @@ class RelayConfig:
                 if not m.model:
                     raise ConfigError(f"model {name!r}: the openai adapter needs 'model'")
                 if m.api_key_env:
-                    m.api_key = os.environ.get(m.api_key_env) or m.api_key
+                    m.api_key = env.get(m.api_key_env) or m.api_key
                     if not m.api_key:
                         raise ConfigError(f"model {name!r}: environment variable {m.api_key_env} is not set")
         if not cfg.apps:
@@ -326,4 +328,4 @@ def load_config(
         if name not in {f.name for f in dataclasses.fields(RelayConfig)}:
             raise ConfigError(f"unknown setting {name!r}")
         setattr(cfg, name, value)
-    return cfg.finalized()
+    return cfg.finalized(env)

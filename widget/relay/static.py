@@ -94,6 +94,19 @@ class DistFiles:
             return None
         return max(builds, key=lambda d: d.stat().st_mtime).name
 
+    async def warm(self) -> None:
+        """Compress the big compressible files once, in the background, so the first page load
+        does not wait for it (pyodide.asm.wasm: ~0.4 s)."""
+        bid = self.build_id() if self.root.is_dir() else None
+        if not bid:
+            return
+        for path in sorted((self.root / bid).rglob("*")):
+            if path.is_file() and path.suffix.lower() in (".wasm", ".mjs", ".js", ".json") and path.stat().st_size >= 64 * 1024:
+                try:
+                    await self._gzip(path, path.stat())
+                except OSError:
+                    pass
+
     # -- responses ---------------------------------------------------------------------------
     def cors_headers(self, request: Request) -> dict[str, str]:
         origin = request.headers.get("origin")

@@ -1,0 +1,122 @@
+"""Relay configuration: TOML / env / flags, one-line errors, and the CLI's exit code."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from widget.errors import ConfigError
+from widget.relay.config import RelayConfig, load_config
+
+
+def test_defaults_have_demo_app_with_own_origins() -> None:
+    cfg = load_config(env={})
+    assert cfg.port == 8765 and cfg.host == "127.0.0.1"
+    assert cfg.apps["demo"].model == "demo"
+    assert cfg.apps["demo"].allowed_origins == ["http://127.0.0.1:8765", "http://localhost:8765"]
+    assert cfg.models["demo"].adapter == "demo"
+
+
+def test_toml_env_and_overrides(tmp_path: Path) -> None:
+    f = tmp_path / "relay.toml"
+    f.write_text('''
+port = 9000
+db = "/tmp/x.sqlite3"
+retention_days = 7
+public_url = "https://relay.example/"
+
+[apps.shop]
+allowed_origins = ["https://shop.example", "https://www.shop.example/"]
+secret = "0123456789abcdef0123"
+ask_user = true
+model = "local"
+
+[models.local]
+adapter = "openai"
+base_url = "http://127.0.0.1:11434/v1"
+model = "llama3.1"
+api_key_env = "MY_KEY"
+''')
+    cfg = load_config(f, env={"AUTOPILOT_PORT": "9100", "MY_KEY": "sk-test"}, host="0.0.0.0")
+    assert cfg.port == 9100 and cfg.host == "0.0.0.0" and cfg.db_path == "/tmp/x.sqlite3"
+    assert cfg.public_url == "https://relay.example" and cfg.retention_days == 7
+    shop = cfg.apps["shop"]
+    assert shop.allowed_origins == ["https://shop.example", "https://www.shop.example"]
+    assert shop.ask_user is True and shop.model == "local"
+    assert cfg.models["local"].api_key == "sk-test"
+    assert "demo" not in cfg.apps  # a config that lists apps gets exactly those
+    assert "https://shop.example" in cfg.all_allowed_origins()
+
+
+@pytest.mark.parametrize(
+    "toml, needle",
+    [
+        ('port = "x"', "port"),
+        ("colour = 1", "unknown key 'colour'"),
+        ('[apps.a]\nallowed_origins = ["*"]', "'*' is not allowed"),
+        ('[apps.a]\nallowed_origins = ["shop.example"]', "must look like"),
+        ('[apps.a]\nmodel = "gpt"', "unknown model 'gpt'"),
+        ('[apps.a]\nsecret = "short"', "at least 16"),
+        ('[models.m]\nadapter = "magic"', "adapter must be one of"),
+        ('[models.m]\nadapter = "openai"', "needs 'model'"),
+        ("port = [", "not valid TOML"),
+    ],
+)
+def test_bad_config_one_line_reason(tmp_path: Path, toml: str, needle: str) -> None:
+    f = tmp_path / "bad.toml"
+    f.write_text(toml)
+    with pytest.raises(ConfigError) as exc:
+        load_config(f, env={})
+    assert needle in str(exc.value) and "\n" not in str(exc.value)
+
+
+def test_bad_env_and_missing_file() -> None:
+    with pytest.raises(ConfigError, match="AUTOPILOT_PORT"):
+        load_config(env={"AUTOPILOT_PORT": "eighty"})
+    with pytest.raises(ConfigError, match="not found"):
+        load_config("/nonexistent/relay.toml", env={})
+    with pytest.raises(ConfigError, match="port"):
+        RelayConfig(port=70000).finalized()
+
+
+def test_cli_bad_config_exits_2(tmp_path: Path) -> None:
+    f = tmp_path / "bad.toml"
+    f.write_text('[apps.a]\nmodel = "nope"')
+    root = Path(__file__).resolve().parent.parent
+    p = subprocess.run([sys.executable, "-m", "widget.relay", "--config", str(f)], cwd=root,
+                       capture_output=True, text=True, timeout=30)
+    assert p.returncode == 2
+    assert p.stderr.strip().count("\n") == 0 and "unknown model 'nope'" in p.stderr
+
+
+def test_cli_starts_and_says_where(tmp_path: Path) -> None:
+    import socket
+    import time
+    import urllib.request
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    root = Path(__file__).resolve().parent.parent
+    p = subprocess.Popen([sys.executable, "-m", "widget.relay", "--port", str(port), "--db", str(tmp_path / "r.sqlite3"),
+                          "--dist", str(tmp_path / "nodist"), "--demo-chunk-delay-ms", "0"],
+                         cwd=root, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        line = p.stdout.readline()  # type: ignore[union-attr]
+        assert line.startswith(f"Autopilot relay listening on http://127.0.0.1:{port} (model: demo)")
+        assert f"open http://127.0.0.1:{port}/ for the demo" in line
+        for _ in range(100):
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=1) as r:
+                    assert r.status == 200
+                    break
+            except OSError:
+                time.sleep(0.05)
+        else:
+            raise AssertionError("the CLI relay did not answer")
+    finally:
+        p.terminate()
+        p.wait(timeout=10)
