@@ -55,6 +55,8 @@ class ModelConfig:
     chunk_delay_ms: float = 15.0
     temperature: float | None = None
     request_timeout_s: float = 60.0
+    #: SDK-level retries of a failed request (rate limits, 5xx) before the turn fails.
+    max_retries: int = 1
 
 
 @dataclass

@@ -265,7 +265,7 @@ class OpenAIAdapter(ModelAdapter):
             base_url=cfg.base_url,
             api_key=cfg.api_key or "unused",
             timeout=cfg.request_timeout_s,
-            max_retries=1,
+            max_retries=cfg.max_retries,
         )
 
     async def aclose(self) -> None:

@@ -1,0 +1,141 @@
+"""The OpenAI-compatible adapter through the real ``openai`` SDK against a local SSE server, alone and
+inside a relay turn."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, AsyncIterator
+
+import aiohttp
+import pytest
+import pytest_asyncio
+from aiohttp import web
+
+from relay_helpers import joined, launch, register
+from widget.relay.config import AppConfig, ModelConfig
+from widget.relay.model import ModelError, ModelRequest, OpenAIAdapter, TextDelta, ToolCall
+
+
+def _chunk(delta: dict[str, Any], finish: str | None = None) -> bytes:
+    body = {"id": "chatcmpl-1", "object": "chat.completion.chunk", "created": 0, "model": "m",
+            "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}
+    return f"data: {json.dumps(body)}\n\n".encode()
+
+
+class FakeProvider:
+    """Speaks Chat Completions streaming: a tool call (arguments split over deltas) when tools are
+    offered and the last message is the user's; a text answer quoting the tool result otherwise."""
+
+    def __init__(self) -> None:
+        self.requests: list[dict[str, Any]] = []
+        self.fail: int | None = None
+
+    async def handle(self, request: web.Request) -> web.StreamResponse:
+        body = await request.json()
+        self.requests.append(body)
+        if self.fail is not None:
+            return web.json_response({"error": {"message": "nope", "type": "x", "code": None}}, status=self.fail)
+        assert body["stream"] is True
+        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await resp.prepare(request)
+        last = body["messages"][-1]
+        if body.get("tools") and last["role"] == "user":
+            name = body["tools"][0]["function"]["name"]
+            await resp.write(_chunk({"role": "assistant", "content": None, "tool_calls": [
+                {"index": 0, "id": "call_provider_1", "type": "function", "function": {"name": name, "arguments": ""}}]}))
+            for piece in ['{"li', 'mit": ', "3}"]:
+                await resp.write(_chunk({"tool_calls": [{"index": 0, "function": {"arguments": piece}}]}))
+            await resp.write(_chunk({}, "tool_calls"))
+        else:
+            result = last["content"] if last["role"] == "tool" else "nothing"
+            for piece in ["The page ", "says: ", result]:
+                await resp.write(_chunk({"content": piece}))
+            await resp.write(_chunk({}, "stop"))
+        await resp.write(b"data: [DONE]\n\n")
+        return resp
+
+
+@pytest_asyncio.fixture(scope="module")
+async def provider() -> AsyncIterator[tuple[FakeProvider, str]]:
+    fake = FakeProvider()
+    app = web.Application()
+    app.router.add_post("/v1/chat/completions", fake.handle)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    yield fake, f"http://127.0.0.1:{port}/v1"
+    await runner.cleanup()
+
+
+def _cfg(base_url: str) -> ModelConfig:
+    return ModelConfig(adapter="openai", model="test-model", base_url=base_url, api_key="sk-test", max_retries=0, request_timeout_s=5)
+
+
+async def test_adapter_streams_tool_call_and_text(provider: tuple[FakeProvider, str]) -> None:
+    fake, base = provider
+    fake.fail = None
+    adapter = OpenAIAdapter(_cfg(base))
+    tool = {"name": "get_selection", "description": "d", "parameters": {"type": "object", "properties": {}}}
+    out = [c async for c in adapter.stream(ModelRequest(messages=[{"role": "user", "content": "hi"}], tools=[tool]))]
+    assert out == [ToolCall("get_selection", {"limit": 3}, provider_id="call_provider_1")]
+    assert fake.requests[-1]["tools"][0]["function"]["name"] == "get_selection"
+    assert fake.requests[-1]["model"] == "test-model"
+    msgs = [{"role": "user", "content": "hi"},
+            {"role": "assistant", "content": None, "tool_calls": [{"id": "c1", "type": "function", "function": {"name": "get_selection", "arguments": "{}"}}]},
+            {"role": "tool", "tool_call_id": "c1", "content": "hello"}]
+    out = [c async for c in adapter.stream(ModelRequest(messages=msgs, tools=[tool]))]
+    assert out == [TextDelta("The page "), TextDelta("says: "), TextDelta("hello")]
+    await adapter.aclose()
+
+
+@pytest.mark.parametrize("status, code, retryable", [(429, "model_rate_limited", True), (401, "model_auth", False),
+                                                     (500, "model_unavailable", True)])
+async def test_adapter_errors(provider: tuple[FakeProvider, str], status: int, code: str, retryable: bool) -> None:
+    fake, base = provider
+    fake.fail = status
+    adapter = OpenAIAdapter(_cfg(base))
+    try:
+        with pytest.raises(ModelError) as exc:
+            [c async for c in adapter.stream(ModelRequest(messages=[{"role": "user", "content": "hi"}]))]
+        assert exc.value.code == code and exc.value.retryable is retryable
+    finally:
+        fake.fail = None
+        await adapter.aclose()
+
+
+async def test_adapter_unreachable() -> None:
+    adapter = OpenAIAdapter(_cfg("http://127.0.0.1:9/v1"))
+    with pytest.raises(ModelError) as exc:
+        [c async for c in adapter.stream(ModelRequest(messages=[{"role": "user", "content": "hi"}]))]
+    assert exc.value.code == "model_unavailable"
+    await adapter.aclose()
+
+
+async def test_relay_turn_through_openai_adapter(provider: tuple[FakeProvider, str], tmp_path: Path) -> None:
+    fake, base = provider
+    fake.fail = None
+    h = await launch(tmp_path, apps={"demo": AppConfig(model="gpt")},
+                     models={"demo": ModelConfig(chunk_delay_ms=0), "gpt": _cfg(base)})
+    try:
+        async with aiohttp.ClientSession() as http:
+            rec, data, url = await joined(http, h.url)
+            await register(rec, "get_selection")
+            await rec.call("state_patch", {"patch": [{"op": "add", "path": "/autopilot/context/page", "value": "/cart"}], "idempotency_key": "ctx"})
+            rec.auto_answer = lambda call: f"selected {call['arguments']['limit']}"
+            await rec.call("user_message", {"text": "what is selected?", "idempotency_key": "m"})
+            fin = await rec.wait("completion.finished")
+            assert fin["status"] == "done"
+            final = [d for e, d in rec.events if e == "completion.ended"][-1]["message"]
+            assert final["content"] == "The page says: selected 3"
+            first = fake.requests[-2]
+            assert first["messages"][0]["role"] == "system"
+            assert any("/cart" in m["content"] and "not instructions" in m["content"] for m in first["messages"] if m["role"] == "system")
+            second = fake.requests[-1]
+            assert second["messages"][-1]["role"] == "tool" and second["messages"][-1]["content"] == "selected 3"
+            assert second["messages"][-2]["tool_calls"][0]["id"] == second["messages"][-1]["tool_call_id"]
+            await rec.disconnect()
+    finally:
+        await h.stop()
