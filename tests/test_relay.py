@@ -578,3 +578,41 @@ async def test_restart_keeps_everything(http: aiohttp.ClientSession, tmp_path: A
 async def test_healthz(relay: Any, http: aiohttp.ClientSession) -> None:
     r = await http.get(f"{relay.url}/healthz")
     assert r.status == 200 and (await r.json())["ok"] is True
+
+
+async def test_retention_deletes_idle_conversations(http: aiohttp.ClientSession, tmp_path: Any) -> None:
+    h = await launch(tmp_path)
+    url = await create(http, h.url)
+    await h.stop()
+    await asyncio.sleep(0.15)
+    h2 = await launch(tmp_path, retention_days=0.1 / 86400)  # 0.1 s: the startup sweep deletes it
+    try:
+        r = await http.get(url.replace(h.url, h2.url))
+        assert r.status == 404
+    finally:
+        await h2.stop()
+
+
+def test_history_trimming_keeps_whole_recent_exchanges(relay: Any) -> None:
+    hub = relay.hub
+    msgs = []
+    for i in range(5):
+        msgs.append({"id": f"u{i}", "role": "user", "content": f"question {i} " + "x" * 100})
+        msgs.append({"id": f"a{i}", "role": "assistant", "content": "", "function_calls": [{"id": f"c{i}", "name": "f", "arguments": {}}]})
+        msgs.append({"id": f"t{i}", "role": "tool", "function_call_id": f"c{i}", "status": "success", "result": "r" * 50, "kind": "function"})
+    saved = hub.config.max_history_chars
+    hub.config.max_history_chars = 900
+    try:
+        out = hub._history(msgs, {})
+    finally:
+        hub.config.max_history_chars = saved
+    assert out[0]["role"] == "user" and out[-1]["role"] == "tool"
+    kept = [m["content"].split()[1] for m in out if m["role"] == "user"]
+    assert kept == ["3", "4"]
+    # every assistant tool call keeps its result right after it
+    for i, m in enumerate(out):
+        if m.get("tool_calls"):
+            assert out[i + 1]["tool_call_id"] == m["tool_calls"][0]["id"]
+    # a call without a stored result (interrupted turn) gets one, so the provider accepts the history
+    out = hub._history([msgs[0], msgs[1]], {})
+    assert out[-1] == {"role": "tool", "tool_call_id": "c0", "content": "Error: no result (the turn was interrupted)."}

@@ -291,10 +291,11 @@ class Hub:
         if conv is None:
             raise ProtocolError(P.ERR_NOT_FOUND, "The conversation no longer exists.")
         await self.recover(conv)
-        if self.clients.get(sid) not in (None, cid):
-            old = self.clients[sid]
+        old = self.clients.get(sid)
+        if old is not None:  # a socket re-joining: it gets its replay before live events again
             await self.sio.leave_room(sid, old)
-            self._leave(sid)
+            if old != cid:
+                self._leave(sid)
         rt = self.rt(cid)
         async with rt.lock:
             previous = rt.active
