@@ -1,6 +1,87 @@
-"""Shared fixtures. Browser and relay fixtures live in tests/browser_fixtures.py and tests/relay_helpers.py."""
+"""Shared fixtures (D11): one relay and one browser per test session, one booted page per module.
 
+The relay runs as a real subprocess (``python -m widget.relay``) on a free loopback port with its own
+SQLite file; the browser is Debian's Chromium driven by Playwright. Helpers live in tests/support.py.
+"""
+
+from __future__ import annotations
+
+import json
 import sys
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, AsyncIterator, Iterator
+
+import pytest
+import pytest_asyncio
 
 sys.path.insert(0, str(Path(__file__).parent))
+
+from support import CHROMIUM, CHROMIUM_ARGS, DIST, PageLog, RelayServer, open_page, py_eval, start_relay  # noqa: E402
+
+
+@pytest.fixture(scope="session")
+def relay_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RelayServer]:
+    """The session's relay (demo model streaming without delays)."""
+    server = start_relay(tmp_path_factory.mktemp("relay"), extra=["--demo-chunk-delay-ms", "2"])
+    yield server
+    server.stop()
+
+
+def require_build() -> str:
+    """The build id of widget/_dist; fails (not skips) when the build is missing."""
+    manifest = DIST / "manifest.json"
+    if not manifest.exists():
+        pytest.fail("widget/_dist is missing: run `python build.py` (bash dev test does it)")
+    return json.loads(manifest.read_text())["build_id"]
+
+
+@pytest_asyncio.fixture(scope="session")
+async def browser() -> AsyncIterator[Any]:
+    """Debian's Chromium under Playwright, once per session."""
+    from playwright.async_api import async_playwright
+
+    if not Path(CHROMIUM).exists():
+        pytest.fail(f"{CHROMIUM} is missing: install Debian's chromium (bash dev test does it)")
+    pw = await async_playwright().start()
+    b = await pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+    yield b
+    await b.close()
+    await pw.stop()
+
+
+@dataclass
+class BootedPage:
+    """The module's booted demo page (D11) with a reset hook."""
+
+    context: Any
+    page: Any
+    log: PageLog
+    relay: RelayServer
+
+    async def reset(self) -> None:
+        """Close the bar and clear the composer between tests."""
+        await self.page.evaluate(
+            """() => { const a = window.Autopilot; if (a && a.handle && a.handle.bar.is_open) a.handle.bar.close(); }"""
+        )
+
+    async def py(self, code: str) -> Any:
+        """Run Python in the page's interpreter; the value of its last expression, JSON-encoded there."""
+        return await py_eval(self.page, code)
+
+
+@pytest_asyncio.fixture(scope="module")
+async def demo_page(browser: Any, relay_server: RelayServer) -> AsyncIterator[BootedPage]:
+    """The demo page served by the relay, booted and joined, once per module."""
+    require_build()
+    ctx, page, log = await open_page(browser, relay_server.url + "/?boot=test")
+    booted = BootedPage(context=ctx, page=page, log=log, relay=relay_server)
+    yield booted
+    await ctx.close()
+
+
+@pytest_asyncio.fixture
+async def fresh_demo(demo_page: BootedPage) -> AsyncIterator[BootedPage]:
+    """The module's page, reset before the test."""
+    await demo_page.reset()
+    yield demo_page

@@ -1,0 +1,117 @@
+"""Boot benchmark (not a test): how fast the demo page gets its toggle, Python, bar and relay.
+
+Prints, for N fresh browser contexts (cold: empty HTTP cache) and N reloads in one context (warm disk cache):
+time to toggle painted, Pyodide booted, bar mounted and joined (ms from navigation start); bytes
+transferred; the longest main-thread task and total blocking time (PerformanceObserver ``longtask``).
+
+    python bench/boot.py [-n 5] [--boot idle|eager]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import datetime
+import os
+import platform
+import statistics
+import sys
+import tempfile
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+
+from support import CHROMIUM, CHROMIUM_ARGS, start_relay, wait_mark  # noqa: E402
+
+LONGTASK_SCRIPT = """
+window.__longtasks = [];
+try {
+  new PerformanceObserver(list => { for (const e of list.getEntries()) window.__longtasks.push(e.duration); })
+    .observe({type: 'longtask', buffered: true});
+} catch (e) {}
+"""
+
+COLLECT = """() => {
+  const m = Object.fromEntries(performance.getEntriesByType('mark').map(e => [e.name, e.startTime]));
+  const res = performance.getEntriesByType('resource');
+  const nav = performance.getEntriesByType('navigation')[0];
+  const bytes = res.reduce((a, r) => a + (r.transferSize || 0), 0) + (nav ? nav.transferSize : 0);
+  const lt = window.__longtasks || [];
+  return {
+    toggle: m['autopilot:toggle'], loader: m['autopilot:loader'], pyodide: m['autopilot:pyodide'],
+    mounted: m['autopilot:mounted'], joined: m['autopilot:joined'], bytes,
+    longest: lt.length ? Math.max(...lt) : 0,
+    tbt: lt.reduce((a, d) => a + Math.max(0, d - 50), 0),
+    heap: performance.memory ? performance.memory.usedJSHeapSize : null,
+  };
+}"""
+
+FIELDS = [
+    ("toggle", "toggle painted (ms)"),
+    ("toggle_after_loader", "toggle after loader ran (ms)"),
+    ("pyodide", "Pyodide booted (ms)"),
+    ("mounted", "bar mounted (ms)"),
+    ("joined", "joined relay (ms)"),
+    ("longest", "longest main-thread task (ms)"),
+    ("tbt", "total blocking time (ms)"),
+    ("bytes", "bytes transferred"),
+]
+
+
+async def measure(page, url: str) -> dict:
+    await page.goto(url)
+    await wait_mark(page, "autopilot:joined", 120_000)
+    await asyncio.sleep(0.3)  # let the longtask observer deliver
+    r = await page.evaluate(COLLECT)
+    r["toggle_after_loader"] = r["toggle"] - r["loader"]
+    return r
+
+
+def summary(rows: list[dict], key: str) -> str:
+    vals = [r[key] for r in rows if r.get(key) is not None]
+    if not vals:
+        return "n/a"
+    med = statistics.median(vals)
+    if key == "bytes":
+        return f"{med / 1e6:.2f} MB (min {min(vals) / 1e6:.2f}, max {max(vals) / 1e6:.2f})"
+    return f"{med:.1f} (min {min(vals):.1f}, max {max(vals):.1f})"
+
+
+async def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("-n", type=int, default=5)
+    ap.add_argument("--boot", default=None, help="override data-boot via ?boot= (demo page default: idle)")
+    args = ap.parse_args()
+    from playwright.async_api import async_playwright
+
+    work = Path(tempfile.mkdtemp(prefix="bench-boot-"))
+    relay = start_relay(work, extra=["--demo-chunk-delay-ms", "0"])
+    url = relay.url + "/"
+    try:
+        async with async_playwright() as pw:
+            browser = await pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+            cold = []
+            for _ in range(args.n):
+                ctx = await browser.new_context()
+                await ctx.add_init_script(LONGTASK_SCRIPT)
+                page = await ctx.new_page()
+                cold.append(await measure(page, url))
+                await ctx.close()
+            ctx = await browser.new_context()
+            await ctx.add_init_script(LONGTASK_SCRIPT)
+            page = await ctx.new_page()
+            await measure(page, url)  # fill the cache
+            warm = [await measure(page, url) for _ in range(args.n)]
+            await ctx.close()
+            await browser.close()
+    finally:
+        relay.stop()
+    print(f"# bench/boot.py  {datetime.date.today()}  {platform.machine()} {os.cpu_count()} cores  N={args.n}")
+    print(f"{'metric':34} | {'cold (fresh context)':34} | warm disk cache")
+    print("-" * 34 + "-|-" + "-" * 34 + "-|-" + "-" * 30)
+    for key, label in FIELDS:
+        print(f"{label:34} | {summary(cold, key):34} | {summary(warm, key)}")
+
+
+if __name__ == "__main__":
+    asyncio.run(main())

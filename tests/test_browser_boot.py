@@ -1,0 +1,95 @@
+"""Issue 2 in a real browser: one script tag boots Python offline, mounts the bar, joins the relay."""
+
+from __future__ import annotations
+
+from support import open_page, py_eval, wait_mark
+from widget.relay.storage import SQLiteStore
+
+TOGGLE = "#autopilot-toggle-host >> button.toggle"
+PANEL = "#autopilot-bar-host >> section.panel"
+
+
+async def test_toggle_paints_before_python_and_boot_joins(browser, relay_server):
+    ctx, page, log = await open_page(browser, relay_server.url + "/", wait_joined=False)
+    try:
+        await page.wait_for_selector(TOGGLE, state="visible", timeout=5000)
+        # The toggle is up while Python is still booting (idle boot starts after load).
+        before = await page.evaluate("performance.getEntriesByName('autopilot:pyodide').length")
+        assert before == 0
+        await wait_mark(page, "autopilot:joined")
+        marks = await page.evaluate(
+            "Object.fromEntries(performance.getEntriesByType('mark').map(m => [m.name, m.startTime]))"
+        )
+        assert marks["autopilot:toggle"] < marks["autopilot:pyodide"] < marks["autopilot:mounted"]
+        assert marks["autopilot:toggle"] - marks["autopilot:loader"] < 50
+        # Python mounted the bar in its own shadow root.
+        has_shadow = await page.evaluate(
+            "!!document.getElementById('autopilot-bar-host').shadowRoot.querySelector('section.panel')"
+        )
+        assert has_shadow
+        assert await py_eval(page, "from widget import get_client\nget_client().connection_state") == "connected"
+        # No request left the local host, and nothing went wrong on the console.
+        assert log.foreign_hosts({"127.0.0.1"}) == []
+        assert any(ws.startswith("ws://127.0.0.1") for ws in log.websockets)
+        assert log.console_errors == [] and log.page_errors == []
+    finally:
+        await ctx.close()
+
+
+async def test_page_functions_reach_the_relays_stored_state(demo_page):
+    conv_id = await py_eval(demo_page.page, "from widget import get_client\nget_client().conversation['id']")
+    names = await py_eval(
+        demo_page.page, "from widget import get_client\nsorted(f['name'] for f in get_client().get_registered_functions())"
+    )
+    assert {"get_selection", "add_to_cart", "empty_cart", "list_products"} <= set(names)
+    # Read the relay's own database through its store: the page's functions and context are stored there.
+    store = SQLiteStore(str(demo_page.relay.db))
+    await store.open()
+    try:
+        doc = await store.get_state(conv_id)
+    finally:
+        await store.close()
+    assert set(doc["autopilot"]["functions"]) >= {"get_selection", "add_to_cart"}
+    assert doc["autopilot"]["functions"]["empty_cart"]["sensitive"] is True
+    assert doc["autopilot"]["context"]["page"] == "home"
+
+
+async def test_host_styles_do_not_leak_in_and_ours_do_not_leak_out(demo_page):
+    page = demo_page.page
+    host_font = await page.evaluate("getComputedStyle(document.body).fontFamily")
+    assert "Georgia" in host_font
+    panel_font = await page.evaluate(
+        "getComputedStyle(document.getElementById('autopilot-bar-host').shadowRoot.querySelector('.panel')).fontFamily"
+    )
+    assert "Georgia" not in panel_font
+    # The page's own buttons keep the page's look next to ours.
+    bg = await page.evaluate("getComputedStyle(document.querySelector('.product button')).backgroundColor")
+    assert bg == "rgb(43, 33, 24)"
+
+
+async def test_reload_resumes_the_same_conversation(browser, relay_server):
+    ctx, page, log = await open_page(browser, relay_server.url + "/")
+    try:
+        first = await py_eval(page, "from widget import get_client\nget_client().conversation['id']")
+        await page.reload()
+        await wait_mark(page, "autopilot:joined")
+        second = await py_eval(page, "from widget import get_client\nget_client().conversation['id']")
+        assert first == second
+        stored = await page.evaluate("localStorage.getItem('autopilot:conversation:demo')")
+        assert stored.endswith(first)
+    finally:
+        await ctx.close()
+
+
+async def test_toggle_click_before_ready_is_queued_and_opens(browser, relay_server):
+    ctx = await browser.new_context()
+    page = await ctx.new_page()
+    try:
+        await page.goto(relay_server.url + "/")
+        await page.click(TOGGLE)
+        status = page.locator("#autopilot-toggle-host >> .status")
+        assert "Starting" in (await status.text_content() or "")
+        await page.wait_for_selector(PANEL, state="visible", timeout=60000)
+        assert await page.get_attribute(TOGGLE, "aria-expanded") == "true"
+    finally:
+        await ctx.close()
