@@ -57,8 +57,11 @@ class AutopilotClient:
         clock: Callable[[], float] = time.monotonic,
         wall_clock: Callable[[], float] = time.time,
         step_timeout_s: float = 15.0,
+        headers: dict[str, str] | None = None,
     ) -> None:
         self.transport = transport
+        #: Sent with every HTTP request (e.g. ``Authorization: Bearer <app secret>`` from a backend).
+        self.headers = dict(headers or {})
         self.storage: MutableMapping[str, str] = storage if storage is not None else {}
         self._clock = clock
         self._wall = wall_clock
@@ -527,9 +530,9 @@ class AutopilotClient:
             )
             await self._join(info)
         except WidgetError as exc:
-            code = getattr(exc, "code", "connection_failed")
-            self._set_connection_state(ERROR, {"code": code, "message": str(exc)})
-            self.events.emit("error", {"code": code, "message": str(exc)})
+            err = _error_payload(exc)
+            self._set_connection_state(ERROR, err)
+            self.events.emit("error", err)
             await self._quiet_disconnect()
             raise
         return self.conversation or {}
@@ -569,7 +572,9 @@ class AutopilotClient:
 
     async def _http(self, method: str, url: str, body: Any = None) -> tuple[int, Any]:
         try:
-            return await self._with_timeout(self.transport.request(method, url, body), f"{method} {url}")
+            return await self._with_timeout(
+                self.transport.request(method, url, body, self.headers or None), f"{method} {url}"
+            )
         except TransportError as exc:
             raise ConnectionFailed(f"Cannot reach the relay: {exc}") from exc
 
@@ -620,9 +625,9 @@ class AutopilotClient:
             self.conversation = info["conversation"]
             await self._join(info)
         except WidgetError as exc:
-            code = getattr(exc, "code", "connection_failed")
-            self._set_connection_state(ERROR, {"code": code, "message": str(exc)})
-            self.events.emit("error", {"code": code, "message": str(exc)})
+            err = _error_payload(exc)
+            self._set_connection_state(ERROR, err)
+            self.events.emit("error", err)
 
     async def _quiet_disconnect(self) -> None:
         self._closing = True
@@ -796,6 +801,11 @@ class AutopilotClient:
         self._outbox.clear()
         self.state.disconnected()
         return await self.connect(relay_url=self._relay_url, app_id=self._app_id)
+
+
+def _error_payload(exc: WidgetError) -> dict[str, Any]:
+    """The ``error`` event payload: a code and a message a reader can act on."""
+    return {"code": getattr(exc, "code", "connection_failed"), "message": getattr(exc, "message", None) or str(exc)}
 
 
 def _http_error(status: int, body: Any, what: str) -> WidgetError:

@@ -1,0 +1,103 @@
+"""The CPython client against the real relay (subprocess) over real Socket.IO: seed 001 steps 1-4 and a turn."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from widget import AutopilotClient, ConnectionFailed, ProtocolError
+from widget import protocol as P
+from widget.transports.python_socketio import PythonSocketIOTransport
+
+
+def make_client(relay_server, **kw) -> AutopilotClient:
+    return AutopilotClient(PythonSocketIOTransport(), headers={"Origin": relay_server.url}, **kw)
+
+
+async def wait_for(predicate, timeout: float = 10.0) -> None:
+    deadline = asyncio.get_running_loop().time() + timeout
+    while not predicate():
+        if asyncio.get_running_loop().time() > deadline:
+            raise AssertionError("condition not met in time")
+        await asyncio.sleep(0.01)
+
+
+async def test_connect_sync_and_a_function_call_turn(relay_server):
+    client = make_client(relay_server)
+    calls = []
+
+    @client.function
+    def get_weather(city: str) -> dict:
+        """Current weather of a city."""
+        calls.append(city)
+        client.update_context({"last_city": city})
+        return {"city": city, "temp_c": 21}
+
+    client.set_context({"page": "/weather"})
+    finished = asyncio.Event()
+    client.on("completion.finished", lambda p: finished.set())
+    try:
+        conv = await client.connect(relay_url=relay_server.url, app_id="demo")
+        assert conv["id"].startswith("c_")
+        assert client.connection_state == "connected" and client.active
+        await client.send_message('please call get_weather {"city": "Oslo"}')
+        await asyncio.wait_for(finished.wait(), 20)
+        assert calls == ["Oslo"]
+        record = client.get_function_call_history()[0]
+        assert record["name"] == "get_weather" and record["status"] == "success"
+        assert record["totalMs"] >= record["handlerMs"]
+        # The handler dirtied the context: the gate committed it before the response went out.
+        assert record["totalMs"] > 0
+        final = client.messages[-1]
+        assert final["role"] == "assistant" and "Oslo" in final["content"]
+    finally:
+        await client.disconnect()
+
+    # A reload (new client, same storage) resumes the conversation and sees the stored messages.
+    again = make_client(relay_server, storage=client.storage)
+    try:
+        conv2 = await again.connect(relay_url=relay_server.url, app_id="demo")
+        assert conv2["id"] == conv["id"]
+        roles = [m["role"] for m in again.messages]
+        assert "user" in roles and "assistant" in roles and "tool" in roles
+        tool = next(m for m in again.messages if m["role"] == "tool")
+        assert tool["result"] == {"city": "Oslo", "temp_c": 21}
+        assert tool["total_ms"] is not None  # the client's timings are stored with the result (D6)
+    finally:
+        await again.disconnect()
+
+
+async def test_wrong_relay_url_is_a_clear_error_not_a_hang(relay_server):
+    from support import free_port
+
+    client = make_client(relay_server, step_timeout_s=5)
+    with pytest.raises(ConnectionFailed, match="Cannot reach the relay"):
+        await client.connect(relay_url=f"http://127.0.0.1:{free_port()}", app_id="demo")
+    assert client.connection_state == "error"
+
+
+async def test_unknown_conversation_url_and_unknown_app(relay_server):
+    client = make_client(relay_server)
+    with pytest.raises(ProtocolError) as info:
+        await client.connect(relay_url=relay_server.url, app_id="no-such-app")
+    assert info.value.code == P.ERR_NOT_FOUND
+
+
+async def test_version_mismatch_is_refused_with_both_versions(relay_server, monkeypatch):
+    client = make_client(relay_server)
+    monkeypatch.setattr(P, "PROTOCOL_VERSION", 99)
+    try:
+        with pytest.raises(ProtocolError) as info:
+            await client.connect(relay_url=relay_server.url, app_id="demo")
+        assert info.value.code == P.ERR_VERSION_MISMATCH
+        assert "99" in info.value.message and "1" in info.value.message
+    finally:
+        await client.disconnect()
+
+
+async def test_browser_create_without_allowed_origin_is_refused(relay_server):
+    client = AutopilotClient(PythonSocketIOTransport(), headers={"Origin": "https://evil.example"})
+    with pytest.raises(ProtocolError) as info:
+        await client.connect(relay_url=relay_server.url, app_id="demo")
+    assert info.value.code == P.ERR_FORBIDDEN_ORIGIN
