@@ -17,23 +17,56 @@ import pytest_asyncio
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from support import CHROMIUM, CHROMIUM_ARGS, DIST, PageLog, RelayServer, open_page, py_eval, start_relay  # noqa: E402
+from support import (  # noqa: E402
+    CHROMIUM,
+    CHROMIUM_ARGS,
+    DIST,
+    PageLog,
+    PageServer,
+    RelayServer,
+    free_port,
+    open_page,
+    py_eval,
+    start_relay,
+)  # noqa: E402
 
 
 @pytest.fixture(scope="session")
-def relay_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RelayServer]:
-    """The session's relay (demo model streaming without delays)."""
-    server = start_relay(tmp_path_factory.mktemp("relay"), extra=["--demo-chunk-delay-ms", "2"])
+def page_server() -> Iterator[PageServer]:
+    """A loopback HTTP server for test pages, on another origin than the relay (the usual embedding)."""
+    server = PageServer()
+    yield server
+    server.close()
+
+
+@pytest.fixture(scope="session")
+def relay_server(tmp_path_factory: pytest.TempPathFactory, page_server: PageServer) -> Iterator[RelayServer]:
+    """The session's relay (demo model streaming without delays); it allows its own and the page server's origin."""
+    require_build()
+    port = free_port()
+    origins = f"http://127.0.0.1:{port},http://localhost:{port},{page_server.origin}"
+    server = start_relay(
+        tmp_path_factory.mktemp("relay"), port=port, extra=["--demo-chunk-delay-ms", "2", "--app", f"demo={origins}"]
+    )
     yield server
     server.stop()
 
 
+_built: list[str] = []
+
+
 def require_build() -> str:
-    """The build id of widget/_dist; fails (not skips) when the build is missing."""
-    manifest = DIST / "manifest.json"
-    if not manifest.exists():
-        pytest.fail("widget/_dist is missing: run `python build.py` (bash dev test does it)")
-    return json.loads(manifest.read_text())["build_id"]
+    """Bring widget/_dist up to date with the sources (cached: ~0.2 s when nothing changed); its build id."""
+    if not _built:
+        sys.path.insert(0, str(DIST.parent.parent))
+        from build import BuildError, build
+
+        try:
+            build(quiet=True)
+        except BuildError as exc:
+            pytest.fail(f"python build.py failed: {exc}")
+        _built.append(json.loads((DIST / "manifest.json").read_text())["build_id"])
+    return _built[0]
 
 
 @pytest_asyncio.fixture(scope="session")

@@ -147,3 +147,63 @@ async def py_eval(page: Any, code: str) -> Any:
     )
     text = await page.evaluate("code => window.Autopilot.pyodide.runPython(code)", wrapped)
     return json.loads(text)
+
+
+class PageServer:
+    """A real loopback HTTP server for test pages: ``/widget/`` serves the build, other paths the given pages.
+
+    Test pages must come from a real loopback server: a page fulfilled by Playwright has no address, counts as
+    public, and Chromium's local-network-access rules then block its requests to the relay on loopback.
+    """
+
+    def __init__(self) -> None:
+        import http.server
+        import threading
+
+        pages: dict[str, str] = {}
+        self.pages = pages
+        dist = DIST
+
+        class Handler(http.server.SimpleHTTPRequestHandler):
+            extensions_map = {**http.server.SimpleHTTPRequestHandler.extensions_map,
+                              ".mjs": "text/javascript", ".js": "text/javascript", ".wasm": "application/wasm"}
+
+            def __init__(self, *a: Any, **kw: Any) -> None:
+                super().__init__(*a, directory=str(dist), **kw)
+
+            def translate_path(self, path: str) -> str:
+                path = path.split("?", 1)[0]
+                return super().translate_path(path[len("/widget"):] if path.startswith("/widget/") else "/__none__")
+
+            def do_GET(self) -> None:  # noqa: N802 - http.server's naming
+                path = self.path.split("?", 1)[0]
+                if path in pages:
+                    body = pages[path].encode()
+                    self.send_response(200)
+                    self.send_header("Content-Type", "text/html; charset=utf-8")
+                    self.send_header("Content-Length", str(len(body)))
+                    self.end_headers()
+                    self.wfile.write(body)
+                    return
+                super().do_GET()
+
+            def log_message(self, *a: Any) -> None:
+                pass
+
+        self.httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.port = self.httpd.server_address[1]
+        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+        self.thread.start()
+
+    @property
+    def origin(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def add(self, path: str, html: str) -> str:
+        """Serve ``html`` at ``path``; returns its URL."""
+        self.pages[path] = html
+        return self.origin + path
+
+    def close(self) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()

@@ -82,14 +82,27 @@ async def test_reload_resumes_the_same_conversation(browser, relay_server):
 
 
 async def test_toggle_click_before_ready_is_queued_and_opens(browser, relay_server):
+    import asyncio
+    import re
+
     ctx = await browser.new_context()
     page = await ctx.new_page()
+    release = asyncio.Event()
+
+    async def hold(route):
+        await release.wait()  # keeps Python from being ready until the click has happened
+        await route.continue_()
+
+    await page.route(re.compile(r".*/bundle\.zip$"), hold)
     try:
         await page.goto(relay_server.url + "/")
         await page.click(TOGGLE)
         status = page.locator("#autopilot-toggle-host >> .status")
         assert "Starting" in (await status.text_content() or "")
+        assert await page.get_attribute(TOGGLE, "aria-busy") == "true"
+        release.set()
         await page.wait_for_selector(PANEL, state="visible", timeout=60000)
+        assert await status.is_hidden()
         assert await page.get_attribute(TOGGLE, "aria-expanded") == "true"
     finally:
         await ctx.close()

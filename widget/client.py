@@ -602,6 +602,7 @@ class AutopilotClient:
         self.active = bool(ack.get("active", True))
         self.state.snapshot(snapshot.get("functions"), snapshot.get("context"))
         self._joined_once = True
+        # The role is known before the state change is announced, so views never see "connected, read-only".
         self._set_connection_state(CONNECTED_STATE)
         self.events.emit("joined", {"conversation_id": ack.get("conversation_id"), "active": self.active})
         if self.active:

@@ -22,7 +22,6 @@ class Store:
     def __init__(self, client: AutopilotClient) -> None:
         self.client = client
         self.connection_state: str = client.connection_state
-        self.active: bool = client.active
         self.errors: list[dict[str, Any]] = []
         self.pending_confirmations: list[dict[str, Any]] = []
         self.pending_ask_user: list[dict[str, Any]] = client.get_pending_ask_user()
@@ -33,7 +32,7 @@ class Store:
         on = client.on
         self._unsubscribe = [
             on("connectionStateChanged", self._on_connection),
-            on("roleChanged", lambda p: self._set("active", bool(p and p.get("active")))),
+            on("roleChanged", lambda p: self._notify("active")),
             on("messagesChanged", lambda p: self._notify("messages")),
             on("conversationLoaded", lambda p: self._notify("messages")),
             on("askUserRequired", lambda p: self._set("pending_ask_user", p["prompts"])),
@@ -50,6 +49,11 @@ class Store:
     def visible_messages(self) -> list[dict[str, Any]]:
         """User/assistant/error messages, tool results paired onto calls."""
         return visible_messages(self.client.messages)
+
+    @property
+    def active(self) -> bool:
+        """Whether this tab is the conversation's active client."""
+        return self.client.active
 
     @property
     def streaming_message(self) -> dict[str, Any] | None:

@@ -1,0 +1,135 @@
+"""Bad input in the browser: wrong relay URL, relay down, bad token, protocol mismatch.
+
+Each must give a clear, visible error in the bar and the console, and a Retry that really retries.
+"""
+
+from __future__ import annotations
+
+import re
+
+from support import free_port, start_relay, wait_mark
+
+NOTICE = "#autopilot-bar-host >> .notice"
+RETRY = "#autopilot-bar-host >> .notice >> button.retry"
+CONN = "#autopilot-bar-host >> .connection"
+
+
+def page_html(relay: str, extra: str = "") -> str:
+    attr = f' data-relay="{relay}"'
+    return f"""<!doctype html><html><head><link rel="icon" href="data:,"><title>t</title></head>
+<body><p>test page</p>
+<script src="/widget/autopilot.js"{attr} data-app="demo" data-boot="eager" data-open="true" {extra}></script>
+</body></html>"""
+
+
+async def open_test_page(browser, page_server, name: str, html: str):
+    ctx = await browser.new_context()
+    page = await ctx.new_page()
+    console: list[str] = []
+    page.on("console", lambda m: console.append(m.text) if m.type == "error" else None)
+    url = page_server.add(f"/__test__/{name}.html", html)
+    return ctx, page, console, url
+
+
+async def test_relay_down_then_up_retry_connects(browser, page_server, tmp_path):
+    port = free_port()
+    ctx, page, console, url = await open_test_page(browser, page_server, "down", page_html(f"http://127.0.0.1:{port}"))
+    try:
+        await page.goto(url)
+        await page.wait_for_selector(NOTICE, state="visible", timeout=60000)
+        text = await page.text_content(NOTICE)
+        assert "Cannot reach the relay" in text and str(port) in text
+        assert await page.text_content(CONN) == "Connection error"
+        assert any("[autopilot] could not connect" in c for c in console)
+        # Now the relay comes up (allowing the page's origin) and Retry connects.
+        other = start_relay(tmp_path, port=port, extra=["--app", f"demo={page_server.origin}", "--demo-chunk-delay-ms", "0"])
+        try:
+            await page.click(RETRY)
+            await wait_mark(page, "autopilot:joined", 20000)
+            await page.wait_for_selector(f"{CONN}:text('Connected')", timeout=10000)
+            assert await page.is_hidden(NOTICE)
+        finally:
+            other.stop()
+        # The relay went away under a live page: the bar says so instead of pretending.
+        await page.wait_for_selector(f"{CONN}:text('Reconnecting…')", timeout=10000)
+    finally:
+        await ctx.close()
+
+
+async def test_boot_failure_is_owned_by_the_loader_with_retry(browser, relay_server, page_server):
+    ctx = await browser.new_context()
+    page = await ctx.new_page()
+    console: list[str] = []
+    page.on("console", lambda m: console.append(m.text) if m.type == "error" else None)
+    fail = {"on": True}
+
+    async def maybe_fail(route):
+        if fail["on"]:
+            await route.fulfill(status=503, body="down for maintenance")
+        else:
+            await route.continue_()
+
+    await page.route(re.compile(r".*/bundle\.zip$"), maybe_fail)
+    url = page_server.add("/__test__/bootfail.html", page_html(relay_server.url))
+    try:
+        await page.goto(url)
+        status = "#autopilot-toggle-host >> .status"
+        await page.wait_for_selector(f"{status} >> button", timeout=60000)
+        text = await page.text_content(status)
+        assert "could not start" in text and "HTTP 503" in text
+        assert any("could not start" in c for c in console)
+        fail["on"] = False
+        await page.click(f"{status} >> button")
+        await wait_mark(page, "autopilot:joined", 60000)
+    finally:
+        await ctx.close()
+
+
+async def _tamper_join(page, pattern: str, repl: str, state: dict) -> None:
+    """Rewrite the Socket.IO join frame on its way to the relay while state['on'] is true."""
+
+    def handler(ws):
+        server = ws.connect_to_server()
+
+        def to_server(message):
+            if state["on"] and isinstance(message, str) and '"join"' in message:
+                message = re.sub(pattern, repl, message)
+                state["tampered"] += 1
+            server.send(message)
+
+        ws.on_message(to_server)
+        server.on_message(lambda m: ws.send(m))
+
+    await page.route_web_socket(re.compile(r".*/socket\.io/.*"), handler)
+
+
+async def test_bad_token_is_refused_visibly_and_retry_recovers(browser, relay_server, page_server):
+    ctx, page, console, url = await open_test_page(browser, page_server, "token", page_html(relay_server.url))
+    state = {"on": True, "tampered": 0}
+    await _tamper_join(page, r'"token":"[^"]*"', '"token":"forged.token.value"', state)
+    try:
+        await page.goto(url)
+        await page.wait_for_selector(NOTICE, state="visible", timeout=60000)
+        assert state["tampered"] >= 1
+        text = await page.text_content(NOTICE)
+        assert "token" in text.lower()
+        assert any("could not connect" in c for c in console)
+        state["on"] = False
+        await page.click(RETRY)
+        await page.wait_for_selector(f"{CONN}:text('Connected')", timeout=20000)
+    finally:
+        await ctx.close()
+
+
+async def test_protocol_version_mismatch_is_a_clear_error(browser, relay_server, page_server):
+    ctx, page, console, url = await open_test_page(browser, page_server, "version", page_html(relay_server.url))
+    state = {"on": True, "tampered": 0}
+    await _tamper_join(page, r'"version":1\b', '"version":99', state)
+    try:
+        await page.goto(url)
+        await page.wait_for_selector(NOTICE, state="visible", timeout=60000)
+        text = await page.text_content(NOTICE)
+        assert "99" in text and "version" in text.lower()
+        assert await page.is_visible(RETRY)
+    finally:
+        await ctx.close()
