@@ -1,0 +1,142 @@
+"""Benchmark (not a test): streaming a 4,000-token Markdown answer through render_markdown, naive vs incremental.
+
+A synthetic answer of ~16,000 characters (headings, paragraphs with links and inline code, tight and loose
+lists, fenced code, a table) arrives at 200 tokens/s in ~20 chunks/s, i.e. ~10 tokens (~40 characters) per chunk.
+No sleeps: the chunk sequence is replayed as fast as possible and only CPU time is measured (CPython,
+``time.process_time`` per chunk, best of ``--repeat`` runs). Both paths must produce the same final HTML.
+
+    python bench/render.py [--repeat 3] [--chars-per-token 4] [--tokens 4000]
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Callable
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from widget.core.markdown import StreamingRenderer, render_markdown  # noqa: E402
+
+WORDS = ("the widget renders model output as markdown and keeps every link visible so readers can check where "
+         "it goes before they follow it while the relay streams tokens to the page").split()
+
+
+def synthetic_answer(target_chars: int, seed: int = 7) -> str:
+    """A Markdown answer of about ``target_chars`` characters in the shape LLM answers usually take."""
+    rng = random.Random(seed)
+
+    def sentence(n: int = 12) -> str:
+        words = [rng.choice(WORDS) for _ in range(n)]
+        k = rng.randrange(len(words))
+        pick = rng.random()
+        if pick < 0.25:
+            words[k] = f"[{words[k]}](https://docs.example.com/{words[k]}/{rng.randrange(1000)})"
+        elif pick < 0.45:
+            words[k] = f"`{words[k]}()`"
+        elif pick < 0.6:
+            words[k] = f"**{words[k]}**"
+        elif pick < 0.7:
+            words[k] = f"https://example.org/{words[k]}?id={rng.randrange(100)}"
+        return " ".join(words).capitalize() + "."
+
+    blocks: list[str] = []
+    size = 0
+    section = 0
+    while size < target_chars:
+        section += 1
+        kind = section % 6
+        out = [f"## {section}. {sentence(4)[:-1]}", " ".join(sentence() for _ in range(3))]
+        if kind in (1, 4):
+            out.append("\n".join(f"- {sentence(8)}" for _ in range(rng.randint(3, 6))))
+        if kind == 2:
+            out.append("\n".join(f"{i}. {sentence(8)}" for i in range(1, rng.randint(3, 6))))
+        if kind in (3, 5):
+            body = "\n".join(f"    result_{i} = widget.call('{rng.choice(WORDS)}', {i})  # {sentence(5)}"
+                             for i in range(rng.randint(4, 10)))
+            out.append(f"```python\ndef example():\n{body}\n    return result_0\n```")
+        if kind == 0:
+            rows = "\n".join(f"| {rng.choice(WORDS)} | {rng.randrange(100)} | {sentence(4)} |" for _ in range(5))
+            out.append(f"| name | value | note |\n|:-----|------:|------|\n{rows}")
+        out.append(" ".join(sentence() for _ in range(2)))
+        block = "\n\n".join(out)
+        blocks.append(block)
+        size += len(block) + 2
+    return "\n\n".join(blocks)
+
+
+def chunk_ends(text: str, chars_per_chunk: int) -> list[int]:
+    """Offsets where each streamed chunk ends (chunks of about ``chars_per_chunk`` characters)."""
+    ends = list(range(chars_per_chunk, len(text), chars_per_chunk))
+    return ends + [len(text)]
+
+
+def run(text: str, ends: list[int], render: Callable[[str], str]) -> tuple[float, float, str]:
+    """Total and max per-chunk CPU seconds of ``render(text_so_far)`` over the chunks; the last HTML."""
+    per: list[float] = []
+    html = ""
+    for end in ends:
+        t0 = time.process_time()
+        html = render(text[:end])
+        per.append(time.process_time() - t0)
+    return sum(per), max(per), html
+
+
+def main() -> int:
+    """Print the comparison table."""
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--tokens", type=int, default=4000)
+    ap.add_argument("--chars-per-token", type=float, default=4.0)
+    ap.add_argument("--tokens-per-second", type=float, default=200.0)
+    ap.add_argument("--chunks-per-second", type=float, default=20.0)
+    ap.add_argument("--repeat", type=int, default=3)
+    args = ap.parse_args()
+
+    text = synthetic_answer(int(args.tokens * args.chars_per_token))
+    tokens_per_chunk = args.tokens_per_second / args.chunks_per_second
+    chars_per_chunk = max(1, round(tokens_per_chunk * args.chars_per_token))
+    ends = chunk_ends(text, chars_per_chunk)
+    render_markdown("warm *up*")  # build the cached Markdown instance outside the measurement
+
+    def incremental() -> Callable[[str], str]:
+        r = StreamingRenderer()
+
+        def feed(t: str) -> str:
+            r.feed(t)
+            return r.html
+
+        return feed
+
+    results = {}
+    for name, make in (("naive render_markdown per chunk", lambda: render_markdown),
+                       ("StreamingRenderer", incremental)):
+        runs = [run(text, ends, make()) for _ in range(args.repeat)]
+        best = min(runs, key=lambda x: x[0])
+        results[name] = best
+    naive, inc = results["naive render_markdown per chunk"], results["StreamingRenderer"]
+    if naive[2] != inc[2] or inc[2] != render_markdown(text):
+        print("MISMATCH: the incremental HTML differs from render_markdown(text)", file=sys.stderr)
+        return 1
+
+    r = StreamingRenderer()
+    tails = []
+    for end in ends:
+        r.feed(text[:end])
+        tails.append(end - len(r._stable_text))  # noqa: SLF001 - benchmark introspection
+    print(f"CPython {sys.version.split()[0]}; answer {len(text):,} chars (~{args.tokens:,} tokens), "
+          f"{len(ends)} chunks of ~{chars_per_chunk} chars ({tokens_per_chunk:g} tokens) "
+          f"= {args.tokens_per_second:g} tokens/s at {args.chunks_per_second:g} chunks/s; best of {args.repeat}")
+    print(f"{'':34} {'total CPU':>10} {'max chunk':>10} {'mean chunk':>11}")
+    for name, (total, worst, _html) in results.items():
+        print(f"{name:34} {total * 1000:8.1f}ms {worst * 1000:8.2f}ms {total / len(ends) * 1000:9.3f}ms")
+    print(f"speed-up {naive[0] / inc[0]:.1f}x total; re-rendered tail per chunk: median "
+          f"{statistics.median(tails):.0f} chars, max {max(tails)} chars; final HTML identical")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
