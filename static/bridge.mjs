@@ -50,6 +50,29 @@ export async function emitAck(name, json, timeoutMs) {
   return JSON.stringify(ack === undefined ? null : ack);
 }
 
+/** Emit without an acknowledgement (fire and forget). */
+export function emit(name, json) {
+  if (!socket || !socket.connected) throw new Error("Cannot emit " + JSON.stringify(name) + ": not connected");
+  socket.emit(name, JSON.parse(json));
+}
+
+const named = new Map(); // handler -> wrapper, so off() finds what on() added
+
+/** Listen to one event besides the catch-all handler; the handler gets JSON text. */
+export function on(name, handler) {
+  if (!socket) throw new Error("Cannot listen: not connected");
+  const wrapper = (payload) => handler(JSON.stringify(payload === undefined ? null : payload));
+  named.set(handler, wrapper);
+  socket.on(name, wrapper);
+}
+
+/** Stop listening with a handler given to on(). */
+export function off(name, handler) {
+  const wrapper = named.get(handler);
+  if (socket && wrapper) socket.off(name, wrapper);
+  named.delete(handler);
+}
+
 export function connected() {
   return !!(socket && socket.connected);
 }
@@ -62,6 +85,7 @@ export function close() {
     socket.disconnect();
     socket = null;
   }
+  named.clear();
   onEvent = null;
 }
 

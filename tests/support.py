@@ -160,7 +160,7 @@ class PageServer:
         import http.server
         import threading
 
-        pages: dict[str, str] = {}
+        pages: dict[str, tuple[str, str]] = {}
         self.pages = pages
         dist = DIST
 
@@ -178,9 +178,10 @@ class PageServer:
             def do_GET(self) -> None:  # noqa: N802 - http.server's naming
                 path = self.path.split("?", 1)[0]
                 if path in pages:
-                    body = pages[path].encode()
+                    text, content_type = pages[path]
+                    body = text.encode()
                     self.send_response(200)
-                    self.send_header("Content-Type", "text/html; charset=utf-8")
+                    self.send_header("Content-Type", content_type)
                     self.send_header("Content-Length", str(len(body)))
                     self.end_headers()
                     self.wfile.write(body)
@@ -199,9 +200,9 @@ class PageServer:
     def origin(self) -> str:
         return f"http://127.0.0.1:{self.port}"
 
-    def add(self, path: str, html: str) -> str:
-        """Serve ``html`` at ``path``; returns its URL."""
-        self.pages[path] = html
+    def add(self, path: str, text: str, content_type: str = "text/html; charset=utf-8") -> str:
+        """Serve ``text`` at ``path``; returns its URL."""
+        self.pages[path] = (text, content_type)
         return self.origin + path
 
     def close(self) -> None:
