@@ -27,6 +27,8 @@ class FakeRelay:
         self.keys: dict[str, Any] = {}
         self.join_error: dict[str, Any] | None = None
         self.ack_patches = True
+        #: While set to an unset asyncio.Event, state_patch acks wait for it (a lost acknowledgement).
+        self.hold_patch_acks: object | None = None
         self.pending_calls: list[dict[str, Any]] = []
         self.requests: list[tuple[str, str]] = []
         self.created = 0
@@ -70,6 +72,8 @@ class FakeRelay:
                     transport.deliver(name, payload)
             return P.ok(conversation_id="c1", seq=self.seq, active=True, pending_calls=self.pending_calls)
         if event == P.EV_STATE_PATCH:
+            if self.hold_patch_acks is not None:
+                await self.hold_patch_acks.wait()  # type: ignore[attr-defined]
             if not self.ack_patches:
                 return P.error(P.ERR_INTERNAL, "refused for the test")
             self.patches.append(data["patch"])

@@ -244,3 +244,44 @@ async def test_oversized_context_fires_state_error_and_sends_nothing():
     assert errs and errs[0]["code"] == "state_too_large"
     assert len(relay.patches) == before
     assert relay.doc["autopilot"]["context"] == {"page": "/"}
+
+
+async def test_confirmation_is_void_once_the_relay_ended_the_call():
+    relay, transport, client = await connected()
+    ran = []
+    resolved = []
+    client.on("functionConfirmationResolved", resolved.append)
+    client.register_function("wipe", lambda a, c: ran.append(1), sensitive=True)
+    gate = asyncio.get_running_loop().create_future()
+    client.set_confirmation_handler(lambda req: gate)
+    relay.push(transport, "function_call.begin", {"id": "v1", "name": "wipe", "arguments": {}, "run": True})
+    await asyncio.sleep(0.01)
+    # The relay times the call out while the reader is still looking at the prompt ...
+    relay.push(transport, "function_call.end", {"id": "v1", "name": "wipe", "status": "error", "error": "Timed out."})
+    await asyncio.sleep(0.01)
+    # ... the pending answer is withdrawn (a UI drops its prompt), and nothing runs.
+    assert gate.cancelled()
+    await asyncio.sleep(0.02)
+    assert ran == []
+    assert resolved[-1]["decision"] == "deny" and resolved[-1]["reason"] == "expired"
+    assert client._ended_calls == {} and client._running == set()
+
+
+async def test_confirmation_allows_only_its_own_call():
+    relay, transport, client = await connected()
+    ran = []
+    client.register_function("pay", lambda a, c: ran.append(a["amount"]) or "paid", sensitive=True)
+    seen = []
+
+    def handler(req):
+        seen.append((req["id"], req["arguments"]))
+        return "allow" if req["arguments"] == {"amount": 1} else "deny"
+
+    client.set_confirmation_handler(handler)
+    relay.push(transport, "function_call.begin", {"id": "a", "name": "pay", "arguments": {"amount": 1}, "run": True})
+    relay.push(transport, "function_call.begin", {"id": "b", "name": "pay", "arguments": {"amount": 999}, "run": True})
+    await asyncio.sleep(0.05)
+    assert ran == [1]
+    assert seen == [("a", {"amount": 1}), ("b", {"amount": 999})]
+    by_id = {r["id"]: r for r in relay.responses}
+    assert by_id["b"]["error"] == P.MSG_SENSITIVE_DENIED

@@ -83,6 +83,8 @@ class AutopilotClient:
         self._confirmation_handler: ConfirmationHandler | None = None
         self._history: collections.deque[dict[str, Any]] = collections.deque(maxlen=P.FUNCTION_CALL_HISTORY_LIMIT)
         self._started_calls: set[str] = set()
+        self._ended_calls: dict[str, asyncio.Future[None]] = {}
+        self._running: set[str] = set()
         self._outbox: dict[str, dict[str, Any]] = {}
         self._patch_acks: dict[str, asyncio.Future[bool]] = {}
         self._resolutions: dict[int, str] = {}
@@ -371,20 +373,48 @@ class AutopilotClient:
         self._confirmation_handler = handler
 
     async def _confirm(self, request: dict[str, Any]) -> str:
+        """Ask the confirmation handler; deny on no handler, an exception, any other answer, or once the relay
+        has ended the call (timed out or cancelled): a late 'allow' never runs it (D6)."""
         self.events.emit("functionConfirmationRequired", {"request": request})
-        decision = "deny"
+        decision, reason = "deny", "no_handler"
         handler = self._confirmation_handler
+        ended = self._call_ended_future(request["id"])
         if handler is not None:
             try:
                 value = handler(request)
                 if inspect.isawaitable(value):
-                    value = await value
-                decision = "allow" if value == "allow" else "deny"
+                    answer = asyncio.ensure_future(value)
+                    done, _ = await asyncio.wait({answer, ended}, return_when=asyncio.FIRST_COMPLETED)
+                    if answer not in done:
+                        answer.cancel()
+                        raise _CallEnded()
+                    value = answer.result()
+                if ended.done():
+                    raise _CallEnded()
+                decision, reason = ("allow", "allowed") if value == "allow" else ("deny", "denied")
+            except _CallEnded:
+                decision, reason = "deny", "expired"
             except Exception as exc:  # noqa: BLE001 - fail closed
                 log.warning("confirmation handler raised, denying: %r", exc)
-                decision = "deny"
-        self.events.emit("functionConfirmationResolved", {"request": request, "decision": decision})
+                decision, reason = "deny", "handler_error"
+        self.events.emit(
+            "functionConfirmationResolved", {"request": request, "decision": decision, "reason": reason}
+        )
         return decision
+
+    def _call_ended_future(self, call_id: str) -> asyncio.Future[None]:
+        fut = self._ended_calls.get(call_id)
+        if fut is None:
+            fut = self._loop().create_future()
+            self._ended_calls[call_id] = fut
+        return fut
+
+    def _mark_call_ended(self, call_id: Any) -> None:
+        # Only calls still running here can be waiting on a confirmation; finished ones keep nothing.
+        if isinstance(call_id, str) and call_id in self._running:
+            fut = self._call_ended_future(call_id)
+            if not fut.done():
+                fut.set_result(None)
 
     # ------------------------------------------------------------------ function calls
     def get_function_call_history(self) -> list[dict[str, Any]]:
@@ -396,6 +426,14 @@ class AutopilotClient:
         if not isinstance(call_id, str) or call_id in self._started_calls:
             return
         self._started_calls.add(call_id)
+        self._running.add(call_id)
+        try:
+            await self._run_started_call(call_id, call)
+        finally:
+            self._running.discard(call_id)
+            self._ended_calls.pop(call_id, None)
+
+    async def _run_started_call(self, call_id: str, call: dict[str, Any]) -> None:
         name = call.get("name") if isinstance(call.get("name"), str) else ""
         args = call.get("arguments")
         if args is None:
@@ -699,6 +737,8 @@ class AutopilotClient:
             self.session.handle(event, data)
         if event == P.EV_FUNCTION_CALL_BEGIN and data.get("run") is True and self.active:
             self._spawn(self._run_call(data))
+        elif event == P.EV_FUNCTION_CALL_END:
+            self._mark_call_ended(data.get("id"))
         self.events.emit(event, data)
         self.events.emit("messagesChanged", None)
 
@@ -802,6 +842,10 @@ class AutopilotClient:
         self._outbox.clear()
         self.state.disconnected()
         return await self.connect(relay_url=self._relay_url, app_id=self._app_id)
+
+
+class _CallEnded(Exception):
+    """The relay ended a call while it waited for the reader's confirmation."""
 
 
 def _error_payload(exc: WidgetError) -> dict[str, Any]:

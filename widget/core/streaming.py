@@ -115,6 +115,12 @@ class StreamingSession:
     def _ended(self, p: dict[str, Any]) -> None:
         message = p.get("message")
         self._commit(message if isinstance(message, dict) else None)
+        # The round's tool messages ride along, so the live view pairs results exactly as a reload does.
+        tool_messages = p.get("tool_messages")
+        if isinstance(tool_messages, list):
+            for tool in tool_messages:
+                if isinstance(tool, dict):
+                    self.add_message(tool)
 
     def _finished(self, p: dict[str, Any]) -> None:
         if self.streaming_message is not None and (
