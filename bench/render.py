@@ -5,7 +5,12 @@ lists, fenced code, a table) arrives at 200 tokens/s in ~20 chunks/s, i.e. ~10 t
 No sleeps: the chunk sequence is replayed as fast as possible and only CPU time is measured (CPython,
 ``time.process_time`` per chunk, best of ``--repeat`` runs). Both paths must produce the same final HTML.
 
-    python bench/render.py [--repeat 3] [--chars-per-token 4] [--tokens 4000]
+``--browser`` also runs it in Chromium: Pyodide booted from the relay with the build's bundle.zip, the answer held
+in Python (as the bar holds it), one task per chunk doing Python rendering + ``sanitize.mjs`` + the DOM update
+(naive: replace everything; incremental: append the newly stable blocks, replace the tail). It prints the
+main-thread time per chunk task (``performance.now``, 0.1 ms resolution) and the Python share of it.
+
+    python bench/render.py [--repeat 3] [--chars-per-token 4] [--tokens 4000] [--browser]
 """
 
 from __future__ import annotations
@@ -86,6 +91,133 @@ def run(text: str, ends: list[int], render: Callable[[str], str]) -> tuple[float
     return sum(per), max(per), html
 
 
+BROWSER_PAGE = """<!doctype html><html lang="en"><head><meta charset="utf-8"><link rel="icon" href="data:,">
+<title>render bench</title>
+<script type="module">
+import * as sanitizer from "/widget/__BUILD__/sanitize.mjs";
+window.__sanitizer = sanitizer;
+window.__ready = true;
+</script></head><body><div id="answer"><div id="stable"></div><div id="tail"></div></div></body></html>
+"""
+
+BROWSER_BOOT = """async (root) => {
+  const mod = await import(root + "pyodide/pyodide.mjs");
+  const pyodide = await mod.loadPyodide({indexURL: root + "pyodide/", fullStdLib: false});
+  const bundle = new Uint8Array(await (await fetch(root + "bundle.zip")).arrayBuffer());
+  pyodide.FS.mkdirTree("/lib/autopilot");
+  pyodide.FS.writeFile("/lib/autopilot/bundle.zip", bundle);
+  pyodide.runPython("import sys\\nsys.path.insert(0, '/lib/autopilot/bundle.zip')");
+  window.__pyodide = pyodide;
+  window.__longtasks = [];
+  new PerformanceObserver((l) => { for (const e of l.getEntries()) window.__longtasks.push(e.duration); })
+    .observe({type: "longtask", buffered: false});
+}"""
+
+BROWSER_PY = """
+import time
+from widget.core.markdown import StreamingRenderer, render_markdown
+render_markdown("warm *up*")
+_bench = {"text": BENCH_TEXT, "py": 0.0, "r": None}
+
+def bench_reset():
+    _bench["r"] = StreamingRenderer()
+    _bench["py"] = 0.0
+
+def bench_step(end, incremental):
+    t0 = time.perf_counter()
+    text = _bench["text"][:end]
+    if incremental:
+        r = _bench["r"]
+        r.feed(text)
+        out = r.appended + "\\x00" + r.tail
+    else:
+        out = render_markdown(text)
+    _bench["py"] += time.perf_counter() - t0
+    return out
+
+def bench_py_ms():
+    return _bench["py"] * 1000
+"""
+
+BROWSER_RUN = """async ([ends, incremental]) => {
+  const py = window.__pyodide, S = window.__sanitizer;
+  const step = py.globals.get("bench_step"), reset = py.globals.get("bench_reset"), pyMs = py.globals.get("bench_py_ms");
+  const stable = document.getElementById("stable"), tail = document.getElementById("tail");
+  stable.replaceChildren(); tail.replaceChildren();
+  reset();
+  window.__longtasks.length = 0;
+  const per = [];
+  for (const end of ends) {
+    await new Promise((resolve) => setTimeout(resolve, 0));  // one task per chunk, as a socket message would be
+    const t0 = performance.now();
+    const out = step(end, incremental);
+    if (incremental) {
+      const cut = out.indexOf("\\x00");
+      const appended = out.slice(0, cut);
+      if (appended) S.appendSafeHTML(stable, appended);
+      S.setSafeHTML(tail, out.slice(cut + 1));
+    } else {
+      S.setSafeHTML(tail, out);
+    }
+    per.push(performance.now() - t0);
+  }
+  await new Promise((resolve) => setTimeout(resolve, 50));
+  const result = {per, pyMs: pyMs(), longtasks: window.__longtasks.slice(),
+                  html: (stable.innerHTML + tail.innerHTML).replace(/>\\s+</g, "><")};
+  step.destroy(); reset.destroy(); pyMs.destroy();
+  return result;
+}"""
+
+
+def browser_bench(text: str, ends: list[int], repeat: int) -> int:
+    """Run both paths in Chromium (Pyodide + sanitize.mjs + DOM); print main-thread time per chunk task."""
+    import json
+    import tempfile
+
+    from playwright.sync_api import sync_playwright
+
+    root = Path(__file__).resolve().parent.parent
+    sys.path.insert(0, str(root / "tests"))
+    sys.path.insert(0, str(root))
+    from build import build  # noqa: E402
+    from support import CHROMIUM, CHROMIUM_ARGS, DIST, start_relay  # noqa: E402
+
+    build(quiet=True)
+    bid = json.loads((DIST / "manifest.json").read_text())["build_id"]
+    relay = start_relay(Path(tempfile.mkdtemp(prefix="bench-render-")))
+    try:
+        with sync_playwright() as pw:
+            browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+            page = browser.new_page()
+            url = relay.url + "/__bench__/render.html"
+            page.route(url, lambda route: route.fulfill(status=200, content_type="text/html; charset=utf-8",
+                                                        body=BROWSER_PAGE.replace("__BUILD__", bid)))
+            page.goto(url)
+            page.wait_for_function("window.__ready === true", timeout=15_000)
+            page.evaluate(BROWSER_BOOT, f"{relay.url}/widget/{bid}/")
+            page.evaluate("""([code, text]) => { const py = window.__pyodide;
+                py.globals.set("BENCH_TEXT", text); py.runPython(code); }""", [BROWSER_PY, text])
+            version = page.evaluate("() => window.__pyodide.runPython('import sys; sys.version.split()[0]')")
+            results: dict[str, dict] = {}
+            for name, incremental in (("naive + sanitize + DOM", False), ("incremental + sanitize + DOM", True)):
+                runs = [page.evaluate(BROWSER_RUN, [ends, incremental]) for _ in range(repeat)]
+                results[name] = min(runs, key=lambda r: sum(r["per"]))
+            browser.close()
+    finally:
+        relay.stop()
+    naive, inc = results["naive + sanitize + DOM"], results["incremental + sanitize + DOM"]
+    same = naive["html"] == inc["html"]
+    print(f"\nChromium + Pyodide (Python {version}); same chunks; one task per chunk; best of {repeat}")
+    print(f"{'':34} {'main thread':>11} {'longest task':>12} {'mean task':>10} {'Python':>9} {'long tasks':>10}")
+    for name, r in results.items():
+        per = r["per"]
+        print(f"{name:34} {sum(per):9.1f}ms {max(per):10.1f}ms {sum(per) / len(per):8.2f}ms "
+              f"{r['pyMs']:7.1f}ms {len(r['longtasks']):10d}")
+    print(f"speed-up {sum(naive['per']) / sum(inc['per']):.1f}x main-thread time; "
+          f"final DOM {'identical' if same else 'DIFFERENT'}")
+    return 0 if same else 1
+
+
 def main() -> int:
     """Print the comparison table."""
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -94,6 +226,7 @@ def main() -> int:
     ap.add_argument("--tokens-per-second", type=float, default=200.0)
     ap.add_argument("--chunks-per-second", type=float, default=20.0)
     ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--browser", action="store_true", help="also run in Chromium with Pyodide (needs the build)")
     args = ap.parse_args()
 
     text = synthetic_answer(int(args.tokens * args.chars_per_token))
@@ -135,6 +268,8 @@ def main() -> int:
         print(f"{name:34} {total * 1000:8.1f}ms {worst * 1000:8.2f}ms {total / len(ends) * 1000:9.3f}ms")
     print(f"speed-up {naive[0] / inc[0]:.1f}x total; re-rendered tail per chunk: median "
           f"{statistics.median(tails):.0f} chars, max {max(tails)} chars; final HTML identical")
+    if args.browser:
+        return browser_bench(text, ends, args.repeat)
     return 0
 
 
