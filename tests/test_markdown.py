@@ -111,7 +111,9 @@ def html_violations(html: str, *, require_url_shown: bool = True) -> list[str]:
 
 
 def test_basic_markdown():
-    html = render_markdown("# Title\n\nSome *em*, **strong** and `code`.\n\n- a\n- b\n\nThen:\n\n1. one\n2. two\n\n> quote")
+    html = render_markdown(
+        "# Title\n\nSome *em*, **strong** and `code`.\n\n- a\n- b\n\nThen:\n\n1. one\n2. two\n\n> quote"
+    )
     assert "<h1>Title</h1>" in html
     assert "<em>em</em>" in html and "<strong>strong</strong>" in html and "<code>code</code>" in html
     assert "<ul>\n<li>a</li>\n<li>b</li>\n</ul>" in html

@@ -337,7 +337,8 @@ async def test_sanitize_api_and_policy(sanitize_page: SanitizePage) -> None:
 async def test_streamed_blocks_sanitize_like_the_whole(sanitize_page: SanitizePage) -> None:
     """Appending the stable parts and replacing the tail gives the DOM of the whole answer."""
     text = ("# Plan\n\nSee [the docs](https://example.com/docs) and <script>alert(1)</script>.\n\n"
-            "```html\n<img src=x onerror=alert(1)>\n```\n\n- one\n- two\n\n![pixel](https://evil.example/p.png)\n\nEnd.")
+            "```html\n<img src=x onerror=alert(1)>\n```\n\n- one\n- two\n\n"
+            "![pixel](https://evil.example/p.png)\n\nEnd.")
     r = StreamingRenderer()
     steps = []
     for end in range(7, len(text) + 7, 7):

@@ -1,4 +1,4 @@
-"""Model output (Markdown) to HTML that is safe by construction; a sink sanitizer (static/sanitize.mjs) still runs after.
+"""Model output (Markdown) to HTML, safe by construction; the sink sanitizer (static/sanitize.mjs) runs after it.
 
 What ``render_markdown`` guarantees, whatever the model wrote:
 
