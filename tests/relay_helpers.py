@@ -5,12 +5,13 @@ from __future__ import annotations
 import asyncio
 import time
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, AsyncIterator, Callable
 
 import aiohttp
 import socketio
 
 from widget.relay import AppConfig, ModelConfig, RelayConfig, start_relay
+from widget.relay.model import ModelAdapter, ModelRequest, TextDelta
 
 SECRET = "test-relay-secret-0123456789"
 SHOP_SECRET = "shop-secret-0123456789abcdef"
@@ -55,8 +56,53 @@ def relay_config(tmp: Path, **overrides: Any) -> RelayConfig:
     return cfg
 
 
-async def launch(tmp: Path, **overrides: Any) -> Any:
-    return await start_relay(relay_config(tmp, **overrides))
+async def launch(tmp: Path, adapters: dict[str, ModelAdapter] | None = None, **overrides: Any) -> Any:
+    """A relay in this loop; ``adapters`` replace model adapters by name (e.g. a ScriptedModel)."""
+    return await start_relay(relay_config(tmp, **overrides), models=adapters)
+
+
+class ScriptedModel(ModelAdapter):
+    """A test model playing one scripted round per request: its chunks (TextDelta / ToolCall) in
+    order; an exception in the list is raised at that point (after the chunks before it). Records
+    every request. With no script left it answers "(unscripted)"."""
+
+    name = "scripted"
+
+    def __init__(self) -> None:
+        self.rounds: list[list[Any]] = []
+        self.requests: list[ModelRequest] = []
+
+    def script(self, *rounds: list[Any]) -> None:
+        self.rounds.extend(list(r) for r in rounds)
+
+    def reset(self) -> None:
+        self.rounds.clear()
+        self.requests.clear()
+
+    async def stream(self, request: ModelRequest) -> AsyncIterator[Any]:  # type: ignore[override]
+        self.requests.append(request)
+        chunks = self.rounds.pop(0) if self.rounds else [TextDelta("(unscripted)")]
+        for c in chunks:
+            if isinstance(c, BaseException):
+                raise c
+            await asyncio.sleep(0)
+            yield c
+
+
+def fold(events: list[tuple[str, Any]]) -> list[dict[str, Any]]:
+    """The conversation's messages rebuilt from its sequenced events (what a client replaying from 0
+    holds): ``message`` adds one, ``completion.ended`` adds the assistant message and its tool
+    messages, ``messages.withdrawn`` removes the listed ones."""
+    msgs: list[dict[str, Any]] = []
+    for name, d in events:
+        if name == "message":
+            msgs.append(d["message"])
+        elif name == "completion.ended":
+            msgs += [d["message"], *d["tool_messages"]]
+        elif name == "messages.withdrawn":
+            gone = set(d["message_ids"])
+            msgs = [m for m in msgs if m["id"] not in gone]
+    return msgs
 
 
 class Recorder:

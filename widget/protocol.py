@@ -25,6 +25,10 @@ EV_FUNCTION_RESPONSE: Final = "function_response"
 EV_CANCEL: Final = "cancel"
 EV_REPLAY: Final = "replay"
 EV_ACTIVATE: Final = "activate"
+#: Re-run the conversation's failed turn from its last completed round (D3).
+EV_RETRY: Final = "retry"
+#: Replace the last assistant answer with a new one (D3).
+EV_REGENERATE: Final = "regenerate"
 
 # --- Socket.IO events: relay -> client -----------------------------------------
 EV_STATE: Final = "state"
@@ -40,6 +44,8 @@ EV_COMPLETION_FINISHED: Final = "completion.finished"
 EV_USER_INPUT: Final = "user_input"
 EV_ASK_USER_REQUEST: Final = "ask_user.request"
 EV_MESSAGE: Final = "message"
+#: Stored messages taken out of the conversation by ``retry``/``regenerate``; the turn that follows replaces them.
+EV_MESSAGES_WITHDRAWN: Final = "messages.withdrawn"
 
 #: Events that carry a per-conversation ``seq`` and are replayed on join.
 SEQUENCED_EVENTS: Final = frozenset(
@@ -54,6 +60,7 @@ SEQUENCED_EVENTS: Final = frozenset(
         EV_USER_INPUT,
         EV_ASK_USER_REQUEST,
         EV_MESSAGE,
+        EV_MESSAGES_WITHDRAWN,
     }
 )
 
@@ -114,6 +121,8 @@ ERR_CALL_NOT_PENDING: Final = "call_not_pending"
 ERR_MESSAGE_TOO_LONG: Final = "message_too_long"
 ERR_BUSY: Final = "busy"
 ERR_INTERNAL: Final = "internal"
+#: ``retry`` without a failed turn, ``regenerate`` without a user message to answer.
+ERR_NOTHING_TO_RETRY: Final = "nothing_to_retry"
 
 ERROR_CODES: Final = frozenset(
     {
@@ -134,6 +143,7 @@ ERROR_CODES: Final = frozenset(
         ERR_MESSAGE_TOO_LONG,
         ERR_BUSY,
         ERR_INTERNAL,
+        ERR_NOTHING_TO_RETRY,
     }
 )
 

@@ -205,10 +205,7 @@ class Api:
             key = body.get("idempotency_key")
             if key is not None and (not isinstance(key, str) or not key or len(key) > P.MAX_IDEMPOTENCY_KEY_CHARS):
                 raise ProtocolError(P.ERR_BAD_REQUEST, f"idempotency_key must be a string of 1-{P.MAX_IDEMPOTENCY_KEY_CHARS} characters.")
-            if key is None or await self.store.get_ack(cid, key) is None:
-                await self.hub.answer_prompts(cid, answers)
-                if key is not None:
-                    await self.store.put_ack(cid, key, P.ok())
+            await self.hub.answer_prompts(cid, answers, (key, P.ok()) if key is not None else None)
             out = await self.conversation_body(request, cid)
         except ProtocolError as exc:
             return self._error(exc, cors)

@@ -94,8 +94,10 @@ class RelayConfig:
     max_iterations: int = MAX_ITERATIONS
     #: Browser creates per client address per minute (D2 rate limit).
     create_rate_per_minute: int = 30
-    #: User messages per conversation per minute.
+    #: User messages (and retries/regenerations) per conversation per minute.
     message_rate_per_minute: int = 60
+    #: Socket.IO joins per client address per minute (0: unlimited).
+    join_rate_per_minute: int = 600
     #: History trimming budget, characters of message content sent to the model (see docs).
     max_history_chars: int = 60_000
     system_prompt: str = DEFAULT_SYSTEM_PROMPT
@@ -210,6 +212,7 @@ _TOP_KEYS = {
     "max_iterations": int,
     "create_rate_per_minute": int,
     "message_rate_per_minute": int,
+    "join_rate_per_minute": int,
     "max_history_chars": int,
     "system_prompt": str,
     "log_level": str,

@@ -37,7 +37,11 @@ turn_log = logging.getLogger("widget.relay.turns")
 CALL_POLL_S = 0.5
 BUSY_STATUSES = {S.RUNNING, S.WAITING_FOR_FUNCTION, S.WAITING_FOR_ASK_USER}
 LIVE_STATUSES = {S.RUNNING, S.WAITING_FOR_FUNCTION}
-PROMPT_TYPES = {"text", "bool", "radiolist", "checklist"}
+PROMPT_TYPES = ("text", "bool", "radiolist", "checklist")
+#: Bounds on an ask-user prompt the model writes (a prompt over them is refused to the model).
+PROMPT_MAX_QUESTION_CHARS = 2000
+PROMPT_MAX_OPTIONS = 50
+PROMPT_MAX_LABEL_CHARS = 200
 
 
 def new_id(prefix: str, nbytes: int = 9) -> str:
@@ -82,8 +86,6 @@ class ConvRuntime:
     call_events: dict[str, asyncio.Event] = field(default_factory=dict)
     #: call id -> the socket it was sent to with ``run: true``
     dispatched: dict[str, str] = field(default_factory=dict)
-    #: seed-002 tools: (name, canonical args) -> tool message, for the running turn
-    tool_cache: dict[str, dict[str, Any]] = field(default_factory=dict)
 
 
 class _PatchFailed(Exception):
@@ -155,6 +157,8 @@ class Hub:
         self.convs: dict[str, ConvRuntime] = {}
         self.clients: dict[str, str] = {}  # sid -> conversation id
         self.message_limiter = RateLimiter(config.message_rate_per_minute)
+        self.join_limiter = RateLimiter(config.join_rate_per_minute)
+        self.addresses: dict[str, str] = {}  # sid -> client address
         self._tasks: set[asyncio.Task[Any]] = set()
         self.closing = False
         for event, handler in {
@@ -167,6 +171,8 @@ class Hub:
             P.EV_CANCEL: self.on_cancel,
             P.EV_REPLAY: self.on_replay,
             P.EV_ACTIVATE: self.on_activate,
+            P.EV_RETRY: self.on_retry,
+            P.EV_REGENERATE: self.on_regenerate,
         }.items():
             self.sio.on(event, handler)
 
@@ -252,9 +258,12 @@ class Hub:
             return P.error(P.ERR_INTERNAL, "The relay failed to handle this event.")
 
     async def on_connect(self, sid: str, environ: dict[str, Any], auth: Any = None) -> bool:
+        client = (environ.get("asgi.scope") or {}).get("client")
+        self.addresses[sid] = str(client[0]) if client else str(environ.get("REMOTE_ADDR") or "?")
         return True
 
     async def on_disconnect(self, sid: str, *args: Any) -> None:
+        self.addresses.pop(sid, None)
         self._leave(sid)
 
     def _leave(self, sid: str) -> None:
@@ -275,6 +284,8 @@ class Hub:
         return await self._handle(self._join(sid, data))
 
     async def _join(self, sid: str, data: Any) -> dict[str, Any]:
+        if not self.join_limiter.allow(self.addresses.get(sid, "?")):
+            raise ProtocolError(P.ERR_RATE_LIMITED, "Too many joins from this address; wait a moment and join again.")
         if not isinstance(data, dict):
             raise ProtocolError(P.ERR_BAD_REQUEST, "join expects {token, version, last_seq}")
         version = data.get("version")
@@ -406,11 +417,68 @@ class Hub:
                     conversation={"status": S.RUNNING, "turn_id": turn_id, "iteration": 0, "runner": self.instance},
                     idempotency=(key, ack),
                 )
-                rt.tool_cache.clear()
                 rt.turn = self.spawn(self.run_turn(cid, turn_id, 0))
                 return ack
 
         return await self._handle(go())
+
+    async def on_retry(self, sid: str, data: Any = None) -> dict[str, Any]:
+        return await self._handle(self._redo(sid, data, regenerate=False))
+
+    async def on_regenerate(self, sid: str, data: Any = None) -> dict[str, Any]:
+        return await self._handle(self._redo(sid, data, regenerate=True))
+
+    async def _redo(self, sid: str, data: Any, regenerate: bool) -> dict[str, Any]:
+        """``retry`` (the failed turn goes on from its last completed round) and ``regenerate`` (a new
+        answer to the last user message). Both withdraw the messages they replace with one
+        ``messages.withdrawn`` event, stored with the new status and the ack, then run the turn."""
+        op = P.EV_REGENERATE if regenerate else P.EV_RETRY
+        cid, rt = self._joined(sid)
+        if not isinstance(data, dict):
+            raise ProtocolError(P.ERR_BAD_REQUEST, f"{op} expects {{idempotency_key}}")
+        key = _key_of(data)
+        conv = await self.store.get_conversation(cid)
+        if conv is not None:
+            await self.recover(conv)  # a turn whose relay died becomes failed (and retryable) first
+        async with rt.lock:
+            stored = await self.store.get_ack(cid, key)
+            if stored is not None:
+                return stored
+            snap = await self.store.snapshot(cid)
+            if snap is None:
+                raise ProtocolError(P.ERR_NOT_FOUND, "The conversation no longer exists.")
+            conv, messages = snap
+            if conv["status"] in BUSY_STATUSES or (rt.turn is not None and not rt.turn.done()):
+                raise ProtocolError(P.ERR_BUSY, "A turn is running or waiting on the reader; wait or cancel it.")
+            users = [i for i, m in enumerate(messages) if m.get("role") == "user"]
+            if not users:
+                raise ProtocolError(P.ERR_NOTHING_TO_RETRY, "There is no user message to answer yet.")
+            after = messages[users[-1] + 1:]
+            if regenerate:
+                turn_id, iteration = new_id("t_"), 0
+                withdraw = after
+            else:
+                if conv["status"] != S.FAILED or not conv["turn_id"]:
+                    raise ProtocolError(P.ERR_NOTHING_TO_RETRY, "The last turn did not fail; send regenerate for a new answer.")
+                # Keep the rounds the failed turn completed (their calls ran: a call runs at most once);
+                # withdraw what the failing round stored, and the error message.
+                turn_id, iteration = conv["turn_id"], 0
+                boundary = messages[users[-1]]["seq"]
+                for seq, name, payload in await self.store.events_after(cid, boundary):
+                    if name == P.EV_FUNCTION_CALL_ITERATION and payload.get("turn_id") == turn_id:
+                        boundary, iteration = seq, int(payload.get("iteration") or 0)
+                withdraw = [m for m in after if m.get("seq", 0) > boundary]
+            if not self.message_limiter.allow(cid):
+                raise ProtocolError(P.ERR_RATE_LIMITED, "Too many messages; wait a moment.")
+            ack = P.ok(turn_id=turn_id)
+            ids = [m["id"] for m in withdraw]
+            await self._emit_locked(
+                rt, cid, P.EV_MESSAGES_WITHDRAWN, {"message_ids": ids, "reason": op, "turn_id": turn_id},
+                withdraw=ids, idempotency=(key, ack),
+                conversation={"status": S.RUNNING, "turn_id": turn_id, "iteration": iteration, "runner": self.instance},
+            )
+            rt.turn = self.spawn(self.run_turn(cid, turn_id, iteration, announce=False))
+            return ack
 
     async def on_function_response(self, sid: str, data: Any = None) -> dict[str, Any]:
         async def go() -> dict[str, Any]:
@@ -554,23 +622,35 @@ class Hub:
             await self._emit_locked(rt, cid, P.EV_USER_INPUT, {"reason": "message"})
             return True
 
-    async def answer_prompts(self, cid: str, answers: list[dict[str, Any]]) -> None:
-        """Store ask-user answers; resume the turn once every pending prompt is answered."""
+    async def answer_prompts(self, cid: str, answers: list[dict[str, Any]], idempotency: S.Ack | None = None) -> None:
+        """Check and store ask-user answers (all or none); resume the turn once every pending prompt
+        is answered."""
         rt = self.rt(cid)
         async with rt.lock:
+            if idempotency is not None and await self.store.get_ack(cid, idempotency[0]) is not None:
+                return  # a repeat of a POST already applied
             conv = await self.store.get_conversation(cid)
             if conv is None:
                 raise ProtocolError(P.ERR_NOT_FOUND, "Unknown conversation.")
             pending = {p["id"]: p for p in await self.store.pending_prompts(cid)}
             if conv["status"] != S.WAITING_FOR_ASK_USER or not pending:
                 raise ProtocolError(P.ERR_BAD_REQUEST, "The conversation is not waiting for ask-user answers.")
+            seen: set[str] = set()
             for a in answers:
-                prompt = pending.get(a["id"])
-                if prompt is None:
-                    raise ProtocolError(P.ERR_BAD_REQUEST, f"No pending prompt has id {a['id']!r}.")
-                _check_answer(prompt, a["result"])
+                if a["id"] in seen:
+                    raise ProtocolError(P.ERR_BAD_REQUEST, f"Prompt {a['id']!r} is answered twice in this request; answer each prompt once.")
+                seen.add(a["id"])
+            unknown = [a["id"] for a in answers if a["id"] not in pending]
+            if unknown:
+                statuses = await self.store.prompt_statuses(cid, unknown)
+                pid = unknown[0]
+                if statuses.get(pid) in (S.CALL_ANSWERED, S.PROMPT_TAKEN):
+                    raise ProtocolError(P.ERR_BAD_REQUEST, f"Prompt {pid!r} was already answered; each prompt is answered once.")
+                raise ProtocolError(P.ERR_BAD_REQUEST, f"No pending prompt has id {pid!r} (pending: {', '.join(sorted(pending))}).")
             for a in answers:
-                await self.store.answer_prompt(cid, a["id"], a["result"])
+                _check_answer(pending[a["id"]], a["result"])
+            if not await self.store.answer_prompts(cid, [(a["id"], a["result"]) for a in answers], idempotency):
+                raise ProtocolError(P.ERR_BAD_REQUEST, "Those prompts are no longer pending.")
             if await self.store.pending_prompts(cid):
                 return
             await self.store.update_conversation(cid, status=S.RUNNING, runner=self.instance)
@@ -661,7 +741,10 @@ class Hub:
         history = self._history(messages, {P.KIND_TOOL: P.TOOL_REPLY_MAX_CHARS, P.KIND_FUNCTION: None})
         return ModelRequest(messages=system + history, tools=tools if with_tools else [], conversation_id=cid, turn_id=turn_id), catalogue
 
-    async def run_turn(self, cid: str, turn_id: str, iteration: int, resume: bool = False) -> None:
+    async def run_turn(self, cid: str, turn_id: str, iteration: int, resume: bool = False, announce: bool = True) -> None:
+        """Run (or resume) a turn from round ``iteration``. ``resume``: feed the ask-user answers
+        first. ``announce``: start with ``function_call_iteration`` when ``iteration > 0`` (a retry
+        does not: its ``messages.withdrawn`` starts it)."""
         rt = self.rt(cid)
         t0 = time.monotonic()
         log_calls: list[dict[str, Any]] = []
@@ -679,12 +762,14 @@ class Hub:
                     end = {"status": P.STATUS_SUCCESS, "result": answer}
                     tm = self._tool_message(prompt["id"], ASK_USER_TOOL, "relay", end)
                     await self.emit_event(cid, P.EV_MESSAGE, {"message": tm}, messages=[tm])
+            first = True
             while True:
-                if iteration > 0:
+                if iteration > 0 and (announce or not first):
                     await self.emit_event(cid, P.EV_FUNCTION_CALL_ITERATION, {"turn_id": turn_id, "iteration": iteration},
                                           conversation={"iteration": iteration, "status": S.RUNNING})
                 last_round = iteration >= self.config.max_iterations - 1
                 request, catalogue = await self._request(cid, conv, app, turn_id, with_tools=not last_round)
+                first = False
                 cur.update(message_id=new_id("m_"), text=[], calls=[], tools=[], started=False)
                 raw_calls: list[ToolCall] = []
 
@@ -775,15 +860,23 @@ class Hub:
         self, cid: str, rt: ConvRuntime, turn_id: str, cur: dict[str, Any], raw_calls: list[ToolCall],
         catalogue: dict[str, dict[str, Any]], app: AppConfig, log_calls: list[dict[str, Any]],
     ) -> list[dict[str, Any]]:
-        """Run one round's calls. Returns the ask-user prompts when the turn must suspend."""
-        client_calls, prompts = [], []
+        """Run one round's calls. Returns the ask-user prompts when the turn must suspend.
+
+        Seed-002 tools (D6): a call with the same name and arguments as an earlier call of the turn is
+        answered from it — from the first call of the same round whatever its outcome (both were asked
+        at once), from an earlier round's call when that one succeeded (a failed call may be retried)."""
+        client_calls: list[dict[str, Any]] = []
+        prompts: list[dict[str, Any]] = []
+        in_round: dict[str, dict[str, Any]] = {}  # cache key -> the round's first call of it
+        dupes: list[tuple[dict[str, Any], dict[str, Any]]] = []
+        earlier: dict[str, dict[str, Any]] | None = None  # cache key -> an earlier round's successful call
         for tc in raw_calls:
             call = {"id": new_id("call_"), "name": tc.name, "arguments": tc.arguments}
             cur["calls"].append(call)
             if tc.name == ASK_USER_TOOL and app.ask_user:
-                prompt = _prompt_from(call)
+                prompt, problem = _prompt_from(call)
                 if prompt is None:
-                    cur["tools"].append(self._tool_message(call["id"], tc.name, "relay", {"status": P.STATUS_ERROR, "error": "Invalid ask_user arguments: need type and question."}))
+                    cur["tools"].append(self._tool_message(call["id"], tc.name, "relay", {"status": P.STATUS_ERROR, "error": f"Invalid ask_user call: {problem}. Nothing was shown to the reader; fix the arguments and call again."}))
                 else:
                     prompts.append(prompt)
             elif tc.name not in catalogue:
@@ -792,12 +885,23 @@ class Hub:
                 cur["tools"].append(self._tool_message(call["id"], tc.name, catalogue[tc.name]["kind"], {"status": P.STATUS_ERROR, "error": "The arguments were not a JSON object."}))
             else:
                 kind = catalogue[tc.name]["kind"]
-                cache_key = tc.name + "\x00" + json.dumps(tc.arguments, sort_keys=True)
-                if kind == P.KIND_TOOL and cache_key in rt.tool_cache:  # D6: same tool, same args, one turn
-                    first = rt.tool_cache[cache_key]
-                    cur["tools"].append({**first, "id": new_id("m_"), "function_call_id": call["id"], "created_at": time.time()})
-                    continue
-                client_calls.append({**call, "kind": kind, "cache_key": cache_key})
+                if kind == P.KIND_TOOL:
+                    cache_key = _cache_key(tc.name, tc.arguments)
+                    if cache_key in in_round:
+                        dupes.append((call, in_round[cache_key]))
+                        continue
+                    if earlier is None:
+                        earlier = {
+                            _cache_key(c["name"], c["arguments"]): c for c in reversed(await self.store.turn_calls(cid, turn_id))
+                            if c["kind"] == P.KIND_TOOL and c["status"] == S.CALL_ANSWERED and c["error"] is None
+                        }
+                    prior = earlier.get(cache_key)
+                    if prior is not None:
+                        end = {"status": P.STATUS_SUCCESS, "result": prior["result"], "duration_ms": prior["handler_ms"], "total_ms": prior["total_ms"]}
+                        cur["tools"].append({**self._tool_message(call["id"], tc.name, kind, end), "answered_from": prior["id"]})
+                        continue
+                    in_round[cache_key] = call
+                client_calls.append({**call, "kind": kind})
         if client_calls:
             await self.store.add_calls(cid, turn_id, client_calls)
             for c in client_calls:
@@ -808,13 +912,18 @@ class Hub:
                                             conversation={"status": S.WAITING_FOR_FUNCTION})
                 await self.store.set_call_seq(cid, c["id"], seq)
             results = await asyncio.gather(*(self._await_call(cid, rt, c) for c in client_calls))
+            by_id: dict[str, dict[str, Any]] = {}
             for c, (end, ms) in zip(client_calls, results):
                 tm = self._tool_message(c["id"], c["name"], c["kind"], end)
+                by_id[c["id"]] = tm
                 cur["tools"].append(tm)
-                if c["kind"] == P.KIND_TOOL and end["status"] == P.STATUS_SUCCESS:
-                    rt.tool_cache[c["cache_key"]] = tm
                 log_calls.append({"tool": c["name"], "ok": end["status"] == P.STATUS_SUCCESS, "ms": ms})
+            for call, first in dupes:
+                cur["tools"].append({**by_id[first["id"]], "id": new_id("m_"), "function_call_id": call["id"],
+                                     "created_at": time.time(), "answered_from": first["id"]})
             await self.store.update_conversation(cid, status=S.RUNNING)
+        order = {c["id"]: i for i, c in enumerate(cur["calls"])}
+        cur["tools"].sort(key=lambda t: order.get(t.get("function_call_id"), len(order)))
         if prompts:
             await self.store.add_prompts(cid, turn_id, prompts)
         return prompts
@@ -856,25 +965,96 @@ class Hub:
         return end, ms
 
 
-def _prompt_from(call: dict[str, Any]) -> dict[str, Any] | None:
+def _cache_key(name: str, arguments: Any) -> str:
+    return name + "\x00" + json.dumps(arguments, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+def _short(value: Any, limit: int = 80) -> str:
+    text = json.dumps(value, ensure_ascii=False) if not isinstance(value, str) else repr(value)
+    return text if len(text) <= limit else text[:limit] + "…"
+
+
+def _prompt_from(call: dict[str, Any]) -> tuple[dict[str, Any] | None, str]:
+    """The reader-facing prompt (seed 000 shape) of a model's ``ask_user`` call, keeping only known
+    fields; or ``None`` and what is wrong with the call (answered to the model, never shown)."""
     a = call["arguments"]
-    if not isinstance(a, dict) or a.get("type") not in PROMPT_TYPES or not isinstance(a.get("question"), str):
-        return None
-    prompt = {"id": call["id"], "type": a["type"], "question": a["question"]}
-    if isinstance(a.get("arguments"), dict):
-        prompt["arguments"] = a["arguments"]
-    return prompt
+    if not isinstance(a, dict):
+        return None, "the arguments must be a JSON object"
+    t = a.get("type")
+    if t not in PROMPT_TYPES:
+        return None, f"type must be one of {', '.join(PROMPT_TYPES)} (got {_short(t)})"
+    q = a.get("question")
+    if not isinstance(q, str) or not q.strip():
+        return None, "question must be a non-empty string"
+    if len(q) > PROMPT_MAX_QUESTION_CHARS:
+        return None, f"question must be at most {PROMPT_MAX_QUESTION_CHARS} characters"
+    extra = a.get("arguments")
+    if extra is None:
+        extra = {}
+    if not isinstance(extra, dict):
+        return None, "arguments must be an object"
+    args: dict[str, Any] = {}
+    allowed = {"bool": ("yes_label", "no_label"), "text": ("placeholder",)}.get(t, ())
+    for k in allowed:
+        if extra.get(k) is not None:
+            if not isinstance(extra[k], str) or len(extra[k]) > PROMPT_MAX_LABEL_CHARS:
+                return None, f"arguments.{k} must be a string of at most {PROMPT_MAX_LABEL_CHARS} characters"
+            args[k] = extra[k]
+    if t == "text" and extra.get("multiline") is not None:
+        if not isinstance(extra["multiline"], bool):
+            return None, "arguments.multiline must be true or false"
+        args["multiline"] = extra["multiline"]
+    if t in ("radiolist", "checklist"):
+        options = extra.get("options")
+        if not isinstance(options, list) or not options:
+            return None, f"a {t} prompt needs arguments.options, a non-empty list of {{value, label}}"
+        if len(options) > PROMPT_MAX_OPTIONS:
+            return None, f"a {t} prompt may have at most {PROMPT_MAX_OPTIONS} options"
+        clean, seen = [], set()
+        for i, o in enumerate(options):
+            if not isinstance(o, dict):
+                return None, f"arguments.options[{i}] must be an object {{value, label}}"
+            value, label = o.get("value"), o.get("label")
+            if not isinstance(value, str) or not value:
+                return None, f"arguments.options[{i}].value must be a non-empty string"
+            if not isinstance(label, str) or not label.strip() or len(label) > PROMPT_MAX_LABEL_CHARS:
+                return None, f"arguments.options[{i}].label must be a non-empty string of at most {PROMPT_MAX_LABEL_CHARS} characters"
+            if value in seen:
+                return None, f"option value {_short(value)} appears twice; values must be unique"
+            seen.add(value)
+            clean.append({"value": value, "label": label})
+        args["options"] = clean
+    prompt: dict[str, Any] = {"id": call["id"], "type": t, "question": q}
+    if args:
+        prompt["arguments"] = args
+    return prompt, ""
 
 
 def _check_answer(prompt: dict[str, Any], result: Any) -> None:
+    """The seed-000 answer types: text → string, bool → boolean, radiolist → one option value,
+    checklist → a list of distinct option values."""
     t = prompt.get("type")
-    options = {o.get("value") for o in (prompt.get("arguments") or {}).get("options", []) if isinstance(o, dict)}
-    where = f"answer to {prompt['id']!r} ({t})"
-    if t == "text" and not isinstance(result, str):
-        raise ProtocolError(P.ERR_BAD_REQUEST, f"{where} must be a string")
-    if t == "bool" and not isinstance(result, bool):
-        raise ProtocolError(P.ERR_BAD_REQUEST, f"{where} must be true or false")
-    if t == "radiolist" and (not isinstance(result, str) or (options and result not in options)):
-        raise ProtocolError(P.ERR_BAD_REQUEST, f"{where} must be one of {sorted(options)}")
-    if t == "checklist" and (not isinstance(result, list) or not all(isinstance(v, str) and (not options or v in options) for v in result)):
-        raise ProtocolError(P.ERR_BAD_REQUEST, f"{where} must be a list of values from {sorted(options)}")
+    values = [o["value"] for o in (prompt.get("arguments") or {}).get("options", []) if isinstance(o, dict) and "value" in o]
+    where = f"The answer to prompt {prompt['id']!r} ({t})"
+    got = f"got {_short(result)}"
+    if t == "text":
+        if not isinstance(result, str):
+            raise ProtocolError(P.ERR_BAD_REQUEST, f"{where} must be a string; {got}.")
+        if len(result) > P.MAX_USER_MESSAGE_CHARS:
+            raise ProtocolError(P.ERR_BAD_REQUEST, f"{where} may have at most {P.MAX_USER_MESSAGE_CHARS} characters; it has {len(result)}.")
+    elif t == "bool":
+        if not isinstance(result, bool):
+            raise ProtocolError(P.ERR_BAD_REQUEST, f"{where} must be true or false; {got}.")
+    elif t == "radiolist":
+        if not isinstance(result, str) or result not in values:
+            raise ProtocolError(P.ERR_BAD_REQUEST, f"{where} must be one of the option values {values}; {got}.")
+    elif t == "checklist":
+        if not isinstance(result, list) or not all(isinstance(v, str) for v in result):
+            raise ProtocolError(P.ERR_BAD_REQUEST, f"{where} must be a list of option values from {values}; {got}.")
+        bad = [v for v in result if v not in values]
+        if bad:
+            raise ProtocolError(P.ERR_BAD_REQUEST, f"{where}: {_short(bad[0])} is not one of the option values {values}.")
+        if len(set(result)) != len(result):
+            raise ProtocolError(P.ERR_BAD_REQUEST, f"{where} lists a value twice; each option at most once.")
+    else:  # pragma: no cover - prompts are checked when the model writes them
+        raise ProtocolError(P.ERR_BAD_REQUEST, f"{where}: unknown prompt type.")

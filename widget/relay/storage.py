@@ -83,10 +83,11 @@ class Store(abc.ABC):
         messages: Iterable[dict[str, Any]] = (),
         conversation: dict[str, Any] | None = None,
         idempotency: Ack | None = None,
+        withdraw: Iterable[str] = (),
     ) -> int:
-        """Atomically: take the next ``seq``, store the event (``payload["seq"]`` is set), store
-        ``messages`` (each gets the same ``seq``), update ``conversation`` fields, store the
-        idempotency ack. Returns the seq."""
+        """Atomically: take the next ``seq``, store the event (``payload["seq"]`` is set), delete the
+        messages whose ids are in ``withdraw``, store ``messages`` (each gets the same ``seq``), update
+        ``conversation`` fields, store the idempotency ack. Returns the seq."""
 
     @abc.abstractmethod
     async def events_after(self, conversation_id: str, seq: int) -> list[tuple[int, str, dict[str, Any]]]: ...
@@ -113,6 +114,9 @@ class Store(abc.ABC):
     @abc.abstractmethod
     async def pending_calls(self, conversation_id: str) -> list[dict[str, Any]]: ...
     @abc.abstractmethod
+    async def turn_calls(self, conversation_id: str, turn_id: str) -> list[dict[str, Any]]:
+        """Every call of one turn (any status), in the order they were made."""
+    @abc.abstractmethod
     async def finish_call(
         self,
         conversation_id: str,
@@ -136,7 +140,13 @@ class Store(abc.ABC):
     @abc.abstractmethod
     async def pending_prompts(self, conversation_id: str) -> list[dict[str, Any]]: ...
     @abc.abstractmethod
-    async def answer_prompt(self, conversation_id: str, prompt_id: str, answer: Any) -> bool: ...
+    async def prompt_statuses(self, conversation_id: str, prompt_ids: Iterable[str]) -> dict[str, str]:
+        """The status of each known prompt among ``prompt_ids`` (unknown ids are absent)."""
+
+    @abc.abstractmethod
+    async def answer_prompts(self, conversation_id: str, answers: list[tuple[str, Any]], idempotency: Ack | None = None) -> bool:
+        """Store every ``(prompt_id, answer)`` and the ack in one transaction, or nothing (and False)
+        when any of those prompts is not pending."""
     @abc.abstractmethod
     async def take_answers(self, conversation_id: str) -> list[tuple[dict[str, Any], Any]]:
         """Answered prompts not taken yet, marked taken: the answers a suspended turn resumes with."""
@@ -361,8 +371,10 @@ class SQLiteStore(Store):
         messages: Iterable[dict[str, Any]] = (),
         conversation: dict[str, Any] | None = None,
         idempotency: Ack | None = None,
+        withdraw: Iterable[str] = (),
     ) -> int:
         msgs = list(messages)
+        gone = list(withdraw)
         fields = dict(conversation or {})
         bad = set(fields) - _UPDATABLE
         if bad:
@@ -385,6 +397,8 @@ class SQLiteStore(Store):
                 m["seq"] = seq
             db.execute("INSERT INTO events (conversation_id, seq, name, payload) VALUES (?,?,?,?)",
                        (conversation_id, seq, name, _dumps(payload)))
+            for mid in gone:
+                db.execute("DELETE FROM messages WHERE conversation_id = ? AND id = ?", (conversation_id, mid))
             for m in msgs:
                 db.execute("INSERT INTO messages (conversation_id, id, seq, data) VALUES (?,?,?,?)",
                            (conversation_id, m["id"], seq, _dumps(m)))
@@ -479,6 +493,15 @@ class SQLiteStore(Store):
 
         return await self._read(go)
 
+    async def turn_calls(self, conversation_id: str, turn_id: str) -> list[dict[str, Any]]:
+        def go(db: sqlite3.Connection) -> list[dict[str, Any]]:
+            rows = db.execute(
+                f"SELECT {', '.join(_CALL_COLUMNS)} FROM calls WHERE conversation_id = ? AND turn_id = ? ORDER BY created_at, seq",
+                (conversation_id, turn_id)).fetchall()
+            return [self._call_row(r) for r in rows]
+
+        return await self._read(go)
+
     async def finish_call(
         self,
         conversation_id: str,
@@ -535,10 +558,38 @@ class SQLiteStore(Store):
 
         return await self._read(go)
 
-    async def answer_prompt(self, conversation_id: str, prompt_id: str, answer: Any) -> bool:
-        return await self._write(lambda db: db.execute(
-            "UPDATE prompts SET status = ?, answer = ? WHERE conversation_id = ? AND id = ? AND status = ?",
-            (CALL_ANSWERED, _dumps(answer), conversation_id, prompt_id, CALL_PENDING)).rowcount > 0)
+    async def prompt_statuses(self, conversation_id: str, prompt_ids: Iterable[str]) -> dict[str, str]:
+        ids = list(prompt_ids)
+
+        def go(db: sqlite3.Connection) -> dict[str, str]:
+            out = {}
+            for pid in ids:
+                row = db.execute("SELECT status FROM prompts WHERE conversation_id = ? AND id = ?", (conversation_id, pid)).fetchone()
+                if row:
+                    out[pid] = row[0]
+            return out
+
+        return await self._read(go)
+
+    async def answer_prompts(self, conversation_id: str, answers: list[tuple[str, Any]], idempotency: Ack | None = None) -> bool:
+        class _NotPending(Exception):
+            pass
+
+        def go(db: sqlite3.Connection) -> None:
+            for pid, answer in answers:
+                cur = db.execute(
+                    "UPDATE prompts SET status = ?, answer = ? WHERE conversation_id = ? AND id = ? AND status = ?",
+                    (CALL_ANSWERED, _dumps(answer), conversation_id, pid, CALL_PENDING))
+                if cur.rowcount == 0:
+                    raise _NotPending  # rolls the whole batch back
+            if idempotency:
+                self._put_ack(db, conversation_id, *idempotency)
+
+        try:
+            await self._write(go)
+        except _NotPending:
+            return False
+        return True
 
     async def take_answers(self, conversation_id: str) -> list[tuple[dict[str, Any], Any]]:
         def go(db: sqlite3.Connection) -> list[tuple[dict[str, Any], Any]]:
