@@ -12,7 +12,7 @@ import pytest
 import pytest_asyncio
 from aiohttp import web
 
-from relay_helpers import joined, launch, register
+from relay_helpers import info, joined, launch, register
 from widget.relay.config import AppConfig, ModelConfig
 from widget.relay.model import ModelError, ModelRequest, OpenAIAdapter, TextDelta, ToolCall
 
@@ -29,11 +29,18 @@ class FakeProvider:
 
     def __init__(self) -> None:
         self.requests: list[dict[str, Any]] = []
-        self.fail: int | None = None
+        #: an HTTP status to fail with, ``(status, error body)``, or ``"drop"`` (close the connection)
+        self.fail: Any = None
 
     async def handle(self, request: web.Request) -> web.StreamResponse:
         body = await request.json()
         self.requests.append(body)
+        if self.fail == "drop":
+            assert request.transport is not None
+            request.transport.close()
+            return web.Response()
+        if isinstance(self.fail, tuple):
+            return web.json_response({"error": self.fail[1]}, status=self.fail[0])
         if self.fail is not None:
             return web.json_response({"error": {"message": "nope", "type": "x", "code": None}}, status=self.fail)
         assert body["stream"] is True
@@ -138,4 +145,48 @@ async def test_relay_turn_through_openai_adapter(provider: tuple[FakeProvider, s
             assert second["messages"][-2]["tool_calls"][0]["id"] == second["messages"][-1]["tool_call_id"]
             await rec.disconnect()
     finally:
+        await h.stop()
+
+
+OVERFLOW = (400, {"message": "This model's maximum context length is 8192 tokens. However, your messages resulted in 9120 tokens.",
+                  "type": "invalid_request_error", "param": "messages", "code": "context_length_exceeded"})
+
+
+@pytest.mark.parametrize("failure, code, retryable", [
+    (429, "model_rate_limited", True),
+    (401, "model_auth", False),
+    (OVERFLOW, "context_overflow", True),
+    (503, "model_unavailable", True),
+    ("drop", "model_unavailable", True),
+], ids=["rate-limit", "bad-key", "context-overflow", "provider-down", "connection-dropped"])
+async def test_model_errors_reach_the_client_with_a_retry_path(provider: tuple[FakeProvider, str], tmp_path: Path,
+                                                                failure: Any, code: str, retryable: bool) -> None:
+    """Each provider failure, through the real SDK and a relay turn: an error message with its code, the
+    turn failed (never a silent stall), and ``retry`` answering once the provider is back."""
+    fake, base = provider
+    h = await launch(tmp_path, apps={"demo": AppConfig(model="gpt")},
+                     models={"demo": ModelConfig(chunk_delay_ms=0), "gpt": _cfg(base)})
+    try:
+        async with aiohttp.ClientSession() as http:
+            rec, data, url = await joined(http, h.url)
+            fake.fail = failure
+            await rec.call("user_message", {"text": "hello", "idempotency_key": "m"})
+            msg = (await rec.wait("message", pred=lambda d: d["message"]["role"] == "error"))["message"]
+            assert msg["code"] == code and msg["retryable"] is retryable
+            assert msg["content"] and "nope" not in msg["content"] and "8192" not in msg["content"]  # no provider internals
+            fin = await rec.wait("completion.finished")
+            assert fin["status"] == "failed"
+            body = await info(http, url)
+            assert body["conversation"]["status"] == "failed" and body["messages"][-1]["code"] == code
+            fake.fail = None
+            mark = len(rec.events)
+            ack = await rec.call("retry", {"idempotency_key": "t"})
+            assert ack["ok"] and ack["turn_id"] == fin["turn_id"]
+            fin = await rec.wait("completion.finished", start=mark)
+            assert fin["status"] == "done"
+            body = await info(http, url)
+            assert [(m["role"], m["content"]) for m in body["messages"]] == [("user", "hello"), ("assistant", "The page says: nothing")]
+            await rec.disconnect()
+    finally:
+        fake.fail = None
         await h.stop()

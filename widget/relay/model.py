@@ -279,7 +279,8 @@ class OpenAIAdapter(ModelAdapter):
             return ModelError("model_auth", "The relay's model API key was refused by the provider.", retryable=False)
         if isinstance(exc, o.BadRequestError):
             text = str(exc).lower()
-            if "context" in text and ("length" in text or "window" in text or "too long" in text):
+            if getattr(exc, "code", None) == "context_length_exceeded" or (
+                "context" in text and ("length" in text or "window" in text or "too long" in text)):
                 return ModelError("context_overflow", "The conversation is too long for the model's context window.")
             return ModelError("model_error", "The model provider refused the request.")
         if isinstance(exc, (o.APIConnectionError, o.APITimeoutError)):
