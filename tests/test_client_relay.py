@@ -101,3 +101,40 @@ async def test_browser_create_without_allowed_origin_is_refused(relay_server):
     with pytest.raises(ProtocolError) as info:
         await client.connect(relay_url=relay_server.url, app_id="demo")
     assert info.value.code == P.ERR_FORBIDDEN_ORIGIN
+
+
+async def test_model_error_then_retry_and_regenerate(relay_server):
+    client = make_client(relay_server)
+    finished: list[dict] = []
+    client.on("completion.finished", finished.append)
+    try:
+        await client.connect(relay_url=relay_server.url, app_id="demo")
+        await client.send_message("simulate model error please")
+        await wait_for(lambda: finished and finished[-1]["status"] == "failed")
+        errors = [m for m in client.messages if m["role"] == "error"]
+        assert errors and errors[-1]["retryable"] is True
+        with pytest.raises(ProtocolError) as info:
+            await client.send_message("x" * (P.MAX_USER_MESSAGE_CHARS + 1))
+        assert info.value.code == P.ERR_MESSAGE_TOO_LONG
+        # Retry withdraws the error message; the demo model fails again on the same text, deterministically.
+        n = len(finished)
+        await client.retry()
+        await wait_for(lambda: len(finished) > n)
+        assert [m for m in client.messages if m["role"] == "error"][-1]["id"] != errors[-1]["id"]
+        # A good turn, then regenerate: the old answer is withdrawn and replaced.
+        n = len(finished)
+        await client.send_message("hello there")
+        await wait_for(lambda: len(finished) > n and finished[-1]["status"] == "done")
+        old = client.messages[-1]
+        n = len(finished)
+        await client.regenerate()
+        await wait_for(lambda: len(finished) > n)
+        ids = [m["id"] for m in client.messages]
+        assert old["id"] not in ids and client.messages[-1]["role"] == "assistant"
+        # The live list equals what a reload shows.
+        fresh = make_client(relay_server, storage=client.storage)
+        await fresh.connect(relay_url=relay_server.url, app_id="demo")
+        assert [m["id"] for m in fresh.messages] == ids
+        await fresh.disconnect()
+    finally:
+        await client.disconnect()

@@ -730,6 +730,9 @@ class AutopilotClient:
             message = data.get("message")
             if isinstance(message, dict):
                 self.session.add_message(message)
+        elif event == P.EV_MESSAGES_WITHDRAWN:
+            ids = data.get("message_ids")
+            self.session.withdraw(ids if isinstance(ids, list) else [])
         elif event == P.EV_ASK_USER_REQUEST:
             prompts = data.get("prompts")
             self._set_pending_ask_user(prompts if isinstance(prompts, list) else [])
@@ -777,6 +780,14 @@ class AutopilotClient:
         """Stop the running completion; True when one was cancelled."""
         ack = await self._emit_checked(P.EV_CANCEL, {"idempotency_key": self._key("c")})
         return bool(ack.get("cancelled"))
+
+    async def retry(self) -> None:
+        """Go on with the conversation's failed turn (ProtocolError ``nothing_to_retry`` when none failed)."""
+        await self._emit_checked(P.EV_RETRY, {"idempotency_key": self._key("r")})
+
+    async def regenerate(self) -> None:
+        """Replace the last assistant answer with a new one."""
+        await self._emit_checked(P.EV_REGENERATE, {"idempotency_key": self._key("g")})
 
     async def activate(self) -> None:
         """Make this client the active one ("use here")."""

@@ -144,6 +144,13 @@ class StreamingSession:
                 self.messages.append(message)
         self.streaming_message = None
 
+    def withdraw(self, message_ids: list[Any]) -> int:
+        """Remove withdrawn messages (retry/regenerate replaces them); returns how many were removed."""
+        ids = {m for m in message_ids if isinstance(m, str)}
+        before = len(self.messages)
+        self.messages = [m for m in self.messages if m.get("id") not in ids]
+        return before - len(self.messages)
+
     def add_message(self, message: dict[str, Any]) -> None:
         """A non-streamed message (user, error) from a ``message`` event."""
         mid = message.get("id")
