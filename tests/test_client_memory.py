@@ -285,3 +285,13 @@ async def test_confirmation_allows_only_its_own_call():
     assert seen == [("a", {"amount": 1}), ("b", {"amount": 999})]
     by_id = {r["id"]: r for r in relay.responses}
     assert by_id["b"]["error"] == P.MSG_SENSITIVE_DENIED
+
+
+async def test_send_message_flushes_pending_state_first():
+    relay, transport, client = await connected()
+    client.register_function("late", lambda a, c: 1)
+    client.update_context({"cart": 3})
+    await client.send_message("hi")
+    order = [e for e, _ in transport.sent if e in (P.EV_STATE_PATCH, P.EV_USER_MESSAGE)]
+    assert order[-2:] == [P.EV_STATE_PATCH, P.EV_USER_MESSAGE]
+    assert "late" in relay.doc["autopilot"]["functions"] and relay.doc["autopilot"]["context"]["cart"] == 3

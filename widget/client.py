@@ -773,6 +773,14 @@ class AutopilotClient:
                 P.ERR_MESSAGE_TOO_LONG,
                 f"The message is {len(text)} characters; the limit is {P.MAX_USER_MESSAGE_CHARS}.",
             )
+        if self.state.is_dirty() and self._can_send():
+            # The model answers from the state the page had when the reader sent the message: a function
+            # registered or context set just before must not lose the race against its debounce.
+            timeout = self._opts["sync_state_before_function_response_timeout_ms"] / 1000
+            try:
+                await asyncio.wait_for(asyncio.shield(self._flush_now()), timeout)
+            except asyncio.TimeoutError:
+                log.warning("state not acknowledged before the message; sending it anyway")
         ack = await self._emit_checked(P.EV_USER_MESSAGE, {"text": text, "idempotency_key": self._key("m")})
         return str(ack.get("message_id", ""))
 
