@@ -295,3 +295,16 @@ async def test_send_message_flushes_pending_state_first():
     order = [e for e, _ in transport.sent if e in (P.EV_STATE_PATCH, P.EV_USER_MESSAGE)]
     assert order[-2:] == [P.EV_STATE_PATCH, P.EV_USER_MESSAGE]
     assert "late" in relay.doc["autopilot"]["functions"] and relay.doc["autopilot"]["context"]["cart"] == 3
+
+
+async def test_new_conversation_keeps_connect_options_and_functions():
+    relay, transport, client = await make()
+    client.register_function("f", lambda a, c: 1)
+    await client.connect(relay_url=BASE, app_id="demo", sync_state_before_function_response=False,
+                         function_call_history_limit=7)
+    await client.new_conversation()
+    assert relay.created == 2
+    assert client.conversation_url.endswith("/c2")
+    assert client._opts["sync_state_before_function_response"] is False
+    assert client._history.maxlen == 7
+    assert "f" in relay.doc["autopilot"]["functions"]

@@ -96,6 +96,7 @@ class AutopilotClient:
         self._joined_once = False
         self._closing = False
         self._replay_pending = False
+        self._connect_options: dict[str, Any] = {}
         self._opts: dict[str, Any] = {
             "sync_state_before_function_response": True,
             "sync_state_before_function_response_timeout_ms": P.SYNC_STATE_BEFORE_FUNCTION_RESPONSE_TIMEOUT_MS,
@@ -537,6 +538,12 @@ class AutopilotClient:
             raise ConfigError("connect() needs conversation_url, or both relay_url and app_id.")
         if function_call_history_limit < 1:
             raise ConfigError("function_call_history_limit must be at least 1.")
+        self._connect_options = {
+            "sync_state_before_function_response": sync_state_before_function_response,
+            "sync_state_before_function_response_timeout_ms": sync_state_before_function_response_timeout_ms,
+            "context_resolution_timeout_ms": context_resolution_timeout_ms,
+            "function_call_history_limit": function_call_history_limit,
+        }
         self._opts.update(
             sync_state_before_function_response=bool(sync_state_before_function_response),
             sync_state_before_function_response_timeout_ms=float(sync_state_before_function_response_timeout_ms),
@@ -860,7 +867,7 @@ class AutopilotClient:
         self._started_calls.clear()
         self._outbox.clear()
         self.state.disconnected()
-        return await self.connect(relay_url=self._relay_url, app_id=self._app_id)
+        return await self.connect(relay_url=self._relay_url, app_id=self._app_id, **self._connect_options)
 
 
 class _CallEnded(Exception):
