@@ -578,3 +578,25 @@ async def test_context_redactor_runs_before_the_model(http: aiohttp.ClientSessio
         await rec.disconnect()
     finally:
         await h.stop()
+
+
+async def test_cancel_while_waiting_for_the_reader(relay: Any, model: ScriptedModel, http: aiohttp.ClientSession) -> None:
+    rec, data, url = await joined(http, relay.url)
+    model.script([FOUR[1]])
+    await rec.call("user_message", {"text": "go", "idempotency_key": "m1"})
+    req = await rec.wait("ask_user.request")
+    assert (await rec.call("cancel", {"idempotency_key": "c1"})) == {"ok": True, "cancelled": True}
+    fin = await finished(rec)
+    assert fin["status"] == "cancelled"
+    body = await info(http, url)
+    assert body["conversation"]["status"] == "idle" and "pending_ask_user" not in body
+    r = await http.post(f"{url}/ask_user", json={"answers": {"id": req["prompts"][0]["id"], "result": True}})
+    assert r.status == 400
+    # the question asked and withdrawn by the cancel can be asked again with regenerate
+    model.script([FOUR[1]])
+    ack = await rec.call("regenerate", {"idempotency_key": "r1"})
+    again = await rec.wait("ask_user.request", pred=lambda d: d["seq"] > fin["seq"])
+    assert again["prompts"][0]["question"] == "Subscribe?" and again["prompts"][0]["id"] != req["prompts"][0]["id"]
+    assert ack["ok"]
+    await rec.call("cancel", {"idempotency_key": "c2"})
+    await rec.disconnect()
