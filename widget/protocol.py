@@ -29,6 +29,8 @@ EV_ACTIVATE: Final = "activate"
 EV_RETRY: Final = "retry"
 #: Replace the last assistant answer with a new one (D3).
 EV_REGENERATE: Final = "regenerate"
+#: The reader pressed an offered action; its outcome is recorded for the model (D7).
+EV_ACTION_OUTCOME: Final = "action_outcome"
 
 # --- Socket.IO events: relay -> client -----------------------------------------
 EV_STATE: Final = "state"
@@ -90,6 +92,9 @@ MAX_ACTIONS: Final = 3
 MAX_TOOLS_ADVISED: Final = 12
 JOIN_TOKEN_TTL_S: Final = 300
 MAX_IDEMPOTENCY_KEY_CHARS: Final = 128
+
+#: The relay's own tool through which the model offers actions (D7).
+OFFER_ACTIONS_TOOL: Final = "offer_actions"
 
 # --- Kinds of catalogue entries (D5) ----------------------------------------------
 KIND_FUNCTION: Final = "function"
