@@ -23,6 +23,7 @@ class FakeRelay:
         self.seq = 0
         self.events: list[tuple[str, dict[str, Any]]] = []
         self.responses: list[dict[str, Any]] = []
+        self.outcomes: list[dict[str, Any]] = []
         self.patches: list[list[dict[str, Any]]] = []
         self.keys: dict[str, Any] = {}
         self.join_error: dict[str, Any] | None = None
@@ -91,6 +92,9 @@ class FakeRelay:
             return P.ok()
         if event == P.EV_USER_MESSAGE:
             return P.ok(message_id="m1")
+        if event == P.EV_ACTION_OUTCOME:
+            self.outcomes.append(data)
+            return P.ok(message_id=f"o{len(self.outcomes)}")
         if event == P.EV_REPLAY:
             for name, payload in self.events:
                 if payload["seq"] > data["last_seq"]:

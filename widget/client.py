@@ -22,7 +22,10 @@ from .core.schema import parameters_from_signature
 from .core.sequence import DUPLICATE, GAP, SeqTracker
 from .core.state import StateSync, to_json_value
 from .core.streaming import StreamingSession
+from .core.templates import expand
+from .core.tools import ToolSpec, check_tool_arguments, parse_tools
 from .core.validation import validate_arguments
+from .env import PageEnv, Signal
 from .errors import ConfigError, ConnectionFailed, ProtocolError, StateLimitError, WidgetError
 from .transports.base import CONNECTED, DISCONNECTED, Transport, TransportError
 
@@ -58,8 +61,11 @@ class AutopilotClient:
         wall_clock: Callable[[], float] = time.time,
         step_timeout_s: float = 15.0,
         headers: dict[str, str] | None = None,
+        env: PageEnv | None = None,
     ) -> None:
         self.transport = transport
+        #: Where declarative tool runs take effect (the page); None under CPython unless given.
+        self.env = env
         #: Sent with every HTTP request (e.g. ``Authorization: Bearer <app secret>`` from a backend).
         self.headers = dict(headers or {})
         self.storage: MutableMapping[str, str] = storage if storage is not None else {}
@@ -97,6 +103,9 @@ class AutopilotClient:
         self._closing = False
         self._replay_pending = False
         self._connect_options: dict[str, Any] = {}
+        self._tools: dict[str, ToolSpec] = {}
+        self._tool_handlers: dict[str, Callable[..., Any]] = {}
+        self._offers: dict[str, list[dict[str, Any]]] = {}
         self._opts: dict[str, Any] = {
             "sync_state_before_function_response": True,
             "sync_state_before_function_response_timeout_ms": P.SYNC_STATE_BEFORE_FUNCTION_RESPONSE_TIMEOUT_MS,
@@ -128,6 +137,7 @@ class AutopilotClient:
         sensitive: bool = False,
     ) -> None:
         """Register ``handler(args, context)`` under ``name`` (seed 000 ``registerFunction``)."""
+        self._tools.pop(name, None)  # a function registered under a tool's name replaces the tool
         definition = FunctionDefinition(
             name=name,
             handler=handler,
@@ -499,6 +509,10 @@ class AutopilotClient:
         definition = self.registry.get(name)
         if definition is None:
             return P.STATUS_ERROR, None, f"Unknown function: {name!r} is not registered on this page."
+        if definition.kind == P.KIND_TOOL:
+            return await self._execute_tool(request, self._tools[name])
+        if definition.kind == P.KIND_ACTION:
+            return P.STATUS_ERROR, None, f"{name!r} is an action: the model may offer it, never call it."
         args = request["arguments"]
         problem = validate_arguments(definition.parameters, args)
         if problem is not None:
@@ -516,6 +530,189 @@ class AutopilotClient:
             return P.STATUS_SUCCESS, to_json_value(value, f"The result of {name!r}"), None
         except TypeError as exc:
             return P.STATUS_ERROR, None, str(exc)
+
+    # ------------------------------------------------------------------ tools and actions (seed 002)
+    def tools(self, config: dict[str, Any]) -> list[str]:
+        """Declare seed-002 tools and actions (``{name: {description, parameters, confirm, run, ...}}``);
+        returns warnings (also logged). Checked at once: ConfigError says what is wrong."""
+        specs, warnings = parse_tools(config)
+        for spec in specs:
+            existing = self.registry.get(spec.name)
+            if existing is not None and spec.name not in self._tools:
+                raise ConfigError(f"{spec.name!r} is already registered as a function; tools need their own names.")
+        for spec in specs:
+            self._tools[spec.name] = spec
+            self.registry.register(
+                FunctionDefinition(
+                    name=spec.name,
+                    handler=self._tool_placeholder,
+                    description=spec.description,
+                    parameters=spec.parameters,
+                    kind=spec.kind,
+                    extra=self._tool_extra(spec),
+                )
+            )
+        for w in warnings:
+            log.warning(w)
+        self._functions_changed()
+        return warnings
+
+    def register_tool(self, name: str, handler: Callable[..., Any]) -> Callable[[], None]:
+        """A page handler for tool/action ``name`` (wins over the relay config and the declarative run);
+        it gets the checked arguments and ``{question, page, signal}``. Returns a function that removes it."""
+        if not callable(handler):
+            raise ConfigError(f"register_tool({name!r}): handler must be callable.")
+        self._tool_handlers[name] = handler
+        self._refresh_tool(name)
+
+        def remove() -> None:
+            if self._tool_handlers.get(name) is handler:
+                del self._tool_handlers[name]
+                self._refresh_tool(name)
+
+        return remove
+
+    def _refresh_tool(self, name: str) -> None:
+        spec = self._tools.get(name)
+        definition = self.registry.get(name)
+        if spec is not None and definition is not None:
+            definition.extra = self._tool_extra(spec)
+            self._functions_changed()
+
+    def _tool_extra(self, spec: ToolSpec) -> dict[str, Any]:
+        base = spec.descriptor(spec.name in self._tool_handlers)
+        return {k: v for k, v in base.items() if k not in ("name", "kind", "description", "parameters", "sensitive", "source")}
+
+    @staticmethod
+    def _tool_placeholder(args: dict[str, Any], context: dict[str, Any]) -> Any:
+        raise WidgetError("tools run through their spec, not a function handler")
+
+    def _tool_context(self, signal: Signal) -> dict[str, Any]:
+        question = next((m.get("content") for m in reversed(self.messages) if m.get("role") == "user"), None)
+        page = self.env.page_info() if self.env is not None else None
+        return {"question": question, "page": page, "signal": signal}
+
+    async def _execute_tool(self, request: dict[str, Any], spec: ToolSpec) -> tuple[str, Any, str | None]:
+        args, problem = check_tool_arguments(spec.parameters, request["arguments"])
+        if problem is not None:
+            return P.STATUS_ERROR, None, f"Invalid arguments for {spec.name!r}: {problem}"
+        signal = Signal()
+        try:
+            value = await asyncio.wait_for(self._run_tool(spec, args, signal), P.TOOL_CALL_TIMEOUT_S)
+            return P.STATUS_SUCCESS, to_json_value(value, f"The reply of {spec.name!r}"), None
+        except asyncio.TimeoutError:
+            signal.abort("timeout")
+            return P.STATUS_ERROR, None, f"{spec.name!r} did not finish within {P.TOOL_CALL_TIMEOUT_S:g} s."
+        except Exception as exc:  # noqa: BLE001 - handlers, templates and fetches may fail in many ways
+            return P.STATUS_ERROR, None, str(exc) or type(exc).__name__
+
+    async def _run_tool(self, spec: ToolSpec, args: dict[str, Any], signal: Signal) -> Any:
+        context = self._tool_context(signal)
+        handler = self._tool_handlers.get(spec.name)
+        if handler is not None:
+            value = handler(args, context)
+            return await value if inspect.isawaitable(value) else value
+        run = spec.run or {}
+        if self.env is None:
+            raise WidgetError(f"{spec.name!r} has no page handler and no page to run it in.")
+        if "fetch" in run:
+            body = None
+            if run.get("method") == "POST":
+                body = {"tool": spec.name, "args": args, "context": {k: context[k] for k in ("question", "page")}}
+            status, content_type, text = await self.env.fetch(run["method"], expand(run["fetch"], args), body, signal)
+            if status >= 400:
+                raise WidgetError(f"{spec.name!r} failed: HTTP {status}" + (f": {text[:200]}" if text else ""))
+            if "json" in content_type:
+                import json
+
+                try:
+                    return json.loads(text)
+                except ValueError:
+                    return text
+            return text
+        if "href" in run:
+            return {"opened": expand(run["href"], args), "how": self.env.navigate(expand(run["href"], args))}
+        if "event" in run:
+            self.env.dispatch_event(
+                run["event"], {"tool": spec.name, "args": args, "context": {k: context[k] for k in ("question", "page")}}
+            )
+            return None
+        raise WidgetError(f"{spec.name!r} has no page handler and no run.")
+
+    def get_offered_actions(self, message_id: str) -> list[dict[str, Any]]:
+        """Live action offers on an assistant message, with the page's label, schema and state."""
+        out = []
+        for offer in self._offers.get(message_id, []):
+            spec = self._tools.get(offer["name"])
+            if spec is None or spec.kind != P.KIND_ACTION:
+                continue
+            out.append({
+                **offer,
+                "label": spec.label or spec.title or spec.name,
+                "title": spec.title,
+                "confirm": spec.confirm,
+                "parameters": spec.parameters,
+            })
+        return out
+
+    def _record_offers(self, message: Any) -> None:
+        if not isinstance(message, dict) or not isinstance(message.get("actions"), list):
+            return
+        offers = [
+            {"id": a["id"], "name": a["name"], "arguments": a.get("arguments") or {}, "status": "offered", "outcome": None}
+            for a in message["actions"][: P.MAX_ACTIONS]
+            if isinstance(a, dict) and isinstance(a.get("id"), str) and isinstance(a.get("name"), str)
+        ]
+        if offers and isinstance(message.get("id"), str):
+            self._offers[message["id"]] = offers
+            self.events.emit("actionsOffered", {"message_id": message["id"], "actions": self.get_offered_actions(message["id"])})
+
+    async def run_action(
+        self, message_id: str, action_id: str, arguments: dict[str, Any] | None = None
+    ) -> dict[str, Any]:
+        """Run an offered action the reader pressed (button) or sent (form, with the reader's ``arguments``).
+
+        Returns ``{ok, outcome}``; the outcome is recorded with the relay for the model's next turn.
+        ConfigError when the offer is unknown, already done, or the form's values fail the schema.
+        """
+        offer = next((o for o in self._offers.get(message_id, []) if o["id"] == action_id), None)
+        spec = self._tools.get(offer["name"]) if offer else None
+        if offer is None or spec is None or spec.kind != P.KIND_ACTION:
+            raise ConfigError("That action is not on offer (a restored conversation has no live actions).")
+        if offer["status"] in ("done", "running"):
+            raise ConfigError(f"{spec.label or spec.name} is already {offer['status']}.")
+        given = arguments if (spec.confirm == "form" and arguments is not None) else offer["arguments"]
+        args, problem = check_tool_arguments(spec.parameters, given)
+        if problem is not None:
+            raise ConfigError(problem[0].upper() + problem[1:] + ".")
+        offer["status"] = "running"
+        signal = Signal()
+        try:
+            value = await asyncio.wait_for(self._run_tool(spec, args, signal), P.TOOL_CALL_TIMEOUT_S)
+            ok = True
+            if isinstance(value, str) and value.strip():
+                outcome = value.strip()
+            elif isinstance(value, dict) and isinstance(value.get("message"), str):
+                outcome = value["message"]
+            else:
+                outcome = "Done."
+        except asyncio.TimeoutError:
+            signal.abort("timeout")
+            ok, outcome = False, f"No answer within {P.TOOL_CALL_TIMEOUT_S:g} s."
+        except Exception as exc:  # noqa: BLE001 - shown to the reader, who may retry
+            ok, outcome = False, str(exc) or type(exc).__name__
+        offer.update(status="done" if ok else "failed", outcome=outcome)
+        result = {"ok": ok, "outcome": outcome, "message_id": message_id, "action_id": action_id, "name": spec.name}
+        self.events.emit("actionOutcome", result)
+        payload = {
+            "message_id": message_id, "action_id": action_id, "name": spec.name, "arguments": args,
+            "ok": ok, "outcome": outcome, "idempotency_key": self._key("o"),
+        }
+        try:
+            await self._emit_checked(P.EV_ACTION_OUTCOME, payload)
+        except WidgetError as exc:
+            log.warning("action outcome not recorded by the relay: %s", exc)
+        return {"ok": ok, "outcome": outcome}
 
     # ------------------------------------------------------------------ connection
     async def connect(
@@ -745,6 +942,8 @@ class AutopilotClient:
             self._set_pending_ask_user(prompts if isinstance(prompts, list) else [])
         elif event != P.EV_USER_INPUT:
             self.session.handle(event, data)
+            if event == P.EV_COMPLETION_ENDED:
+                self._record_offers(data.get("message"))
         if event == P.EV_FUNCTION_CALL_BEGIN and data.get("run") is True and self.active:
             self._spawn(self._run_call(data))
         elif event == P.EV_FUNCTION_CALL_END:

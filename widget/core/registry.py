@@ -25,6 +25,8 @@ class FunctionDefinition:
     parameters: dict[str, Any] = field(default_factory=lambda: {"type": "object", "properties": {}})
     sensitive: bool = False
     kind: str = KIND_FUNCTION
+    #: Extra descriptor fields (seed-002 tools and actions: ``handler``, ``confirm``, ``label``, ``title``).
+    extra: dict[str, Any] = field(default_factory=dict)
 
     def descriptor(self) -> dict[str, Any]:
         """The JSON descriptor mirrored to ``/autopilot/functions/<name>`` (no handler)."""
@@ -35,6 +37,7 @@ class FunctionDefinition:
             "kind": self.kind,
             "sensitive": self.sensitive,
             "source": "client",
+            **self.extra,
         }
 
 
