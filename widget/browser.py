@@ -115,7 +115,14 @@ async def boot(config_json: str, page_sources: Any, loader: Any) -> Any:
     log.setLevel(logging.INFO)
     log.propagate = False
     config = json.loads(config_json)
-    client = AutopilotClient(BrowserTransport(autopilot_bridge), storage=LocalStorage())
+    from .browser_env import BrowserEnv
+
+    client = AutopilotClient(BrowserTransport(autopilot_bridge), storage=LocalStorage(), env=BrowserEnv())
+    if config.get("tools"):
+        try:
+            client.tools(config["tools"])
+        except Exception as exc:  # noqa: BLE001 - a bad tools config is the page author's to fix: say it loudly
+            log.error("tools config refused: %s", exc)
     set_client(client)
     store = Store(client)
     css = await loader.skinCss() if hasattr(loader, "skinCss") else ""
