@@ -170,3 +170,23 @@ async def test_tool_names_must_not_clash_with_functions():
     client.register_function("plan_limits", lambda a, c: 1)
     with pytest.raises(ConfigError, match="already registered"):
         client.tools({"plan_limits": TOOLS["plan_limits"]})
+
+
+async def test_navigate_sends_the_response_then_leaves_the_page():
+    from widget import Navigate
+
+    relay, transport, client, env = await connected()
+    order = []
+    client.on("functionResponseSent", lambda p: order.append("response"))
+    env_navigate = env.navigate
+    env.navigate = lambda url: order.append(("navigate", url)) or env_navigate(url)
+
+    @client.function
+    def go_to_cart() -> Navigate:
+        """Opens the cart page."""
+        return Navigate("/cart", result="Opening the cart.")
+
+    relay.push(transport, "function_call.begin", {"id": "nav", "name": "go_to_cart", "arguments": {}, "run": True})
+    await settle()
+    assert relay.responses[-1]["result"] == "Opening the cart."
+    assert order == ["response", ("navigate", "/cart")]

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from .client import AutopilotClient
+from .client import AutopilotClient, Navigate
 from .core.events import Emitter
 from .core.schema import parameters_from_signature
 from .core.streaming import StreamingSession
@@ -22,6 +22,7 @@ __all__ = [
     "AutopilotClient",
     "ConfigError",
     "ConnectionFailed",
+    "Navigate",
     "Emitter",
     "PROTOCOL_VERSION",
     "ProtocolError",

@@ -44,6 +44,18 @@ IDLE, CONNECTING, CONNECTED_STATE, RECONNECTING, DISCONNECTED_STATE, ERROR = (
 ConfirmationHandler = Callable[[dict[str, Any]], "str | Awaitable[str]"]
 
 
+class Navigate:
+    """Return this from a handler that leaves the page (D12): the response goes out, the relay acknowledges
+    it, then the page navigates to ``url`` — so a multi-page site never loses the call's result."""
+
+    def __init__(self, url: str, result: Any = None, *, ack_timeout_s: float = 10.0) -> None:
+        if not isinstance(url, str) or not url:
+            raise ConfigError("Navigate needs a URL.")
+        self.url = url
+        self.result = result if result is not None else f"Navigating to {url}."
+        self.ack_timeout_s = ack_timeout_s
+
+
 def storage_key(app_id: str) -> str:
     """The storage key under which a conversation URL is kept for ``app_id`` (D2)."""
     return f"autopilot:conversation:{app_id}"
@@ -464,6 +476,13 @@ class AutopilotClient:
         request = {"id": call_id, "name": name, "arguments": args, "timestamp": record["startedAt"]}
         self.events.emit("functionCall", {"request": request})
         status, result, error = await self._execute(request)
+        navigate = None
+        if status == P.STATUS_SUCCESS and isinstance(result, Navigate):
+            navigate, result = result, None
+            try:
+                result = to_json_value(navigate.result, f"The result of {name!r}")
+            except TypeError as exc:
+                status, error = P.STATUS_ERROR, str(exc)
         handler_ms = (self._clock() - t0) * 1000
         record.update(status=status, settledAt=self._wall() * 1000, handlerMs=handler_ms)
         if status == P.STATUS_SUCCESS:
@@ -484,11 +503,27 @@ class AutopilotClient:
         else:
             payload["error"] = error
         self._outbox[call_id] = payload
-        await self._send_response(payload, record, request, total_ms)
+        acked = await self._send_response(payload, record, request, total_ms)
+        if navigate is not None:
+            await self._navigate_after_ack(call_id, navigate, acked)
+
+    async def _navigate_after_ack(self, call_id: str, navigate: Navigate, acked: bool) -> None:
+        # Until the relay has the response, leaving the page would lose it: wait for a resend after a
+        # reconnect (the outbox) up to the limit, then go anyway — the reader asked to go.
+        deadline = self._clock() + navigate.ack_timeout_s
+        while not acked and call_id in self._outbox and self._clock() < deadline:
+            await asyncio.sleep(0.05)
+        if call_id in self._outbox:
+            log.warning("navigating before the relay acknowledged call %s", call_id)
+        if self.env is None:
+            log.error("cannot navigate to %s: no page environment", navigate.url)
+            return
+        self.env.navigate(navigate.url)
 
     async def _send_response(
         self, payload: dict[str, Any], record: dict[str, Any] | None, request: dict[str, Any] | None, total_ms: float
-    ) -> None:
+    ) -> bool:
+        """Emit a function response; True once the relay acknowledged it (refused counts as delivered)."""
         try:
             if record is not None:
                 record.update(respondedAt=self._wall() * 1000, totalMs=total_ms)
@@ -497,12 +532,13 @@ class AutopilotClient:
             if record is not None:
                 record.update(respondedAt=None, totalMs=None)
             log.warning("function response %s kept for resend: %s", payload["id"], exc)
-            return
+            return False
         self._outbox.pop(payload["id"], None)
         if isinstance(ack, dict) and not ack.get("ok"):
             log.warning("relay refused function response %s: %s", payload["id"], ack.get("error"))
         if request is not None:
             self.events.emit("functionResponseSent", {"request": request, "totalMs": total_ms, "ack": ack})
+        return True
 
     async def _execute(self, request: dict[str, Any]) -> tuple[str, Any, str | None]:
         name = request["name"]
@@ -526,6 +562,8 @@ class AutopilotClient:
                 value = await value
         except Exception as exc:  # noqa: BLE001 - a page handler may raise anything
             return P.STATUS_ERROR, None, str(exc) or type(exc).__name__
+        if isinstance(value, Navigate):
+            return P.STATUS_SUCCESS, value, None
         try:
             return P.STATUS_SUCCESS, to_json_value(value, f"The result of {name!r}"), None
         except TypeError as exc:
