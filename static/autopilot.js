@@ -58,7 +58,8 @@
   var shadow = host.attachShadow({ mode: "open" });
   var style = document.createElement("style");
   style.textContent =
-    ":host{all:initial;position:fixed;z-index:2147483000;" + (config.position === "bottom-left" ? "left" : "right") + ":20px;bottom:20px;font:inherit;font-family:var(--autopilot-font,system-ui,sans-serif)}" +
+    // !important: a host page's own !important rules on div must not move or hide the toggle (D10).
+    ":host{all:initial !important;position:fixed !important;z-index:2147483000 !important;" + (config.position === "bottom-left" ? "left" : "right") + ":var(--autopilot-toggle-offset-x,20px) !important;bottom:var(--autopilot-toggle-offset-y,20px) !important;display:block !important;font-family:var(--autopilot-font,system-ui,sans-serif) !important}" +
     "button.toggle{all:unset;box-sizing:border-box;width:56px;height:56px;border-radius:50%;display:grid;place-items:center;cursor:pointer;" +
     "background:var(--autopilot-accent,#4f46e5);color:var(--autopilot-on-accent,#fff);box-shadow:0 4px 14px rgba(0,0,0,.25)}" +
     "button.toggle:focus-visible{outline:3px solid var(--autopilot-focus,#f59e0b);outline-offset:3px}" +
@@ -173,6 +174,7 @@
         // Fetch everything in parallel with the interpreter boot.
         var bundleP = fetchOk(root + "bundle.zip", "bundle").then(function (r) { return r.arrayBuffer(); });
         var bridgeP = import(root + "bridge.mjs");
+        var sanitizeP = import(root + "sanitize.mjs"); // the sink sanitizer for rendered answers
         var cssP = fetchOk(root + "skin.css", "skin").then(function (r) { return r.text(); });
         cssP.catch(function () {});
         var pageP = pagePython();
@@ -185,6 +187,7 @@
         pyodide.FS.writeFile("/lib/autopilot/bundle.zip", bundle);
         pyodide.runPython("import sys\nsys.path.insert(0, '/lib/autopilot/bundle.zip')");
         pyodide.registerJsModule("autopilot_bridge", await bridgeP);
+        pyodide.registerJsModule("autopilot_sanitize", await sanitizeP);
         stage = "starting the widget";
         var page = await pageP;
         var loader = {

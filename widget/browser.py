@@ -140,7 +140,8 @@ async def boot(config_json: str, page_sources: Any, loader: Any) -> Any:
     def retry() -> None:
         asyncio.ensure_future(connect())
 
-    bar = enable_bar(store, loader=loader, css=str(css), title=config.get("title") or "Autopilot", on_retry=retry)
+    bar = enable_bar(store, loader=loader, css=str(css), title=config.get("title") or "Autopilot", on_retry=retry,
+                     position=config.get("position"))
     import js
 
     js.performance.mark("autopilot:mounted")

@@ -1,0 +1,90 @@
+"""Every text the bar shows that is not model output, in one table (English defaults).
+
+Pass ``labels={...}`` to ``enable_bar`` to override some of them (a translation later is one dict). Values with
+``{name}`` placeholders are formatted with ``str.format``.
+"""
+
+from __future__ import annotations
+
+LABELS: dict[str, str] = {
+    # header
+    "title": "Autopilot",
+    "new_chat": "New chat",
+    "activity": "Activity",
+    "activity_open": "Show the activity log",
+    "activity_close": "Back to the conversation",
+    "close": "Close {title}",
+    "open": "Open {title}",
+    "dialog": "{title} assistant",
+    # connection states
+    "state_idle": "Not connected",
+    "state_connecting": "Connecting…",
+    "state_connected": "Connected",
+    "state_reconnecting": "Reconnecting…",
+    "state_disconnected": "Disconnected",
+    "state_error": "Connection error",
+    # notices
+    "retry": "Retry",
+    "regenerate": "Regenerate",
+    "dismiss": "Dismiss",
+    "read_only": "This conversation is open in another tab; it is read-only here.",
+    "use_here": "Use here",
+    # conversation
+    "conversation": "Conversation",
+    "empty_title": "How can I help?",
+    "empty_text": "Ask about this page. I can also use the page's functions for you.",
+    "you": "You",
+    "assistant": "Assistant",
+    "error": "Error",
+    "stopped": "Stopped",
+    "thinking": "Thinking…",
+    # function calls
+    "call_running": "Running",
+    "call_success": "Done",
+    "call_error": "Failed",
+    "call_details": "Details of {name}",
+    "arguments": "Arguments",
+    "result": "Result",
+    "error_text": "Error",
+    "handler_time": "Handler",
+    "total_time": "Total",
+    "ms": "{value} ms",
+    "no_arguments": "(none)",
+    # activity log
+    "activity_title": "Activity log",
+    "activity_empty": "No function calls yet.",
+    # confirmation
+    "confirm_title": "Allow “{name}” to run?",
+    "confirm_text": "The assistant wants to run this page function with these arguments:",
+    "allow": "Allow",
+    "deny": "Deny",
+    # ask user
+    "ask_title": "The assistant asks",
+    "ask_question": "Question {n}",
+    "ask_submit": "Send answers",
+    "ask_sending": "Sending…",
+    "ask_yes": "Yes",
+    "ask_no": "No",
+    "ask_required_text": "Please type an answer.",
+    "ask_required_choice": "Please choose an option.",
+    "ask_fix": "Some answers are missing.",
+    # composer
+    "input": "Message",
+    "placeholder": "Ask anything…",
+    "placeholder_wait_function": "Waiting for the page…",
+    "placeholder_wait_confirmation": "Answer the request above first…",
+    "placeholder_wait_ask_user": "Answer the questions above first…",
+    "placeholder_offline": "Not connected",
+    "placeholder_read_only": "Read-only in this tab",
+    "send": "Send",
+    "stop": "Stop",
+    "hint": "Enter to send · Shift+Enter for a new line",
+}
+
+
+def merged(overrides: dict[str, str] | None) -> dict[str, str]:
+    """The default table with ``overrides`` applied (unknown keys are kept; they do no harm)."""
+    table = dict(LABELS)
+    if overrides:
+        table.update({str(k): str(v) for k, v in overrides.items()})
+    return table
