@@ -34,6 +34,7 @@ from support import (  # noqa: E402
 @pytest.fixture(scope="session")
 def page_server() -> Iterator[PageServer]:
     """A loopback HTTP server for test pages, on another origin than the relay (the usual embedding)."""
+    require_build()  # it serves the build under /widget/
     server = PageServer()
     yield server
     server.close()
