@@ -36,6 +36,8 @@
     open: String(pick("open", "false")) === "true",
     position: pick("position", "bottom-right"),
     title: pick("title", "Autopilot"),
+    // Seed-002 tools and actions: an object, so only through window.AutopilotConfig (checked in Python).
+    tools: preset.tools && typeof preset.tools === "object" ? preset.tools : null,
     root: root,
     buildId: BUILD_ID,
   };
