@@ -88,10 +88,13 @@ class Store(abc.ABC):
         conversation: dict[str, Any] | None = None,
         idempotency: Ack | None = None,
         withdraw: Iterable[str] = (),
+        offer: dict[str, Any] | None = None,
     ) -> int:
-        """Atomically: take the next ``seq``, store the event (``payload["seq"]`` is set), delete the
-        messages whose ids are in ``withdraw``, store ``messages`` (each gets the same ``seq``), update
-        ``conversation`` fields, store the idempotency ack. Returns the seq."""
+        """Atomically: take the next ``seq``, store the event (``payload["seq"]`` is set, and so is the
+        ``seq`` of ``payload["message"]`` when it is a copy of one of ``messages``), delete the messages
+        whose ids are in ``withdraw``, store ``messages`` (each gets the same ``seq``), update
+        ``conversation`` fields, store the idempotency ack and the ``offer`` (the actions offered on an
+        assistant message: ``{message_id, call_id, actions, note}``). Returns the seq."""
 
     @abc.abstractmethod
     async def events_after(self, conversation_id: str, seq: int) -> list[tuple[int, str, dict[str, Any]]]: ...
@@ -110,7 +113,9 @@ class Store(abc.ABC):
 
     # function calls
     @abc.abstractmethod
-    async def add_calls(self, conversation_id: str, turn_id: str, calls: list[dict[str, Any]]) -> None: ...
+    async def add_calls(self, conversation_id: str, turn_id: str, calls: list[dict[str, Any]]) -> None:
+        """Store calls ``{id, name, kind, arguments}``, pending — or already finished when a call has a
+        ``status`` (with ``result``/``error``/``handler_ms``/``total_ms``): a call the relay ran itself."""
     @abc.abstractmethod
     async def set_call_seq(self, conversation_id: str, call_id: str, seq: int) -> None: ...
     @abc.abstractmethod
@@ -137,6 +142,17 @@ class Store(abc.ABC):
 
     @abc.abstractmethod
     async def record_refused(self, conversation_id: str, kind: str, payload: Any, reason: str) -> None: ...
+
+    # offered actions (seed 002, D7)
+    @abc.abstractmethod
+    async def get_offers(self, conversation_id: str) -> dict[str, dict[str, Any]]:
+        """Every stored offer, by the id of the assistant message it was made on."""
+    @abc.abstractmethod
+    async def get_offer(self, conversation_id: str, message_id: str) -> dict[str, Any] | None:
+        """The offer made on a message that is still part of the conversation (not withdrawn)."""
+    @abc.abstractmethod
+    async def action_succeeded(self, conversation_id: str, action_id: str) -> bool:
+        """Whether a stored ``action`` message records a successful outcome of that action."""
 
     # ask-user prompts
     @abc.abstractmethod
@@ -220,6 +236,14 @@ CREATE TABLE IF NOT EXISTS refused (
     reason TEXT NOT NULL,
     created_at REAL NOT NULL
 );
+CREATE TABLE IF NOT EXISTS offers (
+    conversation_id TEXT NOT NULL,
+    message_id TEXT NOT NULL,
+    call_id TEXT NOT NULL,
+    actions TEXT NOT NULL,
+    note TEXT NOT NULL,
+    PRIMARY KEY (conversation_id, message_id)
+) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS prompts (
     conversation_id TEXT NOT NULL,
     id TEXT NOT NULL,
@@ -236,7 +260,7 @@ _CONV_COLUMNS = ("id", "app_id", "status", "created_at", "updated_at", "seq", "m
 _UPDATABLE = {"status", "turn_id", "iteration", "runner"}
 _CALL_COLUMNS = ("id", "turn_id", "name", "kind", "arguments", "seq", "status", "result", "error",
                  "handler_ms", "total_ms", "created_at", "finished_at")
-_TABLES = ("messages", "events", "idempotency", "calls", "refused", "prompts")
+_TABLES = ("messages", "events", "idempotency", "calls", "refused", "prompts", "offers")
 
 
 _READ, _WRITE, _CALL = "r", "w", "x"
@@ -477,6 +501,7 @@ class SQLiteStore(Store):
         conversation: dict[str, Any] | None = None,
         idempotency: Ack | None = None,
         withdraw: Iterable[str] = (),
+        offer: dict[str, Any] | None = None,
     ) -> int:
         msgs = list(messages)
         gone = list(withdraw)
@@ -500,6 +525,9 @@ class SQLiteStore(Store):
             payload["seq"] = seq
             for m in msgs:  # before the payload is serialized: it may embed these messages
                 m["seq"] = seq
+            pm = payload.get("message")
+            if isinstance(pm, dict) and any(pm.get("id") == m["id"] for m in msgs):
+                pm["seq"] = seq  # an emitted copy of a stored message (e.g. with its live ``actions``)
             db.execute("INSERT INTO events (conversation_id, seq, name, payload) VALUES (?,?,?,?)",
                        (conversation_id, seq, name, _dumps(payload)))
             for mid in gone:
@@ -509,6 +537,9 @@ class SQLiteStore(Store):
                            (conversation_id, m["id"], seq, _dumps(m)))
             if idempotency:
                 self._put_ack(db, conversation_id, *idempotency)
+            if offer is not None:
+                db.execute("INSERT OR REPLACE INTO offers (conversation_id, message_id, call_id, actions, note) VALUES (?,?,?,?,?)",
+                           (conversation_id, offer["message_id"], offer["call_id"], _dumps(offer["actions"]), offer["note"]))
             return seq
 
         return await self._write(go)
@@ -568,11 +599,14 @@ class SQLiteStore(Store):
 
         def go(db: sqlite3.Connection) -> None:
             for c in calls:
+                status = c.get("status", CALL_PENDING)
+                result = c.get("result")
                 db.execute(
-                    "INSERT INTO calls (conversation_id, id, turn_id, name, kind, arguments, seq, status, created_at)"
-                    " VALUES (?,?,?,?,?,?,?,?,?)",
+                    "INSERT INTO calls (conversation_id, id, turn_id, name, kind, arguments, seq, status, result, error,"
+                    " handler_ms, total_ms, created_at, finished_at) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
                     (conversation_id, c["id"], turn_id, c["name"], c.get("kind", "function"), _dumps(c["arguments"]),
-                     c.get("seq", 0), CALL_PENDING, now),
+                     c.get("seq", 0), status, _dumps(result) if result is not None else None, c.get("error"),
+                     c.get("handler_ms"), c.get("total_ms"), now, None if status == CALL_PENDING else now),
                 )
 
         await self._write(go)
@@ -643,6 +677,39 @@ class SQLiteStore(Store):
             rows = db.execute("SELECT kind, payload, reason, created_at FROM refused WHERE conversation_id = ? ORDER BY rowid",
                               (conversation_id,)).fetchall()
             return [{"kind": k, "payload": json.loads(p), "reason": r, "created_at": t} for k, p, r, t in rows]
+
+        return await self._read(go)
+
+    # -- offered actions ----------------------------------------------------------------------------------
+    @staticmethod
+    def _offer_row(row: tuple[Any, ...]) -> dict[str, Any]:
+        return {"message_id": row[0], "call_id": row[1], "actions": json.loads(row[2]), "note": row[3]}
+
+    async def get_offers(self, conversation_id: str) -> dict[str, dict[str, Any]]:
+        def go(db: sqlite3.Connection) -> dict[str, dict[str, Any]]:
+            rows = db.execute("SELECT message_id, call_id, actions, note FROM offers WHERE conversation_id = ?",
+                              (conversation_id,)).fetchall()
+            return {r[0]: self._offer_row(r) for r in rows}
+
+        return await self._read(go)
+
+    async def get_offer(self, conversation_id: str, message_id: str) -> dict[str, Any] | None:
+        def go(db: sqlite3.Connection) -> dict[str, Any] | None:
+            row = db.execute(
+                "SELECT o.message_id, o.call_id, o.actions, o.note FROM offers o WHERE o.conversation_id = ? AND o.message_id = ?"
+                " AND EXISTS (SELECT 1 FROM messages m WHERE m.conversation_id = o.conversation_id AND m.id = o.message_id)",
+                (conversation_id, message_id)).fetchone()
+            return self._offer_row(row) if row else None
+
+        return await self._read(go)
+
+    async def action_succeeded(self, conversation_id: str, action_id: str) -> bool:
+        def go(db: sqlite3.Connection) -> bool:
+            row = db.execute(
+                "SELECT 1 FROM messages WHERE conversation_id = ? AND json_extract(data, '$.role') = 'action'"
+                " AND json_extract(data, '$.action_id') = ? AND json_extract(data, '$.ok') = 1 LIMIT 1",
+                (conversation_id, action_id)).fetchone()
+            return row is not None
 
         return await self._read(go)
 
