@@ -168,6 +168,7 @@ class Recorder:
 
 
 async def create(http: aiohttp.ClientSession, base: str, app: str = "demo") -> str:
+    """Create a conversation: the ``demo`` app by Origin, ``ask`` and any other app by the ``ask`` or ``shop`` secret."""
     headers = {"Origin": base} if app == "demo" else {"Authorization": f"Bearer {ASK_SECRET if app == 'ask' else SHOP_SECRET}"}
     r = await http.post(f"{base}/api/apps/{app}/conversations", headers=headers)
     assert r.status == 201, await r.text()
@@ -193,6 +194,14 @@ async def joined(http: aiohttp.ClientSession, base: str, app: str = "demo", url:
 
 FUNC = {"name": "get_selection", "description": "Returns the selected text.",
         "parameters": {"type": "object", "properties": {}}, "kind": "function", "sensitive": False, "source": "client"}
+
+
+async def declare(rec: Recorder, entries: dict[str, dict[str, Any]], key: str = "decl") -> None:
+    """Put catalogue entries (functions, tools, actions; ``name`` filled in) into the state, as a page does."""
+    patch = [{"op": "add", "path": f"/autopilot/functions/{n}", "value": {"name": n, "sensitive": False, "source": "client", **d}}
+             for n, d in entries.items()]
+    ack = await rec.call("state_patch", {"patch": patch, "idempotency_key": key})
+    assert ack == {"ok": True}, ack
 
 
 async def register(rec: Recorder, *names: str, key: str = "reg") -> None:

@@ -12,7 +12,7 @@ import pytest
 import pytest_asyncio
 from aiohttp import web
 
-from relay_helpers import info, joined, launch, register
+from relay_helpers import declare, info, joined, launch, register
 from widget.relay.config import AppConfig, ModelConfig
 from widget.relay.model import ModelError, ModelRequest, OpenAIAdapter, TextDelta, ToolCall
 
@@ -31,6 +31,8 @@ class FakeProvider:
         self.requests: list[dict[str, Any]] = []
         #: an HTTP status to fail with, ``(status, error body)``, or ``"drop"`` (close the connection)
         self.fail: Any = None
+        #: deltas to stream for the next request instead of the default behaviour (then cleared)
+        self.reply: list[dict[str, Any]] | None = None
 
     async def handle(self, request: web.Request) -> web.StreamResponse:
         body = await request.json()
@@ -47,7 +49,12 @@ class FakeProvider:
         resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
         await resp.prepare(request)
         last = body["messages"][-1]
-        if body.get("tools") and last["role"] == "user":
+        if self.reply is not None:
+            deltas, self.reply = self.reply, None
+            for d in deltas:
+                await resp.write(_chunk(d))
+            await resp.write(_chunk({}, "tool_calls" if any("tool_calls" in d for d in deltas) else "stop"))
+        elif body.get("tools") and last["role"] == "user":
             name = body["tools"][0]["function"]["name"]
             await resp.write(_chunk({"role": "assistant", "content": None, "tool_calls": [
                 {"index": 0, "id": "call_provider_1", "type": "function", "function": {"name": name, "arguments": ""}}]}))
@@ -189,4 +196,81 @@ async def test_model_errors_reach_the_client_with_a_retry_path(provider: tuple[F
             await rec.disconnect()
     finally:
         fake.fail = None
+        await h.stop()
+
+
+# ---------------------------------------------------------------------------------------------- seed-002 tools and actions
+
+SEARCH = {"kind": "tool", "description": "Search orders.", "handler": "page", "parameters": {
+    "type": "object", "properties": {
+        "email": {"type": "string", "format": "email", "description": "Customer email"},
+        "site": {"type": "string", "format": "uri"},
+        "limit": {"type": "integer", "minimum": 1, "maximum": 20},
+        "q": {"type": "string", "maxLength": 40},
+        "plan": {"type": "string", "enum": ["free", "pro"]},
+    }, "required": ["email"], "additionalProperties": False}}
+OPEN_PRICING = {"kind": "action", "description": "Open the pricing page for one plan.", "confirm": "button", "label": "Open pricing",
+                "parameters": {"type": "object", "properties": {"plan": {"type": "string", "enum": ["free", "pro"]}},
+                               "required": ["plan"], "additionalProperties": False}}
+SELECTION = {"kind": "function", "description": "Returns the selected text.",
+             "parameters": {"type": "object", "properties": {"limit": {"type": "integer"}}}}
+
+
+@pytest.mark.parametrize("strict", [True, False], ids=["strict", "strict_tools-off"])
+async def test_relay_sends_strict_tools_and_offer_actions(provider: tuple[FakeProvider, str], tmp_path: Path, strict: bool) -> None:
+    """Through the real SDK: seed-002 tools and ``offer_actions`` go with ``strict: true`` and only the keywords
+    OpenAI's strict mode takes (``strict_tools = false``: neither); the model's offer in the same response as
+    its answer becomes the message's actions, with no second provider request."""
+    fake, base = provider
+    fake.fail = None
+    h = await launch(tmp_path, apps={"demo": AppConfig(model="gpt")},
+                     models={"demo": ModelConfig(chunk_delay_ms=0), "gpt": ModelConfig(**{**_cfg(base).__dict__, "strict_tools": strict})})
+    try:
+        async with aiohttp.ClientSession() as http:
+            rec, data, url = await joined(http, h.url)
+            await declare(rec, {"search_orders": SEARCH, "open_pricing": OPEN_PRICING, "get_selection": SELECTION})
+            fake.reply = [{"role": "assistant", "content": "Pro it is. "},
+                          {"tool_calls": [{"index": 0, "id": "call_p", "type": "function", "function": {"name": "offer_actions", "arguments": ""}}]},
+                          {"tool_calls": [{"index": 0, "function": {"arguments": '{"actions": [{"name": "open_pricing", '}}]},
+                          {"tool_calls": [{"index": 0, "function": {"arguments": '"arguments": {"plan": "pro"}}]}'}}]}]
+            before = len(fake.requests)
+            await rec.call("user_message", {"text": "pricing for pro?", "idempotency_key": "m"})
+            fin = await rec.wait("completion.finished")
+            assert fin["status"] == "done" and len(fake.requests) == before + 1
+            msg = [d for e, d in rec.events if e == "completion.ended"][-1]["message"]
+            assert msg["content"] == "Pro it is. " and [(a["name"], a["arguments"]) for a in msg["actions"]] == [("open_pricing", {"plan": "pro"})]
+            assert "actions" not in (await info(http, url))["messages"][1]
+            tools = {t["function"]["name"]: t["function"] for t in fake.requests[-1]["tools"]}
+            assert list(tools) == ["search_orders", "get_selection", "offer_actions"]
+            assert "strict" not in tools["get_selection"] and tools["get_selection"]["parameters"] == SELECTION["parameters"]
+            search = tools["search_orders"]
+            props = search["parameters"]["properties"]
+            assert search["parameters"]["required"] == ["email", "site", "limit", "q", "plan"]
+            assert search["parameters"]["additionalProperties"] is False
+            assert props["plan"] == {"type": ["string", "null"], "enum": ["free", "pro", None]}
+            assert props["q"] == {"type": ["string", "null"], "description": "At most 40 characters"}  # no maxLength in strict mode
+            assert props["site"] == {"type": ["string", "null"], "description": "An http(s) URL"}  # OpenAI has no "uri" format
+            offer = tools["offer_actions"]
+            item = offer["parameters"]["properties"]["actions"]["items"]
+            assert item["properties"]["name"] == {"type": "string", "enum": ["open_pricing"]}
+            assert item["properties"]["arguments"]["properties"]["plan"] == {"type": "string", "enum": ["free", "pro"]}
+            if strict:
+                assert search["strict"] is True and offer["strict"] is True
+                assert props["email"] == {"type": "string", "description": "Customer email", "format": "email"}
+                assert props["limit"] == {"type": ["integer", "null"], "minimum": 1, "maximum": 20}
+                assert offer["parameters"]["properties"]["actions"]["maxItems"] == 3
+            else:
+                assert "strict" not in search and "strict" not in offer
+                assert props["email"] == {"type": "string", "description": "Customer email (an email address)"}
+                assert props["limit"] == {"type": ["integer", "null"], "description": "From 1 to 20"}
+                assert "maxItems" not in offer["parameters"]["properties"]["actions"]
+            # the next turn's history: the offer as a call with the relay's answer, valid for the provider
+            await rec.call("user_message", {"text": "thanks", "idempotency_key": "m2"})
+            await rec.wait("completion.finished", pred=lambda d: d["seq"] > fin["seq"])
+            sent = fake.requests[-1]["messages"]
+            assistant = next(m for m in sent if m["role"] == "assistant")
+            assert assistant["tool_calls"][0]["function"]["name"] == "offer_actions"
+            assert sent[sent.index(assistant) + 1]["tool_call_id"] == assistant["tool_calls"][0]["id"]
+            await rec.disconnect()
+    finally:
         await h.stop()

@@ -14,7 +14,9 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, AsyncIterator
 
+from .. import protocol as P
 from .config import ModelConfig
+from .tools import COMMON_KEYWORDS, offer_names
 
 ASK_USER_TOOL = "ask_user"
 
@@ -91,6 +93,12 @@ class ModelError(Exception):
 
 class ModelAdapter(abc.ABC):
     name: str = "model"
+    #: Constraint keywords this provider's strict tool schemas may carry besides types and nullability
+    #: (docs/protocol.md §8); the relay leaves the others out of what the model sees (and says them in
+    #: the property's description). ``enum`` is taken by every strict mode.
+    schema_keywords: frozenset[str] = COMMON_KEYWORDS
+    #: The ``format`` values a kept ``format`` keyword may have.
+    schema_formats: frozenset[str] = frozenset()
 
     @abc.abstractmethod
     def stream(self, request: ModelRequest) -> AsyncIterator[Chunk]:
@@ -135,9 +143,11 @@ def _quote(value: Any, limit: int = 600) -> str:
 
 
 class DemoModel(ModelAdapter):
-    """Deterministic, offline. Answers in Markdown; calls every page function the message names
-    (``{...}`` JSON right after the name is the arguments); asks the reader when told "ask me" (if the
-    app has Ask User on); fails on "simulate model error"."""
+    """Deterministic, offline. Answers in Markdown; calls every page function or tool the message names
+    (``{...}`` JSON right after the name is the arguments); offers the page's action ``X`` when told
+    "offer X" (optionally followed by JSON arguments; several "offer" in one message make one
+    ``offer_actions`` call listing them all); asks the reader when told "ask me" (if the app has Ask
+    User on); fails on "simulate model error"."""
 
     name = "demo"
 
@@ -179,23 +189,38 @@ class DemoModel(ModelAdapter):
             )
             return
         calls = []
-        names = [n for n in tools if n != ASK_USER_TOOL]
+        names = [n for n in tools if n not in (ASK_USER_TOOL, P.OFFER_ACTIONS_TOOL)]
         if names:
             pattern = re.compile(r"(?<![\w-])(" + "|".join(re.escape(n) for n in sorted(names, key=len, reverse=True)) + r")(?![\w-])")
             for m in pattern.finditer(text):
                 args, _ = _json_after(text, m.end())
                 calls.append(ToolCall(m.group(1), args))
+        actions = offer_names(tools[P.OFFER_ACTIONS_TOOL]) if P.OFFER_ACTIONS_TOOL in tools else []
+        offers = []
+        if actions:
+            pattern = re.compile(r"(?<![\w-])(?i:offer)\s+(" + "|".join(re.escape(n) for n in sorted(actions, key=len, reverse=True)) + r")(?![\w-])")
+            for m in pattern.finditer(text):
+                args, _ = _json_after(text, m.end())
+                offers.append({"name": m.group(1), "arguments": args})
         if calls:
             listed = ", ".join(f"`{c.name}`" for c in calls)
             async for c in self._text(f"Calling {listed} on the page."):
                 yield c
             for c in calls:
                 yield c
+            if offers:
+                yield ToolCall(P.OFFER_ACTIONS_TOOL, {"actions": offers})
             return
-        async for c in self._text(self._markdown_answer(text, names, ASK_USER_TOOL in tools)):
+        if offers:
+            listed = ", ".join(f"`{o['name']}`" for o in offers)
+            async for c in self._text(f"You can do that from here: I offered {listed} below."):
+                yield c
+            yield ToolCall(P.OFFER_ACTIONS_TOOL, {"actions": offers})
+            return
+        async for c in self._text(self._markdown_answer(text, names, ASK_USER_TOOL in tools, actions)):
             yield c
 
-    def _markdown_answer(self, text: str, names: list[str], ask: bool) -> str:
+    def _markdown_answer(self, text: str, names: list[str], ask: bool, actions: list[str] | None = None) -> str:
         quoted = " ".join(text.split())[:200] or "(nothing)"
         lines = [
             "### Demo answer",
@@ -208,6 +233,8 @@ class DemoModel(ModelAdapter):
             lines.append("- Name one of the page's functions and I will call it: " + ", ".join(f"`{n}`" for n in names[:12]) + ".")
         else:
             lines.append("- The page has registered no functions yet.")
+        if actions:
+            lines.append('- Say "offer <action>" and I will offer one of the page\'s actions: ' + ", ".join(f"`{n}`" for n in actions[:12]) + ".")
         if ask:
             lines.append('- Say "ask me" and I will ask you a question.')
         lines += ["", "```text", f"words: {len(text.split())}, characters: {len(text)}", "```"]
@@ -261,6 +288,11 @@ class OpenAIAdapter(ModelAdapter):
             raise ConfigError("the openai adapter needs the 'openai' package (pip install autopilot-widget[openai])") from exc
         self._openai = openai
         self.cfg = cfg
+        if cfg.strict_tools:
+            # What OpenAI's strict mode (Structured Outputs) takes besides types: enum; format (of ours:
+            # email, date, date-time); minimum/maximum; maxItems. Not minLength/maxLength.
+            self.schema_keywords = frozenset({"enum", "format", "minimum", "maximum", "maxItems"})
+            self.schema_formats = frozenset({"email", "date", "date-time"})
         self.client = openai.AsyncOpenAI(
             base_url=cfg.base_url,
             api_key=cfg.api_key or "unused",
@@ -291,14 +323,18 @@ class OpenAIAdapter(ModelAdapter):
 
     async def stream(self, request: ModelRequest) -> AsyncIterator[Chunk]:  # type: ignore[override]
         kwargs: dict[str, Any] = {"model": self.cfg.model, "messages": request.messages, "stream": True}
-        tools = [
-            {"type": "function", "function": {
+        tools = []
+        for t in request.tools:
+            if not _TOOL_NAME.match(t["name"]):
+                continue
+            fn: dict[str, Any] = {
                 "name": t["name"],
                 "description": t.get("description") or "",
                 "parameters": t.get("parameters") or {"type": "object", "properties": {}},
-            }}
-            for t in request.tools if _TOOL_NAME.match(t["name"])
-        ]
+            }
+            if t.get("strict") and self.cfg.strict_tools:
+                fn["strict"] = True
+            tools.append({"type": "function", "function": fn})
         if tools:
             kwargs["tools"] = tools
         if self.cfg.temperature is not None:
