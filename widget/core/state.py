@@ -42,6 +42,37 @@ def document(functions: dict[str, Any], context: dict[str, Any]) -> dict[str, An
     return {STATE_ROOT: {FUNCTIONS: functions, CONTEXT: context}}
 
 
+def _canon(value: Any) -> str:
+    return json.dumps(value, sort_keys=True, ensure_ascii=False)
+
+
+def diff(base: dict[str, Any], projected: dict[str, Any]) -> list[dict[str, Any]]:
+    """The JSON Patch from ``base`` to ``projected`` (two D4 documents), checked before it is sent.
+
+    ``make_patch`` of jsonpatch 1.33 (what CPython clients may have) emits wrong array indexes and moves for
+    some reorderings (tests/test_patch_fuzz.py): the patch is applied here to a copy of ``base`` and, when the
+    result is not ``projected``, each changed part is sent whole instead. ``replace`` of an object member named
+    ``-`` is sent as the equivalent ``add`` (jsonpatch up to 1.33, which the relay may run, refuses it).
+    """
+    patch = jsonpatch.make_patch(base, projected).patch
+    patch = [
+        {**op, "op": "add"} if op.get("op") == "replace" and op.get("path", "").endswith("/-") else op
+        for op in patch
+    ]
+    try:
+        good = _canon(jsonpatch.apply_patch(base, copy.deepcopy(patch))) == _canon(projected)
+    except Exception:  # noqa: BLE001 - any failure of the library means: do not trust this patch
+        good = False
+    if good:
+        return patch
+    old, new = base[STATE_ROOT], projected[STATE_ROOT]
+    return [
+        {"op": "add", "path": f"/{STATE_ROOT}/{part}", "value": new[part]}
+        for part in (FUNCTIONS, CONTEXT)
+        if _canon(old.get(part)) != _canon(new[part])
+    ]
+
+
 @dataclass
 class Outgoing:
     """A patch to emit as ``state_patch`` under ``key``."""
@@ -164,10 +195,10 @@ class StateSync:
             size = check_state(projected)
         except StateLimitError:
             raise
-        patch = jsonpatch.make_patch(self.base, projected).patch
+        projected = copy.deepcopy(projected)  # before diffing: the patch's values must not alias local state
+        patch = diff(self.base, projected)
         if not patch:
             return None
-        projected = copy.deepcopy(projected)
         key = f"{self._key_prefix}{next(self._keys)}"
         self.base = projected
         self.in_flight[key] = projected
