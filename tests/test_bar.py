@@ -78,10 +78,11 @@ def q(selector: str) -> str:
 
 
 async def py(page: Any, code: str) -> Any:
-    """Run Python (top-level await allowed) in the page; the last line is an expression, returned via JSON."""
-    lines = (PRELUDE + code.strip("\n")).splitlines()
-    body, last = lines[:-1], lines[-1]
-    src = "\n".join(body + ["import json as _j", f"_j.dumps({last})"])
+    """Run Python (top-level await allowed) in the page; the value of its last expression, passed through JSON."""
+    src = (
+        "from pyodide.code import eval_code_async as _eval\nimport json as _j\n"
+        f"_j.dumps(await _eval({PRELUDE + code!r}, globals()))"
+    )
     return json.loads(await page.evaluate("code => window.Autopilot.pyodide.runPythonAsync(code)", src))
 
 

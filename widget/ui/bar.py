@@ -158,7 +158,7 @@ class _MessageView:
 
 
 class _CallView:
-    __slots__ = ("el", "summary", "status", "time", "body", "sig")
+    __slots__ = ("el", "summary", "status", "time", "when", "body", "sig")
 
 
 class Bar:
@@ -891,6 +891,10 @@ class Bar:
         cv.summary.appendChild(self._el("span", "call-icon", part="call-icon"))
         cv.summary.appendChild(self._el("span", "call-name", text=str(call.get("name") or "")))
         cv.summary.appendChild(cv.status)
+        cv.when = None
+        if cls != "call":
+            cv.when = self._el("span", "call-when")
+            cv.summary.appendChild(cv.when)
         cv.time = self._el("span", "call-time")
         cv.summary.appendChild(cv.time)
         cv.el.appendChild(cv.summary)
@@ -908,7 +912,11 @@ class Bar:
         cv.sig = sig
         L = self.labels
         status_text = L.get(f"call_{status}", status)
+        if status == "running" and call.get("name") == "ask_user":
+            status_text = L["call_waiting_user"]  # the relay's own tool: it waits for the reader's answer
         cv.el.setAttribute("data-status", status)
+        base = "call" if cv.el.classList.contains("call") else "activity-entry"
+        cv.el.setAttribute("part", f"{base} {base}-{status}")
         icon = cv.summary.firstChild
         icon.innerHTML = ICONS.get({"success": "check", "error": "error"}.get(status, "running"), "")
         cv.status.textContent = status_text
@@ -921,10 +929,10 @@ class Bar:
         if total is not None:
             timing.append(f"{L['total_time']} {L['ms'].format(value=_fmt_ms(total))}")
         cv.summary.setAttribute("title", " · ".join([name, status_text, *timing]))
+        if cv.when is not None:
+            cv.when.textContent = when or ""
         body = cv.body
         body.textContent = ""
-        if when:
-            body.appendChild(self._el("p", "call-when", text=when))
         if timing:
             body.appendChild(self._el("p", "call-timing", text=" · ".join(timing)))
         if call.get("kind") != "error":

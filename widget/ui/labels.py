@@ -42,6 +42,7 @@ LABELS: dict[str, str] = {
     "call_running": "Running",
     "call_success": "Done",
     "call_error": "Failed",
+    "call_waiting_user": "Waiting for your answer",
     "call_details": "Details of {name}",
     "arguments": "Arguments",
     "result": "Result",
