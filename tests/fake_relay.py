@@ -30,12 +30,17 @@ class FakeRelay:
         self.ack_patches = True
         #: While set to an unset asyncio.Event, state_patch acks wait for it (a lost acknowledgement).
         self.hold_patch_acks: object | None = None
+        #: While set to an unset asyncio.Event, conversation GETs wait for it (a slow rejoin).
+        self.hold_gets: object | None = None
         self.pending_calls: list[dict[str, Any]] = []
         self.requests: list[tuple[str, str]] = []
+        self.joined = False
         self.created = 0
 
     async def handle_request(self, method: str, url: str, body: Any) -> tuple[int, Any]:
         self.requests.append((method, url))
+        if self.hold_gets is not None and method == "GET":
+            await self.hold_gets.wait()  # type: ignore[attr-defined]
         if method == "POST" and url.endswith("/conversations"):
             self.created += 1
             return 201, {"ok": True, "id": f"c{self.created}", "url": f"{BASE}/api/conversations/c{self.created}"}
@@ -67,6 +72,7 @@ class FakeRelay:
                 return {"ok": False, "error": self.join_error}
             if data.get("version") != P.PROTOCOL_VERSION:
                 return P.error(P.ERR_VERSION_MISMATCH, "bad version")
+            self.joined = True
             transport.deliver(P.EV_STATE, copy.deepcopy(self.doc["autopilot"]))
             for name, payload in self.events:
                 if payload["seq"] > (data.get("last_seq") or 0):
@@ -88,6 +94,8 @@ class FakeRelay:
             self.doc = new
             return P.ok()
         if event == P.EV_FUNCTION_RESPONSE:
+            if not self.joined:
+                return P.error(P.ERR_NOT_JOINED, "Join a conversation first.")
             self.responses.append(data)
             return P.ok()
         if event == P.EV_USER_MESSAGE:

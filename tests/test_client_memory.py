@@ -308,3 +308,27 @@ async def test_new_conversation_keeps_connect_options_and_functions():
     assert client._opts["sync_state_before_function_response"] is False
     assert client._history.maxlen == 7
     assert "f" in relay.doc["autopilot"]["functions"]
+
+
+async def test_response_finished_during_a_slow_rejoin_is_resent_not_lost():
+    relay, transport, client = await connected()
+    gate = asyncio.get_running_loop().create_future()
+
+    async def slow(args, ctx):
+        await gate
+        return "finished"
+
+    client.register_function("slow", slow)
+    await client.sync_registered_functions()
+    relay.push(transport, "function_call.begin", {"id": "r1", "name": "slow", "arguments": {}, "run": True})
+    await asyncio.sleep(0.01)
+    relay.hold_gets = asyncio.Event()
+    transport.drop()
+    relay.joined = False  # the relay forgot the old socket
+    transport.restore()  # the socket is back, but the rejoin is stuck on its GET
+    gate.set_result(None)
+    await asyncio.sleep(0.05)
+    assert relay.responses == [] and "r1" in client._outbox  # not sent into a not-joined socket, not dropped
+    relay.hold_gets.set()
+    await asyncio.sleep(0.05)
+    assert [r["id"] for r in relay.responses] == ["r1"] and client._outbox == {}

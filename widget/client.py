@@ -112,6 +112,8 @@ class AutopilotClient:
         self._state_waiter: asyncio.Future[Any] | None = None
         self._tasks: set[asyncio.Task[Any]] = set()
         self._joined_once = False
+        #: True between a join ack and the next (re)connection: writes before that would be ``not_joined``.
+        self._joined = False
         self._closing = False
         self._replay_pending = False
         self._connect_options: dict[str, Any] = {}
@@ -265,7 +267,7 @@ class AutopilotClient:
         self._flush_handle = self._loop().call_later(delay, self._flush_tick)
 
     def _can_send(self) -> bool:
-        return self.state.base is not None and self.transport.connected and self.active
+        return self.state.base is not None and self._joined and self.transport.connected and self.active
 
     def _flush_tick(self) -> None:
         self._flush_handle = None
@@ -525,9 +527,14 @@ class AutopilotClient:
     ) -> bool:
         """Emit a function response; True once the relay acknowledged it (refused counts as delivered)."""
         try:
+            if not self._joined:
+                # A socket that reconnected but has not joined yet would be refused: the rejoin resends it.
+                raise TransportError("not joined")
             if record is not None:
                 record.update(respondedAt=self._wall() * 1000, totalMs=total_ms)
             ack = await self.transport.emit(P.EV_FUNCTION_RESPONSE, payload)
+            if isinstance(ack, dict) and not ack.get("ok") and (ack.get("error") or {}).get("code") == P.ERR_NOT_JOINED:
+                raise TransportError("not joined")
         except TransportError as exc:
             if record is not None:
                 record.update(respondedAt=None, totalMs=None)
@@ -882,6 +889,7 @@ class AutopilotClient:
         self.active = bool(ack.get("active", True))
         self.state.snapshot(snapshot.get("functions"), snapshot.get("context"))
         self._joined_once = True
+        self._joined = True
         # The role is known before the state change is announced, so views never see "connected, read-only".
         self._set_connection_state(CONNECTED_STATE)
         self.events.emit("joined", {"conversation_id": ack.get("conversation_id"), "active": self.active})
@@ -935,6 +943,8 @@ class AutopilotClient:
 
     # ------------------------------------------------------------------ incoming
     def _on_transport_event(self, event: str, data: Any) -> None:
+        if event in (CONNECTED, DISCONNECTED):
+            self._joined = False
         if event == CONNECTED:
             if self._joined_once and not self._closing:
                 self._spawn(self._rejoin())
