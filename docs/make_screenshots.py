@@ -1,6 +1,10 @@
 """Regenerate the screenshots in docs/ (the open bar on the demo page: light, dark, phone).
 
     python docs/make_screenshots.py
+
+Each shot is a fresh browser context on the demo page with the embedded demo model (no delays): a question with a
+Markdown answer, a page function with its timing pill; the dark one also waits on a sensitive function's
+confirmation prompt.
 """
 
 from __future__ import annotations
@@ -12,29 +16,43 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent / "tests"))
+sys.path.insert(0, str(HERE.parent))
 
 from support import CHROMIUM, CHROMIUM_ARGS, start_relay, wait_mark  # noqa: E402
 
+BAR = "#autopilot-bar-host"
 SHOTS = [
-    ("screenshot-light.png", {"viewport": {"width": 1280, "height": 760}, "color_scheme": "light"}),
-    ("screenshot-dark.png", {"viewport": {"width": 1280, "height": 760}, "color_scheme": "dark"}),
-    ("screenshot-phone.png", {"viewport": {"width": 360, "height": 740}, "color_scheme": "light", "is_mobile": True}),
+    ("screenshot-light.png", {"viewport": {"width": 1280, "height": 800}, "color_scheme": "light"}, False),
+    ("screenshot-dark.png", {"viewport": {"width": 1280, "height": 800}, "color_scheme": "dark"}, True),
+    ("screenshot-phone.png", {"viewport": {"width": 360, "height": 740}, "color_scheme": "light", "is_mobile": True,
+                              "has_touch": True, "device_scale_factor": 2}, False),
 ]
+IDLE = """(n) => { const r = document.getElementById('autopilot-bar-host').shadowRoot;
+    const msgs = r.querySelectorAll('.messages > .message');
+    return r.querySelectorAll('.message.user').length >= n && msgs.length
+      && !msgs[msgs.length - 1].classList.contains('user') && r.querySelector('.stop').hidden; }"""
 
 
-async def shoot(browser, url: str, name: str, options: dict) -> None:
-    ctx = await browser.new_context(**options)
+async def ask(page, text: str, n: int, wait: bool = True) -> None:
+    box = page.locator(f"{BAR} >> textarea.input")
+    await box.fill(text)
+    await box.press("Enter")
+    if wait:
+        await page.wait_for_function(IDLE, arg=n)
+
+
+async def shoot(browser, url: str, name: str, options: dict, confirm: bool) -> None:
+    ctx = await browser.new_context(reduced_motion="reduce", **options)
     page = await ctx.new_page()
     await page.goto(url)
     await wait_mark(page, "autopilot:joined")
     await page.click("#autopilot-toggle-host >> button.toggle")
-    box = page.locator("#autopilot-bar-host >> textarea")
-    await box.fill("What lamps do you have? Please call list_products")
-    await box.press("Enter")
-    await page.wait_for_function(
-        "() => window.Autopilot.pyodide.runPython('from widget import get_client; "
-        "c = get_client(); len(c.messages) >= 3 and not c.session.is_streaming')"
-    )
+    await ask(page, "Hello! What can you do on this page?", 1)
+    await ask(page, 'Please add_to_cart {"sku": "aurora", "quantity": 2}', 2)
+    if confirm:
+        await ask(page, "Now empty_cart, please", 3, wait=False)
+        await page.wait_for_selector(f"{BAR} >> .confirm")
+    await page.evaluate("document.activeElement && document.activeElement.blur()")
     await asyncio.sleep(0.3)
     await page.screenshot(path=str(HERE / name))
     await ctx.close()
@@ -43,12 +61,15 @@ async def shoot(browser, url: str, name: str, options: dict) -> None:
 async def main() -> None:
     from playwright.async_api import async_playwright
 
+    from build import build
+
+    build(quiet=True)
     relay = start_relay(Path(tempfile.mkdtemp()), extra=["--demo-chunk-delay-ms", "0"])
     try:
         async with async_playwright() as pw:
             browser = await pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-            for name, options in SHOTS:
-                await shoot(browser, relay.url + "/", name, options)
+            for name, options, confirm in SHOTS:
+                await shoot(browser, relay.url + "/", name, options, confirm)
                 print("wrote", HERE / name)
             await browser.close()
     finally:

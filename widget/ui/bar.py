@@ -204,6 +204,8 @@ class Bar:
         self._renderer_cls: Any = None
         self._ids = 0
         self._stick = False
+        self._composer_sig: Any = None
+        self._busy = False
         doc = js.document
 
         # --- host + shadow root + skin --------------------------------------------------------
@@ -707,6 +709,10 @@ class Bar:
             blocked, placeholder = True, L["placeholder_wait_function"]
         else:
             blocked, placeholder = False, L["placeholder"]
+        sig = (blocked, placeholder, streaming)
+        if sig == self._composer_sig:  # per chunk this is the common case: no DOM write, no style invalidation
+            return
+        self._composer_sig = sig
         # read-only rather than disabled: a focused composer keeps focus (keyboard users are not dropped).
         self.input.readOnly = blocked
         self.input.setAttribute("aria-disabled", "true" if blocked else "false")
@@ -746,7 +752,12 @@ class Bar:
                 self.list.appendChild(self._views[key].el)
             self._order = keys
         self.empty.hidden = bool(keys)
-        self.list.setAttribute("aria-busy", "true" if s.is_streaming else "false")
+        self._set_busy(s.is_streaming)
+
+    def _set_busy(self, busy: bool) -> None:
+        if busy != self._busy:
+            self._busy = busy
+            self.list.setAttribute("aria-busy", "true" if busy else "false")
 
     def _render_streaming(self) -> None:
         """Per chunk: only the streaming message (its tail) is touched."""
@@ -759,7 +770,7 @@ class Bar:
             self.render_messages()
             return
         self._fill(self._views[key], streaming, streaming=True, last=False)
-        self.list.setAttribute("aria-busy", "true")
+        self._set_busy(True)
 
     def _view(self, key: str, role: str) -> _MessageView:
         view = self._views.get(key)
@@ -844,6 +855,10 @@ class Bar:
             view.stable.textContent = text
             view.text = text
             return
+        if streaming and not text.strip() and view.text is None:
+            view.tail.appendChild(self._el("span", "thinking", text=self.labels["thinking"]))
+            view.text = text
+            return
         render, renderer_cls = self._markdown()
         if streaming or view.renderer is not None:
             r = view.renderer
@@ -851,7 +866,7 @@ class Bar:
                 r = view.renderer = renderer_cls()
                 view.stable.textContent = ""
                 view.tail.textContent = ""
-            previous_tail = r.tail
+            previous_tail = r.tail if view.text else None  # None: the tail still shows "Thinking…"
             r.feed(text)
             if r.appended:
                 san.appendSafeHTML(view.stable, r.appended)
