@@ -3,7 +3,7 @@
 
 Run from the repo root::
 
-    python build.py [--clean] [--no-precompile] [--update-lock] [--quiet]
+    python build.py [--clean] [--no-precompile] [--update-lock] [--quiet] [--snapshot]
 
 or call :func:`build` (returns the output folder).  Standard library only.
 
@@ -19,17 +19,31 @@ What it does (each step cached under ``.build-cache/``):
    under Node, in one process (the host CPython writes the wrong bytecode), and checks
    the result: every stdlib module that imports from source imports from the .pyc zip
    too, and the wheels import from bundle.zip as .pyc (no network is used);
+   .pyc files are written without docstrings (stdlib and wheels; our widget/ keeps them) and without
+   column tables (PYTHONNODEBUGRANGES): -35 % of their compressed bytes;
+6b. splits the precompiled stdlib (issue 8): a Pyodide in Node imports what the widget's boot imports
+   (the widget modules, Markdown rendering, the bundle smoke test); those modules form the *core* zip the
+   page downloads, everything else the *rest* zip, fetched on the first import of one of its modules by a
+   meta-path finder (``_autopilot_stdlib``, in the core zip; see STDLIB_FINDER_PY). A second Pyodide booted
+   on the core zip checks that the boot never needs the rest and that rest modules import through the finder.
+   Zips the page fetches are stored (uncompressed): HTTP brotli packs the archive better than per-member
+   deflate, and zipimport reads members without inflating them;
+   with ``--snapshot``, a Pyodide memory snapshot with the deps and widget modules imported;
 7. assembles ``widget/_dist/``::
 
-       autopilot.js            loader (from static/autopilot.js), __BUILD_ID__ filled in
+       autopilot.js            loader (from static/autopilot.js), __BUILD_ID__ and its boot files filled in
        manifest.json           build id, versions, bytes + sha256 of every file
        <build_id>/             immutable: build_id = sha256 over its content, 12 hex
-           pyodide/            pyodide.mjs, pyodide.asm.mjs, pyodide.asm.wasm,
-                               pyodide-lock.json, python_stdlib.zip (precompiled)
+           pyodide/            pyodide.mjs, pyodide.asm.mjs, pyodide.asm.wasm, pyodide-lock.json,
+                               python_stdlib.zip (the whole stdlib, precompiled; for other users of pyodide/),
+                               python_stdlib_core.zip + python_stdlib_rest.zip (what the loader fetches),
+                               python.snapshot (--snapshot only)
            vendor/             socket.io.esm.min.js, purify.es.mjs (+ source maps)
            pyscript/           @pyscript/core dist/ folder
-           bundle.zip          wheels (+ .dist-info) and widget client code, .pyc
+           bundle.zip          wheels (+ .dist-info) and widget client code, .pyc, stored
            ...                 every other file of static/, subfolders kept
+           *.br                brotli (quality 11) copies of the files above 1 KB the page may fetch,
+                               served by the relay to browsers that accept br (cached in .build-cache)
 """
 from __future__ import annotations
 
@@ -97,6 +111,11 @@ WHEEL_DROP_SUBDIRS = {"tests", "benchmarks"}
 # unpack it); loaded by zipimport from /lib/bundle.zip, __file__ is still right.
 WIDGET_EXCLUDE = {"relay", "_dist"}
 
+# Docstrings are left out of the precompiled stdlib (CPython's stdlib works under -OO) and of these
+# wheels' modules (checked by the test suite); our own widget/ keeps them (descriptions may come from them).
+STRIP_DOCS_BUNDLE = ["jsonschema/", "markdown/", "pyrsistent/", "attr/", "attrs/", "jsonpatch.py",
+                     "jsonpointer.py"]
+
 # Imports checked after precompiling (in a Pyodide booted on the precompiled stdlib).
 VERIFY_STDLIB = ["json", "asyncio", "re", "email", "email.message", "urllib.parse",
                  "typing", "dataclasses", "collections", "functools", "datetime", "decimal",
@@ -122,6 +141,16 @@ DIST_FILES = {  # (npm package, path in package) -> path under <build_id>/
     "vendor/purify.es.mjs.map": ("dompurify", "dist/purify.es.mjs.map"),
 }
 PYSCRIPT_DIST = ("@pyscript/core", "dist")  # copied whole to <build_id>/pyscript/
+
+# Precompressed copies: brotli at its best quality (slow, so cached by content under .build-cache/compressed)
+# for every file the loader may fetch; the relay serves them (Content-Encoding: br).
+BROTLI_QUALITY = 11
+BROTLI_BIG_BYTES = 16_000_000  # the memory snapshot (~31 MB, new on every widget change): quality 9, 10x faster
+BROTLI_QUALITY_BIG = 9
+BROTLI_SUFFIXES = {".wasm", ".mjs", ".js", ".json", ".zip", ".css", ".html", ".snapshot"}
+BROTLI_SKIP_DIRS = ("pyscript/",)
+BROTLI_MIN_BYTES = 1024
+BROTLI_MIN_SAVING = 0.10
 
 LOCK_VERSION = 1
 STEPS = 7
@@ -281,6 +310,19 @@ def _write_zip(path: Path, entries: dict[str, bytes]) -> None:
             else:
                 z.writestr(_zipinfo(name), entries[name], compresslevel=9)
     os.replace(tmp, path)
+
+
+def _restore_zip(src: Path, dst: Path) -> None:
+    """The same zip with every member stored (uncompressed): zipimport reads it without inflating, and HTTP
+    compression (brotli/gzip) packs the whole archive better than per-member deflate."""
+    tmp = dst.with_name(f".{dst.name}.{os.getpid()}.tmp")
+    with zipfile.ZipFile(src) as zin, zipfile.ZipFile(tmp, "w") as zout:
+        for info in zin.infolist():
+            out = zipfile.ZipInfo(info.filename, info.date_time)
+            out.external_attr = info.external_attr
+            out.compress_type = zipfile.ZIP_STORED
+            zout.writestr(out, zin.read(info))
+    os.replace(tmp, dst)
 
 
 # ---------------------------------------------------------------------------
@@ -513,8 +555,22 @@ def _info(name, is_dir=False):
     return info
 
 
-def compile_zip(src, dst, co_prefix):
-    """Every .py becomes a sourceless unchecked-hash .pyc next to where it was."""
+def strip_docstrings(tree):
+    """Drop module/class/function docstrings (what -OO does, without also dropping asserts)."""
+    import ast
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
+            body = node.body
+            if (body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant)
+                    and isinstance(body[0].value.value, str)):
+                node.body = body[1:] or [ast.copy_location(ast.Pass(), body[0])]
+    return tree
+
+
+def compile_zip(src, dst, co_prefix, strip_docs=()):
+    """Every .py becomes a sourceless unchecked-hash .pyc next to where it was (column tables are left out:
+    Pyodide runs this with PYTHONNODEBUGRANGES; docstrings are dropped under the prefixes in strip_docs)."""
+    import ast
     t0 = time.perf_counter()
     n_pyc, failed = 0, []
     with zipfile.ZipFile(src) as zin, zipfile.ZipFile(dst, "w") as zout:
@@ -526,7 +582,11 @@ def compile_zip(src, dst, co_prefix):
             data = zin.read(info)
             if name.endswith(".py"):
                 try:
-                    code = compile(data, co_prefix + name, "exec", dont_inherit=True)
+                    if any(name.startswith(p) for p in strip_docs):
+                        tree = strip_docstrings(ast.parse(data, co_prefix + name))
+                        code = compile(tree, co_prefix + name, "exec", dont_inherit=True)
+                    else:
+                        code = compile(data, co_prefix + name, "exec", dont_inherit=True)
                 except Exception as e:  # keep the source: it still imports (or fails) as before
                     failed.append(f"{name}: {type(e).__name__}: {e}")
                 else:
@@ -593,7 +653,7 @@ def run(job_json):
     job = json.loads(job_json)
     results = {}
     for t in job["targets"]:
-        results[t["name"]] = compile_zip(t["src"], t["dst"] + ".tmp", t["co_prefix"])
+        results[t["name"]] = compile_zip(t["src"], t["dst"] + ".tmp", t["co_prefix"], t.get("strip_docs", ()))
     return json.dumps(results)
 '''
 
@@ -615,7 +675,8 @@ const script = fs.readFileSync(job.script, "utf8");
 
 async function boot(stdLibURL) {
   const t0 = performance.now();
-  const opts = { indexURL: job.index_dir + path.sep, ...quietIO };
+  // No column tables in the .pyc files (tracebacks lose their ^^^ markers): about -20 % of their bytes.
+  const opts = { indexURL: job.index_dir + path.sep, env: { PYTHONNODEBUGRANGES: "1" }, ...quietIO };
   if (stdLibURL) opts.stdLibURL = stdLibURL;
   const py = await loadPyodide(opts);
   const ms = performance.now() - t0;
@@ -679,6 +740,337 @@ try {
 '''
 
 
+# ---------------------------------------------------------------------------
+# step 6b: the stdlib split (core: what the widget's boot imports; rest: everything else, lazily)
+
+# The finder shipped in the core zip as _autopilot_stdlib.pyc; the loader installs it (see its docstring).
+STDLIB_FINDER_PY = r'''"""The rest of the standard library, loaded on first use (written by autopilot-widget's build.py).
+
+The stdlib zip the page downloads holds only what the widget's boot imports; every other stdlib module is in a
+second zip (``REST_URL``). This meta-path finder, last on ``sys.meta_path``, answers for exactly the modules of
+that second zip: on the first import of one of them it fetches the zip (synchronously in the browser; the loader
+instead fetches it asynchronously before page Python runs when a static scan of that Python needs it, see
+``needs_rest``), mounts it, and from then on those modules import like any other. Names that are in neither zip
+fail as usual (``ModuleNotFoundError``) without any fetch.
+"""
+
+import sys
+
+REST_PATH = "/lib/python-stdlib-rest.zip"
+REST_MODULES = frozenset(__REST_MODULES__)
+
+_state = {"url": None, "mounted": False, "fetches": 0, "trigger": None, "fetch": None}
+
+
+def _fetch_sync(url):
+    # Synchronous XHR is the only way to fetch during an import on the browser's main thread; the response comes
+    # as a binary string (x-user-defined: byte b -> U+F7xx for b >= 0x80), whose UTF-16 low bytes are the bytes.
+    from js import XMLHttpRequest
+
+    req = XMLHttpRequest.new()
+    req.open("GET", url, False)
+    req.overrideMimeType("text/plain; charset=x-user-defined")
+    req.send(None)
+    if req.status != 200:
+        raise ImportError(f"the rest of the standard library could not be fetched (HTTP {req.status}: {url})")
+    return str(req.responseText).encode("utf-16-le")[::2]
+
+
+def mount(data=None):
+    """Make the rest of the stdlib importable (``data``: the zip's bytes or a JS Uint8Array; None: it is
+    already at REST_PATH)."""
+    if _state["mounted"]:
+        return
+    if data is not None:
+        if hasattr(data, "to_bytes"):
+            data = data.to_bytes()
+        with open(REST_PATH, "wb") as f:
+            f.write(data)
+    _state["mounted"] = True
+    if REST_PATH not in sys.path:
+        sys.path.append(REST_PATH)
+    import importlib
+
+    importlib.invalidate_caches()
+
+
+def _ensure(fullname):
+    if _state["mounted"]:
+        return
+    fetch = _state["fetch"] or _fetch_sync
+    if _state["url"] is None:
+        raise ImportError(f"{fullname} is in the rest of the standard library, whose URL is not set")
+    _state["trigger"] = fullname
+    _state["fetches"] += 1
+    mount(fetch(_state["url"]))
+
+
+class RestFinder:
+    """Finds the modules of the rest zip (and only those), mounting it on first use."""
+
+    @classmethod
+    def find_spec(cls, fullname, path=None, target=None):
+        if fullname not in REST_MODULES:
+            return None
+        _ensure(fullname)
+        from importlib.machinery import PathFinder
+
+        parent = fullname.rpartition(".")[0]
+        where = REST_PATH + ("/" + parent.replace(".", "/") if parent else "")
+        spec = PathFinder.find_spec(fullname, [where])
+        if spec is not None and parent:
+            # A package split between the two zips: its submodules in the rest zip are found from now on.
+            pkg = sys.modules.get(parent)
+            pkg_path = getattr(pkg, "__path__", None)
+            if pkg_path is not None and where not in pkg_path:
+                try:
+                    pkg_path.append(where)
+                except AttributeError:
+                    pass
+        return spec
+
+    @classmethod
+    def invalidate_caches(cls):
+        pass
+
+
+def install(url=None, fetch=None):
+    """Put the finder last on sys.meta_path; ``url``: where the rest zip is; ``fetch(url) -> bytes`` replaces
+    the synchronous XHR (tests, Node)."""
+    _state["url"] = url
+    _state["fetch"] = fetch
+    "".encode("utf-16-le")  # the codec _fetch_sync needs, looked up now (it is in this zip)
+    if RestFinder not in sys.meta_path:
+        sys.meta_path.append(RestFinder)
+
+
+def needs_rest(sources):
+    """Whether any of these Python sources imports (statically) a module of the rest zip."""
+    import ast
+
+    for src in sources:
+        try:
+            tree = ast.parse(str(src))
+        except SyntaxError:
+            continue
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom) and not node.level and node.module:
+                names = [node.module] + [f"{node.module}.{a.name}" for a in node.names]
+            else:
+                continue
+            for name in names:
+                parts = name.split(".")
+                if any(".".join(parts[: i + 1]) in REST_MODULES for i in range(len(parts))):
+                    return True
+    return False
+
+
+def state():
+    """For tests and benchmarks: whether the rest is mounted, how many fetches, which import triggered one."""
+    return dict(_state, fetch=None)
+'''
+
+# Always in the core zip besides what the traced boot imports: the codecs the finder's synchronous
+# fetch decodes with, and modules the browser boot uses that a Node trace does not reach.
+STDLIB_CORE_EXTRA = ["encodings.utf_16_le", "encodings.latin_1", "encodings.ascii"]
+# Checked through the finder after the split (a page may import any of these).
+STDLIB_REST_SAMPLE = ["sqlite3", "xml.dom.minidom", "email.mime.text", "csv", "statistics", "decimal",
+                      "fractions", "difflib", "zoneinfo", "tomllib", "unittest", "encodings.cp1252",
+                      "html.parser", "http.cookies", "importlib.metadata"]
+SAMPLE_MD = """# Title
+
+Some *text* with `code`, **bold**, a [link](https://example.com/x) and https://example.org/y.
+
+- one
+- two
+  1. nested
+
+> quoted
+
+```python
+print("hi")
+```
+
+| a | b |
+|---|---|
+| 1 | 2 |
+"""
+
+SPLIT_PY = r"""
+def exercise(bundle, extra, sample_md):
+    # What the widget's boot imports and runs, as far as it runs outside a browser.
+    import importlib, sys
+    if bundle not in sys.path:
+        sys.path.insert(0, bundle)
+    for name in extra:
+        importlib.import_module(name)
+    failed = {}
+    for name in module_names(bundle, []):
+        if name == "widget" or name.startswith("widget."):
+            try:
+                importlib.import_module(name)
+            except BaseException as e:  # server-side transports, modules that need the page (js)
+                failed[name] = f"{type(e).__name__}: {e}"[:200]
+    try:
+        from widget.core.markdown import render_markdown
+    except ImportError as e:  # a tree without it (build.py's own tests)
+        failed["widget.core.markdown"] = f"{type(e).__name__}: {e}"[:200]
+    else:
+        render_markdown(sample_md)
+    smoke_bundle()
+    return failed
+
+
+def split_stdlib(job_json):
+    import json, sys, zipfile
+    import importlib._bootstrap_external as _bext
+    import importlib.util
+    job = json.loads(job_json)
+    failed = exercise(job["bundle"], job["extra"], job["sample_md"])
+    zip_prefix = job["zip_prefix"]
+    used = set()
+    for mod in list(sys.modules.values()):
+        spec = getattr(mod, "__spec__", None)
+        origin = getattr(spec, "origin", None)
+        if isinstance(origin, str) and origin.startswith(zip_prefix):
+            used.add(origin[len(zip_prefix):])
+    with zipfile.ZipFile(job["full"]) as z:
+        infos = [i for i in z.infolist() if not i.is_dir()]
+        data = {i.filename: z.read(i) for i in infos}
+    core = set()
+    for name in used:
+        core.add(name)
+        parts = name.split("/")[:-1]
+        for k in range(1, len(parts) + 1):  # parent packages' __init__
+            init = "/".join(parts[:k]) + "/__init__.pyc"
+            if init in data:
+                core.add(init)
+    rest = sorted(set(data) - core)
+    rest_modules = set()
+    for n in rest:
+        if n.endswith((".pyc", ".py")):
+            mod = n.rsplit(".", 1)[0].replace("/", ".")
+            if mod.endswith(".__init__"):
+                mod = mod[: -len(".__init__")]
+            if all(p.isidentifier() for p in mod.split(".")):
+                rest_modules.add(mod)
+    finder = job["finder"].replace("__REST_MODULES__", repr(tuple(sorted(rest_modules))))
+    code = compile(finder, zip_prefix + "_autopilot_stdlib.py", "exec", dont_inherit=True)
+    src = finder.encode()
+    data["_autopilot_stdlib.pyc"] = bytes(_bext._code_to_hash_pyc(code, importlib.util.source_hash(src),
+                                                                   checked=False))
+    core.add("_autopilot_stdlib.pyc")
+    for dst, names in ((job["core_dst"], sorted(core)), (job["rest_dst"], rest)):
+        dirs = set()
+        for n in names:
+            parts = n.split("/")[:-1]
+            for k in range(1, len(parts) + 1):
+                dirs.add("/".join(parts[:k]) + "/")
+        with zipfile.ZipFile(dst + ".tmp", "w") as z:
+            for n in sorted(dirs | set(names)):
+                info = _info(n, n.endswith("/"))
+                info.compress_type = zipfile.ZIP_STORED
+                z.writestr(info, b"" if n.endswith("/") else data[n])
+    return json.dumps({"core": len(core), "rest": len(rest), "rest_modules": len(rest_modules),
+                       "not_imported": failed})
+
+
+def verify_split(job_json):
+    # Booted on the core zip: the boot must not need the rest; the rest must work through the finder.
+    import importlib, json, sys
+    job = json.loads(job_json)
+    import _autopilot_stdlib as S
+    def refuse(url):
+        raise ImportError("the boot imported a module of the rest zip")
+    S.install("rest.zip", fetch=refuse)
+    try:
+        exercise(job["bundle"], job["extra"], job["sample_md"])
+    finally:
+        if S.state()["fetches"]:
+            raise RuntimeError(f"the widget's boot imports {S.state()['trigger']} from the rest zip; add it "
+                               "to STDLIB_CORE_EXTRA in build.py")
+    S.install("rest.zip", fetch=lambda url: open(job["rest"], "rb").read())
+    bad = {}
+    for name in job["sample"]:
+        try:
+            importlib.import_module(name)
+        except BaseException as e:
+            bad[name] = f"{type(e).__name__}: {e}"[:200]
+    if bad:
+        raise RuntimeError(f"modules of the rest zip do not import through the finder: {bad}")
+    if not S.needs_rest(["import sqlite3"]) or S.needs_rest(["import json, asyncio"]):
+        raise RuntimeError("needs_rest gives wrong answers")
+    return json.dumps({"fetches": S.state()["fetches"]})
+"""
+
+SPLIT_MJS = r"""
+import fs from "node:fs";
+import path from "node:path";
+import { pathToFileURL } from "node:url";
+
+const job = JSON.parse(fs.readFileSync(process.argv[2], "utf8"));
+globalThis.fetch = () => { throw new Error("split: network access is disabled"); };
+const quietIO = { stdout: () => {}, stderr: () => {} };
+const { loadPyodide } = await import(pathToFileURL(path.join(job.index_dir, "pyodide.mjs")).href);
+const script = fs.readFileSync(job.script, "utf8") + "\n" + fs.readFileSync(job.split_script, "utf8");
+
+async function boot(stdLibURL) {
+  const py = await loadPyodide({ indexURL: job.index_dir + path.sep, stdLibURL, ...quietIO });
+  py.mountNodeFS(job.mount, job.cache_dir);
+  py.runPython(script, { filename: "split.py" });
+  return py;
+}
+const call = (py, fn, arg) => { const f = py.globals.get(fn); try { return f(arg); } finally { f.destroy(); } };
+
+try {
+  const py = await boot(job.full_host);
+  const res = JSON.parse(call(py, "split_stdlib", JSON.stringify(job.py)));
+  for (const [tmp, dst] of [[job.core_host + ".tmp", job.core_host], [job.rest_host + ".tmp", job.rest_host]]) {
+    fs.renameSync(tmp, dst);
+  }
+  const t0 = performance.now();
+  const py2 = await boot(job.core_host);
+  res.boot_core_ms = Math.round(performance.now() - t0);
+  res.verify = JSON.parse(call(py2, "verify_split", JSON.stringify(job.py)));
+  console.log(JSON.stringify(res));
+} catch (e) {
+  for (const p of [job.core_host, job.rest_host]) { try { fs.unlinkSync(p); } catch {} }
+  const lines = String(e && e.message || e).split("\n").map((l) => l.trim()).filter(Boolean);
+  console.error(`split error: ${lines[lines.length - 1] || e}`);
+  process.exit(1);
+}
+"""
+
+
+def _split_node(cache_dir: Path, work: Path, index_dir: Path, full: Path, bundle: Path, core: Path,
+                rest: Path, zip_prefix: str) -> dict:
+    node = _require_tool("node", "split the stdlib with Pyodide (or use --no-precompile)")
+    work.mkdir(parents=True, exist_ok=True)
+    files = {work / "precompile.py": PRECOMPILE_PY, work / "split.py": SPLIT_PY, work / "split.mjs": SPLIT_MJS}
+    for p, text in files.items():
+        if not p.exists() or p.read_text() != text:
+            _write_atomic(p, text.encode())
+    mount = NODE_MOUNT
+    rel = lambda p: f"{mount}/{p.relative_to(cache_dir).as_posix()}"  # noqa: E731
+    job = {
+        "index_dir": str(index_dir), "cache_dir": str(cache_dir), "mount": mount,
+        "script": str(work / "precompile.py"), "split_script": str(work / "split.py"),
+        "full_host": str(full), "core_host": str(core), "rest_host": str(rest),
+        "py": {"full": rel(full), "bundle": rel(bundle), "core_dst": rel(core), "rest_dst": rel(rest),
+               "rest": rel(rest), "zip_prefix": zip_prefix, "finder": STDLIB_FINDER_PY,
+               "extra": STDLIB_CORE_EXTRA, "sample": STDLIB_REST_SAMPLE, "sample_md": SAMPLE_MD},
+    }
+    job_path = work / "split-job.json"
+    _write_atomic(job_path, _json_bytes(job))
+    proc = _run([node, str(work / "split.mjs"), str(job_path)], "stdlib split (node)", timeout=900)
+    try:
+        return json.loads(proc.stdout.strip().splitlines()[-1])
+    except (ValueError, IndexError):
+        raise BuildError("stdlib split (node): no result line on stdout") from None
+
+
 def _precompile_node(cache_dir: Path, work: Path, index_dir: Path, targets: list[dict],
                      verify: dict, quiet: bool) -> dict:
     node = _require_tool("node", "precompile Python with Pyodide (or use --no-precompile)")
@@ -720,7 +1112,7 @@ def default_cache_dir(root: Path | str | None = None) -> Path:
 def build(root: Path | str | None = None, *, out_dir: Path | str | None = None,
           cache_dir: Path | str | None = None, lock_path: Path | str | None = None,
           clean: bool = False, precompile: bool = True, update_lock: bool = False,
-          quiet: bool = False) -> Path:
+          quiet: bool = False, snapshot: bool = False) -> Path:
     """Build the browser assets; return the output folder (``<root>/widget/_dist``).
 
     ``root`` holds ``widget/`` and ``static/``; the other paths default to
@@ -732,11 +1124,11 @@ def build(root: Path | str | None = None, *, out_dir: Path | str | None = None,
     cache_dir = Path(cache_dir or default_cache_dir(root)).resolve()
     lock_path = Path(lock_path or root / "build.lock.json")
     with _exclusive(cache_dir / ".build.lock"):
-        return _build(root, out_dir, cache_dir, lock_path, clean, precompile, update_lock, quiet)
+        return _build(root, out_dir, cache_dir, lock_path, clean, precompile, update_lock, quiet, snapshot)
 
 
 def _build(root: Path, out_dir: Path, cache_dir: Path, lock_path: Path, clean: bool,
-           precompile: bool, update_lock: bool, quiet: bool) -> Path:
+           precompile: bool, update_lock: bool, quiet: bool, snapshot: bool = False) -> Path:
     pr = _Progress(quiet)
     t_start = time.perf_counter()
 
@@ -813,11 +1205,11 @@ def _build(root: Path, out_dir: Path, cache_dir: Path, lock_path: Path, clean: b
     scripts_sha = _sha256((PRECOMPILE_PY + PRECOMPILE_MJS).encode())
     stdlib_key = _sha256(json.dumps([
         NPM_PINS["pyodide"], new_lock["npm"]["pyodide"]["sha256"], sorted(STDLIB_DROP_TOP),
-        sorted(STDLIB_DROP_FILES), stdlib_prefix]).encode())[:16]
+        sorted(STDLIB_DROP_FILES), stdlib_prefix, "strip-docstrings"]).encode())[:16]
     widget_hashes = {rel: _sha256_file(p) for rel, p in widget.items()}
     bundle_key = _sha256(json.dumps([
         {n: new_lock["wheels"][n]["sha256"] for n in sorted(wheels)}, widget_hashes,
-        bundle_prefix, sorted(WHEEL_DROP_SUBDIRS), sorted(WIDGET_EXCLUDE)]).encode())[:16]
+        bundle_prefix, sorted(WHEEL_DROP_SUBDIRS), sorted(WIDGET_EXCLUDE), STRIP_DOCS_BUNDLE]).encode())[:16]
     pyc_key = lambda k: _sha256(f"{k}{scripts_sha}{NPM_PINS['pyodide']}".encode())[:16]  # noqa: E731
     paths = {
         "stdlib": (pc / f"stdlib-src-{stdlib_key}.zip", pc / f"stdlib-pyc-{pyc_key(stdlib_key)}.zip"),
@@ -837,7 +1229,8 @@ def _build(root: Path, out_dir: Path, cache_dir: Path, lock_path: Path, clean: b
         if stale:
             targets = [{"name": n, "src_rel": paths[n][0].relative_to(cache_dir).as_posix(),
                         "dst_rel": paths[n][1].relative_to(cache_dir).as_posix(),
-                        "co_prefix": stdlib_prefix if n == "stdlib" else bundle_prefix}
+                        "co_prefix": stdlib_prefix if n == "stdlib" else bundle_prefix,
+                        "strip_docs": [""] if n == "stdlib" else STRIP_DOCS_BUNDLE}
                        for n in stale]
             verify = {
                 "skip": IMPORT_ALL_SKIP,
@@ -875,13 +1268,49 @@ def _build(root: Path, out_dir: Path, cache_dir: Path, lock_path: Path, clean: b
     else:
         pr.done("cached" if not made_src else f"zipped {', '.join(made_src)} sources")
         stdlib_out, bundle_out = paths["stdlib"][0], paths["bundle"][0]
+    # [6b] the stdlib split and the stored (uncompressed) zips the loader fetches
+    split_paths: tuple[Path, Path] | None = None
+    if precompile:
+        split_key = _sha256(json.dumps([
+            stdlib_out.name, bundle_out.name, SPLIT_PY, SPLIT_MJS, PRECOMPILE_PY, STDLIB_FINDER_PY,
+            STDLIB_CORE_EXTRA, STDLIB_REST_SAMPLE, SAMPLE_MD]).encode())[:16]
+        split_paths = (pc / f"stdlib-core-{split_key}.zip", pc / f"stdlib-rest-{split_key}.zip")
+        if not all(p.exists() for p in split_paths):
+            t0 = time.perf_counter()
+            res = _split_node(cache_dir, pc / "node", pyodide_dir, stdlib_out, bundle_out, *split_paths,
+                              stdlib_prefix)
+            pr.note(f"stdlib split: {res['core']} files in the core zip (what the boot imports), {res['rest']} "
+                    f"in the rest zip ({res['rest_modules']} modules, loaded on first import) in "
+                    f"{time.perf_counter() - t0:.1f}s")
+            if res.get("not_imported"):
+                pr.note("note: not importable outside a browser (not traced): "
+                        + ", ".join(sorted(res["not_imported"]))[:300])
+        bundle_stored = pc / f"bundle-stored-{bundle_out.stem.split('-')[-1]}.zip"
+        if not bundle_stored.exists():
+            _restore_zip(bundle_out, bundle_stored)
+        bundle_out = bundle_stored
+    snapshot_path: Path | None = None
+    if snapshot and split_paths:
+        wasm_sha = _sha256_file(pyodide_dir / "pyodide.asm.wasm")
+        snap_key = _sha256(json.dumps([wasm_sha, split_paths[0].name, bundle_out.name, SNAPSHOT_MJS,
+                                       SNAPSHOT_PREPARE_PY, SNAPSHOT_CHECK_PY, BUNDLE_FS_PATH]).encode())[:16]
+        snapshot_path = pc / f"snapshot-{snap_key}.bin"
+        if not snapshot_path.exists():
+            res = _snapshot_node(pc / "node", pyodide_dir, split_paths[0], bundle_out, pyodide_info, snapshot_path)
+            pr.note(f"memory snapshot: {res['bytes'] / 1e6:.1f} MB, {res['modules']} modules imported; made in "
+                    f"{res['make_ms'] / 1000:.1f}s, restores in {res['restore_ms'] / 1000:.2f}s under Node")
     # Keep the cache from growing: per kind, keep the current zip and the few most
     # recently used others (another checkout or a test may share this cache).
     current = {p.name for pair in paths.values() for p in pair}
+    if split_paths:
+        current |= {p.name for p in split_paths} | {bundle_out.name}
+    if snapshot_path:
+        current.add(snapshot_path.name)
     for p in current:
         with contextlib.suppress(OSError):
             os.utime(pc / p)
-    for kind in ("stdlib-src", "stdlib-pyc", "bundle-src", "bundle-pyc"):
+    for kind in ("stdlib-src", "stdlib-pyc", "bundle-src", "bundle-pyc", "stdlib-core", "stdlib-rest",
+                 "bundle-stored", "snapshot"):
         older = sorted((p for p in pc.glob(f"{kind}-*.zip") if p.name not in current),
                        key=lambda p: p.stat().st_mtime, reverse=True)
         for p in older[CACHE_KEEP:]:
@@ -895,8 +1324,12 @@ def _build(root: Path, out_dir: Path, cache_dir: Path, lock_path: Path, clean: b
         if not src.is_file():
             raise BuildError(f"npm {pkg} {NPM_PINS[pkg]} has no {inner}")
         files[rel] = src
-    files["pyodide/python_stdlib.zip"] = stdlib_out
+    files["pyodide/python_stdlib.zip"] = stdlib_out  # the whole stdlib (other users of pyodide/)
+    if split_paths:
+        files["pyodide/python_stdlib_core.zip"], files["pyodide/python_stdlib_rest.zip"] = split_paths
     files["bundle.zip"] = bundle_out
+    if snapshot_path:
+        files["pyodide/python.snapshot"] = snapshot_path
     ps_dir = pkg_dirs[PYSCRIPT_DIST[0]] / PYSCRIPT_DIST[1]
     if not (ps_dir / "core.js").is_file():
         raise BuildError(f"npm {PYSCRIPT_DIST[0]} has no {PYSCRIPT_DIST[1]}/core.js")
@@ -918,6 +1351,25 @@ def _build(root: Path, out_dir: Path, cache_dir: Path, lock_path: Path, clean: b
                 files[rel] = p
 
     hashes = {rel: (_sha256_file(p), p.stat().st_size) for rel, p in files.items()}
+    # Brotli copies (<name>.br) the relay serves to browsers that accept br; cached by content.
+    want = {rel: sha for rel, (sha, size) in hashes.items()
+            if size >= BROTLI_MIN_BYTES and Path(rel).suffix in BROTLI_SUFFIXES
+            and not rel.startswith(BROTLI_SKIP_DIRS)}
+    quality = {rel: BROTLI_QUALITY if hashes[rel][1] < BROTLI_BIG_BYTES else BROTLI_QUALITY_BIG for rel in want}
+    _brotli(cache_dir / "compressed", {(sha, quality[rel]): files[rel] for rel, sha in want.items()}, quiet)
+    keep = {f"{sha}.q{quality[rel]}.br" for rel, sha in want.items()}
+    for p in keep:
+        with contextlib.suppress(OSError):
+            os.utime(cache_dir / "compressed" / p)
+    older = sorted((p for p in (cache_dir / "compressed").glob("*.br") if p.name not in keep),
+                   key=lambda p: p.stat().st_mtime, reverse=True)
+    for p in older[CACHE_KEEP * 8:]:
+        p.unlink(missing_ok=True)
+    for rel, sha in want.items():
+        br = cache_dir / "compressed" / f"{sha}.q{quality[rel]}.br"
+        if br.stat().st_size <= (1 - BROTLI_MIN_SAVING) * hashes[rel][1]:
+            files[rel + ".br"] = br
+            hashes[rel + ".br"] = (_sha256_file(br), br.stat().st_size)
     id_hash = hashlib.sha256()
     for rel in sorted(hashes):
         id_hash.update(f"{rel}\0{hashes[rel][0]}\n".encode())
@@ -942,6 +1394,13 @@ def _build(root: Path, out_dir: Path, cache_dir: Path, lock_path: Path, clean: b
                       for rel, (sha, size) in hashes.items()}
     if loader.is_file():
         js = loader.read_bytes().replace(b"__BUILD_ID__", build_id.encode())
+        boot = {"lockInfo": pyodide_info}
+        if split_paths:
+            boot.update(stdlib="pyodide/python_stdlib_core.zip", rest="pyodide/python_stdlib_rest.zip",
+                        bundlePath=BUNDLE_FS_PATH)
+        if snapshot_path:
+            boot["snapshot"] = "pyodide/python.snapshot"
+        js = js.replace(b"/*__BOOT_FILES__*/null", json.dumps(boot, sort_keys=True).encode())
         if not (out_dir / "autopilot.js").is_file() or (out_dir / "autopilot.js").read_bytes() != js:
             _write_atomic(out_dir / "autopilot.js", js)
         manifest_files["autopilot.js"] = {"bytes": len(js), "sha256": _sha256(js)}
@@ -951,7 +1410,8 @@ def _build(root: Path, out_dir: Path, cache_dir: Path, lock_path: Path, clean: b
     versions = {name: v for name, v in NPM_PINS.items()}
     versions.update(WHEEL_PINS)
     versions["python"] = py_full
-    manifest = {"build_id": build_id, "precompiled": precompile, "versions": versions,
+    manifest = {"build_id": build_id, "precompiled": precompile, "snapshot": bool(snapshot_path),
+                "versions": versions,
                 "files": dict(sorted(manifest_files.items()))}
     mbytes = _json_bytes(manifest)
     if not (out_dir / "manifest.json").is_file() or (out_dir / "manifest.json").read_bytes() != mbytes:
@@ -976,6 +1436,139 @@ def _build(root: Path, out_dir: Path, cache_dir: Path, lock_path: Path, clean: b
     return out_dir
 
 
+BROTLI_MJS = r"""
+import fs from "node:fs";
+import zlib from "node:zlib";
+import { promisify } from "node:util";
+const job = JSON.parse(fs.readFileSync(process.argv[2], "utf8"));
+const compress = promisify(zlib.brotliCompress);
+await Promise.all(job.files.map(async ([src, dst, quality]) => {
+  const data = fs.readFileSync(src);
+  const out = await compress(data, { params: {
+    [zlib.constants.BROTLI_PARAM_QUALITY]: quality, [zlib.constants.BROTLI_PARAM_LGWIN]: 24,
+    [zlib.constants.BROTLI_PARAM_SIZE_HINT]: data.length } });
+  fs.writeFileSync(dst + ".tmp", out);
+  fs.renameSync(dst + ".tmp", dst);
+}));
+console.log(JSON.stringify({ n: job.files.length }));
+"""
+
+
+def _brotli(out_dir: Path, by_key: dict[tuple[str, int], Path], quiet: bool) -> None:
+    """Brotli-compress the files not yet in the cache (Node's zlib, files in parallel)."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    todo = [(str(src), str(out_dir / f"{sha}.q{q}.br"), q) for (sha, q), src in sorted(by_key.items())
+            if not (out_dir / f"{sha}.q{q}.br").exists()]
+    if todo:
+        node = _require_tool("node", "brotli-compress the build")
+        t0 = time.perf_counter()
+        script, job = out_dir / "brotli.mjs", out_dir / f"job-{os.getpid()}.json"
+        if not script.exists() or script.read_text() != BROTLI_MJS:
+            _write_atomic(script, BROTLI_MJS.encode())
+        _write_atomic(job, _json_bytes({"files": todo}))
+        try:
+            _run([node, str(script), str(job)], "brotli (node)", timeout=1800)
+        finally:
+            job.unlink(missing_ok=True)
+        if not quiet:
+            print(f"      brotli: {len(todo)} file(s) compressed in {time.perf_counter() - t0:.1f}s (cached from "
+                  "now on)", flush=True)
+
+
+# Where the loader writes bundle.zip in Pyodide's file system (the snapshot has it on sys.path already).
+BUNDLE_FS_PATH = "/lib/autopilot/bundle.zip"
+
+SNAPSHOT_MJS = r"""
+import fs from "node:fs";
+import path from "node:path";
+import { pathToFileURL } from "node:url";
+const job = JSON.parse(fs.readFileSync(process.argv[2], "utf8"));
+globalThis.fetch = () => { throw new Error("snapshot: network access is disabled"); };
+const quietIO = { stdout: () => {}, stderr: () => {} };
+const { loadPyodide } = await import(pathToFileURL(path.join(job.index_dir, "pyodide.mjs")).href);
+const opts = { indexURL: job.index_dir + path.sep, stdLibURL: job.core, ...quietIO,
+               lockFileContents: { info: job.lock_info, packages: {} } };
+const bundle = fs.readFileSync(job.bundle);
+function installBundle(py) {
+  py.FS.mkdirTree(path.posix.dirname(job.bundle_fs));
+  py.FS.writeFile(job.bundle_fs, bundle);
+}
+try {
+  let t0 = performance.now();
+  const py = await loadPyodide({ ...opts, _makeSnapshot: true });
+  installBundle(py);
+  // What the page's boot imports, before any JS object is touched (a live JS proxy makes the snapshot fail):
+  // the deps and the widget's modules, not the DOM parts (those run at boot, after the restore).
+  py.runPython(job.prepare, { filename: "snapshot_prepare.py" });
+  const snap = py.makeMemorySnapshot();
+  const makeMs = performance.now() - t0;
+  fs.writeFileSync(job.out + ".tmp", snap);
+  t0 = performance.now();
+  const py2 = await loadPyodide({ ...opts, _loadSnapshot: fs.readFileSync(job.out + ".tmp") });
+  const restoreMs = performance.now() - t0;
+  installBundle(py2);
+  const check = JSON.parse(py2.runPython(job.check));
+  fs.renameSync(job.out + ".tmp", job.out);
+  console.log(JSON.stringify({ bytes: snap.length, make_ms: Math.round(makeMs),
+                               restore_ms: Math.round(restoreMs), ...check }));
+} catch (e) {
+  const lines = String(e && e.message || e).split("\n").map((l) => l.trim()).filter(Boolean);
+  console.error(`snapshot error: ${lines[lines.length - 1] || e}`);
+  process.exit(1);
+}
+"""
+
+SNAPSHOT_PREPARE_PY = r"""
+import importlib, sys, zipfile
+BUNDLE = "__BUNDLE__"
+if BUNDLE not in sys.path:
+    sys.path.insert(0, BUNDLE)
+import _autopilot_stdlib
+_autopilot_stdlib.install(None)  # the loader sets the URL after the restore
+names = sorted({n[:-4].replace("/", ".").removesuffix(".__init__") for n in zipfile.ZipFile(BUNDLE).namelist()
+                if n.startswith("widget/") and n.endswith(".pyc")})
+for name in names:
+    try:
+        importlib.import_module(name)
+    except Exception:  # server-side transports and the like: not imported in the browser either
+        pass
+for name in ("jsonschema", "jsonpatch", "markdown"):
+    importlib.import_module(name)
+try:
+    from widget.core.markdown import render_markdown
+    render_markdown("# a\n\n*b* `c` [d](https://e.f)\n\n- g\n\n```\nh\n```\n\n|i|j|\n|-|-|\n|1|2|\n")
+except ImportError:
+    pass
+import gc
+gc.collect()
+"""
+
+SNAPSHOT_CHECK_PY = r"""
+import json, sys
+import widget, _autopilot_stdlib
+json.dumps({"modules": len(sys.modules), "bundle_on_path": "__BUNDLE__" in sys.path})
+"""
+
+
+def _snapshot_node(work: Path, index_dir: Path, core: Path, bundle: Path, lock_info: dict, out: Path) -> dict:
+    node = _require_tool("node", "make the memory snapshot")
+    work.mkdir(parents=True, exist_ok=True)
+    script = work / "snapshot.mjs"
+    if not script.exists() or script.read_text() != SNAPSHOT_MJS:
+        _write_atomic(script, SNAPSHOT_MJS.encode())
+    job = {"index_dir": str(index_dir), "core": str(core), "bundle": str(bundle), "bundle_fs": BUNDLE_FS_PATH,
+           "lock_info": lock_info, "out": str(out),
+           "prepare": SNAPSHOT_PREPARE_PY.replace("__BUNDLE__", BUNDLE_FS_PATH),
+           "check": SNAPSHOT_CHECK_PY.replace("__BUNDLE__", BUNDLE_FS_PATH)}
+    job_path = work / "snapshot-job.json"
+    _write_atomic(job_path, _json_bytes(job))
+    proc = _run([node, str(script), str(job_path)], "snapshot (node)", timeout=900)
+    try:
+        return json.loads(proc.stdout.strip().splitlines()[-1])
+    except (ValueError, IndexError):
+        raise BuildError("snapshot (node): no result line on stdout") from None
+
+
 def _dir_matches(target: Path, hashes: dict[str, tuple[str, int]]) -> bool:
     """An existing <build_id>/ folder is reused only if it holds exactly these files."""
     present = {p.relative_to(target).as_posix() for p in target.rglob("*") if p.is_file()}
@@ -992,10 +1585,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--update-lock", action="store_true",
                     help="download the pinned versions again and rewrite build.lock.json")
     ap.add_argument("--quiet", action="store_true", help="print errors only")
+    ap.add_argument("--snapshot", action="store_true",
+                    help="also make a Pyodide memory snapshot (deps + widget modules imported) that the loader "
+                         "restores instead of starting Python (~31 MB, ~5 MB brotli; tied to this exact build)")
     args = ap.parse_args(argv)
+    if args.snapshot and args.no_precompile:
+        ap.error("--snapshot needs the precompiled build")
     try:
         build(clean=args.clean, precompile=not args.no_precompile,
-              update_lock=args.update_lock, quiet=args.quiet)
+              update_lock=args.update_lock, quiet=args.quiet, snapshot=args.snapshot)
     except (BuildError, OSError) as e:
         print(f"build.py: error: {_one_line(str(e))}", file=sys.stderr)
         return 1

@@ -14,6 +14,8 @@
     return;
   }
   var BUILD_ID = "__BUILD_ID__";
+  // Filled in by build.py: which stdlib zips to fetch, the lock file's info (no lock file fetch), a snapshot.
+  var BOOT_FILES = /*__BOOT_FILES__*/null || {};
   var t0 = performance.now();
   performance.mark("autopilot:loader");
   var scriptUrl = new URL(script.src, document.baseURI);
@@ -164,6 +166,39 @@
     return Promise.all(blocks);
   }
 
+  // Pre-warm (first visit of a build): V8 compiles WebAssembly lazily, each function on its first call, on the
+  // calling thread, and Python's start-up calls thousands of them: one main-thread task of 0.5-2 s. A worker
+  // that starts the same Pyodide first compiles them off the main thread; V8 shares the compiled module within
+  // the process, so the page's own start-up (still on the main thread, D1) then runs already-compiled code.
+  // Later visits find the compiled code in the HTTP cache and skip the worker.
+  var WARM_KEY = "autopilot:warm:" + BUILD_ID;
+  function wasWarmed() {
+    try { return window.localStorage.getItem(WARM_KEY) === "1"; } catch (e) { return false; }
+  }
+  function prewarm(options, snapshotUrl) {
+    var setting = preset.prewarm;
+    if (setting === false || (setting !== true && wasWarmed()) || typeof Worker === "undefined") return null;
+    var src = "var o = " + JSON.stringify(options) + ", s = " + JSON.stringify(snapshotUrl) + ";\n" +
+      "if (s) o._loadSnapshot = fetch(s).then(function (r) { return r.arrayBuffer(); });\n" +
+      "import(" + JSON.stringify(root + "pyodide/pyodide.mjs") + ").then(function (m) { return m.loadPyodide(o); })" +
+      ".then(function () { postMessage('ready'); }, function (e) { postMessage('failed: ' + e); });";
+    var url = null, worker = null;
+    try {
+      url = URL.createObjectURL(new Blob([src], { type: "text/javascript" }));
+      worker = new Worker(url, { type: "module" });
+    } catch (e) { // a CSP without blob: workers, for instance: boot without it
+      if (url) URL.revokeObjectURL(url);
+      return null;
+    }
+    var done = new Promise(function (resolve) {
+      var finish = function () { URL.revokeObjectURL(url); resolve(); };
+      worker.onmessage = finish;
+      worker.onerror = finish;
+      setTimeout(finish, 30000);
+    });
+    return { done: done, stop: function () { worker.terminate(); } };
+  }
+
   var booting = null;
   function startBoot(isRetry) {
     if (booting && !isRetry) return booting;
@@ -180,18 +215,60 @@
         var cssP = fetchOk(root + "skin.css", "skin").then(function (r) { return r.text(); });
         cssP.catch(function () {});
         var pageP = pagePython();
-        var pyodideMod = await import(root + "pyodide/pyodide.mjs");
-        var pyodide = await pyodideMod.loadPyodide({ indexURL: root + "pyodide/", fullStdLib: false });
+        var options = { indexURL: root + "pyodide/", fullStdLib: false };
+        // The stdlib the boot imports; the rest is fetched on first use (see _autopilot_stdlib in build.py).
+        if (BOOT_FILES.stdlib) options.stdLibURL = root + BOOT_FILES.stdlib;
+        // No package is shipped: an empty package index saves fetching and parsing pyodide-lock.json.
+        if (BOOT_FILES.lockInfo) options.lockFileContents = { info: BOOT_FILES.lockInfo, packages: {} };
+        // A memory snapshot made by `build.py --snapshot` (deps and widget modules already imported): restored
+        // instead of starting Python.
+        var snapshotUrl = BOOT_FILES.snapshot ? root + BOOT_FILES.snapshot : null;
+        var warm = prewarm(options, snapshotUrl);
+        if (snapshotUrl) {
+          options._loadSnapshot = fetchOk(snapshotUrl, "snapshot").then(function (r) { return r.arrayBuffer(); });
+        }
+        var pyodideModP = import(root + "pyodide/pyodide.mjs");
+        if (warm) { await warm.done; performance.mark("autopilot:prewarmed"); }
+        var pyodideMod = await pyodideModP;
+        var pyodide;
+        try {
+          pyodide = await pyodideMod.loadPyodide(options);
+        } finally {
+          if (warm) warm.stop();
+        }
         performance.mark("autopilot:pyodide");
+        try {
+          for (var i = window.localStorage.length - 1; i >= 0; i--) {  // flags of older builds
+            var k = window.localStorage.key(i);
+            if (k && k.indexOf("autopilot:warm:") === 0 && k !== WARM_KEY) window.localStorage.removeItem(k);
+          }
+          window.localStorage.setItem(WARM_KEY, "1");
+        } catch (e) { /* storage blocked: pre-warm on every visit */ }
+        var stdlibRest = null;
+        if (BOOT_FILES.rest) {
+          stdlibRest = pyodide.pyimport("_autopilot_stdlib");
+          stdlibRest.install(root + BOOT_FILES.rest);
+        }
         stage = "installing the bundle";
         var bundle = new Uint8Array(await bundleP);
         pyodide.FS.mkdirTree("/lib/autopilot");
         pyodide.FS.writeFile("/lib/autopilot/bundle.zip", bundle);
-        pyodide.runPython("import sys\nsys.path.insert(0, '/lib/autopilot/bundle.zip')");
+        // (A restored snapshot has it on sys.path already, and a random seed every visitor shares: reseed.)
+        pyodide.runPython("import sys\nif '/lib/autopilot/bundle.zip' not in sys.path: sys.path.insert(0, '/lib/autopilot/bundle.zip')" +
+          (snapshotUrl ? "\nimport random\nrandom.seed()" : ""));
         pyodide.registerJsModule("autopilot_bridge", await bridgeP);
         pyodide.registerJsModule("autopilot_sanitize", await sanitizeP);
         stage = "starting the widget";
         var page = await pageP;
+        if (stdlibRest) {
+          // Page Python that imports a module of the rest of the stdlib gets it fetched now, asynchronously
+          // (other imports of it, e.g. dynamic ones, fall back to a synchronous fetch on first use).
+          if (stdlibRest.needs_rest(page.map(function (p) { return p[0]; }))) {
+            var restBuf = await fetchOk(root + BOOT_FILES.rest, "stdlib").then(function (r) { return r.arrayBuffer(); });
+            stdlibRest.mount(new Uint8Array(restBuf));
+          }
+          stdlibRest.destroy();
+        }
         var loader = {
           toggleHost: host,
           toggleButton: button,

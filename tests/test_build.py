@@ -279,3 +279,138 @@ def test_missing_tool_is_one_line_error(tmp_path):
     assert proc.stdout == ""
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("build.py: error: 'npm' not found"), proc.stderr
+
+
+# ---------------------------------------------------------------------------
+# issue 8: stdlib split, stored zips, brotli copies, the loader's boot files
+
+
+def test_stdlib_split_into_core_and_rest(out):
+    full = zipfile.ZipFile(out / "pyodide/python_stdlib.zip")
+    core = zipfile.ZipFile(out / "pyodide/python_stdlib_core.zip")
+    rest = zipfile.ZipFile(out / "pyodide/python_stdlib_rest.zip")
+    files = lambda z: {n for n in z.namelist() if not n.endswith("/")}  # noqa: E731
+    # every stdlib file is in exactly one of the two, and the core adds only the finder
+    assert files(core) & files(rest) == set()
+    assert files(core) | files(rest) == files(full) | {"_autopilot_stdlib.pyc"}
+    assert {"json/__init__.pyc", "asyncio/__init__.pyc", "encodings/utf_16_le.pyc"} <= files(core)
+    assert {"sqlite3/__init__.pyc", "xml/dom/minidom.pyc", "tkinter/__init__.pyc"} & files(rest) >= {
+        "sqlite3/__init__.pyc", "xml/dom/minidom.pyc"}
+    # stored: zipimport reads them without inflating, HTTP compression packs them
+    for z in (core, rest, zipfile.ZipFile(out / "bundle.zip")):
+        assert {i.compress_type for i in z.infolist()} == {zipfile.ZIP_STORED}
+
+
+def test_pyc_without_docstrings_and_column_tables(out, tmp_path):
+    """Stdlib and wheel .pyc files carry no docstrings and no column tables; our widget/ keeps docstrings."""
+    script = tmp_path / "check.mjs"
+    script.write_text(r"""
+import fs from "node:fs"; import path from "node:path"; import { pathToFileURL } from "node:url";
+const base = process.argv[2];
+const { loadPyodide } = await import(pathToFileURL(path.join(base, "pyodide", "pyodide.mjs")).href);
+const py = await loadPyodide({ indexURL: path.join(base, "pyodide") + path.sep,
+                               stdLibURL: path.join(base, "pyodide", "python_stdlib_core.zip") });
+py.FS.writeFile("/lib/bundle.zip", fs.readFileSync(path.join(base, "bundle.zip")));
+console.log(py.runPython(`
+import json, sys
+sys.path.insert(0, "/lib/bundle.zip")
+import typing, markdown, widget.client
+def cols(f):
+    return any(c is not None for _, _, c, _ in f.__code__.co_positions())
+json.dumps({"typing": typing.get_type_hints.__doc__, "markdown": markdown.markdown.__doc__,
+            "widget": bool(widget.client.AutopilotClient.__doc__), "cols": cols(typing.get_type_hints)})
+`));
+""")
+    proc = subprocess.run(["node", str(script), str(out)], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    res = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert res == {"typing": None, "markdown": None, "widget": True, "cols": False}
+
+
+def test_brotli_copies_and_loader_boot_files(dist, manifest, out):
+    # A .br copy next to every big file the loader fetches (the relay serves it), listed in the manifest.
+    bid = manifest["build_id"]
+    for rel in ["pyodide/pyodide.asm.wasm", "pyodide/pyodide.asm.mjs", "pyodide/python_stdlib_core.zip",
+                "bundle.zip", "vendor/socket.io.esm.min.js"]:
+        br = out / (rel + ".br")
+        assert br.is_file() and br.stat().st_size < 0.9 * (out / rel).stat().st_size, rel
+        assert f"{bid}/{rel}.br" in manifest["files"]
+    assert not any(n.startswith(f"{bid}/pyscript/") and n.endswith(".br") for n in manifest["files"])
+    proc = subprocess.run(["node", "-e", "const z=require('zlib'),fs=require('fs');"
+                           "process.stdout.write(z.brotliDecompressSync(fs.readFileSync(process.argv[1])).toString('hex').slice(0,64))",
+                           str(out / "bundle.zip.br")], capture_output=True, text=True, timeout=60)
+    assert proc.stdout == (out / "bundle.zip").read_bytes()[:32].hex()
+    # The loader knows the stdlib zips and the lock file's info (no lock file fetch).
+    js = (dist / "autopilot.js").read_text()
+    assert "/*__BOOT_FILES__*/" not in js
+    boot = json.loads(re.search(r"var BOOT_FILES = (\{.*?\}) \|\| \{\};", js).group(1))
+    assert boot["stdlib"] == "pyodide/python_stdlib_core.zip" and boot["rest"] == "pyodide/python_stdlib_rest.zip"
+    assert boot["lockInfo"]["python"].startswith("3.14")
+
+
+def test_node_boot_on_core_with_lazy_rest(out, tmp_path):
+    script = tmp_path / "lazy.mjs"
+    script.write_text(r"""
+import fs from "node:fs"; import path from "node:path"; import { pathToFileURL } from "node:url";
+globalThis.fetch = () => { throw new Error("network disabled in this test"); };
+const base = process.argv[2];
+const { loadPyodide } = await import(pathToFileURL(path.join(base, "pyodide", "pyodide.mjs")).href);
+const py = await loadPyodide({ indexURL: path.join(base, "pyodide") + path.sep,
+                               stdLibURL: path.join(base, "pyodide", "python_stdlib_core.zip") });
+py.FS.writeFile("/tmp/rest.zip", fs.readFileSync(path.join(base, "pyodide", "python_stdlib_rest.zip")));
+console.log(py.runPython(`
+import json, sys
+import _autopilot_stdlib as S
+S.install("rest-url", fetch=lambda url: open("/tmp/rest.zip", "rb").read())
+before = S.state()
+try:
+    import not_a_module_anywhere
+except ModuleNotFoundError:
+    missing_ok = True
+after_missing = S.state()["fetches"]
+import sqlite3, email.mime.text, encodings.cp1252
+c = sqlite3.connect(":memory:")
+json.dumps({"before": before["fetches"], "after_missing": after_missing, "after": S.state()["fetches"],
+            "trigger": S.state()["trigger"], "sql": c.execute("select 2 + 2").fetchone()[0],
+            "cp1252": "é".encode("cp1252").hex(), "needs": [S.needs_rest(["import csv"]),
+            S.needs_rest(["from json import dumps"])]})
+`));
+""")
+    proc = subprocess.run(["node", str(script), str(out)], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    res = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert res == {"before": 0, "after_missing": 0, "after": 1, "trigger": "sqlite3", "sql": 4, "cp1252": "e9",
+                   "needs": [True, False]}
+
+
+async def test_browser_boot_needs_no_rest_and_page_python_can_import_any_stdlib_module(demo_page):
+    """The demo page boots, answers, and renders Markdown without the rest zip; a later import of a module that
+    is only in the rest zip fetches it once (synchronously) and works."""
+    from support import py_eval
+
+    page = demo_page.page
+    state = await py_eval(page, "import _autopilot_stdlib as S\nS.state()")
+    assert state["fetches"] == 0 and state["mounted"] is False, state
+    await page.click("#autopilot-toggle-host >> button.toggle")
+    box = page.locator("#autopilot-bar-host >> textarea.input")
+    await box.fill("stdlib check **bold** `code`")
+    await box.press("Enter")
+    await page.locator("#autopilot-bar-host >> .messages > .message.assistant").last.locator("h3").wait_for()
+    state = await py_eval(page, "import _autopilot_stdlib as S\nS.state()")
+    assert state["fetches"] == 0, f"the boot or an answer imported {state['trigger']} from the rest zip"
+    got = await py_eval(page, "import sqlite3, statistics, _autopilot_stdlib as S\n"
+                              "[sqlite3.connect(':memory:').execute('select 6 * 7').fetchone()[0], "
+                              "statistics.median([1, 5, 9]), S.state()['fetches'], S.state()['trigger']]")
+    assert got == [42, 5, 1, "sqlite3"]
+    await demo_page.reset()
+
+
+async def test_relay_serves_the_brotli_copies(demo_page):
+    res = await demo_page.page.evaluate("""async () => {
+        const r = await fetch(window.Autopilot.config.root + 'pyodide/pyodide.asm.wasm', {cache: 'no-store'});
+        const e = performance.getEntriesByType('resource').filter(x => x.name.endsWith('pyodide.asm.wasm'));
+        return {status: r.status, type: r.headers.get('content-type'), enc: r.headers.get('content-encoding'),
+                size: (await r.arrayBuffer()).byteLength};
+    }""")
+    assert res == {"status": 200, "type": "application/wasm", "enc": "br", "size": res["size"]}
+    assert res["size"] > 9_000_000  # decoded by the browser

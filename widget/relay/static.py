@@ -3,8 +3,9 @@
 - ``/widget/autopilot.js`` and other top-level files (the loader, ``manifest.json``): ``Cache-Control:
   no-cache`` (revalidated with the ETag each time).
 - ``/widget/<build_id>/...``: versioned, ``public, max-age=31536000, immutable``.
-- gzip when the client accepts it and it saves more than 10 % (computed once per file version and kept
-  in memory, keyed by path + mtime + size); ETag / ``If-None-Match`` → 304; no directory traversal.
+- brotli when the client accepts it and build.py wrote a ``<name>.br`` next to the file; else gzip when the
+  client accepts it and it saves more than 10 % (computed once per file version and kept in memory, keyed by
+  path + mtime + size); ETag / ``If-None-Match`` → 304; no directory traversal.
 - ``/`` serves ``<build_id>/demo/index.html`` of the current build (``manifest.json``'s ``build_id``, else the
   newest build folder with a demo); other root paths are looked up in that demo folder.
 """
@@ -138,20 +139,28 @@ class DistFiles:
         suffix = path.suffix.lower()
         media = MIME.get(suffix, "application/octet-stream")
         etag_base = hashlib.sha1(f"{path}:{st.st_mtime_ns}:{st.st_size}".encode()).hexdigest()[:20]
-        accepts_gzip = "gzip" in request.headers.get("accept-encoding", "").lower()
+        accept = request.headers.get("accept-encoding", "").lower()
+        accepts_gzip = "gzip" in accept
         body: bytes | None = None
         encoding = None
-        if accepts_gzip and suffix not in NO_GZIP and st.st_size >= MIN_GZIP_BYTES:
+        # A brotli copy written by build.py next to the file (``name.br``, same build folder) wins.
+        brotli = path.with_name(path.name + ".br") if "br" in accept and suffix not in NO_GZIP else None
+        if brotli is not None and brotli.is_file():
+            body, encoding = None, "br"
+        elif accepts_gzip and suffix not in NO_GZIP and st.st_size >= MIN_GZIP_BYTES:
             body = await self._gzip(path, st)
             if body is not None:
                 encoding = "gzip"
-        etag = f'"{etag_base}{"-gz" if encoding else ""}"'
+        etag = f'"{etag_base}{"-" + encoding[:2] if encoding else ""}"'
         headers = {"ETag": etag, "Cache-Control": cache_control, "Vary": "Accept-Encoding", "X-Content-Type-Options": "nosniff"}
         headers.update(self.cors_headers(request))
         inm = request.headers.get("if-none-match")
         if inm and etag in {t.strip().removeprefix("W/") for t in inm.split(",")}:
             return Response(status_code=304, headers=headers)
-        if encoding:
+        if encoding == "br":
+            headers["Content-Encoding"] = "br"
+            body = await asyncio.to_thread(brotli.read_bytes)
+        elif encoding:
             headers["Content-Encoding"] = "gzip"
         else:
             body = await asyncio.to_thread(path.read_bytes) if st.st_size > 256 * 1024 else path.read_bytes()
