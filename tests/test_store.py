@@ -250,3 +250,20 @@ async def test_new_conversation_clears_what_was_shown():
     relay.refuse_messages = None
     assert await store.new_chat() is True
     assert store.messages == [] and store.connection_state == "connected"
+
+
+async def test_stop_during_a_confirmation_clears_it_without_an_expired_notice():
+    relay, t, client, store, changes = await connected()
+    client.register_function("wipe", lambda a, c: "wiped", sensitive=True)
+    client.set_confirmation_handler(store.confirmation_handler)
+    await client.sync_registered_functions()
+    stream(relay, t, "a1")
+    relay.push(t, "function_call.begin", {"id": "c1", "name": "wipe", "arguments": {}, "run": True})
+    await settle()
+    assert store.pending_confirmations
+    assert await store.stop() is True
+    relay.push(t, "function_call.end", {"id": "c1", "name": "wipe", "status": "error", "error": "Cancelled."})
+    await settle()
+    assert store.pending_confirmations == [] and store.notice is None
+    finish(relay, t, "a1", "", status="cancelled")
+    assert store.waiting_for is None and not store.is_streaming

@@ -81,6 +81,7 @@ class Store:
         self._page_events: list[dict[str, Any]] = []
         self._activity: list[dict[str, Any]] | None = None
         self._streaming_id: str | None = None
+        self._stopping = False
         self._closed = False
         on = client.on
         self._unsubscribe = [
@@ -242,6 +243,7 @@ class Store:
             self.stopped.add(self._streaming_id)
             self._signature = None  # re-render that message with its "stopped" mark
         self._streaming_id = None
+        self._stopping = False
         self._update_waiting()
 
     def _calls_changed(self, *, messages: bool = False) -> None:
@@ -395,9 +397,11 @@ class Store:
 
     async def stop(self) -> bool:
         """Stop the streaming answer (relay ``cancel``); True when a turn was cancelled."""
+        self._stopping = True  # calls the relay now ends were stopped by the reader: no "expired" notice
         try:
             return await self.client.cancel()
         except Exception as exc:  # noqa: BLE001
+            self._stopping = False
             self._set("notice", {"code": getattr(exc, "code", "cancel_failed"), "message": _message_of(exc)})
             return False
 
@@ -511,7 +515,7 @@ class Store:
             self._update_waiting()
 
     def _on_confirmation_resolved(self, payload: dict[str, Any]) -> None:
-        if payload.get("reason") == "expired":
+        if payload.get("reason") == "expired" and not self._stopping:
             name = (payload.get("request") or {}).get("name", "")
             self._set(
                 "notice",

@@ -698,7 +698,8 @@ class Bar:
         streaming = s.is_streaming
         waiting = s.waiting_for
         if s.connection_state != "connected":
-            blocked, placeholder = True, L["placeholder_offline"]
+            blocked = True
+            placeholder = L.get(f"state_{s.connection_state}", L["placeholder_offline"])
         elif not s.active:
             blocked, placeholder = True, L["placeholder_read_only"]
         elif waiting == WAIT_ASK_USER:
