@@ -34,8 +34,11 @@ def make_dist(root: Path) -> Path:
     return dist
 
 
-def relay_config(tmp: Path, **overrides: Any) -> RelayConfig:
+def relay_config(tmp: Path, store: str = "sqlite", **overrides: Any) -> RelayConfig:
+    """The test relay's config; ``store="postgres"``: on the session's PostgreSQL, in a database of its
+    own bound to ``tmp``."""
     cfg = RelayConfig(
+        database_url=database_for(tmp) if store == "postgres" else None,
         port=0,
         db_path=str(tmp / "relay.sqlite3"),
         secret=SECRET,
@@ -56,9 +59,10 @@ def relay_config(tmp: Path, **overrides: Any) -> RelayConfig:
     return cfg
 
 
-async def launch(tmp: Path, adapters: dict[str, ModelAdapter] | None = None, **overrides: Any) -> Any:
-    """A relay in this loop; ``adapters`` replace model adapters by name (e.g. a ScriptedModel)."""
-    return await start_relay(relay_config(tmp, **overrides), models=adapters)
+async def launch(tmp: Path, adapters: dict[str, ModelAdapter] | None = None, store: str = "sqlite", **overrides: Any) -> Any:
+    """A relay in this loop; ``adapters`` replace model adapters by name (e.g. a ScriptedModel);
+    ``store``: ``sqlite`` or ``postgres`` (STORE_KINDS)."""
+    return await start_relay(relay_config(tmp, store, **overrides), models=adapters)
 
 
 class ScriptedModel(ModelAdapter):
@@ -208,3 +212,215 @@ async def register(rec: Recorder, *names: str, key: str = "reg") -> None:
     patch = [{"op": "add", "path": f"/autopilot/functions/{n}", "value": {**FUNC, "name": n}} for n in names]
     ack = await rec.call("state_patch", {"patch": patch, "idempotency_key": key})
     assert ack == {"ok": True}, ack
+
+
+# ---------------------------------------------------------------------------------------------- real servers
+# A real Debian PostgreSQL and redis-server on loopback, started once per test session (the first test
+# that needs one starts it; atexit stops it). `bash dev test` installs both; a missing binary skips a
+# developer's run but fails CI (CI=true), loudly.
+
+import atexit
+import glob
+import hashlib
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+
+import pytest
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _missing(what: str) -> None:
+    msg = f"{what} is not installed (bash dev test installs it: apt-get install postgresql redis-server)"
+    if os.environ.get("CI"):
+        pytest.fail(msg)
+    pytest.skip(msg)
+
+
+def pg_bindir() -> str | None:
+    for d in sorted(glob.glob("/usr/lib/postgresql/*/bin"), key=lambda p: int(p.split("/")[-2]) if p.split("/")[-2].isdigit() else 0,
+                    reverse=True):
+        if os.path.exists(os.path.join(d, "postgres")):
+            return d
+    found = shutil.which("postgres") or shutil.which("pg_ctl")
+    return os.path.dirname(os.path.realpath(found)) if found else None
+
+
+class PgServer:
+    """PostgreSQL in a temporary data directory on a loopback port, run as the ``postgres`` user when
+    we are root (PostgreSQL refuses to run as root). ``dsn(db)``; ``database(name)`` creates one."""
+
+    def __init__(self) -> None:
+        bindir = pg_bindir()
+        if bindir is None:
+            _missing("PostgreSQL")
+        self.bindir = bindir
+        self.port = _free_port()
+        self.data = tempfile.mkdtemp(prefix="autopilot-pg-")
+        self.user: str | None = None
+        if os.geteuid() == 0:
+            import pwd
+
+            try:
+                pw = pwd.getpwnam("postgres")
+            except KeyError:
+                _missing("the postgres user")
+            self.user = "postgres"
+            os.chown(self.data, pw.pw_uid, pw.pw_gid)
+        self._created: set[str] = set()
+        self.proc: subprocess.Popen[bytes] | None = None
+        t0 = time.monotonic()
+        self._run("initdb", "-D", self.data, "-A", "trust", "-U", "postgres", "-E", "UTF8", "--no-sync", "--no-instructions")
+        self.start()
+        self.startup_s = time.monotonic() - t0
+
+    def _run(self, tool: str, *args: str) -> str:
+        out = subprocess.run([os.path.join(self.bindir, tool), *args], user=self.user, capture_output=True, text=True, timeout=120)
+        if out.returncode != 0:
+            raise RuntimeError(f"{tool} failed: {out.stderr or out.stdout}")
+        return out.stdout
+
+    def start(self) -> None:
+        log = open(os.path.join(self.data, "server.log"), "ab")
+        self.proc = subprocess.Popen(
+            [os.path.join(self.bindir, "postgres"), "-D", self.data, "-p", str(self.port), "-k", self.data,
+             "-c", "listen_addresses=127.0.0.1", "-c", "fsync=off", "-c", "synchronous_commit=off",
+             "-c", "full_page_writes=off", "-c", "max_connections=200"],
+            user=self.user, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        deadline = time.monotonic() + 30
+        while True:
+            ok = subprocess.run([os.path.join(self.bindir, "pg_isready"), "-h", "127.0.0.1", "-p", str(self.port), "-q"]).returncode == 0
+            if ok:
+                return
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError("postgres did not start: " + open(os.path.join(self.data, "server.log")).read()[-2000:])
+            time.sleep(0.05)
+
+    def dsn(self, db: str = "postgres") -> str:
+        return f"postgresql://postgres@127.0.0.1:{self.port}/{db}"
+
+    def database(self, name: str) -> str:
+        """A database of that name (created once, empty at first); its DSN."""
+        if name not in self._created:
+            self._run("psql", "-h", "127.0.0.1", "-p", str(self.port), "-U", "postgres", "-q", "-c", f'CREATE DATABASE "{name}"')
+            self._created.add(name)
+        return self.dsn(name)
+
+    def fresh_database(self, hint: str = "t") -> str:
+        return self.database(f"{hint}_{len(self._created)}_{os.getpid()}")
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGINT)  # fast shutdown
+            try:
+                self.proc.wait(15)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self.proc = None
+
+    def close(self) -> None:
+        self.stop()
+        shutil.rmtree(self.data, ignore_errors=True)
+
+
+class RedisServer:
+    """redis-server on a loopback port, no persistence; ``restart()`` keeps the port."""
+
+    def __init__(self) -> None:
+        binary = shutil.which("redis-server") or ("/usr/bin/redis-server" if os.path.exists("/usr/bin/redis-server") else None)
+        if binary is None:
+            _missing("redis-server")
+        self.binary = binary
+        self.port = _free_port()
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.start()
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    def start(self) -> None:
+        self.proc = subprocess.Popen(
+            [self.binary, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
+             "--daemonize", "no", "--protected-mode", "no", "--loglevel", "warning"],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+        deadline = time.monotonic() + 10
+        while True:
+            try:
+                with socket.create_connection(("127.0.0.1", self.port), timeout=0.5) as s:
+                    s.sendall(b"PING\r\n")
+                    if s.recv(16).startswith(b"+PONG"):
+                        return
+            except OSError:
+                pass
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError("redis-server did not start")
+            time.sleep(0.02)
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+        self.proc = None
+
+    def restart(self, down_s: float = 0.0) -> None:
+        self.stop()
+        if down_s:
+            time.sleep(down_s)
+        self.start()
+
+    def close(self) -> None:
+        self.stop()
+
+
+_servers: dict[str, Any] = {}
+
+
+def _stop_servers() -> None:
+    for s in _servers.values():
+        try:
+            s.close()
+        except Exception:  # noqa: BLE001
+            pass
+    _servers.clear()
+
+
+atexit.register(_stop_servers)
+
+
+def pg_server() -> PgServer:
+    """The session's PostgreSQL (started on first use)."""
+    if "pg" not in _servers:
+        _servers["pg"] = PgServer()
+    return _servers["pg"]
+
+
+def redis_server() -> RedisServer:
+    """The session's redis-server (started on first use)."""
+    if "redis" not in _servers:
+        _servers["redis"] = RedisServer()
+    return _servers["redis"]
+
+
+#: The stores every store-sensitive relay test runs against (tests/test_relay_store.py and friends).
+STORE_KINDS = ["sqlite", "postgres"]
+
+
+def database_for(tmp: Path) -> str:
+    """A PostgreSQL database bound to a test's temporary folder (a relay restarted on the same folder
+    finds its data again, like the SQLite file there)."""
+    return pg_server().database("t_" + hashlib.sha1(str(tmp).encode()).hexdigest()[:16])
+
+
+@pytest.fixture(params=STORE_KINDS)
+def store_kind(request: Any) -> str:
+    return request.param

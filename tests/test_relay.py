@@ -22,15 +22,18 @@ from relay_helpers import (
     joined,
     launch,
     register,
+    STORE_KINDS,
+    store_kind,  # noqa: F401 - a fixture
 )
 from widget import protocol as P
 from widget.relay.hub import RateLimiter
 from widget.relay.tokens import TokenSigner
 
 
-@pytest_asyncio.fixture(scope="session")
-async def relay(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Any]:
-    handle = await launch(tmp_path_factory.mktemp("relay"))
+@pytest_asyncio.fixture(scope="session", params=STORE_KINDS)
+async def relay(request: Any, tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Any]:
+    """The module's relay, once on each store (the whole module runs against both)."""
+    handle = await launch(tmp_path_factory.mktemp("relay"), store=request.param)
     yield handle
     await handle.stop()
 
@@ -506,8 +509,8 @@ async def test_second_joiner_becomes_active(relay: Any, http: aiohttp.ClientSess
     await second.disconnect()
 
 
-async def test_pending_call_goes_to_the_next_active_client(relay: Any, http: aiohttp.ClientSession, tmp_path: Any) -> None:
-    h = await launch(tmp_path, function_call_timeout_s=10.0)
+async def test_pending_call_goes_to_the_next_active_client(http: aiohttp.ClientSession, tmp_path: Any, store_kind: str) -> None:
+    h = await launch(tmp_path, store=store_kind, function_call_timeout_s=10.0)
     try:
         rec, data, url = await joined(http, h.url)
         await register(rec, "get_selection")
@@ -530,8 +533,8 @@ async def test_pending_call_goes_to_the_next_active_client(relay: Any, http: aio
         await h.stop()
 
 
-async def test_restart_keeps_everything(http: aiohttp.ClientSession, tmp_path: Any) -> None:
-    h = await launch(tmp_path, function_call_timeout_s=10.0)
+async def test_restart_keeps_everything(http: aiohttp.ClientSession, tmp_path: Any, store_kind: str) -> None:
+    h = await launch(tmp_path, store=store_kind, function_call_timeout_s=10.0)
     rec, data, url = await joined(http, h.url)
     await register(rec, "get_selection")
     await rec.call("state_patch", {"patch": [{"op": "add", "path": "/autopilot/context/page", "value": "/p"}], "idempotency_key": "c"})
@@ -546,7 +549,7 @@ async def test_restart_keeps_everything(http: aiohttp.ClientSession, tmp_path: A
     await rec.disconnect()
     await h.stop()
 
-    h2 = await launch(tmp_path, function_call_timeout_s=10.0)
+    h2 = await launch(tmp_path, store=store_kind, function_call_timeout_s=10.0)
     try:
         after = await info(http, url.replace(h.url, h2.url))
         assert after["messages"][: len(before["messages"])] == before["messages"]
@@ -580,12 +583,12 @@ async def test_healthz(relay: Any, http: aiohttp.ClientSession) -> None:
     assert r.status == 200 and (await r.json())["ok"] is True
 
 
-async def test_retention_deletes_idle_conversations(http: aiohttp.ClientSession, tmp_path: Any) -> None:
-    h = await launch(tmp_path)
+async def test_retention_deletes_idle_conversations(http: aiohttp.ClientSession, tmp_path: Any, store_kind: str) -> None:
+    h = await launch(tmp_path, store=store_kind)
     url = await create(http, h.url)
     await h.stop()
     await asyncio.sleep(0.15)
-    h2 = await launch(tmp_path, retention_days=0.1 / 86400)  # 0.1 s: the startup sweep deletes it
+    h2 = await launch(tmp_path, store=store_kind, retention_days=0.1 / 86400)  # 0.1 s: the startup sweep deletes it
     try:
         r = await http.get(url.replace(h.url, h2.url))
         assert r.status == 404

@@ -19,7 +19,7 @@ import aiohttp
 import pytest
 import pytest_asyncio
 
-from relay_helpers import SHOP_ORIGIN, SHOP_SECRET, Recorder, ScriptedModel, declare, fold, info, joined, launch
+from relay_helpers import SHOP_ORIGIN, SHOP_SECRET, STORE_KINDS, Recorder, ScriptedModel, declare, fold, info, joined, launch
 from widget import protocol as P
 from widget.errors import ConfigError
 from widget.relay.config import DEFAULT_SYSTEM_PROMPT, AppConfig, ModelConfig, ToolConfig, load_config
@@ -116,10 +116,10 @@ async def http() -> AsyncIterator[aiohttp.ClientSession]:
         yield s
 
 
-@pytest_asyncio.fixture(scope="module")
-async def both(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[tuple[Any, ScriptedModel]]:
+@pytest_asyncio.fixture(scope="module", params=STORE_KINDS)
+async def both(request: Any, tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[tuple[Any, ScriptedModel]]:
     model = ScriptedModel()
-    h = await launch(tmp_path_factory.mktemp("tools"), adapters={"script": model},
+    h = await launch(tmp_path_factory.mktemp("tools"), adapters={"script": model}, store=request.param,
                      apps={"demo": AppConfig(model="demo"),
                            "shop": AppConfig(model="script", allowed_origins=[SHOP_ORIGIN], secret=SHOP_SECRET, tools=CONFIG_TOOLS)},
                      models={"demo": ModelConfig(chunk_delay_ms=0), "script": ModelConfig(chunk_delay_ms=0)})

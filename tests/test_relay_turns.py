@@ -16,7 +16,8 @@ import aiohttp
 import pytest
 import pytest_asyncio
 
-from relay_helpers import FUNC, Recorder, ScriptedModel, create, fold, info, joined, launch, register
+from relay_helpers import STORE_KINDS, FUNC, Recorder, ScriptedModel, create, fold, info, joined, launch, register
+from relay_helpers import store_kind  # noqa: F401 - a fixture
 from widget import protocol as P
 from widget.relay.config import AppConfig, ModelConfig
 from widget.relay.hub import RateLimiter, _prompt_from
@@ -29,11 +30,11 @@ async def http() -> AsyncIterator[aiohttp.ClientSession]:
         yield s
 
 
-@pytest_asyncio.fixture(scope="module")
-async def scripted(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[tuple[Any, ScriptedModel]]:
-    """A relay whose demo app talks to a ScriptedModel, with Ask User on."""
+@pytest_asyncio.fixture(scope="module", params=STORE_KINDS)
+async def scripted(request: Any, tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[tuple[Any, ScriptedModel]]:
+    """A relay whose demo app talks to a ScriptedModel, with Ask User on (once on each store)."""
     model = ScriptedModel()
-    h = await launch(tmp_path_factory.mktemp("scripted"), adapters={"script": model},
+    h = await launch(tmp_path_factory.mktemp("scripted"), adapters={"script": model}, store=request.param,
                      apps={"demo": AppConfig(model="script", ask_user=True)},
                      models={"demo": ModelConfig(chunk_delay_ms=0), "script": ModelConfig(chunk_delay_ms=0)})
     yield h, model
@@ -244,9 +245,9 @@ async def test_retry_after_a_failure_in_the_first_round_and_twice(relay: Any, mo
     await rec.disconnect()
 
 
-async def test_retry_after_relay_restart(http: aiohttp.ClientSession, tmp_path: Path) -> None:
+async def test_retry_after_relay_restart(http: aiohttp.ClientSession, tmp_path: Path, store_kind: str) -> None:
     """A turn whose relay died is marked failed when the conversation is next opened, with Retry (D3)."""
-    h = await launch(tmp_path, function_call_timeout_s=10.0)
+    h = await launch(tmp_path, store=store_kind, function_call_timeout_s=10.0)
     rec, data, url = await joined(http, h.url)
     await register(rec, "get_selection")
     await rec.call("user_message", {"text": "call get_selection", "idempotency_key": "m1"})
@@ -254,7 +255,7 @@ async def test_retry_after_relay_restart(http: aiohttp.ClientSession, tmp_path: 
     await rec.disconnect()
     await h.stop()
 
-    h2 = await launch(tmp_path, function_call_timeout_s=10.0)
+    h2 = await launch(tmp_path, store=store_kind, function_call_timeout_s=10.0)
     try:
         url2 = url.replace(h.url, h2.url)
         body = await info(http, url2)

@@ -27,6 +27,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--host", help="interface to listen on (default 127.0.0.1; env AUTOPILOT_HOST)")
     p.add_argument("--port", type=int, help="port (default 8765; env AUTOPILOT_PORT)")
     p.add_argument("--db", dest="db_path", help="SQLite database path (default ./autopilot-relay.sqlite3; env AUTOPILOT_DB)")
+    p.add_argument("--database-url", dest="database_url",
+                   help="PostgreSQL URL instead of SQLite, for several relay processes (env AUTOPILOT_DATABASE_URL)")
+    p.add_argument("--redis-url", dest="redis_url",
+                   help="Redis URL: events reach sockets joined on other relay processes (env AUTOPILOT_REDIS_URL)")
     p.add_argument("--config", help="TOML config file (env AUTOPILOT_CONFIG)")
     p.add_argument("--app", action="append", default=[], metavar="ID=ORIGIN[,ORIGIN...]",
                    help="add an app with its allowed browser origins (repeatable)")
@@ -48,6 +52,7 @@ def main(argv: list[str] | None = None) -> int:
         config = load_config(
             args.config,
             host=args.host, port=args.port, db_path=args.db_path, public_url=args.public_url,
+            database_url=args.database_url, redis_url=args.redis_url,
             dist_dir=Path(args.dist_dir) if args.dist_dir else None, retention_days=args.retention_days,
             log_level=args.log_level, apps=apps,
         )
@@ -77,7 +82,9 @@ def main(argv: list[str] | None = None) -> int:
     shown = "127.0.0.1" if config.host in ("0.0.0.0", "::") else config.host
     base = f"http://{shown}:{config.port}"
     models = sorted({a.model for a in config.apps.values()})
-    print(f"Autopilot relay listening on {base} (model: {', '.join(models)}) — open {base}/ for the demo", flush=True)
+    scale = "; store: postgresql" if config.database_url else ""
+    scale += ", redis" if config.redis_url else ""
+    print(f"Autopilot relay listening on {base} (model: {', '.join(models)}{scale}) — open {base}/ for the demo", flush=True)
     uvicorn.run(app, host=config.host, port=config.port, log_level="warning", access_log=False, lifespan="on")
     return 0
 

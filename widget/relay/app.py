@@ -36,16 +36,26 @@ async def sweep_retention(hub: Hub, retention_days: float) -> list[str]:
     return ids
 
 
+def make_store(config: RelayConfig) -> Store:
+    """PostgreSQL when ``database_url`` is set, else the embedded SQLite file."""
+    if config.database_url:
+        from .pgstore import PostgresStore
+
+        return PostgresStore(config.database_url)
+    return SQLiteStore(config.db_path)
+
+
 def create_app(
     config: RelayConfig | None = None,
     *,
     store: Store | None = None,
     models: dict[str, ModelAdapter] | None = None,
 ) -> socketio.ASGIApp:
-    """Build the relay. ``store`` defaults to SQLite at ``config.db_path``; ``models`` may replace
-    adapters by name (tests). The returned app has ``.hub``, ``.config`` and ``.store`` attributes."""
+    """Build the relay. ``store`` defaults to PostgreSQL at ``config.database_url`` or SQLite at
+    ``config.db_path``; ``models`` may replace adapters by name (tests). The returned app has
+    ``.hub``, ``.config`` and ``.store`` attributes."""
     config = (config or RelayConfig()).finalized()
-    store = store or SQLiteStore(config.db_path)
+    store = store or make_store(config)
     hub = Hub(config, store, models)
     api = Api(hub)
     dist = DistFiles(config.dist_dir, config.all_allowed_origins())
@@ -53,6 +63,7 @@ def create_app(
     @contextlib.asynccontextmanager
     async def lifespan(_app: Starlette) -> AsyncIterator[None]:
         await store.open()
+        await hub.start()
         await sweep_retention(hub, config.retention_days)
         warmer = asyncio.ensure_future(dist.warm())
         sweeper = None
@@ -81,13 +92,33 @@ def create_app(
     conv_path = P.HTTP_CONVERSATION.replace("{conversation_id}", "{conversation_id:str}")
     ask_path = P.HTTP_ASK_USER.replace("{conversation_id}", "{conversation_id:str}")
     async def healthz(_request: Any) -> JSONResponse:
-        return JSONResponse({"ok": True, "protocol_version": P.PROTOCOL_VERSION})
+        """The process is up (a liveness probe: restart it when this fails)."""
+        return JSONResponse({"ok": True, "protocol_version": P.PROTOCOL_VERSION, "instance": hub.instance})
+
+    async def readyz(_request: Any) -> JSONResponse:
+        """The store (and Redis, when configured) answer: send traffic here (a readiness probe)."""
+        checks: dict[str, str] = {}
+
+        async def check(name: str, coro: Any) -> None:
+            try:
+                await asyncio.wait_for(coro, 2.0)
+                checks[name] = "ok"
+            except Exception as exc:  # noqa: BLE001 - reported, not raised
+                checks[name] = f"error: {type(exc).__name__}: {exc}"[:200]
+
+        await check("store", store.ping())
+        if hub.redis is not None:
+            await check("redis", hub.redis.ping())
+        ok = all(v == "ok" for v in checks.values()) and not hub.closing
+        body = {"ok": ok, "instance": hub.instance, "checks": checks}
+        return JSONResponse(body, status_code=200 if ok else 503, headers={"Cache-Control": "no-store"})
 
     async def api_not_found(_request: Any) -> JSONResponse:
         return JSONResponse(P.error(P.ERR_NOT_FOUND, "No such API endpoint."), status_code=404)
 
     routes = [
         Route("/healthz", healthz, methods=["GET"]),
+        Route("/readyz", readyz, methods=["GET"]),
         Route(create_path, api.create, methods=["POST"]),
         Route(create_path, api.create_preflight, methods=["OPTIONS"]),
         Route(conv_path, api.get, methods=["GET"]),

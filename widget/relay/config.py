@@ -111,6 +111,14 @@ class RelayConfig:
     #: outstanding tokens, which is harmless: clients GET a fresh token before every join).
     secret: str | None = None
     db_path: str = DEFAULT_DB
+    #: PostgreSQL instead of SQLite (``postgresql://user:password@host:5432/db``): several relay
+    #: processes share it (docs/deployment.md). Needs the ``scale`` extra.
+    database_url: str | None = None
+    #: Redis for python-socketio's Redis manager (``redis://host:6379/0``): events reach the sockets
+    #: joined on other processes. Needs ``database_url`` and ``secret``.
+    redis_url: str | None = None
+    #: The Redis pub/sub channel; relays sharing a Redis and a database use the same one.
+    redis_channel: str = "autopilot-relay"
     #: Conversations idle longer than this are deleted (0: keep forever).
     retention_days: float = 30.0
     #: Folder of the build output (``widget/_dist``); the relay starts without it.
@@ -163,6 +171,17 @@ class RelayConfig:
                 raise ConfigError(f"{name} must be > 0")
         if cfg.max_iterations < 1:
             raise ConfigError("max_iterations must be >= 1")
+        if cfg.database_url is not None:
+            if urlsplit(cfg.database_url).scheme not in ("postgres", "postgresql"):
+                raise ConfigError(f"database_url must look like postgresql://user@host:5432/db, got {cfg.database_url!r}")
+        if cfg.redis_url is not None:
+            if urlsplit(cfg.redis_url).scheme not in ("redis", "rediss", "unix", "redis+sentinel"):
+                raise ConfigError(f"redis_url must look like redis://host:6379/0, got {cfg.redis_url!r}")
+            if cfg.database_url is None:
+                raise ConfigError("redis_url is for several relay processes: they need a shared store (database_url)")
+        if (cfg.database_url or cfg.redis_url) and not cfg.secret:
+            raise ConfigError("several relay processes need one shared secret (secret / AUTOPILOT_SECRET): "
+                              "a join token issued by one is checked by another")
         if DEMO_MODEL not in cfg.models:
             cfg.models[DEMO_MODEL] = ModelConfig(adapter="demo")
         for name, m in cfg.models.items():
@@ -274,6 +293,9 @@ _TOP_KEYS = {
     "secret": str,
     "db_path": str,
     "db": str,
+    "database_url": str,
+    "redis_url": str,
+    "redis_channel": str,
     "retention_days": (int, float),
     "dist_dir": str,
     "relay_path": str,
@@ -352,6 +374,9 @@ _ENV = {
     "AUTOPILOT_PUBLIC_URL": ("public_url", str),
     "AUTOPILOT_SECRET": ("secret", str),
     "AUTOPILOT_DB": ("db_path", str),
+    "AUTOPILOT_DATABASE_URL": ("database_url", str),
+    "AUTOPILOT_REDIS_URL": ("redis_url", str),
+    "AUTOPILOT_REDIS_CHANNEL": ("redis_channel", str),
     "AUTOPILOT_RETENTION_DAYS": ("retention_days", float),
     "AUTOPILOT_DIST_DIR": ("dist_dir", Path),
     "AUTOPILOT_FUNCTION_CALL_TIMEOUT_S": ("function_call_timeout_s", float),

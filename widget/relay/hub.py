@@ -2,8 +2,15 @@
 
 Every sequenced event is stored (taking the conversation's next ``seq``) and then emitted to the
 conversation's room, under the conversation's lock, so each socket sees one gap-free ordered log. The
-store is the source of truth for calls, prompts and state; in-memory structures only make the
-in-process case fast (an ``asyncio.Event`` per awaited call) and track sockets.
+store is the source of truth for calls, prompts, state, the active client, which socket a call was
+dispatched to, and which relay instance runs a turn; in-memory structures only track this process's
+own sockets and tasks and make the in-process case fast (an ``asyncio.Event`` per awaited call).
+
+Several processes (docs/deployment.md): with ``redis_url`` the Socket.IO server uses python-socketio's
+Redis manager, so an event emitted by one process reaches the sockets joined on the others; function
+responses reach the waiting turn through the store (its signal wakes the waiter; polling is the
+fallback). Whatever a process's sockets missed (a Redis outage, a join racing an emit elsewhere) is
+read back from the stored event log and sent again; clients drop what they already have by ``seq``.
 """
 
 from __future__ import annotations
@@ -38,8 +45,15 @@ turn_log = logging.getLogger("widget.relay.turns")
 
 #: How often a waiting turn re-reads a pending call from the store (another process may answer it).
 CALL_POLL_S = 0.5
+#: How often a relay instance marks itself alive in the store (``storage.INSTANCE_TTL_S`` ends it).
+HEARTBEAT_S = 2.0
+#: With a shared store: how often the hub checks its sockets' conversations for events they missed and
+#: turns whose relay died; faster while the Redis connection is down.
+POLL_S = 1.0
+POLL_DEGRADED_S = 0.25
 BUSY_STATUSES = {S.RUNNING, S.WAITING_FOR_FUNCTION, S.WAITING_FOR_ASK_USER}
-LIVE_STATUSES = {S.RUNNING, S.WAITING_FOR_FUNCTION}
+IDLE_STATUSES = (S.IDLE, S.FAILED)
+LIVE_STATUSES = (S.RUNNING, S.WAITING_FOR_FUNCTION)
 PROMPT_TYPES = ("text", "bool", "radiolist", "checklist")
 #: Bounds on an ask-user prompt the model writes (a prompt over them is refused to the model).
 PROMPT_MAX_QUESTION_CHARS = 2000
@@ -81,14 +95,19 @@ class RateLimiter:
 
 @dataclass
 class ConvRuntime:
+    """This process's side of a conversation: its own sockets and tasks. The active client and call
+    dispatch live in the store (any process may hold the active socket)."""
+
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
-    active: str | None = None
+    #: this process's sockets joined to the conversation, and those whose join replay is done
     sids: set[str] = field(default_factory=set)
     ready: set[str] = field(default_factory=set)
     turn: asyncio.Task[None] | None = None
     call_events: dict[str, asyncio.Event] = field(default_factory=dict)
-    #: call id -> the socket it was sent to with ``run: true``
-    dispatched: dict[str, str] = field(default_factory=dict)
+    #: the highest seq this process emitted to (or saw emitted, through Redis, to) the conversation
+    seen_seq: int = 0
+    #: a store seq the last poll found ahead of ``seen_seq`` (caught up if still missing at the next)
+    lag: int = 0
 
 
 @dataclass
@@ -164,13 +183,22 @@ class Hub:
         for name, mcfg in config.models.items():
             if name not in self.models:
                 self.models[name] = make_adapter(mcfg)
+        self.redis: Any = None
+        if config.redis_url:
+            from .scale import RelayRedisManager
+
+            self.redis = RelayRedisManager(config.redis_url, channel=config.redis_channel, on_event=self._seen_remote,
+                                           on_resync=self._on_redis_back)
         self.sio = socketio.AsyncServer(
             async_mode="asgi",
             cors_allowed_origins=config.all_allowed_origins(),
             max_http_buffer_size=P.ENGINEIO_MAX_BUFFER,
             logger=False,
             engineio_logger=False,
+            client_manager=self.redis,
         )
+        self.store.add_listener(self._on_signal)
+        self._loops: list[asyncio.Task[Any]] = []
         self.convs: dict[str, ConvRuntime] = {}
         self.clients: dict[str, str] = {}  # sid -> conversation id
         self.message_limiter = RateLimiter(config.message_rate_per_minute)
@@ -210,27 +238,59 @@ class Hub:
     def app_of(self, conv: dict[str, Any]) -> AppConfig:
         return self.config.apps.get(conv["app_id"]) or AppConfig()
 
+    async def start(self) -> None:
+        """Once the store is open: mark this instance alive (and keep it so), start the Redis manager's
+        listener, and with a shared store the poll for missed events and dead turns."""
+        await self.store.heartbeat(self.instance)
+        self._loops.append(asyncio.ensure_future(self._heartbeat_forever()))
+        if self.redis is not None and not self.sio.manager_initialized:
+            self.sio.manager_initialized = True
+            self.sio.manager.initialize()
+        if self.store.shared:
+            self._loops.append(asyncio.ensure_future(self._poll_forever()))
+
     async def shutdown(self) -> None:
         self.closing = True
+        for t in self._loops:
+            t.cancel()
         for rt in self.convs.values():
             if rt.turn and not rt.turn.done():
                 rt.turn.cancel()
         tasks = [t for t in self._tasks if not t.done()]
         for t in tasks:
             t.cancel()
-        if tasks:
-            await asyncio.gather(*tasks, return_exceptions=True)
+        if tasks or self._loops:
+            await asyncio.gather(*tasks, *self._loops, return_exceptions=True)
+        try:  # other processes see this one's turns as dead (and recover them) at once
+            await asyncio.wait_for(self.store.forget_instance(self.instance), 5)
+        except Exception:  # noqa: BLE001 - its heartbeat expires anyway
+            log.warning("could not unregister relay instance %s", self.instance)
+        if self.redis is not None:
+            await self.redis.aclose()
         for m in self.models.values():
             await m.aclose()
 
+    async def _heartbeat_forever(self) -> None:
+        while True:
+            await asyncio.sleep(HEARTBEAT_S)
+            try:
+                await self.store.heartbeat(self.instance)
+            except Exception as exc:  # noqa: BLE001 - the store reconnects; try again next beat
+                log.warning("heartbeat failed: %s", exc)
+
     async def _send(self, rt: ConvRuntime, cid: str, name: str, payload: dict[str, Any]) -> None:
-        """Emit a stored sequenced event live (caller holds ``rt.lock``)."""
+        """Emit a stored sequenced event live (caller holds ``rt.lock``). A call goes with ``run: true``
+        to the socket it is dispatched to (the active client's, on whichever process it is joined);
+        a socket of this process still replaying its join gets it from that replay instead."""
+        self._mark_seen(rt, payload.get("seq") or 0)
         if name == P.EV_FUNCTION_CALL_BEGIN:
-            active = rt.active if rt.active in rt.ready else None
-            if active is not None:
-                rt.dispatched[payload["id"]] = active
-                await self.sio.emit(name, {**payload, "run": True}, to=active)
-            await self.sio.emit(name, payload, room=cid, skip_sid=active)
+            owner = await self.store.claim_call(cid, payload["id"])
+            local = owner is not None and self.clients.get(owner) == cid
+            if owner is not None and (not local or owner in rt.ready):
+                await self.sio.emit(name, {**payload, "run": True}, to=owner, ignore_queue=local)
+            else:
+                owner = None
+            await self.sio.emit(name, payload, room=cid, skip_sid=owner)
         else:
             await self.sio.emit(name, payload, room=cid)
 
@@ -255,15 +315,136 @@ class Hub:
 
     async def _pending_for(self, rt: ConvRuntime, cid: str, sid: str) -> list[dict[str, Any]]:
         """Pending calls this (active) socket should run: not those already sent to another socket
-        that is still connected (a call runs at most once)."""
+        that is still joined on a live relay (a call runs at most once)."""
         out = []
         for c in await self.store.pending_calls(cid):
-            owner = rt.dispatched.get(c["id"])
-            if owner is not None and owner != sid and owner in rt.sids:
+            if c["dispatched_to"] != sid and await self.store.claim_call(cid, c["id"], sid) != sid:
                 continue
-            rt.dispatched[c["id"]] = sid
             out.append({"id": c["id"], "name": c["name"], "arguments": c["arguments"], "seq": c["seq"], "kind": c["kind"]})
         return out
+
+    async def _run_flag(self, cid: str, call_id: str, sid: str, active: str | None) -> bool:
+        """Whether a copy of a call's ``function_call.begin`` sent to ``sid`` says ``run: true``: the
+        call is pending and dispatched to that socket (claimed for it when it is the active client and
+        no other live socket holds the call). Every copy a socket gets says the same, whichever path
+        (live, join replay, replay, catch-up) it takes."""
+        call = await self.store.get_call(cid, call_id)
+        if call is None or call["status"] != S.CALL_PENDING:
+            return False
+        if call["dispatched_to"] == sid:
+            return True
+        return sid == active and await self.store.claim_call(cid, call_id, sid) == sid
+
+    async def _emit_stored(self, cid: str, sid: str, events: list[tuple[int, str, dict[str, Any]]], *,
+                           run_after: int = 0, active: Any = ...) -> None:
+        """Send stored events to one socket of this process, a call's ``run`` decided per socket for
+        those after ``run_after`` (those up to it went with the join ack's ``pending_calls``)."""
+        if active is ...:
+            conv = await self.store.get_conversation(cid)
+            active = conv["active_sid"] if conv else None
+        for seq, name, payload in events:
+            if name == P.EV_FUNCTION_CALL_BEGIN and seq > run_after and await self._run_flag(cid, payload["id"], sid, active):
+                payload = {**payload, "run": True}
+            await self.sio.emit(name, payload, to=sid, ignore_queue=True)
+
+    # ------------------------------------------------------------------ several processes
+    @staticmethod
+    def _mark_seen(rt: ConvRuntime, seq: int) -> None:
+        if seq > rt.seen_seq:
+            rt.seen_seq = seq
+
+    def _seen_remote(self, event: str, room: Any, data: Any) -> None:
+        """The Redis manager delivered another process's event to this process's room ``room``."""
+        if event in P.SEQUENCED_EVENTS and isinstance(room, str) and isinstance(data, dict):
+            rt = self.convs.get(room)
+            seq = data.get("seq")
+            if rt is not None and isinstance(seq, int):
+                self._mark_seen(rt, seq)
+
+    def _on_redis_back(self) -> None:
+        """Redis is reachable again: what this process's sockets missed meanwhile comes from the store."""
+        for cid, rt in list(self.convs.items()):
+            if rt.ready:
+                self.spawn(self._catch_up_quietly(cid))
+
+    def _on_signal(self, message: dict[str, Any]) -> None:
+        """A store signal (from this or another process): a call was answered, a turn is to be
+        cancelled, a conversation was deleted; ``resync`` after signals may have been lost."""
+        kind = message.get("t")
+        if kind == "resync":
+            for rt in self.convs.values():
+                for ev in rt.call_events.values():
+                    ev.set()
+            return
+        cid = message.get("c")
+        rt = self.convs.get(cid) if isinstance(cid, str) else None
+        if rt is None:
+            return
+        if kind == "call":
+            ev = rt.call_events.get(message.get("id"))  # type: ignore[arg-type]
+            if ev is not None:
+                ev.set()
+        elif kind == "cancel":
+            if rt.turn is not None and not rt.turn.done():
+                rt.turn.cancel()
+        elif kind == "deleted":
+            self.spawn(self.disconnect_conversation(cid, everywhere=False))  # type: ignore[arg-type]
+
+    async def _catch_up(self, cid: str) -> int:
+        """Send this process's ready sockets of ``cid`` the stored events after ``seen_seq`` (those
+        they already have they drop by seq). The number of events sent."""
+        rt = self.convs.get(cid)
+        if rt is None:
+            return 0
+        async with rt.lock:
+            events = await self.store.events_after(cid, rt.seen_seq)
+            if not events:
+                return 0
+            conv = await self.store.get_conversation(cid)
+            active = conv["active_sid"] if conv else None
+            for sid in list(rt.ready):
+                await self._emit_stored(cid, sid, events, active=active)
+            self._mark_seen(rt, events[-1][0])
+            rt.lag = 0
+            return len(events)
+
+    async def _catch_up_quietly(self, cid: str) -> None:
+        try:
+            await self._catch_up(cid)
+        except Exception as exc:  # noqa: BLE001 - the next poll tries again
+            log.warning("catching up %s failed: %s", cid, exc)
+
+    async def _poll_forever(self) -> None:
+        while True:
+            degraded = self.redis is None or not self.redis.healthy
+            await asyncio.sleep(POLL_DEGRADED_S if degraded else POLL_S)
+            try:
+                await self.poll(degraded)
+            except Exception as exc:  # noqa: BLE001 - the store reconnects; poll again
+                log.warning("relay poll failed: %s", exc)
+
+    async def poll(self, degraded: bool = False) -> None:
+        """With a shared store: for the conversations this process has sockets in, send what they
+        missed (at once while Redis is down, else when still missing one poll later: it may just be
+        on its way through Redis), and close turns whose relay died."""
+        ids = [cid for cid, rt in self.convs.items() if rt.ready]
+        brief = await self.store.conversations_brief(ids)
+        for cid, b in brief.items():
+            rt = self.convs.get(cid)
+            if rt is None:
+                continue
+            if b["seq"] > rt.seen_seq:
+                if degraded or (rt.lag and rt.seen_seq < rt.lag):
+                    await self._catch_up(cid)
+                else:
+                    rt.lag = b["seq"]
+            else:
+                rt.lag = 0
+            if b["status"] in LIVE_STATUSES and b["runner"] != self.instance and (
+                    b["runner"] is None or not await self.store.instance_alive(b["runner"])):
+                conv = await self.store.get_conversation(cid)
+                if conv is not None:
+                    await self.recover(conv)
 
     # ------------------------------------------------------------------ handlers
     async def _handle(self, coro: Any) -> dict[str, Any]:
@@ -282,21 +463,24 @@ class Hub:
 
     async def on_disconnect(self, sid: str, *args: Any) -> None:
         self.addresses.pop(sid, None)
-        self._leave(sid)
+        if self._leave(sid):
+            try:
+                await self.store.remove_member(sid)
+            except Exception:  # noqa: BLE001 - the store is down: the socket's row dies with this instance
+                log.warning("could not record that socket %s left", sid)
 
-    def _leave(self, sid: str) -> None:
+    def _leave(self, sid: str) -> bool:
         cid = self.clients.pop(sid, None)
         if cid is None:
-            return
+            return False
         rt = self.convs.get(cid)
         if rt is None:
-            return
+            return True
         rt.sids.discard(sid)
         rt.ready.discard(sid)
-        if rt.active == sid:
-            rt.active = None
         if not rt.sids and (rt.turn is None or rt.turn.done()) and not rt.lock.locked() and not rt.call_events:
             self.convs.pop(cid, None)
+        return True
 
     async def on_join(self, sid: str, data: Any = None) -> dict[str, Any]:
         return await self._handle(self._join(sid, data))
@@ -327,17 +511,23 @@ class Hub:
                 self._leave(sid)
         rt = self.rt(cid)
         async with rt.lock:
-            previous = rt.active
-            rt.active = sid
+            fresh = not rt.sids
             rt.sids.add(sid)
             rt.ready.discard(sid)
             self.clients[sid] = cid
+            await self.store.add_member(cid, sid, self.instance)
+            try:
+                previous = await self.store.set_active(cid, sid)
+            except KeyError:
+                raise ProtocolError(P.ERR_NOT_FOUND, "The conversation no longer exists.") from None
             conv = await self.store.get_conversation(cid)
             if conv is None:
                 raise ProtocolError(P.ERR_NOT_FOUND, "The conversation no longer exists.")
             seq = conv["seq"]
+            if fresh:
+                rt.seen_seq = max(rt.seen_seq, seq)
             pending = await self._pending_for(rt, cid, sid)
-        if previous is not None and previous != sid and previous in rt.sids:
+        if previous is not None and previous != sid:
             await self.sio.emit(P.EV_CLIENT_ROLE, {"active": False}, to=previous)
         # Runs after this handler returns, i.e. after the ack is queued: ack, state, replay.
         self.spawn(self._finish_join(sid, cid, last_seq, seq))
@@ -353,27 +543,27 @@ class Hub:
             except KeyError:
                 return
             root = doc.get(P.STATE_ROOT, {})
-            await self.sio.emit(P.EV_STATE, {"functions": root.get("functions", {}), "context": root.get("context", {})}, to=sid)
-            for seq, name, payload in await self.store.events_after(cid, last_seq):
-                if name == P.EV_FUNCTION_CALL_BEGIN and seq > ack_seq and rt.active == sid:
-                    # Live for this client (emitted after its join ack): let it run if still pending.
-                    owner = rt.dispatched.get(payload["id"])
-                    call = await self.store.get_call(cid, payload["id"])
-                    if call and call["status"] == S.CALL_PENDING and (owner is None or owner not in rt.sids or owner == sid):
-                        rt.dispatched[payload["id"]] = sid
-                        payload = {**payload, "run": True}
-                await self.sio.emit(name, payload, to=sid)
+            await self.sio.emit(P.EV_STATE, {"functions": root.get("functions", {}), "context": root.get("context", {})},
+                                to=sid, ignore_queue=True)
+            # Events emitted after the join ack are live for this client: a call among them runs here
+            # if still pending; those before went with the ack's pending_calls.
+            events = await self.store.events_after(cid, last_seq)
+            await self._emit_stored(cid, sid, events, run_after=ack_seq)
             await self.sio.enter_room(sid, cid)
             rt.ready.add(sid)
+            if self.store.shared:
+                # Another process may have emitted an event after the read above and before this socket
+                # entered the room: read again (what it already has, it drops by seq).
+                after = events[-1][0] if events else last_seq
+                await self._emit_stored(cid, sid, await self.store.events_after(cid, after), run_after=ack_seq)
 
     async def on_activate(self, sid: str, data: Any = None) -> dict[str, Any]:
         async def go() -> dict[str, Any]:
             cid, rt = self._joined(sid)
             async with rt.lock:
-                previous = rt.active
-                rt.active = sid
+                previous = await self.store.set_active(cid, sid)
                 pending = await self._pending_for(rt, cid, sid)
-            if previous is not None and previous != sid and previous in rt.sids:
+            if previous is not None and previous != sid:
                 await self.sio.emit(P.EV_CLIENT_ROLE, {"active": False}, to=previous)
             return P.ok(active=True, pending_calls=pending)
 
@@ -385,23 +575,28 @@ class Hub:
             if not isinstance(data, dict):
                 raise ProtocolError(P.ERR_BAD_REQUEST, "state_patch expects {patch, idempotency_key}")
             key = _key_of(data)
-            async with rt.lock:
-                stored = await self.store.get_ack(cid, key)
-                if stored is not None:
-                    return stored
-                if rt.active != sid:
-                    raise ProtocolError(P.ERR_NOT_ACTIVE, "Another tab is the active client; send activate to use this one.")
-                doc = await self.store.get_state(cid)
+            patch = data.get("patch")
+
+            def patched(doc: dict[str, Any]) -> dict[str, Any]:
                 try:
-                    new = apply_patch_atomic(doc, data.get("patch"))
+                    new = apply_patch_atomic(doc, patch)
                     check_state(new)
                 except _PatchFailed as exc:
                     raise ProtocolError(P.ERR_PATCH_FAILED, str(exc)) from None
                 except StateLimitError as exc:
                     raise ProtocolError(exc.code, str(exc)) from None
+                return new
+
+            async with rt.lock:
+                stored = await self.store.get_ack(cid, key)
+                if stored is not None:
+                    return stored
                 ack = P.ok()
-                await self.store.save_state(cid, new, (key, ack))
-                return ack
+                try:  # read, patch and write in one transaction: no lost update across processes
+                    stored = await self.store.update_state(cid, patched, (key, ack), active_sid=sid)
+                except S.NotActive:
+                    raise ProtocolError(P.ERR_NOT_ACTIVE, "Another tab is the active client; send activate to use this one.") from None
+                return stored if stored is not None else ack
 
         return await self._handle(go())
 
@@ -430,11 +625,14 @@ class Hub:
                 message = {"id": new_id("m_"), "role": "user", "content": text, "created_at": time.time()}
                 turn_id = new_id("t_")
                 ack = P.ok(message_id=message["id"])
-                await self._emit_locked(
-                    rt, cid, P.EV_MESSAGE, {"message": message}, messages=[message],
-                    conversation={"status": S.RUNNING, "turn_id": turn_id, "iteration": 0, "runner": self.instance},
-                    idempotency=(key, ack),
-                )
+                try:  # conditional: a message sent through another process at the same moment loses
+                    await self._emit_locked(
+                        rt, cid, P.EV_MESSAGE, {"message": message}, messages=[message],
+                        conversation={"status": S.RUNNING, "turn_id": turn_id, "iteration": 0, "runner": self.instance},
+                        idempotency=(key, ack), require_status=IDLE_STATUSES,
+                    )
+                except S.StatusConflict:
+                    raise ProtocolError(P.ERR_BUSY, "A turn is running or waiting on the reader; wait or cancel it.") from None
                 rt.turn = self.spawn(self.run_turn(cid, turn_id, 0))
                 return ack
 
@@ -490,11 +688,14 @@ class Hub:
                 raise ProtocolError(P.ERR_RATE_LIMITED, "Too many messages; wait a moment.")
             ack = P.ok(turn_id=turn_id)
             ids = [m["id"] for m in withdraw]
-            await self._emit_locked(
-                rt, cid, P.EV_MESSAGES_WITHDRAWN, {"message_ids": ids, "reason": op, "turn_id": turn_id},
-                withdraw=ids, idempotency=(key, ack),
-                conversation={"status": S.RUNNING, "turn_id": turn_id, "iteration": iteration, "runner": self.instance},
-            )
+            try:
+                await self._emit_locked(
+                    rt, cid, P.EV_MESSAGES_WITHDRAWN, {"message_ids": ids, "reason": op, "turn_id": turn_id},
+                    withdraw=ids, idempotency=(key, ack), require_status=[conv["status"]],
+                    conversation={"status": S.RUNNING, "turn_id": turn_id, "iteration": iteration, "runner": self.instance},
+                )
+            except S.StatusConflict:
+                raise ProtocolError(P.ERR_BUSY, "A turn is running or waiting on the reader; wait or cancel it.") from None
             rt.turn = self.spawn(self.run_turn(cid, turn_id, iteration, announce=False))
             return ack
 
@@ -516,8 +717,11 @@ class Hub:
                 stored = await self.store.get_ack(cid, key)
                 if stored is not None:
                     return stored
-                if rt.active != sid and rt.dispatched.get(call_id) != sid:
-                    raise ProtocolError(P.ERR_NOT_ACTIVE, "Another tab is the active client.")
+                conv = await self.store.get_conversation(cid)
+                if conv is not None and conv["active_sid"] != sid:
+                    call = await self.store.get_call(cid, call_id)
+                    if call is None or call["dispatched_to"] != sid:
+                        raise ProtocolError(P.ERR_NOT_ACTIVE, "Another tab is the active client.")
                 ack = P.ok()
                 if status == P.STATUS_ERROR:
                     err = data.get("error")
@@ -616,15 +820,20 @@ class Hub:
                 raise ProtocolError(P.ERR_BAD_REQUEST, "replay expects {last_seq: integer}")
             async with rt.lock:
                 events = await self.store.events_after(cid, last_seq)
-                for _seq, name, payload in events:
-                    await self.sio.emit(name, payload, to=sid)
+                await self._emit_stored(cid, sid, events)
                 conv = await self.store.get_conversation(cid)
             return P.ok(seq=conv["seq"] if conv else last_seq)
 
         return await self._handle(go())
 
     # ------------------------------------------------------------------ conversation-level ops
-    async def disconnect_conversation(self, cid: str) -> None:
+    async def disconnect_conversation(self, cid: str, everywhere: bool = True) -> None:
+        """Drop a deleted conversation's sockets and turn (on every process sharing the store)."""
+        if everywhere and self.store.shared:
+            try:
+                await self.store.signal({"t": "deleted", "c": cid})
+            except Exception:  # noqa: BLE001 - their sockets fail on their next write instead
+                log.warning("could not tell the other relay processes that %s was deleted", cid)
         rt = self.convs.get(cid)
         if rt is None:
             return
@@ -632,7 +841,7 @@ class Hub:
             rt.turn.cancel()
         for sid in list(rt.sids):
             self.clients.pop(sid, None)
-            await self.sio.disconnect(sid)
+            await self.sio.disconnect(sid, ignore_queue=True)
         self.convs.pop(cid, None)
 
     async def cancel_turn(self, cid: str) -> bool:
@@ -642,18 +851,45 @@ class Hub:
             task.cancel()
             await asyncio.gather(task, return_exceptions=True)
             return True
+        conv = await self.store.get_conversation(cid)
+        if conv is not None and conv["status"] in LIVE_STATUSES and conv["runner"] != self.instance:
+            if not await self._runner_alive(conv):
+                return await self.recover(conv)
+            # The turn runs in another process: ask it (through the store) and wait for the turn to end.
+            await self.store.signal({"t": "cancel", "c": cid, "turn": conv["turn_id"]})
+            deadline = time.monotonic() + 5.0
+            while time.monotonic() < deadline:
+                await asyncio.sleep(0.05)
+                now = await self.store.get_conversation(cid)
+                if now is None or now["status"] not in LIVE_STATUSES or now["turn_id"] != conv["turn_id"]:
+                    return True
+            return False
         async with rt.lock:
             conv = await self.store.get_conversation(cid)
             if conv is None or conv["status"] != S.WAITING_FOR_ASK_USER:
                 return False
+            if not await self.store.claim_status(cid, [S.WAITING_FOR_ASK_USER], status=S.IDLE):
+                return False  # answered or cancelled through another process meanwhile
             await self.store.cancel_prompts(cid)
             await self._emit_locked(rt, cid, P.EV_COMPLETION_FINISHED, {"turn_id": conv["turn_id"], "status": "cancelled"},
                                     conversation={"status": S.IDLE})
             await self._emit_locked(rt, cid, P.EV_USER_INPUT, {"reason": "message"})
             return True
 
+    async def _runner_alive(self, conv: dict[str, Any]) -> bool:
+        """Whether the relay instance running the conversation's turn is alive (this process: its
+        task is running; another: its heartbeat is recent)."""
+        runner = conv.get("runner")
+        if runner == self.instance:
+            rt = self.convs.get(conv["id"])
+            return rt is not None and rt.turn is not None and not rt.turn.done()
+        if runner is None:
+            return False
+        return await self.store.instance_alive(runner)
+
     async def recover(self, conv: dict[str, Any]) -> bool:
-        """A turn whose relay process died is marked failed when the conversation is next opened."""
+        """A turn whose relay process died is marked failed when the conversation is next opened (or,
+        with a shared store, when a process holding one of its sockets notices)."""
         if conv["status"] not in LIVE_STATUSES:
             return False
         cid = conv["id"]
@@ -662,7 +898,11 @@ class Hub:
             return False
         async with rt.lock:
             conv2 = await self.store.get_conversation(cid)
-            if conv2 is None or conv2["status"] not in LIVE_STATUSES or (rt.turn is not None and not rt.turn.done()):
+            if conv2 is None or conv2["status"] not in LIVE_STATUSES or await self._runner_alive(conv2):
+                return False
+            # Several processes may notice at once: the one that takes the turn over closes it.
+            if conv2["runner"] != self.instance and not await self.store.claim_status(
+                    cid, LIVE_STATUSES, runner_was=conv2["runner"], runner=self.instance):
                 return False
             turn_id = conv2["turn_id"]
             # Reconstruct the message that was streaming, if any, and close it.
@@ -725,7 +965,9 @@ class Hub:
                 raise ProtocolError(P.ERR_BAD_REQUEST, "Those prompts are no longer pending.")
             if await self.store.pending_prompts(cid):
                 return
-            await self.store.update_conversation(cid, status=S.RUNNING, runner=self.instance)
+            # Conditional: when the last answers reach two processes at once, one of them resumes.
+            if not await self.store.claim_status(cid, [S.WAITING_FOR_ASK_USER], status=S.RUNNING, runner=self.instance):
+                return
             rt.turn = self.spawn(self.run_turn(cid, conv["turn_id"], conv["iteration"] + 1, resume=True))
 
     # ------------------------------------------------------------------ the model loop
@@ -1198,7 +1440,6 @@ class Hub:
                     pass
         finally:
             rt.call_events.pop(c["id"], None)
-            rt.dispatched.pop(c["id"], None)
         ms = round((time.monotonic() - t0) * 1000, 1)
         end: dict[str, Any] = {"id": c["id"], "name": c["name"]}
         if row["status"] == S.CALL_ANSWERED and row["error"] is None:

@@ -1,8 +1,12 @@
 """Relay storage: a small async ``Store`` interface and its SQLite implementation.
 
 The store is the source of truth: conversations, messages, sequenced events (for replay), the state
-document, idempotency keys with their stored acks, function calls and ask-user prompts. Every method is
-async so another backend (PostgreSQL, scale-out issue) can implement the same interface.
+document, idempotency keys with their stored acks, function calls and ask-user prompts, and — so that
+several relay processes can serve one conversation (docs/deployment.md) — which socket is the active
+client, which socket a call was dispatched to, which sockets are joined where and which relay processes
+are alive. Every method is async; ``SQLiteStore`` (here, the embedded default, one process) and
+``PostgresStore`` (``widget.relay.pgstore``, several processes) implement the same interface and pass
+the same tests (tests/test_relay_store.py).
 
 The SQLite store runs every statement on one dedicated worker thread (so calls are serialized in
 submission order and never block the event loop), in WAL mode with ``synchronous=NORMAL``: a committed
@@ -46,20 +50,69 @@ PROMPT_TAKEN = "taken"
 UNCOMMITTED_EVENTS = frozenset({"completion.started", "completion_stream", "function_call.begin", "function_call.end"})
 
 
+#: A relay process whose heartbeat is older than this is dead: its turns are failed when next
+#: opened, its sockets no longer hold calls (docs/deployment.md).
+INSTANCE_TTL_S = 6.0
+
+
+class StatusConflict(Exception):
+    """A conditional write found the conversation in another status (another process got there first)."""
+
+    def __init__(self, status: str | None) -> None:
+        super().__init__(status)
+        self.status = status
+
+
+class NotActive(Exception):
+    """A state write from a socket that is not the conversation's active client."""
+
+
 def _dumps(value: Any) -> str:
     return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
 
 
 class Store(abc.ABC):
     """What the relay needs from storage. Conversations are dicts with the keys ``id, app_id, status,
-    created_at, updated_at, seq, msg_seq, turn_id, iteration, runner``; ``msg_seq`` is the highest seq
-    whose content the stored messages reflect (events of a message still streaming are not)."""
+    created_at, updated_at, seq, msg_seq, turn_id, iteration, runner, active_sid``; ``msg_seq`` is the
+    highest seq whose content the stored messages reflect (events of a message still streaming are not);
+    ``runner`` is the relay instance running its turn; ``active_sid`` the active client's socket.
+
+    Signals: ``signal(message)`` reaches the listeners of every relay process sharing the store (this
+    one included); ``finish_call`` signals ``{"t": "call", "c", "id"}`` once its write is committed.
+    They only wake waiters up early: whoever waits re-reads the store, and polls it as a fallback."""
+
+    #: Several relay processes may share this store (the hub then polls it for what it missed).
+    shared: bool = False
+
+    def __init__(self) -> None:
+        self._listeners: list[Callable[[dict[str, Any]], None]] = []
 
     async def open(self) -> None:
         return None
 
     async def close(self) -> None:
         return None
+
+    async def ping(self) -> None:
+        """Raise when the store cannot be reached (``/readyz``)."""
+        return None
+
+    # signals
+    def add_listener(self, fn: Callable[[dict[str, Any]], None]) -> None:
+        self._listeners.append(fn)
+
+    def _fire(self, message: dict[str, Any]) -> None:
+        for fn in list(self._listeners):
+            try:
+                fn(message)
+            except Exception:  # noqa: BLE001 - a listener never breaks the store
+                import logging
+
+                logging.getLogger("widget.relay").exception("store listener failed")
+
+    async def signal(self, message: dict[str, Any]) -> None:
+        """Deliver ``message`` to the listeners of every process sharing the store."""
+        self._fire(message)
 
     # conversations
     @abc.abstractmethod
@@ -89,8 +142,10 @@ class Store(abc.ABC):
         idempotency: Ack | None = None,
         withdraw: Iterable[str] = (),
         offer: dict[str, Any] | None = None,
+        require_status: Iterable[str] | None = None,
     ) -> int:
-        """Atomically: take the next ``seq``, store the event (``payload["seq"]`` is set, and so is the
+        """Atomically (``StatusConflict`` and nothing written when ``require_status`` is given and
+        the conversation's status is not in it): take the next ``seq``, store the event (``payload["seq"]`` is set, and so is the
         ``seq`` of ``payload["message"]`` when it is a copy of one of ``messages``), delete the messages
         whose ids are in ``withdraw``, store ``messages`` (each gets the same ``seq``), update
         ``conversation`` fields, store the idempotency ack and the ``offer`` (the actions offered on an
@@ -174,6 +229,47 @@ class Store(abc.ABC):
     @abc.abstractmethod
     async def cancel_prompts(self, conversation_id: str) -> int: ...
 
+    # conditional writes (several processes may race for the same transition)
+    @abc.abstractmethod
+    async def claim_status(self, conversation_id: str, expected: Iterable[str], *, runner_was: Any = ...,
+                           **fields: Any) -> bool:
+        """Update ``fields`` only while the status is one of ``expected`` (and, when given, the
+        ``runner`` is ``runner_was``); whether it did."""
+
+    @abc.abstractmethod
+    async def update_state(self, conversation_id: str, fn: Callable[[dict[str, Any]], dict[str, Any]],
+                           idempotency: Ack, active_sid: str | None = None) -> dict[str, Any] | None:
+        """Atomically: the ack already stored under the idempotency key (nothing written), or
+        ``NotActive`` when ``active_sid`` is given and is not the active client, or the state replaced
+        by ``fn(state)`` (which may raise: nothing written) with the ack stored; None then."""
+
+    # presence: relay instances, joined sockets, the active client, call dispatch
+    @abc.abstractmethod
+    async def heartbeat(self, instance: str) -> None:
+        """Mark a relay instance alive now."""
+    @abc.abstractmethod
+    async def forget_instance(self, instance: str) -> None:
+        """A relay instance stops: it is dead at once, its sockets are gone."""
+    @abc.abstractmethod
+    async def instance_alive(self, instance: str) -> bool: ...
+    @abc.abstractmethod
+    async def add_member(self, conversation_id: str, sid: str, instance: str) -> None:
+        """A socket joined a conversation (on ``instance``)."""
+    @abc.abstractmethod
+    async def remove_member(self, sid: str) -> None:
+        """A socket left: forget it, and it is no longer any conversation's active client."""
+    @abc.abstractmethod
+    async def set_active(self, conversation_id: str, sid: str) -> str | None:
+        """Make ``sid`` the active client; the previous one."""
+    @abc.abstractmethod
+    async def claim_call(self, conversation_id: str, call_id: str, sid: str | None = None) -> str | None:
+        """Dispatch a pending call to ``sid`` (None: to the active client) unless it is dispatched to
+        another socket that is still joined on a live instance. Returns the socket the call is
+        dispatched to afterwards (None: to nobody, or the call is not pending)."""
+    @abc.abstractmethod
+    async def conversations_brief(self, ids: Iterable[str]) -> dict[str, dict[str, Any]]:
+        """``{id: {seq, status, runner}}`` of those that exist (the hub's poll)."""
+
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS conversations (
@@ -256,11 +352,33 @@ CREATE TABLE IF NOT EXISTS prompts (
 );
 """
 
-_CONV_COLUMNS = ("id", "app_id", "status", "created_at", "updated_at", "seq", "msg_seq", "turn_id", "iteration", "runner")
+#: Schema migrations after ``_SCHEMA`` (version 1), applied in order; ``PRAGMA user_version`` holds the
+#: version a database is at.
+_MIGRATIONS: list[tuple[int, str]] = [
+    (2, """
+ALTER TABLE conversations ADD COLUMN active_sid TEXT;
+ALTER TABLE calls ADD COLUMN dispatched_to TEXT;
+CREATE TABLE IF NOT EXISTS members (
+    sid TEXT PRIMARY KEY,
+    conversation_id TEXT NOT NULL,
+    instance TEXT NOT NULL,
+    joined_at REAL NOT NULL
+);
+CREATE INDEX IF NOT EXISTS members_conv ON members(conversation_id);
+CREATE TABLE IF NOT EXISTS instances (
+    id TEXT PRIMARY KEY,
+    heartbeat_at REAL NOT NULL
+);
+"""),
+]
+SCHEMA_VERSION = _MIGRATIONS[-1][0]
+
+_CONV_COLUMNS = ("id", "app_id", "status", "created_at", "updated_at", "seq", "msg_seq", "turn_id", "iteration", "runner",
+                 "active_sid")
 _UPDATABLE = {"status", "turn_id", "iteration", "runner"}
 _CALL_COLUMNS = ("id", "turn_id", "name", "kind", "arguments", "seq", "status", "result", "error",
-                 "handler_ms", "total_ms", "created_at", "finished_at")
-_TABLES = ("messages", "events", "idempotency", "calls", "refused", "prompts", "offers")
+                 "handler_ms", "total_ms", "created_at", "finished_at", "dispatched_to")
+_TABLES = ("messages", "events", "idempotency", "calls", "refused", "prompts", "offers", "members")
 
 
 _READ, _WRITE, _CALL = "r", "w", "x"
@@ -371,7 +489,11 @@ def _deliver(results: list[tuple["asyncio.Future[Any]", Any, BaseException | Non
 
 
 class SQLiteStore(Store):
+    """The embedded default: one file, one relay process (a second process on the same file would not
+    see the first one's sockets and turns: use ``PostgresStore`` to run several)."""
+
     def __init__(self, path: str | Path) -> None:
+        super().__init__()
         self.path = str(path)
         self._worker: _Worker | None = None
         self._db: sqlite3.Connection | None = None
@@ -389,6 +511,23 @@ class SQLiteStore(Store):
         db.execute("PRAGMA journal_mode=WAL")
         db.execute("PRAGMA synchronous=NORMAL")
         db.executescript(_SCHEMA)
+        version = db.execute("PRAGMA user_version").fetchone()[0] or 1
+        for v, script in _MIGRATIONS:
+            if v > version:
+                db.execute("BEGIN IMMEDIATE")
+                try:
+                    for stmt in script.split(";"):
+                        if stmt.strip():
+                            db.execute(stmt)
+                    db.execute(f"PRAGMA user_version = {v}")
+                    db.execute("COMMIT")
+                except BaseException:
+                    db.execute("ROLLBACK")
+                    raise
+        # One process owns the file: whatever an earlier process left joined or alive is gone.
+        db.execute("DELETE FROM members")
+        db.execute("DELETE FROM instances")
+        db.execute("UPDATE conversations SET active_sid = NULL WHERE active_sid IS NOT NULL")
         self._db = db
 
     async def open(self) -> None:
@@ -502,8 +641,10 @@ class SQLiteStore(Store):
         idempotency: Ack | None = None,
         withdraw: Iterable[str] = (),
         offer: dict[str, Any] | None = None,
+        require_status: Iterable[str] | None = None,
     ) -> int:
         msgs = list(messages)
+        allowed = None if require_status is None else set(require_status)
         gone = list(withdraw)
         fields = dict(conversation or {})
         bad = set(fields) - _UPDATABLE
@@ -513,6 +654,12 @@ class SQLiteStore(Store):
         now = time.time()
 
         def go(db: sqlite3.Connection) -> int:
+            if allowed is not None:
+                row = db.execute("SELECT status FROM conversations WHERE id = ?", (conversation_id,)).fetchone()
+                if row is None:
+                    raise KeyError(conversation_id)
+                if row[0] not in allowed:
+                    raise StatusConflict(row[0])
             # In an UPDATE every right-hand side sees the old row, so both get old seq + 1.
             sets = "seq = seq + 1, updated_at = ?" + (", msg_seq = seq + 1" if committed else "")
             sets += "".join(f", {k} = ?" for k in fields)
@@ -665,7 +812,10 @@ class SQLiteStore(Store):
                 self._put_ack(db, conversation_id, *idempotency)
             return cur.rowcount > 0
 
-        return await self._write(go)
+        done = await self._write(go)
+        if done:
+            self._fire({"t": "call", "c": conversation_id, "id": call_id})
+        return done
 
     async def record_refused(self, conversation_id: str, kind: str, payload: Any, reason: str) -> None:
         await self._write(lambda db: db.execute(
@@ -777,3 +927,122 @@ class SQLiteStore(Store):
         return await self._write(lambda db: db.execute(
             "UPDATE prompts SET status = ? WHERE conversation_id = ? AND status = ?",
             (CALL_CANCELLED, conversation_id, CALL_PENDING)).rowcount)
+
+    # -- conditional writes ----------------------------------------------------------------------
+    async def claim_status(self, conversation_id: str, expected: Iterable[str], *, runner_was: Any = ...,
+                           **fields: Any) -> bool:
+        bad = set(fields) - _UPDATABLE
+        if bad:
+            raise ValueError(f"cannot update {bad}")
+        statuses = list(expected)
+        where = f"id = ? AND status IN ({','.join('?' * len(statuses))})"
+        args: list[Any] = [time.time(), *fields.values(), conversation_id, *statuses]
+        if runner_was is not ...:
+            where += " AND runner IS ?"
+            args.append(runner_was)
+        sets = "".join(f", {k} = ?" for k in fields)
+        return await self._write(lambda db: db.execute(
+            f"UPDATE conversations SET updated_at = ?{sets} WHERE {where}", args).rowcount > 0)
+
+    async def update_state(self, conversation_id: str, fn: Callable[[dict[str, Any]], dict[str, Any]],
+                           idempotency: Ack, active_sid: str | None = None) -> dict[str, Any] | None:
+        key, ack = idempotency
+        now = time.time()
+
+        def go(db: sqlite3.Connection) -> dict[str, Any] | None:
+            row = db.execute("SELECT ack FROM idempotency WHERE conversation_id = ? AND key = ?", (conversation_id, key)).fetchone()
+            if row:
+                return json.loads(row[0])
+            row = db.execute("SELECT state, active_sid FROM conversations WHERE id = ?", (conversation_id,)).fetchone()
+            if row is None:
+                raise KeyError(conversation_id)
+            if active_sid is not None and row[1] != active_sid:
+                raise NotActive(conversation_id)
+            new = fn(json.loads(row[0]))
+            db.execute("UPDATE conversations SET state = ?, updated_at = ? WHERE id = ?", (_dumps(new), now, conversation_id))
+            self._put_ack(db, conversation_id, key, ack)
+            return None
+
+        return await self._write(go)
+
+    # -- presence --------------------------------------------------------------------------------
+    async def heartbeat(self, instance: str) -> None:
+        now = time.time()
+        await self._write(lambda db: db.execute(
+            "INSERT INTO instances (id, heartbeat_at) VALUES (?, ?) ON CONFLICT (id) DO UPDATE SET heartbeat_at = excluded.heartbeat_at",
+            (instance, now)))
+
+    async def forget_instance(self, instance: str) -> None:
+        def go(db: sqlite3.Connection) -> None:
+            db.execute("UPDATE conversations SET active_sid = NULL WHERE active_sid IN (SELECT sid FROM members WHERE instance = ?)", (instance,))
+            db.execute("DELETE FROM members WHERE instance = ?", (instance,))
+            db.execute("DELETE FROM instances WHERE id = ?", (instance,))
+
+        await self._write(go)
+
+    async def instance_alive(self, instance: str) -> bool:
+        since = time.time() - INSTANCE_TTL_S
+        return await self._read(lambda db: db.execute(
+            "SELECT 1 FROM instances WHERE id = ? AND heartbeat_at > ?", (instance, since)).fetchone() is not None)
+
+    async def add_member(self, conversation_id: str, sid: str, instance: str) -> None:
+        now = time.time()
+        await self._write(lambda db: db.execute(
+            "INSERT OR REPLACE INTO members (sid, conversation_id, instance, joined_at) VALUES (?,?,?,?)",
+            (sid, conversation_id, instance, now)))
+
+    async def remove_member(self, sid: str) -> None:
+        def go(db: sqlite3.Connection) -> None:
+            db.execute("DELETE FROM members WHERE sid = ?", (sid,))
+            db.execute("UPDATE conversations SET active_sid = NULL WHERE active_sid = ?", (sid,))
+
+        await self._write(go)
+
+    async def set_active(self, conversation_id: str, sid: str) -> str | None:
+        def go(db: sqlite3.Connection) -> str | None:
+            row = db.execute("SELECT active_sid FROM conversations WHERE id = ?", (conversation_id,)).fetchone()
+            if row is None:
+                raise KeyError(conversation_id)
+            db.execute("UPDATE conversations SET active_sid = ? WHERE id = ?", (sid, conversation_id))
+            return row[0]
+
+        return await self._write(go)
+
+    async def claim_call(self, conversation_id: str, call_id: str, sid: str | None = None) -> str | None:
+        since = time.time() - INSTANCE_TTL_S
+
+        def go(db: sqlite3.Connection) -> str | None:
+            row = db.execute("SELECT status, dispatched_to FROM calls WHERE conversation_id = ? AND id = ?",
+                             (conversation_id, call_id)).fetchone()
+            if row is None or row[0] != CALL_PENDING:
+                return None
+            owner = row[1]
+            want = sid
+            if want is None:
+                active = db.execute("SELECT active_sid FROM conversations WHERE id = ?", (conversation_id,)).fetchone()
+                want = active[0] if active else None
+            if owner is not None and (owner == want or db.execute(
+                    "SELECT 1 FROM members m JOIN instances i ON i.id = m.instance WHERE m.sid = ? AND i.heartbeat_at > ?",
+                    (owner, since)).fetchone() is not None):
+                return owner
+            if want is None:
+                return None
+            db.execute("UPDATE calls SET dispatched_to = ? WHERE conversation_id = ? AND id = ?", (want, conversation_id, call_id))
+            return want
+
+        return await self._write(go)
+
+    async def conversations_brief(self, ids: Iterable[str]) -> dict[str, dict[str, Any]]:
+        wanted = list(ids)
+        if not wanted:
+            return {}
+
+        def go(db: sqlite3.Connection) -> dict[str, dict[str, Any]]:
+            rows = db.execute(f"SELECT id, seq, status, runner FROM conversations WHERE id IN ({','.join('?' * len(wanted))})",
+                              wanted).fetchall()
+            return {r[0]: {"seq": r[1], "status": r[2], "runner": r[3]} for r in rows}
+
+        return await self._read(go)
+
+    async def ping(self) -> None:
+        await self._read(lambda db: db.execute("SELECT 1").fetchone())
