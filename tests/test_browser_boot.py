@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
-from support import open_page, py_eval, wait_mark
+import asyncio
+import re
+
+from support import PageLog, open_page, py_eval, wait_mark
 from widget.relay.storage import SQLiteStore
 
 TOGGLE = "#autopilot-toggle-host >> button.toggle"
@@ -10,12 +13,27 @@ PANEL = "#autopilot-bar-host >> section.panel"
 
 
 async def test_toggle_paints_before_python_and_boot_joins(browser, relay_server):
-    ctx, page, log = await open_page(browser, relay_server.url + "/", wait_joined=False)
+    ctx = await browser.new_context()
+    page = await ctx.new_page()
+    release = asyncio.Event()
+
+    async def hold(route):
+        await release.wait()  # Python cannot finish booting before the toggle has been checked
+        await route.continue_()
+
+    await page.route(re.compile(r".*/pyodide/pyodide\.mjs$"), hold)
+    log = PageLog()
+    page.on("request", lambda r: log.requests.append(r.url))
+    page.on("websocket", lambda ws: log.websockets.append(ws.url))
+    page.on("console", lambda m: log.console_errors.append(m.text) if m.type == "error" else None)
+    page.on("pageerror", lambda e: log.page_errors.append(str(e)))
     try:
+        await page.goto(relay_server.url + "/")
         await page.wait_for_selector(TOGGLE, state="visible", timeout=5000)
-        # The toggle is up while Python is still booting (idle boot starts after load).
+        # The toggle is up while Python is still booting.
         before = await page.evaluate("performance.getEntriesByName('autopilot:pyodide').length")
         assert before == 0
+        release.set()
         await wait_mark(page, "autopilot:joined")
         marks = await page.evaluate(
             "Object.fromEntries(performance.getEntriesByType('mark').map(m => [m.name, m.startTime]))"
@@ -82,9 +100,6 @@ async def test_reload_resumes_the_same_conversation(browser, relay_server):
 
 
 async def test_toggle_click_before_ready_is_queued_and_opens(browser, relay_server):
-    import asyncio
-    import re
-
     ctx = await browser.new_context()
     page = await ctx.new_page()
     release = asyncio.Event()
