@@ -424,3 +424,59 @@ def database_for(tmp: Path) -> str:
 @pytest.fixture(params=STORE_KINDS)
 def store_kind(request: Any) -> str:
     return request.param
+
+
+class RelayProcess:
+    """``python -m widget.relay`` as its own process on a loopback port (several share a PostgreSQL
+    database and a Redis: the scale-out deployment). Ready once ``/readyz`` answers 200."""
+
+    def __init__(self, workdir: Path, *, database_url: str | None = None, redis_url: str | None = None,
+                 extra: list[str] | None = None, env: dict[str, str] | None = None, port: int | None = None) -> None:
+        import sys
+
+        self.port = port or _free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.workdir = workdir
+        self.log = workdir / f"relay-{self.port}.log"
+        cmd = [sys.executable, "-m", "widget.relay", "--host", "127.0.0.1", "--port", str(self.port),
+               "--db", str(workdir / f"relay-{self.port}.sqlite3"), "--dist", str(workdir / "nodist"), "--log-level", "warning"]
+        if database_url:
+            cmd += ["--database-url", database_url]
+        if redis_url:
+            cmd += ["--redis-url", redis_url]
+        cmd += extra or []
+        self.cmd = cmd
+        self.env = {**os.environ, "PYTHONUNBUFFERED": "1", "AUTOPILOT_SECRET": SECRET, **(env or {})}
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.instance = ""
+        self.start()
+
+    def start(self, timeout: float = 30.0) -> None:
+        import json as _json
+        import urllib.request
+
+        root = Path(__file__).resolve().parent.parent
+        self.proc = subprocess.Popen(self.cmd, cwd=root, stdout=self.log.open("ab"), stderr=subprocess.STDOUT, env=self.env)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"relay exited with {self.proc.returncode}:\n{self.log.read_text()[-3000:]}")
+            try:
+                with urllib.request.urlopen(f"{self.url}/readyz", timeout=2) as r:
+                    if r.status == 200:
+                        self.instance = _json.loads(r.read())["instance"]
+                        return
+            except OSError:
+                time.sleep(0.05)
+        self.proc.kill()
+        raise RuntimeError(f"relay did not become ready within {timeout} s:\n{self.log.read_text()[-3000:]}")
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGINT)
+            try:
+                self.proc.wait(15)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self.proc = None

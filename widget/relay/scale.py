@@ -64,12 +64,24 @@ class RelayRedisManager(socketio.AsyncRedisManager):
 
     async def _publish(self, data: Any) -> None:  # type: ignore[override]
         now = time.monotonic()
-        if now < self._pause_until:
+        if now < self._pause_until and not self.listening:
             return  # Redis is down: the store's log covers it (the other processes poll)
+        text = self.json.dumps(data)
         try:
-            if self._pub is None:
-                self._pub = self._client(socket_timeout=PUBLISH_TIMEOUT_S)
-            await asyncio.wait_for(self._pub.publish(self.channel, self.json.dumps(data)), PUBLISH_TIMEOUT_S)
+            for fresh in (self._pub is None, True):  # a connection made before an outage fails once: retry on a new one
+                if self._pub is None:
+                    self._pub = self._client(socket_timeout=PUBLISH_TIMEOUT_S)
+                try:
+                    await asyncio.wait_for(self._pub.publish(self.channel, text), PUBLISH_TIMEOUT_S)
+                    break
+                except Exception:  # noqa: BLE001
+                    pub, self._pub = self._pub, None
+                    try:
+                        await pub.aclose()
+                    except Exception:  # noqa: BLE001
+                        pass
+                    if fresh:
+                        raise
         except Exception as exc:  # noqa: BLE001
             self.failures += 1
             if self.publishing:
@@ -77,12 +89,6 @@ class RelayRedisManager(socketio.AsyncRedisManager):
             self.publishing = False
             self._pause_until = now + self._pause
             self._pause = min(5.0, self._pause * 2)
-            pub, self._pub = self._pub, None
-            if pub is not None:
-                try:
-                    await pub.aclose()
-                except Exception:  # noqa: BLE001
-                    pass
             return
         if not self.publishing:
             log.info("redis: publishing again")
