@@ -268,9 +268,11 @@ class PostgresStore(Store):
             except Exception:  # noqa: BLE001 - a broken connection is dropped by the pool
                 pass
 
-    async def _tx(self, fn: Callable[[Any], Awaitable[T]], tx: bool = True, isolation: str | None = None) -> T:
+    async def _tx(self, fn: Callable[[Any], Awaitable[T]], tx: bool = True, isolation: str | None = None,
+                  idempotent: bool = True) -> T:
         """``fn(con)`` in one transaction (``tx``; else as is: one statement, a read); retried (with
-        backoff, up to ``RETRY_S``) while the failure is a lost connection before the commit."""
+        backoff, up to ``RETRY_S``) while the failure is a lost connection before the commit (a single
+        statement that is not ``idempotent``: only while no connection could be had)."""
         deadline = time.monotonic() + RETRY_S
         errors = _conn_errors()
         for delay in _backoff():
@@ -284,7 +286,12 @@ class PostgresStore(Store):
                 continue
             try:
                 if not tx:
-                    return await fn(con)
+                    if idempotent:
+                        return await fn(con)
+                    try:
+                        return await fn(con)
+                    except errors as exc:
+                        raise _CommitFailed(str(exc)) from exc
                 tr = con.transaction(isolation=isolation) if isolation else con.transaction()
                 await tr.start()
                 try:
@@ -469,6 +476,22 @@ class PostgresStore(Store):
         sets = "seq = seq + 1, updated_at = $2" + (", msg_seq = seq + 1" if committed else "")
         sets += "".join(f", {k} = ${i + 3}" for i, k in enumerate(fields))
         sql = f"UPDATE conversations SET {sets} WHERE id = $1 RETURNING seq"
+
+        if not (msgs or gone or fields or idempotency or offer is not None or allowed is not None):
+            # The common case (a streamed chunk, a call's end...): one statement, one round trip. The
+            # stored payload gets its seq spliced in front (key order aside, the same JSON).
+            payload.pop("seq", None)
+            body = _dumps(payload)
+            rest = "}" if body == "{}" else "," + body[1:]
+            seq = await self._tx(lambda con: con.fetchval(
+                f"WITH c AS (UPDATE conversations SET {sets} WHERE id = $1 RETURNING seq)"
+                " INSERT INTO events (conversation_id, seq, name, payload)"
+                " SELECT $1, c.seq, $3, '{\"seq\":' || c.seq || $4 FROM c RETURNING seq",
+                conversation_id, now, name, rest), tx=False, idempotent=False)
+            if seq is None:
+                raise KeyError(conversation_id)
+            payload["seq"] = seq
+            return seq
 
         async def go(con: Any) -> int:
             if allowed is not None:
