@@ -578,9 +578,12 @@ async def test_restart_keeps_everything(http: aiohttp.ClientSession, tmp_path: A
         await h2.stop()
 
 
-async def test_healthz(relay: Any, http: aiohttp.ClientSession) -> None:
+async def test_healthz_and_readyz(relay: Any, http: aiohttp.ClientSession) -> None:
     r = await http.get(f"{relay.url}/healthz")
-    assert r.status == 200 and (await r.json())["ok"] is True
+    body = await r.json()
+    assert r.status == 200 and body["ok"] is True and body["instance"] == relay.hub.instance
+    r = await http.get(f"{relay.url}/readyz")
+    assert r.status == 200 and await r.json() == {"ok": True, "instance": relay.hub.instance, "checks": {"store": "ok"}}
 
 
 async def test_retention_deletes_idle_conversations(http: aiohttp.ClientSession, tmp_path: Any, store_kind: str) -> None:

@@ -63,6 +63,10 @@ api_key_env = "MY_KEY"
         ('[models.m]\nadapter = "magic"', "adapter must be one of"),
         ('[models.m]\nadapter = "openai"', "needs 'model'"),
         ("port = [", "not valid TOML"),
+        ('database_url = "mysql://db/x"\nsecret = "0123456789abcdef"', "postgresql://"),
+        ('database_url = "postgresql://db/x"', "shared secret"),
+        ('redis_url = "redis://r:6379/0"\nsecret = "0123456789abcdef"', "database_url"),
+        ('redis_url = "http://r"\ndatabase_url = "postgresql://db/x"\nsecret = "0123456789abcdef"', "redis://"),
     ],
 )
 def test_bad_config_one_line_reason(tmp_path: Path, toml: str, needle: str) -> None:
@@ -120,3 +124,9 @@ def test_cli_starts_and_says_where(tmp_path: Path) -> None:
     finally:
         p.terminate()
         p.wait(timeout=10)
+
+
+def test_scale_settings_from_env() -> None:
+    cfg = load_config(env={"AUTOPILOT_DATABASE_URL": "postgresql://relay@db:5432/a", "AUTOPILOT_REDIS_URL": "redis://r:6379/0",
+                           "AUTOPILOT_SECRET": "0123456789abcdef0123", "AUTOPILOT_REDIS_CHANNEL": "ap"})
+    assert (cfg.database_url, cfg.redis_url, cfg.redis_channel) == ("postgresql://relay@db:5432/a", "redis://r:6379/0", "ap")
