@@ -6,24 +6,12 @@
 from __future__ import annotations
 
 import argparse
-import os
-import subprocess
 import sys
-import time
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+from _pytest_bench import run
 
 if __name__ == "__main__":
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("-n", type=int, default=10_000)
-    args = ap.parse_args()
-    t = time.perf_counter()
-    env = {**os.environ, "TEMPLATE_FUZZ_EXAMPLES": str(args.n)}
-    rc = subprocess.call(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(ROOT / "tests/test_templates_fuzz.py")],
-        cwd=ROOT, env=env,
-    )
-    print(f"# bench/fuzz_templates.py: {args.n} examples, {'0 violations' if rc == 0 else 'VIOLATIONS FOUND'}, "
-          f"{time.perf_counter() - t:.1f} s")
-    sys.exit(rc)
+    n = ap.parse_args().n
+    sys.exit(run("test_templates_fuzz.py", "TEMPLATE_FUZZ_EXAMPLES", n, f"{n} examples (0 scheme/host changes, 0 dot segments)"))

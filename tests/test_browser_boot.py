@@ -12,16 +12,23 @@ TOGGLE = "#autopilot-toggle-host >> button.toggle"
 PANEL = "#autopilot-bar-host >> section.panel"
 
 
-async def test_toggle_paints_before_python_and_boot_joins(browser, relay_server):
+async def held_page(browser, pattern: str):
+    """A fresh page whose requests matching ``pattern`` wait until the returned event is set."""
     ctx = await browser.new_context()
     page = await ctx.new_page()
     release = asyncio.Event()
 
     async def hold(route):
-        await release.wait()  # Python cannot finish booting before the toggle has been checked
+        await release.wait()
         await route.continue_()
 
-    await page.route(re.compile(r".*/pyodide/pyodide\.mjs$"), hold)
+    await page.route(re.compile(pattern), hold)
+    return ctx, page, release
+
+
+async def test_toggle_paints_before_python_and_boot_joins(browser, relay_server):
+    # Python cannot finish booting before the toggle has been checked.
+    ctx, page, release = await held_page(browser, r".*/pyodide/pyodide\.mjs$")
     log = PageLog()
     page.on("request", lambda r: log.requests.append(r.url))
     page.on("websocket", lambda ws: log.websockets.append(ws.url))
@@ -100,15 +107,8 @@ async def test_reload_resumes_the_same_conversation(browser, relay_server):
 
 
 async def test_toggle_click_before_ready_is_queued_and_opens(browser, relay_server):
-    ctx = await browser.new_context()
-    page = await ctx.new_page()
-    release = asyncio.Event()
-
-    async def hold(route):
-        await release.wait()  # keeps Python from being ready until the click has happened
-        await route.continue_()
-
-    await page.route(re.compile(r".*/bundle\.zip$"), hold)
+    # Python cannot be ready before the click has happened.
+    ctx, page, release = await held_page(browser, r".*/bundle\.zip$")
     try:
         await page.goto(relay_server.url + "/")
         await page.click(TOGGLE)
