@@ -6,7 +6,7 @@ import json
 from typing import Any
 
 from ..errors import StateLimitError
-from ..protocol import ERR_STATE_TOO_DEEP, ERR_STATE_TOO_LARGE, MAX_STATE_BYTES, MAX_STATE_DEPTH
+from ..protocol import ERR_BAD_REQUEST, ERR_STATE_TOO_DEEP, ERR_STATE_TOO_LARGE, MAX_STATE_BYTES, MAX_STATE_DEPTH
 
 
 def encode_compact(doc: Any) -> bytes:
@@ -39,13 +39,19 @@ def depth(value: Any, limit: int = MAX_STATE_DEPTH) -> int:
 
 
 def check_state(doc: Any) -> int:
-    """Raise StateLimitError when ``doc`` breaks a D4 limit; return its size in bytes otherwise."""
+    """Raise StateLimitError when ``doc`` breaks a D4 limit (or cannot be measured: ``bad_request``); return its
+    size in bytes otherwise."""
     d = depth(doc)
     if d > MAX_STATE_DEPTH:
         raise StateLimitError(
             ERR_STATE_TOO_DEEP, f"State nesting depth exceeds {MAX_STATE_DEPTH} levels."
         )
-    size = len(encode_compact(doc))
+    try:
+        size = len(encode_compact(doc))
+    except UnicodeEncodeError:  # a lone surrogate (e.g. "\ud800" in the JSON): it has no UTF-8 form to store
+        raise StateLimitError(
+            ERR_BAD_REQUEST, "State contains a string that is not valid Unicode (a lone surrogate); nothing stored."
+        ) from None
     if size > MAX_STATE_BYTES:
         raise StateLimitError(
             ERR_STATE_TOO_LARGE,
