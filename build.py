@@ -493,6 +493,24 @@ def _widget_files(root: Path) -> dict[str, Path]:
     return out
 
 
+def _import_signature(widget: dict[str, Path]) -> str:
+    """A hash of the import statements of widget/ (and of any file the host Python cannot parse)."""
+    import ast
+    h = hashlib.sha256()
+    for rel, path in sorted(widget.items()):
+        if not rel.endswith(".py"):
+            continue
+        try:
+            tree = ast.parse(path.read_bytes())
+        except (SyntaxError, ValueError):
+            h.update(f"{rel}:{_sha256_file(path)}\n".encode())
+            continue
+        for node in ast.walk(tree):
+            if isinstance(node, (ast.Import, ast.ImportFrom)):
+                h.update(f"{rel}:{ast.dump(node)}\n".encode())
+    return h.hexdigest()
+
+
 def _stdlib_source_entries(stdlib_zip: Path) -> dict[str, bytes]:
     entries = {}
     with zipfile.ZipFile(stdlib_zip) as z:
@@ -1271,8 +1289,11 @@ def _build(root: Path, out_dir: Path, cache_dir: Path, lock_path: Path, clean: b
     # [6b] the stdlib split and the stored (uncompressed) zips the loader fetches
     split_paths: tuple[Path, Path] | None = None
     if precompile:
+        # Keyed by what decides the split — the stdlib, the wheels and the *import statements* of widget/ —
+        # not by every byte of widget/: most edits reuse it (a dynamic import is caught by the browser test).
         split_key = _sha256(json.dumps([
-            stdlib_out.name, bundle_out.name, SPLIT_PY, SPLIT_MJS, PRECOMPILE_PY, STDLIB_FINDER_PY,
+            stdlib_out.name, {n: new_lock["wheels"][n]["sha256"] for n in sorted(wheels)},
+            _import_signature(widget), SPLIT_PY, SPLIT_MJS, PRECOMPILE_PY, STDLIB_FINDER_PY,
             STDLIB_CORE_EXTRA, STDLIB_REST_SAMPLE, SAMPLE_MD]).encode())[:16]
         split_paths = (pc / f"stdlib-core-{split_key}.zip", pc / f"stdlib-rest-{split_key}.zip")
         if not all(p.exists() for p in split_paths):
@@ -1604,4 +1625,15 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
+    if __spec__ is not None and __spec__.name == "build":
+        # `python -m build` (pypa's) run from the repo root imports this file instead: build the browser assets
+        # (the wheel ships widget/_dist), then hand over to the real one with the repo root off sys.path.
+        if main([]) != 0:
+            sys.exit(1)
+        import runpy
+
+        sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != ROOT]
+        sys.modules.pop("build", None)
+        runpy.run_module("build", run_name="__main__", alter_sys=True)
+        sys.exit(0)
     sys.exit(main())

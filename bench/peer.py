@@ -40,7 +40,8 @@ N runs each:
   for ours and bare.
 
 Variants of ours (``--targets``): ``ours-noprewarm`` / ``ours-prewarm`` set ``window.AutopilotConfig.prewarm``
-(default: a worker pre-warms the wasm code on a build's first visit only); ``ours-snapshot`` / ``ours-before`` are the demo
+(default: a worker pre-warms the wasm code on a build's first visit only), ``ours-eager`` / ``ours-intent`` set
+the boot policy (D1; the demo page's default is idle); ``ours-snapshot`` / ``ours-before`` are the demo
 page of another build folder (``--snapshot-dist``: made with ``build.py --snapshot``; ``--before-dist``: an older
 commit's build) served by another relay.
 
@@ -96,7 +97,8 @@ TARGETS: dict[str, dict[str, Any]] = {
     "bare": {},
 }
 # Variants of ours: the same page with the loader configured through window.AutopilotConfig.
-VARIANTS = {"ours-noprewarm": {"prewarm": False}, "ours-prewarm": {"prewarm": True}}
+VARIANTS = {"ours-noprewarm": {"prewarm": False}, "ours-prewarm": {"prewarm": True},
+            "ours-eager": {"boot": "eager"}, "ours-intent": {"boot": "intent"}}
 # Ours from another build folder, served by a second relay: --snapshot-dist / --before-dist.
 ALT_DIST = {"ours-snapshot": "snapshot_dist", "ours-before": "before_dist"}
 for _name in [*VARIANTS, *ALT_DIST]:
