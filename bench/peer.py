@@ -39,8 +39,9 @@ N runs each:
   ``Runtime.getHeapUsage``, the page's isolate), and wasm memory (the Pyodide heap: ``HEAP8.buffer.byteLength``)
   for ours and bare.
 
-Variants of ours (``--targets``): ``ours-noprewarm`` / ``ours-prewarm`` set ``window.AutopilotConfig.prewarm``
-(default: a worker pre-warms the wasm code on a build's first visit only), ``ours-eager`` / ``ours-intent`` set
+Variants of ours (``--targets``): ``ours-noprewarm`` / ``ours-prewarm`` / ``ours-prewarm-basic`` set
+``window.AutopilotConfig.prewarm`` to false / true / "basic" (default: a worker pre-warms the wasm code on a
+build's first visit only; "basic": start-up only, without the widget's imports and a Markdown render), ``ours-eager`` / ``ours-intent`` set
 the boot policy (D1; the demo page's default is idle); ``ours-snapshot`` / ``ours-before`` are the demo
 page of another build folder (``--snapshot-dist``: made with ``build.py --snapshot``; ``--before-dist``: an older
 commit's build) served by another relay.
@@ -52,6 +53,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import datetime
 import gzip
 import http.server
@@ -98,6 +100,7 @@ TARGETS: dict[str, dict[str, Any]] = {
 }
 # Variants of ours: the same page with the loader configured through window.AutopilotConfig.
 VARIANTS = {"ours-noprewarm": {"prewarm": False}, "ours-prewarm": {"prewarm": True},
+            "ours-prewarm-basic": {"prewarm": "basic"},
             "ours-eager": {"boot": "eager"}, "ours-intent": {"boot": "intent"}}
 # Ours from another build folder, served by a second relay: --snapshot-dist / --before-dist.
 ALT_DIST = {"ours-snapshot": "snapshot_dist", "ours-before": "before_dist"}
@@ -498,6 +501,13 @@ def report(results: dict[str, dict[str, list[dict]]], n: int, changes: list[str]
             if all(not any(r.get(key) is not None for r in results[t][phase]) for t in targets):
                 continue
             print(f"{label:44} | " + " | ".join(f"{fmt(results[t][phase], key, unit):26}" for t in targets))
+    try:
+        goals(results, warm)
+    except TypeError:  # a target without a single successful run
+        print("\n(goal ratios left out: a target has no successful run)")
+
+
+def goals(results: dict[str, dict[str, list[dict]]], warm: bool) -> None:
     if "ours" in results and "chainlit" in results:
         o, c = results["ours"], results["chainlit"]
         print("\n## goals of issue 8 (ratio = ours / Chainlit, medians of this run)")
@@ -545,6 +555,7 @@ async def bench(args: argparse.Namespace) -> None:
     alt_relays: list[Any] = []
     changes: list[str] = []
     foreign: list[str] = []
+    failures: list[str] = []
     try:
         urls: dict[str, str] = {}
         pages = PageServer(npm_pyodide_dir() if "bare" in targets else ROOT)
@@ -585,6 +596,10 @@ async def bench(args: argparse.Namespace) -> None:
                         try:
                             r = await run_once(await Tab.open(ctx, foreign), Run(t, urls[t], args.step_timeout),
                                                f"ping-{seq}-{t}")
+                        except Exception as exc:  # noqa: BLE001 - a crashed tab or a timeout: counted, not fatal
+                            failures.append(f"cold {t}: {str(exc).splitlines()[0][:160]}")
+                            log(f"cold {i + 1}/{args.n} {t}: FAILED: {failures[-1]}")
+                            continue
                         finally:
                             await ctx.close()
                         results[t]["cold"].append(r)
@@ -602,7 +617,15 @@ async def bench(args: argparse.Namespace) -> None:
                         order = targets[i % len(targets):] + targets[:i % len(targets)]
                         for t in order:
                             seq += 1
-                            r = await run_once(tabs[t], Run(t, urls[t], args.step_timeout), f"ping-{seq}-{t}")
+                            try:
+                                r = await run_once(tabs[t], Run(t, urls[t], args.step_timeout), f"ping-{seq}-{t}")
+                            except Exception as exc:  # noqa: BLE001 - counted; the tab is replaced (same context)
+                                failures.append(f"warm {t}: {str(exc).splitlines()[0][:160]}")
+                                log(f"warm {i + 1}/{args.n} {t}: FAILED: {failures[-1]}")
+                                with contextlib.suppress(Exception):
+                                    await tabs[t].page.close()
+                                tabs[t] = await Tab.open(tabs[t].page.context, foreign)
+                                continue
                             results[t]["warm"].append(r)
                             log(f"warm {i + 1}/{args.n} {t}: done {r['done']:.0f} ms, longest "
                                 f"{r['longest']:.0f} ms, {r['bytes'] / 1e6:.3f} MB")
@@ -611,6 +634,10 @@ async def bench(args: argparse.Namespace) -> None:
             finally:
                 await browser.close()
         report(results, args.n, changes, foreign, not args.no_warm)
+        if failures:
+            print(f"\nfailed runs (left out of the medians): {len(failures)}")
+            for f in failures:
+                print(f"  - {f}")
     finally:
         if chainlit:
             chainlit.stop()
