@@ -177,10 +177,22 @@
   }
   function prewarm(options, snapshotUrl) {
     var setting = preset.prewarm;
-    if (setting === false || (setting !== true && wasWarmed()) || typeof Worker === "undefined") return null;
+    if (setting === false || (setting === undefined && wasWarmed()) || typeof Worker === "undefined") return null;
+    // Besides the start-up, the worker runs what the page's boot and first answer run in Python (importing the
+    // widget, rendering Markdown: the regex engine...), so that those paths are compiled too ("full", the
+    // default); "basic" stops after the start-up.
+    var full = setting !== "basic";
+    var warmPy = "import sys\nsys.path.insert(0, '/lib/autopilot/bundle.zip')\ntry:\n" +
+      "    import widget.browser, widget.ui.bar\n    from widget.core.markdown import render_markdown\n" +
+      "    render_markdown('# t\\n\\n*a* **b** `c` [d](https://e.f/g)\\n\\n- h\\n\\n```\\ni\\n```\\n')\n" +
+      "except Exception:\n    pass\n";
     var src = "var o = " + JSON.stringify(options) + ", s = " + JSON.stringify(snapshotUrl) + ";\n" +
       "if (s) o._loadSnapshot = fetch(s).then(function (r) { return r.arrayBuffer(); });\n" +
+      "var b = " + (full ? "fetch(" + JSON.stringify(root + "bundle.zip") + ").then(function (r) { return r.arrayBuffer(); })" : "null") + ";\n" +
       "import(" + JSON.stringify(root + "pyodide/pyodide.mjs") + ").then(function (m) { return m.loadPyodide(o); })" +
+      ".then(function (py) { if (!b) return; return b.then(function (buf) {\n" +
+      "  py.FS.mkdirTree('/lib/autopilot'); py.FS.writeFile('/lib/autopilot/bundle.zip', new Uint8Array(buf));\n" +
+      "  py.runPython(" + JSON.stringify(warmPy) + "); }); })" +
       ".then(function () { postMessage('ready'); }, function (e) { postMessage('failed: ' + e); });";
     var url = null, worker = null;
     try {
