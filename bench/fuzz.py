@@ -7,7 +7,8 @@ wire as JSON text, into the relay's ``apply_patch_atomic`` + ``check_state``; af
 must equal the client's projection. Both client diff libraries run on the same sequences: the jsonpatch installed
 here (CPython client) and the pinned wheel of the browser bundle; the relay side uses the installed one.
 
-Besides divergences (must be 0) it counts how often ``StateSync`` had to fall back to sending a part whole because
+Besides divergences (must be 0) it counts the documents the client refused (a client may refuse integers beyond
+±(2**53 − 1), which JSON in the browser cannot carry exactly: ``refused_by_client``), how often ``StateSync`` had to fall back to sending a part whole because
 the library's own patch did not reproduce the document (``raw_bad``: what would have diverged without that
 check), the ops emitted, and the time per flush.
 
@@ -136,7 +137,8 @@ def run(documents: int, seed_value: int, with_js_wire: bool) -> dict[str, Any]:
         s, p = stats[name], probes[name]
         ms = sorted(p.flush_ms) or [0.0]
         out["libraries"][name] = {
-            "documents": s.documents, "patches": s.patches, "divergences": len(divergences[name]),
+            "documents": s.documents, "refused_by_client": s.refused, "patches": s.patches,
+            "divergences": len(divergences[name]),
             "first_divergence": divergences[name][0] if divergences[name] else None,
             "raw_make_patch_wrong": p.raw_bad, "ops": dict(sorted(s.ops.items())),
             "wire_bytes_mean": round(s.wire_bytes / max(1, s.patches)),

@@ -208,9 +208,24 @@ def within_limits(seq: list[tuple[dict[str, Any], dict[str, Any]]]) -> bool:
     return all(depth(document(f, c)) <= MAX_STATE_DEPTH for f, c in seq)
 
 
+def unsafe_integers(value: Any) -> bool:
+    """Whether ``value`` holds an integer beyond ±(2**53 − 1), which JSON in the browser cannot carry exactly."""
+    stack = [value]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, dict):
+            stack.extend(node.values())
+        elif isinstance(node, (list, tuple)):
+            stack.extend(node)
+        elif isinstance(node, int) and not isinstance(node, bool) and abs(node) > 2**53 - 1:
+            return True
+    return False
+
+
 class Stats:
     def __init__(self) -> None:
         self.documents = 0
+        self.refused = 0
         self.patches = 0
         self.ops: dict[str, int] = {}
         self.wire_bytes = 0
@@ -231,10 +246,19 @@ def run_sequence(seq: list[tuple[dict[str, Any], dict[str, Any]]], stats: Stats 
     now = 0.0
     for step, (functions, context) in enumerate(seq):
         now += 1.0
-        sync.set_functions(functions, now)
-        sync.set_context(context, now)
+        try:
+            sync.set_functions(functions, now)
+            sync.set_context(context, now)
+        except TypeError as exc:
+            # A client may refuse integers that JSON cannot carry exactly (RFC 8259 §6); it refuses nothing else.
+            assert unsafe_integers((functions, context)), f"step {step}: the client refused {exc}"
+            if stats is not None:
+                stats.refused += 1
+        else:
+            page = document(json.loads(json.dumps(functions)), json.loads(json.dumps(context)))
+            assert canon(document(sync.local["functions"], sync.local["context"])) == canon(page), f"step {step}"
+        want = copy.deepcopy(document(sync.local["functions"], sync.local["context"]))  # what the page holds now
         out = sync.flush()
-        want = document(json.loads(json.dumps(functions)), json.loads(json.dumps(context)))
         if stats is not None:
             stats.documents += 1
         if out is None:
@@ -243,9 +267,10 @@ def run_sequence(seq: list[tuple[dict[str, Any], dict[str, Any]]], stats: Stats 
         wire = json.dumps(out.patch, ensure_ascii=False)
         if stats is not None:
             stats.add(out.patch, wire)
+        held = copy.deepcopy(sync.local["context"])
         sync.update_context({"\x00later": [1]}, now)  # the page keeps going; the sent patch must not change
         assert json.dumps(out.patch, ensure_ascii=False) == wire, f"step {step}: the outgoing patch aliases local state"
-        sync.set_context(context, now)
+        sync.set_context(held, now)
         try:
             relay_doc = apply_patch_atomic(relay_doc, json.loads(wire))
             check_state(relay_doc)
