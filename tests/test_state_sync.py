@@ -119,3 +119,13 @@ def test_depth_counts_levels_iteratively():
     for _ in range(10000):
         nested = [nested]
     assert depth(nested) > 32  # no RecursionError
+
+
+def test_integers_json_cannot_carry_exactly_are_refused_in_state():
+    s = ready()
+    with pytest.raises(TypeError, match="beyond"):
+        s.update_context({"id": 2**53}, 0)
+    with pytest.raises(TypeError, match=r"/deep/0"):
+        s.set_context({"deep": [-(2**60)]}, 0)
+    s.update_context({"ok": 2**53 - 1, "f": 1e25}, 0)
+    assert s.local["context"]["ok"] == 2**53 - 1

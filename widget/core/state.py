@@ -37,6 +37,33 @@ def to_json_value(value: Any, what: str) -> Any:
         raise TypeError(f"{what} must be JSON-serializable: {exc}") from None
 
 
+#: RFC 8259 §6: integers beyond ±(2**53 − 1) do not survive JSON implementations that use doubles — the
+#: browser's JS among them — so state holding one would differ between the page and the relay.
+MAX_SAFE_INTEGER = 2**53 - 1
+
+
+def _check_safe_integers(value: Any, what: str) -> None:
+    stack: list[tuple[Any, str]] = [(value, "")]
+    while stack:
+        node, path = stack.pop()
+        if isinstance(node, dict):
+            stack.extend((v, f"{path}/{k}") for k, v in node.items())
+        elif isinstance(node, list):
+            stack.extend((v, f"{path}/{i}") for i, v in enumerate(node))
+        elif isinstance(node, int) and not isinstance(node, bool) and abs(node) > MAX_SAFE_INTEGER:
+            raise TypeError(
+                f"{what} holds the integer {node} at {path or '/'}, beyond ±(2**53 − 1): JSON in the browser would "
+                "change it on the way to the relay. Send it as a string."
+            )
+
+
+def to_state_value(value: Any, what: str) -> Any:
+    """``to_json_value`` for mirrored state: also refuses integers that JSON cannot carry exactly."""
+    copy_ = to_json_value(value, what)
+    _check_safe_integers(copy_, what)
+    return copy_
+
+
 def document(functions: dict[str, Any], context: dict[str, Any]) -> dict[str, Any]:
     """The stored-state document of D4."""
     return {STATE_ROOT: {FUNCTIONS: functions, CONTEXT: context}}
@@ -103,21 +130,21 @@ class StateSync:
     # --- local changes ----------------------------------------------------------
     def set_functions(self, descriptors: dict[str, Any], now: float) -> None:
         """Replace the function descriptors (already JSON)."""
-        self.local[FUNCTIONS] = to_json_value(descriptors, "Function descriptors")
+        self.local[FUNCTIONS] = to_state_value(descriptors, "Function descriptors")
         self._touch(FUNCTIONS, now)
 
     def set_context(self, context: dict[str, Any], now: float) -> None:
         """Replace the whole context."""
         if not isinstance(context, dict):
             raise TypeError(f"Context must be a dict, got {type(context).__name__}.")
-        self.local[CONTEXT] = to_json_value(context, "Context")
+        self.local[CONTEXT] = to_state_value(context, "Context")
         self._touch(CONTEXT, now)
 
     def update_context(self, partial: dict[str, Any], now: float) -> None:
         """Shallow-merge ``partial`` into the context."""
         if not isinstance(partial, dict):
             raise TypeError(f"Context update must be a dict, got {type(partial).__name__}.")
-        self.local[CONTEXT].update(to_json_value(partial, "Context"))
+        self.local[CONTEXT].update(to_state_value(partial, "Context"))
         self._touch(CONTEXT, now)
 
     @property
