@@ -19,14 +19,22 @@ What ``what`` can be (a subscriber is called once per change, synchronously, in 
 ``ask_user``        ``pending_ask_user`` (or ``ask_user_error`` / ``ask_user_sending``) changed
 ``waiting``         ``waiting_for`` changed: what the relay waits for (composer disabled meanwhile)
 ``notice``          ``notice`` changed (a dismissible problem that is not part of the conversation)
+``actions``         offered actions (seed 002) changed: offered, pressed, running, done, failed, form state
 ==================  ====================================================================================
 
 Streaming is cheap on purpose: a chunk only says ``streaming``; committed messages are recomputed (tool results
 paired, call-only rounds merged) only when the committed list changes, never per chunk.
 
 Actions (``send``, ``stop``, ``retry``, ``regenerate``, ``new_chat``, ``use_here``, ``resolve_confirmation``,
-``submit_ask_user``) are thin wrappers over client methods that never raise: a failure becomes a local error
-message (a failed send keeps its text for Retry), a ``notice``, or ``ask_user_error``.
+``submit_ask_user``, ``press_action``, ``submit_action_form``) are thin wrappers over client methods that never
+raise: a failure becomes a local error message (a failed send keeps its text for Retry), a ``notice``,
+``ask_user_error``, or the error of an offered action (a failed action is offered again, for a retry).
+
+Offered actions (seed 002, D7) are live only: ``store.actions_for(message_id)`` lists the offers shown under a
+message, each ``{id, name, label, title, confirm, parameters, arguments, message_id, status, outcome, error,
+field_errors, form_open, values}`` — ``status`` is ``offered``, ``running``, ``done`` or ``failed``. They come
+from the client (offers received in this page session) and from the conversation's ``action`` messages (an
+outcome recorded by another tab). A restored conversation has none.
 """
 
 from __future__ import annotations
@@ -34,11 +42,14 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
+import math
+import re
 import time
 from typing import Any, Callable
 
 from .client import AutopilotClient
 from .core.conversation import visible_messages
+from .core.tools import check_tool_arguments
 from .errors import WidgetError
 
 log = logging.getLogger("widget")
@@ -49,6 +60,12 @@ Subscriber = Callable[[str], None]
 WAIT_ASK_USER = "ask_user"
 WAIT_CONFIRMATION = "confirmation"
 WAIT_FUNCTION = "function"
+
+#: Offered-action states (``status`` of ``store.actions_for(...)`` entries).
+ACTION_OFFERED = "offered"
+ACTION_RUNNING = "running"
+ACTION_DONE = "done"
+ACTION_FAILED = "failed"
 
 
 class Store:
@@ -83,6 +100,12 @@ class Store:
         self._streaming_id: str | None = None
         self._stopping = False
         self._closed = False
+        #: Offered actions: message ids with offers seen live, the reader's side of each offer (form open, values,
+        #: errors, running), where each offer is shown, and the derived per-message lists (None: recompute).
+        self._offered_ids: list[str] = []
+        self._action_ui: dict[tuple[str, str], dict[str, Any]] = {}
+        self._offer_anchor: dict[str, str] = {}
+        self._actions: dict[str, list[dict[str, Any]]] | None = None
         on = client.on
         self._unsubscribe = [
             on("connectionStateChanged", self._on_connection),
@@ -104,6 +127,8 @@ class Store:
             on("functionConfirmationResolved", self._on_confirmation_resolved),
             on("stateError", self._on_state_error),
             on("pageError", self._on_page_error),
+            on("actionsOffered", self._on_actions_offered),
+            on("actionOutcome", lambda p: self._actions_changed()),
         ]
         self._refresh_messages()
         self._update_waiting(notify=False)
@@ -216,22 +241,39 @@ class Store:
         self._update_waiting()
 
     def _on_loaded(self, payload: Any) -> None:
-        # A (new) conversation: what was shown for the previous one goes.
+        # A (new) conversation: what was shown for the previous one goes (offers included: never restored).
         self._local_errors.clear()
         self.stopped.clear()
+        self._offered_ids.clear()
+        self._action_ui.clear()
         self._signature = None
         self._refresh_messages()
         self._activity = None
         self._notify("messages")
         self._notify("streaming")
         self._notify("activity")
+        self._notify("actions")
 
     def _on_messages_changed(self, payload: Any) -> None:
         if self._refresh_messages():
             self._activity = None
             self._notify("messages")
             self._notify("activity")
+            self._notify("actions")
         self._notify("streaming")
+
+    def _on_actions_offered(self, payload: Any) -> None:
+        mid = payload.get("message_id") if isinstance(payload, dict) else None
+        if isinstance(mid, str) and mid not in self._offered_ids:
+            self._offered_ids.append(mid)
+        self._signature = None  # where the offers are shown is decided with the message list
+        if self._refresh_messages():
+            self._notify("messages")
+        self._actions_changed()
+
+    def _actions_changed(self) -> None:
+        self._actions = None
+        self._notify("actions")
 
     def _on_started(self, payload: Any) -> None:
         if isinstance(payload, dict) and isinstance(payload.get("message_id"), str):
@@ -304,10 +346,53 @@ class Store:
         for m in shown:
             if m.get("id") in self.stopped:
                 m["stopped"] = True
+        shown = self._place_offers(raw, shown)
         if self._local_errors:
             shown = _merge_local(shown, self._local_errors)
         self._messages = shown
         return True
+
+    def _place_offers(self, raw: list[dict[str, Any]], shown: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """Decide under which shown message each live offer goes (``_offer_anchor``).
+
+        Offers sit on the round's assistant message. When that message is not shown by itself (an empty round
+        merged into the previous one's call pills, or a round that only offered), they go under the turn's
+        previous shown answer; when the turn shows none, the offering message is shown (empty) to carry them.
+        """
+        self._offer_anchor = {}
+        self._actions = None
+        offered = set(self._offered_ids)
+        candidates = [
+            m["id"] for m in raw
+            if m.get("role") == "assistant" and isinstance(m.get("id"), str)
+            and (m["id"] in offered or m.get("actions"))
+        ]
+        live = [mid for mid in candidates if self.client.get_offered_actions(mid)]
+        if not live:
+            return shown
+        visible = {m.get("id") for m in shown}
+        position = {m.get("id"): i for i, m in enumerate(raw)}
+        for mid in live:
+            anchor = mid if mid in visible else None
+            i = position[mid]
+            if anchor is None:
+                for j in range(i - 1, -1, -1):
+                    role = raw[j].get("role")
+                    if role == "user":
+                        break
+                    if role == "assistant" and raw[j].get("id") in visible:
+                        anchor = raw[j]["id"]
+                        break
+            if anchor is None:
+                at = 0
+                for k, m in enumerate(shown):
+                    if position.get(m.get("id"), -1) < i:
+                        at = k + 1
+                shown = shown[:at] + [{"id": mid, "role": "assistant", "content": "", "function_calls": []}] + shown[at:]
+                visible.add(mid)
+                anchor = mid
+            self._offer_anchor[mid] = anchor
+        return shown
 
     def _history(self) -> dict[Any, dict[str, Any]]:
         return {r["id"]: r for r in self.client.get_function_call_history()}
@@ -538,6 +623,163 @@ class Store:
             self.ask_user_sending = False
             self._notify("ask_user")
 
+    # --- offered actions (seed 002) ---------------------------------------------------------------
+    @property
+    def actions(self) -> dict[str, list[dict[str, Any]]]:
+        """Live offers by the id of the shown message they go under (see ``actions_for``)."""
+        if self._actions is None:
+            self._actions = self._build_actions()
+        return self._actions
+
+    def actions_for(self, message_id: Any) -> list[dict[str, Any]]:
+        """The offers shown under message ``message_id`` (``[]`` for most messages, and after a reload)."""
+        return self.actions.get(message_id, [])
+
+    def _build_actions(self) -> dict[str, list[dict[str, Any]]]:
+        recorded: dict[tuple[Any, Any], list[dict[str, Any]]] = {}
+        for m in self.client.messages:
+            if m.get("role") == "action":
+                recorded.setdefault((m.get("message_id"), m.get("action_id")), []).append(m)
+        out: dict[str, list[dict[str, Any]]] = {}
+        for mid, anchor in self._offer_anchor.items():
+            for offer in self.client.get_offered_actions(mid):
+                view = self._offer_view(mid, offer, recorded.get((mid, offer.get("id")), []))
+                out.setdefault(anchor, []).append(view)
+        return out
+
+    def _offer_view(self, mid: str, offer: dict[str, Any], recorded: list[dict[str, Any]]) -> dict[str, Any]:
+        ui = self._action_ui.get((mid, offer["id"]), {})
+        status, outcome = offer.get("status") or ACTION_OFFERED, offer.get("outcome")
+        succeeded = [r for r in recorded if r.get("ok") is True]
+        if status == ACTION_DONE:
+            pass
+        elif succeeded:  # done in another tab of this conversation: never offered twice
+            status, outcome = ACTION_DONE, succeeded[-1].get("outcome")
+        elif ui.get("running") or status == ACTION_RUNNING:
+            status = ACTION_RUNNING
+        elif status == ACTION_FAILED:
+            pass
+        elif recorded:
+            status, outcome = ACTION_FAILED, recorded[-1].get("outcome")
+        if status == ACTION_DONE:
+            outcome = outcome if isinstance(outcome, str) and outcome else "Done."
+        elif status == ACTION_FAILED:
+            outcome = outcome if isinstance(outcome, str) and outcome else "The action failed."
+        else:
+            outcome = None
+        error = ui.get("error")
+        if error is None and status == ACTION_FAILED:
+            error = outcome
+        return {
+            "id": offer["id"],
+            "name": offer.get("name"),
+            "label": offer.get("label") or offer.get("name"),
+            "title": offer.get("title"),
+            "confirm": offer.get("confirm"),
+            "parameters": offer.get("parameters") or {"type": "object", "properties": {}},
+            "arguments": dict(offer.get("arguments") or {}),
+            "message_id": mid,
+            "status": status,
+            "outcome": outcome,
+            "error": None if status == ACTION_DONE else error,
+            "field_errors": {} if status == ACTION_DONE else dict(ui.get("field_errors") or {}),
+            "form_open": bool(ui.get("form_open")) and status != ACTION_DONE and offer.get("confirm") == "form",
+            "values": ui.get("values"),
+        }
+
+    def _find_offer(self, message_id: Any, action_id: Any) -> dict[str, Any] | None:
+        for anchor, offers in self.actions.items():
+            for o in offers:
+                if o["id"] == action_id and message_id in (o["message_id"], anchor):
+                    return o
+        return None
+
+    def _ui(self, offer: dict[str, Any]) -> dict[str, Any]:
+        return self._action_ui.setdefault((offer["message_id"], offer["id"]), {})
+
+    async def press_action(self, message_id: Any, action_id: Any) -> bool:
+        """The reader pressed an offer's button: a button action runs; a form action opens its form.
+
+        True when the action ran and succeeded (or the form opened). A failure is shown as the offer's
+        ``error`` and the offer stays pressable (a retry).
+        """
+        offer = self._find_offer(message_id, action_id)
+        if offer is None or offer["status"] in (ACTION_DONE, ACTION_RUNNING):
+            return False
+        if offer["confirm"] == "form":
+            self.open_action_form(message_id, action_id)
+            return True
+        return await self._run_offer(offer, None)
+
+    def open_action_form(self, message_id: Any, action_id: Any) -> bool:
+        """Open the form of a form action (prefilled with the reader's last values, else the model's)."""
+        offer = self._find_offer(message_id, action_id)
+        if offer is None or offer["confirm"] != "form" or offer["status"] == ACTION_DONE:
+            return False
+        ui = self._ui(offer)
+        if not ui.get("form_open"):
+            ui["form_open"] = True
+            self._actions_changed()
+        return True
+
+    def cancel_action_form(self, message_id: Any, action_id: Any) -> None:
+        """Close an action's form without sending; its field errors go, the offer stays."""
+        offer = self._find_offer(message_id, action_id)
+        if offer is None:
+            return
+        ui = self._ui(offer)
+        if ui.get("form_open") or ui.get("field_errors") or ui.get("error"):
+            ui.update(form_open=False, field_errors={}, error=None)
+            self._actions_changed()
+
+    def clear_action_field_error(self, message_id: Any, action_id: Any, name: str) -> None:
+        """Forget the error of one form field (the reader changed it)."""
+        offer = self._find_offer(message_id, action_id)
+        if offer is None:
+            return
+        errors = self._ui(offer).get("field_errors") or {}
+        if name in errors:
+            del errors[name]
+            self._actions_changed()
+
+    async def submit_action_form(self, message_id: Any, action_id: Any, values: dict[str, Any]) -> bool:
+        """Send a form action with the reader's ``values`` (strings from form fields or typed values).
+
+        Every field is checked against the action's schema first (``form_arguments``): a problem becomes that
+        field's entry in ``field_errors`` and nothing is sent. True when the action ran and succeeded.
+        """
+        offer = self._find_offer(message_id, action_id)
+        if offer is None or offer["status"] in (ACTION_DONE, ACTION_RUNNING):
+            return False
+        ui = self._ui(offer)
+        ui["values"] = dict(values) if isinstance(values, dict) else {}
+        args, problems = form_arguments(offer["parameters"], ui["values"])
+        if problems:
+            ui.update(form_open=True, field_errors=problems, error=FORM_FIX)
+            self._actions_changed()
+            return False
+        ui.update(field_errors={})
+        return await self._run_offer(offer, args)
+
+    async def _run_offer(self, offer: dict[str, Any], args: dict[str, Any] | None) -> bool:
+        ui = self._ui(offer)
+        ui.update(running=True, error=None)
+        self._actions_changed()
+        ok = False
+        try:
+            result = await self.client.run_action(offer["message_id"], offer["id"], args)
+            ok = bool(result.get("ok"))
+            if not ok:
+                ui["error"] = str(result.get("outcome") or "The action failed.")
+        except Exception as exc:  # noqa: BLE001 - shown with the offer, which stays for a retry
+            ui["error"] = _message_of(exc)
+        finally:
+            ui["running"] = False
+        if ok:
+            ui.update(form_open=False, field_errors={}, error=None)
+        self._actions_changed()
+        return ok
+
     # --- teardown --------------------------------------------------------------------------------
     def close(self) -> None:
         """Unsubscribe from the client; pending confirmations are denied (fail closed)."""
@@ -550,6 +792,128 @@ class Store:
         for cid in list(self._futures):
             self.resolve_confirmation(cid, "deny")
         self._subscribers.clear()
+
+
+#: The form-level message when some fields need the reader's attention.
+FORM_FIX = "Some fields need your attention."
+REQUIRED = "Please fill in this field."
+
+
+def arguments_text(arguments: Any) -> str:
+    """An action's arguments as the reader reads them: ``plan: pro, quantity: 2`` (absent ones left out)."""
+    if not isinstance(arguments, dict):
+        return ""
+    parts = []
+    for name, value in arguments.items():
+        if value is None:
+            continue
+        if isinstance(value, bool):
+            text = "yes" if value else "no"
+        elif isinstance(value, float) and value.is_integer():
+            text = str(int(value))
+        else:
+            text = str(value)
+        parts.append(f"{name}: {text}")
+    return ", ".join(parts)
+
+
+def form_arguments(parameters: dict[str, Any], values: dict[str, Any]) -> tuple[dict[str, Any], dict[str, str]]:
+    """The arguments a form's ``values`` make, and a reader-facing problem per field (empty when all pass).
+
+    Strings from form fields are converted by the property's type (``"2"`` → 2 for an integer, ``"on"`` → True);
+    an empty field is absent, which a required property refuses. Each value is then checked against its
+    property with ``widget.core.tools.check_tool_arguments`` (enum, format, bounds), the same check the client
+    and the relay make.
+    """
+    props: dict[str, Any] = (parameters or {}).get("properties") or {}
+    required = set((parameters or {}).get("required") or [])
+    args: dict[str, Any] = {}
+    problems: dict[str, str] = {}
+    for name, prop in props.items():
+        value, problem = _coerce(prop, values.get(name))
+        if problem is None and value is None and name in required:
+            problem = REQUIRED
+        if problem is None and value is not None:
+            _, found = check_tool_arguments({"type": "object", "properties": {name: prop}}, {name: value})
+            if found:
+                problem = _reader_problem(name, prop, found)
+        if problem:
+            problems[name] = problem
+        elif value is not None:
+            args[name] = value
+    return args, problems
+
+
+def _coerce(prop: dict[str, Any], raw: Any) -> tuple[Any, str | None]:
+    ptype = prop.get("type")
+    if raw is None:
+        return None, None
+    if ptype == "string":
+        if not isinstance(raw, str):
+            return raw, None
+        text = raw if prop.get("format") == "multiline" else raw.strip()
+        return (text if text.strip() else None), None
+    if ptype == "boolean":
+        if isinstance(raw, bool):
+            return raw, None
+        text = str(raw).strip().lower()
+        if text in ("true", "on", "yes", "1"):
+            return True, None
+        if text in ("false", "off", "no", "0"):
+            return False, None
+        return (None, None) if not text else (raw, "Choose yes or no.")
+    if ptype in ("number", "integer"):
+        if isinstance(raw, bool):
+            return raw, None
+        if isinstance(raw, (int, float)):
+            return raw, None
+        text = str(raw).strip().replace("\u2212", "-")
+        if not text:
+            return None, None
+        if re.fullmatch(r"[+-]?\d+", text):
+            return int(text), None
+        try:
+            number = float(text)
+        except ValueError:
+            number = math.nan
+        if not math.isfinite(number):
+            return None, "Enter a whole number." if ptype == "integer" else "Enter a number."
+        if ptype == "integer":
+            if not number.is_integer():
+                return None, "Enter a whole number."
+            return int(number), None
+        return number, None
+    return raw, None
+
+
+def _reader_problem(name: str, prop: dict[str, Any], problem: str) -> str:
+    """``check_tool_arguments``' reason (it names the argument) as a sentence for the field's reader."""
+    rest = problem[len(name) + 1:] if problem.startswith(name + " ") else problem
+    if rest == "is not an email address":
+        return "Enter an email address, like name@example.com."
+    if rest == "is not an http(s) URL":
+        return "Enter a web address that starts with https://."
+    if rest.startswith("is not a date-time"):
+        return "Enter a date and time, like 2025-01-31T14:30."
+    if rest.startswith("is not a date"):
+        return "Enter a date, like 2025-01-31."
+    if rest.startswith("must be one of"):
+        return "Choose one of: " + ", ".join(str(e) for e in prop.get("enum") or []) + "."
+    if rest == "must be an integer":
+        return "Enter a whole number."
+    if rest == "must be a number":
+        return "Enter a number."
+    if rest == "must be a string":
+        return "Enter some text."
+    if rest == "must be a boolean":
+        return "Choose yes or no."
+    m = re.fullmatch(r"must have at (least|most) (\d+) characters", rest)
+    if m:
+        return f"Use at {m.group(1)} {m.group(2)} characters."
+    m = re.fullmatch(r"must be (at least|at most|more than|less than) (.+)", rest)
+    if m:
+        return f"Enter a number {m.group(1)} {m.group(2)}."
+    return f"This value {rest}."
 
 
 def _merge_local(shown: list[dict[str, Any]], local: list[dict[str, Any]]) -> list[dict[str, Any]]:

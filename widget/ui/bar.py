@@ -15,6 +15,10 @@ Runs only under Pyodide. How it stays leak-free and fast:
   (``static/sanitize.mjs``, DOMPurify) inserts the result. Everything else the model provides (function names,
   arguments, results, questions, options, labels) is set with ``textContent``. Without the sanitizer module,
   answers are shown as plain text.
+- **Offered actions** (seed 002) are the page's controls, never the model's: a button shows the page's label and,
+  on a second line, the model's arguments as text ("With plan: pro", also in its accessible name); a form action's
+  button opens a form under the answer with one labelled field per parameter. The outcome replaces the button; a
+  failure brings it back with the error. Only live offers are shown (a reload has none).
 """
 
 from __future__ import annotations
@@ -25,7 +29,15 @@ import logging
 import time
 from typing import Any, Callable
 
-from ..store import WAIT_ASK_USER, WAIT_CONFIRMATION, WAIT_FUNCTION, Store
+from ..store import (
+    ACTION_DONE,
+    ACTION_RUNNING,
+    WAIT_ASK_USER,
+    WAIT_CONFIRMATION,
+    WAIT_FUNCTION,
+    Store,
+    arguments_text,
+)
 from .labels import merged
 
 log = logging.getLogger("widget")
@@ -70,8 +82,8 @@ ICONS = {
 
 #: What the Tab key cycles through inside the panel.
 _FOCUSABLE = (
-    "button:not([disabled]), textarea:not([disabled]), input:not([disabled]), summary, a[href], "
-    '[tabindex]:not([tabindex="-1"])'
+    "button:not([disabled]), textarea:not([disabled]), input:not([disabled]), select:not([disabled]), summary, "
+    'a[href], [tabindex]:not([tabindex="-1"])'
 )
 
 
@@ -141,13 +153,15 @@ class _MessageView:
 
     __slots__ = (
         "key", "role", "el", "body", "stable", "tail", "calls", "call_views", "footer", "footer_sig",
-        "text", "renderer", "busy", "stopped",
+        "text", "renderer", "busy", "stopped", "actions", "action_views",
     )
 
     def __init__(self, key: str, role: str) -> None:
         self.key = key
         self.role = role
         self.call_views: dict[str, _CallView] = {}
+        self.action_views: dict[str, _ActionView] = {}
+        self.actions: Any = None
         self.footer_sig: Any = None
         self.text: str | None = None
         self.renderer: Any = None
@@ -159,6 +173,21 @@ class _MessageView:
 
 class _CallView:
     __slots__ = ("el", "summary", "status", "time", "when", "body", "sig")
+
+
+class _ActionView:
+    """DOM of one offered action: its button, error, status/outcome line and (form actions) its form."""
+
+    __slots__ = ("key", "el", "button", "error", "status", "status_label", "status_text", "form", "form_error",
+                 "fields", "send", "sig", "form_sig")
+
+    def __init__(self) -> None:
+        self.form: Any = None
+        self.form_error: Any = None
+        self.fields: dict[str, tuple[Any, Any, Any]] = {}
+        self.send: Any = None
+        self.sig: Any = None
+        self.form_sig: Any = None
 
 
 class Bar:
@@ -206,6 +235,8 @@ class Bar:
         self._stick = False
         self._composer_sig: Any = None
         self._busy = False
+        #: Where focus goes once a pending action change is rendered: ("form" | "invalid", (message_id, action_id)).
+        self._action_focus: tuple[str, tuple[str, str]] | None = None
         doc = js.document
 
         # --- host + shadow root + skin --------------------------------------------------------
@@ -516,12 +547,20 @@ class Bar:
             self.input.focus()
         elif action == "ask-tab" and arg is not None:
             self._select_tab(int(arg), focus=True)
+        elif action == "action-press":
+            self._press_action(el)
+        elif action == "action-cancel":
+            s.cancel_action_form(str(el.getAttribute("data-mid")), str(el.getAttribute("data-aid")))
 
     def _on_keydown(self, event: Any) -> None:
         key = str(event.key)
         if key == "Escape":
             event.preventDefault()
             event.stopPropagation()
+            form = event.target.closest(".action-form") if _has(event.target, "closest") else None
+            if not _absent(form):  # Esc in an action's form cancels it (focus back on its button)
+                self.store.cancel_action_form(str(form.getAttribute("data-mid")), str(form.getAttribute("data-aid")))
+                return
             if self.activity_open:
                 self.show_activity(False)
             else:
@@ -570,9 +609,19 @@ class Bar:
             self._send()
         elif form == "ask":
             self._submit_ask()
+        elif form == "action":
+            self._submit_action(event.target)
 
     def _on_change(self, event: Any) -> None:
         target = event.target
+        param = target.getAttribute("data-param")
+        if not _absent(param):
+            target.setAttribute("data-touched", "true")
+            form = target.closest(".action-form")
+            if not _absent(form):
+                self.store.clear_action_field_error(
+                    str(form.getAttribute("data-mid")), str(form.getAttribute("data-aid")), str(param))
+            return
         if not _absent(target.getAttribute("data-q")):
             panel = target.closest(".ask-panel")
             if not _absent(panel):
@@ -612,6 +661,7 @@ class Bar:
         "waiting": ("composer",),
         "notice": ("status",),
         "context_resolutions": ("composer",),
+        "actions": ("messages",),
     }
 
     def _on_store(self, what: str) -> None:
@@ -793,6 +843,12 @@ class Bar:
         view.calls = self._el("div", "calls")
         view.calls.hidden = True
         el.appendChild(view.calls)
+        if role == "assistant":
+            view.actions = self._el("div", "actions", part="actions")
+            view.actions.setAttribute("role", "group")
+            view.actions.setAttribute("aria-label", self.labels["actions"])
+            view.actions.hidden = True
+            el.appendChild(view.actions)
         view.footer = self._el("div", "message-footer")
         view.footer.hidden = True
         el.appendChild(view.footer)
@@ -820,6 +876,8 @@ class Bar:
                 view.el.removeAttribute("aria-busy")
             view.el.setAttribute("data-streaming", "true" if streaming else "false")
         self._render_calls(view, m.get("function_calls") or [])
+        if view.actions is not None:
+            self._render_actions(view, [] if streaming else self.store.actions_for(m.get("id")))
         # Footer: Stopped mark, Retry on the last error, Regenerate on the last answer.
         stopped = bool(m.get("stopped"))
         retry = view.role == "error" and last and (m.get("retryable", True) is not False)
@@ -962,6 +1020,329 @@ class Bar:
     def _section(self, parent: Any, title: str, text: str, cls: str = "") -> None:
         parent.appendChild(self._el("h4", "call-label", text=title))
         parent.appendChild(self._el("pre", f"call-text {cls}".strip(), text=text))
+
+    # --- offered actions (seed 002) ----------------------------------------------------------------------------------
+    def _render_actions(self, view: _MessageView, offers: list[dict[str, Any]]) -> None:
+        """Keyed: one view per offer, touched only when its state changed."""
+        if not offers and not view.action_views:
+            return
+        seen = []
+        for offer in offers:
+            aid = str(offer["id"])
+            seen.append(aid)
+            av = view.action_views.get(aid)
+            if av is None:
+                av = view.action_views[aid] = self._action_view(offer)
+                view.actions.appendChild(av.el)
+            self._update_action(av, offer)
+        for aid in [a for a in view.action_views if a not in seen]:
+            av = view.action_views.pop(aid)
+            had_focus = av.el.contains(self.root.activeElement)
+            av.el.remove()
+            if had_focus:
+                self.input.focus()
+        view.actions.hidden = not seen
+
+    def _action_view(self, offer: dict[str, Any]) -> _ActionView:
+        """The button (the page's label; the model's arguments as text on a second line), error and status line."""
+        L = self.labels
+        av = _ActionView()
+        mid, aid = str(offer["message_id"]), str(offer["id"])
+        av.key = (mid, aid)
+        av.el = self._el("div", "action", part="action")
+        av.el.setAttribute("data-aid", aid)
+        av.el.setAttribute("data-name", str(offer.get("name") or ""))
+        label = str(offer.get("label") or offer.get("name") or "")
+        b = av.button = self._el("button", "action-button", part="action-button")
+        b.type = "button"
+        b.setAttribute("data-action", "action-press")
+        b.setAttribute("data-mid", mid)
+        b.setAttribute("data-aid", aid)
+        b.appendChild(self._el("span", "action-label", text=label))
+        if offer.get("confirm") == "form":
+            b.setAttribute("aria-expanded", "false")
+        else:
+            args = arguments_text(offer.get("arguments"))
+            if args:
+                line = L["action_with"].format(args=args)
+                b.appendChild(self._el("span", "action-args", part="action-arguments", text=line))
+                # Both lines are the button's name: "Open pricing" for the wrong plan is another action.
+                b.setAttribute("aria-label", f"{label}, {line}")
+        av.el.appendChild(b)
+        av.error = self._el("p", "action-error", part="action-error", id=self._uid("action-error"))
+        av.error.setAttribute("role", "alert")
+        av.el.appendChild(av.error)
+        av.status = self._el("p", "action-status", part="action-outcome")
+        av.status.setAttribute("role", "status")
+        av.status.setAttribute("tabindex", "-1")
+        icon = self._el("span", "action-icon")
+        icon.setAttribute("aria-hidden", "true")
+        av.status.appendChild(icon)
+        av.status_label = self._el("span", "action-outcome-label", text=label)
+        av.status_text = self._el("span", "action-outcome-text")
+        av.status.appendChild(av.status_label)
+        av.status.appendChild(av.status_text)
+        av.status.hidden = True
+        av.el.appendChild(av.status)
+        return av
+
+    def _update_action(self, av: _ActionView, offer: dict[str, Any]) -> None:
+        status = str(offer.get("status") or "offered")
+        errors = offer.get("field_errors") or {}
+        form_open = bool(offer.get("form_open"))
+        sig = (status, offer.get("outcome"), offer.get("error"), form_open, tuple(sorted(errors.items())))
+        if sig == av.sig:
+            self._action_focus_done(av, status, errors)  # e.g. Send refused again with the same problems
+            return
+        av.sig = sig
+        root = self.root
+        focus_inside = av.el.contains(root.activeElement)
+        L = self.labels
+        done, running = status == ACTION_DONE, status == ACTION_RUNNING
+        av.el.setAttribute("data-status", status)
+        av.el.setAttribute("part", f"action action-{status}")
+        # The button: gone once done (the outcome takes its place), back after a failure for a retry.
+        av.button.hidden = done
+        if running:
+            av.button.setAttribute("aria-disabled", "true")  # not `disabled`: a focused button keeps the focus
+        else:
+            av.button.removeAttribute("aria-disabled")
+        error = None if done or form_open else offer.get("error")
+        av.error.textContent = error or ""
+        if error:
+            av.button.setAttribute("aria-describedby", av.error.id)
+        else:
+            av.button.removeAttribute("aria-describedby")
+        # The status line: "Working…" while it runs, then the outcome (the page's words, or "Done.").
+        if done or running:
+            av.status.hidden = False
+            av.status.setAttribute("data-kind", status)
+            av.status.firstChild.innerHTML = ICONS["check" if done else "running"]
+            av.status_label.hidden = not done
+            av.status_text.textContent = str(offer.get("outcome") or "") if done else L["action_running"]
+        else:
+            av.status.hidden = True
+            av.status_text.textContent = ""
+        # The form of a form action.
+        if form_open and av.form is None:
+            self._build_action_form(av, offer)
+        elif not form_open and av.form is not None:
+            form_focus = av.form.contains(root.activeElement)
+            av.form.remove()
+            av.form = None
+            av.fields = {}
+            av.form_sig = None
+            av.button.setAttribute("aria-expanded", "false")
+            av.button.removeAttribute("aria-controls")
+            if form_focus and not done:
+                av.button.focus()
+        if av.form is not None:
+            self._update_action_form(av, offer, errors, running)
+        if done and focus_inside:
+            av.status.focus()  # the pressed button is gone: the reader lands on what happened
+        self._action_focus_done(av, status, errors)
+
+    def _action_focus_done(self, av: _ActionView, status: str, errors: dict[str, str]) -> None:
+        """Move the focus the reader's last step asked for, once its result is on screen."""
+        want = self._action_focus
+        if want is None or want[1] != av.key:
+            return
+        if want[0] == "form" and av.form is not None:
+            self._action_focus = None
+            self._focus_action_form(av, errors)
+        elif want[0] == "invalid" and (errors or status in (ACTION_DONE, "failed")):
+            self._action_focus = None
+            if errors and av.form is not None:
+                self._focus_action_form(av, errors)
+
+    def _build_action_form(self, av: _ActionView, offer: dict[str, Any]) -> None:
+        """One field per parameter, labelled with its description, prefilled (the reader's last values, else the
+        model's suggestions); checked by the store before anything is sent."""
+        L = self.labels
+        mid, aid = av.key
+        params = offer.get("parameters") or {}
+        props = params.get("properties") or {}
+        required = set(params.get("required") or [])
+        values = offer.get("values")
+        prefill = values if isinstance(values, dict) else (offer.get("arguments") or {})
+        form = self._el("form", "action-form", part="action-form", id=self._uid("action-form"))
+        form.setAttribute("data-form", "action")
+        form.setAttribute("data-mid", mid)
+        form.setAttribute("data-aid", aid)
+        form.setAttribute("novalidate", "")
+        title_id = self._uid("action-title")
+        form.setAttribute("aria-labelledby", title_id)
+        form.appendChild(self._el("h4", "action-form-title", text=str(offer.get("title") or offer.get("label") or ""),
+                                  id=title_id))
+        av.fields = {}
+        for name, prop in props.items():
+            if not isinstance(prop, dict):
+                continue
+            field_id, err_id = self._uid("action-field"), self._uid("action-field-error")
+            wrap = self._el("div", "action-field", part="action-field")
+            wrap.setAttribute("data-field", name)
+            ptype, fmt, enum = prop.get("type"), prop.get("format"), prop.get("enum")
+            value = prefill.get(name)
+            label = self._el("label", "action-field-label", text=str(prop.get("description") or name))
+            label.setAttribute("for", field_id)
+            if name in required:
+                mark = self._el("span", "action-required", text=" *")
+                mark.setAttribute("aria-hidden", "true")
+                label.appendChild(mark)
+            if isinstance(enum, list):
+                control = self._el("select", "action-input")
+                if name not in required or value is None:
+                    option = self._el("option", text=L["action_choose"])
+                    option.value = ""
+                    control.appendChild(option)
+                for e in enum:
+                    option = self._el("option", text=_option_text(e))
+                    option.value = _option_text(e)
+                    if value is not None and _option_text(value) == _option_text(e):
+                        option.selected = True
+                    control.appendChild(option)
+            elif ptype == "boolean":
+                control = self._el("input", "action-check")
+                control.type = "checkbox"
+                control.checked = value is True
+                if value is not None:
+                    control.setAttribute("data-prefilled", "true")
+            elif ptype == "string" and fmt == "multiline":
+                control = self._el("textarea", "action-input")
+                control.setAttribute("rows", "4")
+                control.value = "" if value is None else str(value)
+            else:
+                control = self._el("input", "action-input")
+                control.type = {"email": "email", "uri": "url"}.get(fmt, "text") if ptype == "string" else "text"
+                if ptype in ("number", "integer"):
+                    control.setAttribute("inputmode", "numeric" if ptype == "integer" else "decimal")
+                if fmt == "email":
+                    control.setAttribute("autocomplete", "email")
+                elif fmt == "date":
+                    control.setAttribute("placeholder", "YYYY-MM-DD")
+                elif fmt == "date-time":
+                    control.setAttribute("placeholder", "YYYY-MM-DDTHH:MM")
+                if ptype == "string" and isinstance(prop.get("maxLength"), int):
+                    control.setAttribute("maxlength", str(prop["maxLength"]))
+                control.value = "" if value is None else _option_text(value)
+            control.id = field_id
+            control.setAttribute("data-param", name)
+            control.setAttribute("aria-describedby", err_id)
+            if name in required:
+                control.setAttribute("aria-required", "true")
+            err = self._el("p", "action-field-error", id=err_id)
+            if ptype == "boolean" and not isinstance(enum, list):
+                wrap.classList.add("action-field-check")
+                wrap.appendChild(control)
+                wrap.appendChild(label)
+            else:
+                wrap.appendChild(label)
+                wrap.appendChild(control)
+            wrap.appendChild(err)
+            form.appendChild(wrap)
+            av.fields[name] = (wrap, control, err)
+        av.form_error = self._el("p", "action-form-error", id=self._uid("action-form-error"))
+        av.form_error.setAttribute("role", "alert")
+        form.appendChild(av.form_error)
+        buttons = self._el("div", "action-form-actions")
+        av.send = self._el("button", "action-send", part="action-send", text=L["action_send"])
+        av.send.type = "submit"
+        av.send.setAttribute("aria-describedby", av.form_error.id)
+        cancel = self._text_button(L["action_cancel"], "action-cancel", "action-cancel", part="action-cancel")
+        cancel.setAttribute("data-mid", mid)
+        cancel.setAttribute("data-aid", aid)
+        buttons.appendChild(av.send)
+        buttons.appendChild(cancel)
+        form.appendChild(buttons)
+        av.el.insertBefore(form, av.error)
+        av.form = form
+        av.form_sig = None
+        av.button.setAttribute("aria-expanded", "true")
+        av.button.setAttribute("aria-controls", form.id)
+
+    def _update_action_form(self, av: _ActionView, offer: dict[str, Any], errors: dict[str, str],
+                            running: bool) -> None:
+        sig = (tuple(sorted(errors.items())), offer.get("error"), running)
+        if sig == av.form_sig:
+            return
+        av.form_sig = sig
+        for name, (wrap, control, err) in av.fields.items():
+            problem = errors.get(name)
+            err.textContent = problem or ""
+            if problem:
+                control.setAttribute("aria-invalid", "true")
+                wrap.setAttribute("data-invalid", "true")
+            else:
+                control.removeAttribute("aria-invalid")
+                wrap.removeAttribute("data-invalid")
+        av.form_error.textContent = "" if running else str(offer.get("error") or "")
+        if running:
+            av.send.setAttribute("aria-disabled", "true")
+            av.form.setAttribute("aria-busy", "true")
+        else:
+            av.send.removeAttribute("aria-disabled")
+            av.form.removeAttribute("aria-busy")
+
+    def _focus_action_form(self, av: _ActionView, errors: dict[str, str]) -> None:
+        """Into the form: the first field with a problem, else the first required one still empty, else the first."""
+        target = None
+        for name, (wrap, control, err) in av.fields.items():
+            if name in errors:
+                target = control
+                break
+        if target is None and not errors:
+            for name, (wrap, control, err) in av.fields.items():
+                if control.getAttribute("aria-required") == "true" and control.type != "checkbox" \
+                        and not str(control.value).strip():
+                    target = control
+                    break
+        if target is None and av.fields:
+            target = next(iter(av.fields.values()))[1]
+        if target is not None:
+            target.focus()
+
+    def _find_action_view(self, mid: str, aid: str) -> _ActionView | None:
+        for view in self._views.values():
+            av = view.action_views.get(aid)
+            if av is not None and av.key == (mid, aid):
+                return av
+        return None
+
+    def _press_action(self, button: Any) -> None:
+        if button.getAttribute("aria-disabled") == "true":
+            return
+        mid, aid = str(button.getAttribute("data-mid")), str(button.getAttribute("data-aid"))
+        av = self._find_action_view(mid, aid)
+        if av is not None and av.form is not None:  # already open: go into it (Cancel closes it)
+            self._focus_action_form(av, {})
+            return
+        if button.getAttribute("aria-expanded") == "false":
+            self._action_focus = ("form", (mid, aid))
+        self._spawn(self.store.press_action(mid, aid))
+
+    def _collect_action_values(self, av: _ActionView) -> dict[str, Any]:
+        values: dict[str, Any] = {}
+        for name, (wrap, control, err) in av.fields.items():
+            if control.type == "checkbox":
+                if control.checked:
+                    values[name] = True
+                elif control.getAttribute("data-prefilled") == "true" or control.getAttribute("data-touched") \
+                        == "true" or control.getAttribute("aria-required") == "true":
+                    values[name] = False
+                else:
+                    values[name] = None  # an optional yes/no the reader never touched stays absent
+            else:
+                text = str(control.value)
+                values[name] = text if text != "" else None
+        return values
+
+    def _submit_action(self, form: Any) -> None:
+        mid, aid = str(form.getAttribute("data-mid")), str(form.getAttribute("data-aid"))
+        av = self._find_action_view(mid, aid)
+        if av is None or av.form is None or av.send.getAttribute("aria-disabled") == "true":
+            return
+        self._action_focus = ("invalid", (mid, aid))
+        self._spawn(self.store.submit_action_form(mid, aid, self._collect_action_values(av)))
 
     # --- activity log ------------------------------------------------------------------------------------------------
     def render_activity(self) -> None:
@@ -1246,6 +1627,15 @@ class Bar:
     def proxy_count(self) -> int:
         """Live JS proxies held by this bar (0 after destroy)."""
         return self._events.count
+
+
+def _option_text(value: Any) -> str:
+    """A schema value as form text: JSON for booleans, no trailing .0 on whole numbers."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, float) and value.is_integer():
+        return str(int(value))
+    return str(value)
 
 
 def _key(m: dict[str, Any], index: int) -> str:

@@ -1,6 +1,7 @@
 """Every text the bar shows that is not model output, in one table (English defaults).
 
-Pass ``labels={...}`` to ``enable_bar`` to override some of them (a translation later is one dict). Values with
+Pass ``labels={...}`` to ``enable_bar`` to override some of them (a translation is one dict); pages set them with
+the loader option ``labels`` (``data-labels`` / ``window.AutopilotConfig.labels``, docs/embedding.md). Values with
 ``{name}`` placeholders are formatted with ``str.format``.
 """
 
@@ -69,6 +70,16 @@ LABELS: dict[str, str] = {
     "ask_required_text": "Please type an answer.",
     "ask_required_choice": "Please choose an option.",
     "ask_fix": "Some answers are missing.",
+    # offered actions (seed 002): the page's labels go on the buttons; these are the bar's own words around them
+    "actions": "Suggested actions",
+    "action_with": "With {args}",
+    "action_running": "Working…",
+    "action_send": "Send",
+    "action_cancel": "Cancel",
+    "action_choose": "Choose…",
+    "action_yes": "Yes",
+    "action_no": "No",
+    "action_required": "(required)",
     # composer
     "input": "Message",
     "placeholder": "Ask anything…",
@@ -80,6 +91,14 @@ LABELS: dict[str, str] = {
     "send": "Send",
     "stop": "Stop",
     "hint": "Enter to send · Shift+Enter for a new line",
+    # the loader, before Python runs (static/autopilot.js keeps a copy of these keys; a test checks they match)
+    "starting": "Starting {title}…",
+    "boot_failed": "{title} could not start ({stage}): {message}",
+    "csp_wasm": "{title} cannot start on this page: its Content-Security-Policy blocks WebAssembly "
+                "(the site needs to add 'wasm-unsafe-eval' to script-src).",
+    "stage_python": "loading Python",
+    "stage_bundle": "installing the bundle",
+    "stage_widget": "starting the widget",
 }
 
 
