@@ -484,9 +484,6 @@ def test_random_payloads(relay: Any, relay_log: RelayLog) -> None:
 # ------------------------------------------------------------------------------------------ socket: relay bugs
 
 
-@pytest.mark.xfail(strict=True, reason="relay bug: a lone surrogate (JSON '\\ud800') in user_message text, a "
-                   "function_response result or error, or any idempotency_key reaches SQLite, which cannot encode it: "
-                   "UnicodeEncodeError, ack 'internal' and 'relay handler failed' with a traceback in the log")
 @pytest.mark.parametrize("event,payload", [
     (P.EV_USER_MESSAGE, {"text": "hi \ud800", "idempotency_key": "s1"}),
     (P.EV_FUNCTION_RESPONSE, {"id": "nope", "status": "success", "result": "\ud800", "idempotency_key": "s2"}),
@@ -504,8 +501,6 @@ async def test_lone_surrogates_in_writes(event: str, payload: Any, relay: Any, h
     assert relay_log.problems() == []
 
 
-@pytest.mark.xfail(strict=True, reason="relay bug: replay with last_seq ≥ 2**63 (a valid JSON integer) overflows "
-                   "SQLite's INTEGER: OverflowError, ack 'internal', traceback logged; expected bad_request")
 async def test_replay_last_seq_beyond_int64(relay: Any, http: aiohttp.ClientSession, relay_log: RelayLog) -> None:
     bad, _ = await join_new(http, relay)
     try:
@@ -515,9 +510,6 @@ async def test_replay_last_seq_beyond_int64(relay: Any, http: aiohttp.ClientSess
     assert relay_log.problems() == []
 
 
-@pytest.mark.xfail(strict=True, reason="relay bug: join with last_seq ≥ 2**63 is acknowledged ok, then _finish_join "
-                   "raises OverflowError in SQLite: the socket never gets 'state' nor enters the room (joined but "
-                   "deaf), 'Task exception was never retrieved' is logged; expected bad_request before the ack")
 async def test_join_last_seq_beyond_int64(relay: Any, http: aiohttp.ClientSession, relay_log: RelayLog) -> None:
     data = await info(http, await create(http, relay.url))
     rec = await Recorder(data["relay_url"], data["relay_path"]).connect()
@@ -593,9 +585,6 @@ def test_copy_amplification_is_bounded() -> None:
         assert time.perf_counter() - t0 < 5
 
 
-@pytest.mark.xfail(strict=True, reason="relay bug (storage DoS): a function_response for an unknown or finished call "
-                   "is recorded with its whole payload (store.record_refused): 8 refused responses of 500 KB store "
-                   "4 MB, without bound; expected the record to keep a bounded excerpt")
 async def test_refused_responses_are_stored_bounded(relay: Any, http: aiohttp.ClientSession) -> None:
     bad, data = await join_new(http, relay)
     for i in range(8):
@@ -698,8 +687,6 @@ async def test_http_deeply_nested_body(endpoint: str, relay: Any, http: aiohttp.
     assert status == 400 and relay_log.problems() == [], (status, relay_log.problems())
 
 
-@pytest.mark.xfail(strict=True, reason="relay bug: an ask_user idempotency_key with a lone surrogate reaches SQLite: "
-                   "UnicodeEncodeError, 500 and 'Exception in ASGI application' logged; expected 400 bad_request")
 async def test_http_ask_user_surrogate_key(relay: Any, http: aiohttp.ClientSession, relay_log: RelayLog) -> None:
     url = await create(http, relay.url)
     async with http.post(f"{url}/ask_user", data=b'{"answers":{"id":"a","result":1},"idempotency_key":"\\ud800"}',

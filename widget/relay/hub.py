@@ -189,6 +189,44 @@ def apply_patch_atomic(doc: dict[str, Any], patch: Any) -> dict[str, Any]:
     return work
 
 
+#: The largest ``seq`` a client may name (``last_seq``): stores keep it in a signed 64-bit integer.
+MAX_SEQ = 2**63 - 1
+
+
+def _unstorable(data: Any) -> str | None:
+    """Why a decoded event payload cannot be stored, or None: a string or key with a lone surrogate (JSON
+    ``"\\ud800"`` decodes to one; it has no UTF-8 form, SQLite and PostgreSQL refuse it). Iterative: the
+    decoder's nesting limit is the only bound on depth."""
+    stack = [data]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, str):
+            try:
+                node.encode("utf-8")
+            except UnicodeEncodeError:
+                return "The payload contains a string that is not valid Unicode (a lone surrogate); nothing was done."
+        elif isinstance(node, dict):
+            stack.extend(node.keys())
+            stack.extend(node.values())
+        elif isinstance(node, list):
+            stack.extend(node)
+    return None
+
+
+def _checked(handler: Any) -> Any:
+    """A socket handler behind the one payload check every event gets (``bad_request`` ack, nothing done)."""
+    async def checked(sid: str, data: Any = None, *extra: Any) -> dict[str, Any]:
+        if extra:
+            return P.error(P.ERR_BAD_REQUEST, "An event carries one argument (an object).")
+        problem = _unstorable(data)
+        if problem is not None:
+            return P.error(P.ERR_BAD_REQUEST, problem)
+        return await handler(sid, data)
+
+    checked.__name__ = getattr(handler, "__name__", "handler")
+    return checked
+
+
 def _json_equal(a: Any, b: Any) -> bool:
     """JSON equality (RFC 6902 §4.6): same type, numbers by value (1 == 1.0), booleans are not numbers."""
     if isinstance(a, bool) or isinstance(b, bool):
@@ -269,7 +307,7 @@ class Hub:
             P.EV_REGENERATE: self.on_regenerate,
             P.EV_ACTION_OUTCOME: self.on_action_outcome,
         }.items():
-            self.sio.on(event, handler)
+            self.sio.on(event, handler if event in ("connect", "disconnect") else _checked(handler))
 
     # ------------------------------------------------------------------ plumbing
     def rt(self, cid: str) -> ConvRuntime:
@@ -547,7 +585,7 @@ class Hub:
             )
         cid = self.signer.verify(data.get("token"))
         last_seq = data.get("last_seq") or 0
-        if not isinstance(last_seq, int) or isinstance(last_seq, bool) or last_seq < 0:
+        if not isinstance(last_seq, int) or isinstance(last_seq, bool) or not 0 <= last_seq <= MAX_SEQ:
             raise ProtocolError(P.ERR_BAD_REQUEST, "last_seq must be a non-negative integer or null")
         conv = await self.store.get_conversation(cid)
         if conv is None:
@@ -865,7 +903,7 @@ class Hub:
             cid, rt = self._joined(sid)
             last_seq = data.get("last_seq") if isinstance(data, dict) else None
             last_seq = last_seq or 0
-            if not isinstance(last_seq, int) or isinstance(last_seq, bool) or last_seq < 0:
+            if not isinstance(last_seq, int) or isinstance(last_seq, bool) or not 0 <= last_seq <= MAX_SEQ:
                 raise ProtocolError(P.ERR_BAD_REQUEST, "replay expects {last_seq: integer}")
             async with rt.lock:
                 events = await self.store.events_after(cid, last_seq)
@@ -986,6 +1024,9 @@ class Hub:
     async def answer_prompts(self, cid: str, answers: list[dict[str, Any]], idempotency: S.Ack | None = None) -> None:
         """Check and store ask-user answers (all or none); resume the turn once every pending prompt
         is answered."""
+        problem = _unstorable([answers, idempotency[0] if idempotency is not None else None])
+        if problem is not None:  # the HTTP entry point: the same check the socket handlers get
+            raise ProtocolError(P.ERR_BAD_REQUEST, problem)
         rt = self.rt(cid)
         async with rt.lock:
             if idempotency is not None and await self.store.get_ack(cid, idempotency[0]) is not None:

@@ -44,7 +44,9 @@ from .storage import (
     NotActive,
     StatusConflict,
     Store,
+    _clean_text,
     _dumps,
+    refused_excerpt,
 )
 
 try:  # an optional dependency: pip install autopilot-widget[scale]
@@ -666,7 +668,7 @@ class PostgresStore(Store):
     async def record_refused(self, conversation_id: str, kind: str, payload: Any, reason: str) -> None:
         await self._tx(lambda con: con.execute(
             "INSERT INTO refused (conversation_id, kind, payload, reason, created_at) VALUES ($1,$2,$3,$4,$5)",
-            conversation_id, kind, _dumps(payload), reason, time.time()))
+            conversation_id, kind, _dumps(refused_excerpt(payload)), _clean_text(reason, 200), time.time()))
 
     async def refused(self, conversation_id: str) -> list[dict[str, Any]]:
         rows = await self._q(lambda con: con.fetch(

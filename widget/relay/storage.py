@@ -71,6 +71,48 @@ def _dumps(value: Any) -> str:
     return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
 
 
+#: What ``record_refused`` keeps of a refused write: at most this many fields, each value at most this many
+#: characters (a longer one is kept as the start of its JSON text + " [cut]"). A client may send as many refused
+#: writes as it likes; each record stays a few KB whatever the payload (up to the 1 MB Engine.IO buffer) was.
+REFUSED_MAX_FIELDS = 16
+REFUSED_MAX_VALUE_CHARS = 1000
+
+
+def _clean_text(text: str, limit: int) -> str:
+    """At most ``limit`` characters (then " [cut]"), lone surrogates replaced (they have no UTF-8 form to store)."""
+    if len(text) > limit:
+        text = text[:limit] + " [cut]"
+    return text.encode("utf-8", "replace").decode("utf-8")
+
+
+def refused_excerpt(payload: Any) -> Any:
+    """A bounded, storable excerpt of a refused write's payload: an object keeps its first fields, each short
+    scalar as it is and anything longer (or a container) as the start of its JSON text."""
+    def value(v: Any) -> Any:
+        if v is None or isinstance(v, (bool, float)) or (isinstance(v, int) and abs(v) < 2**63):
+            return v
+        if isinstance(v, str):
+            return _clean_text(v, REFUSED_MAX_VALUE_CHARS)
+        try:
+            text = json.dumps(v, separators=(",", ":"), ensure_ascii=False)
+        except (ValueError, TypeError, RecursionError):
+            return "[not storable]"
+        if len(text) <= REFUSED_MAX_VALUE_CHARS:
+            try:
+                text.encode("utf-8")
+                return v
+            except UnicodeEncodeError:
+                pass
+        return _clean_text(text, REFUSED_MAX_VALUE_CHARS)
+
+    if isinstance(payload, dict):
+        out = {_clean_text(str(k), 64): value(v) for k, v in list(payload.items())[:REFUSED_MAX_FIELDS]}
+        if len(payload) > REFUSED_MAX_FIELDS:
+            out["[cut]"] = f"{len(payload) - REFUSED_MAX_FIELDS} more fields"
+        return out
+    return value(payload)
+
+
 class Store(abc.ABC):
     """What the relay needs from storage. Conversations are dicts with the keys ``id, app_id, status,
     created_at, updated_at, seq, msg_seq, turn_id, iteration, runner, active_sid``; ``msg_seq`` is the
@@ -820,7 +862,7 @@ class SQLiteStore(Store):
     async def record_refused(self, conversation_id: str, kind: str, payload: Any, reason: str) -> None:
         await self._write(lambda db: db.execute(
             "INSERT INTO refused (conversation_id, kind, payload, reason, created_at) VALUES (?,?,?,?,?)",
-            (conversation_id, kind, _dumps(payload), reason, time.time())))
+            (conversation_id, kind, _dumps(refused_excerpt(payload)), _clean_text(reason, 200), time.time())))
 
     async def refused(self, conversation_id: str) -> list[dict[str, Any]]:
         def go(db: sqlite3.Connection) -> list[dict[str, Any]]:
