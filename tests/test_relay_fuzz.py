@@ -524,9 +524,6 @@ async def test_join_last_seq_beyond_int64(relay: Any, http: aiohttp.ClientSessio
     assert relay_log.problems() == []
 
 
-@pytest.mark.xfail(strict=True, reason="relay bug: a payload nested 10,000 deep (~20 KB of text) makes "
-                   "python-socketio's decoder raise RecursionError: engineio logs 'message async handler error' "
-                   "with a traceback, and the socket is neither answered nor closed")
 async def test_nesting_10000_deep_as_text(relay: Any, http: aiohttp.ClientSession, relay_log: RelayLog) -> None:
     bystander = await Bystander.start(http, relay)
     raw = await RawSocket.open(http, relay)
@@ -552,11 +549,6 @@ MALFORMED = {
 }
 
 
-@pytest.mark.xfail(strict=True, reason="relay bug: malformed Socket.IO packets (truncated JSON, no event, an object "
-                   "or a dict as event name, unknown packet types, binary junk, a 5,000-digit integer) raise inside "
-                   "python-socketio/engineio: most log a traceback ('message async handler error', 'Unknown receive "
-                   "error', 'Task exception was never retrieved'; log flooding at line rate) and every such socket "
-                   "stays open without an answer; expected: disconnect it, log one line")
 async def test_malformed_packets(relay: Any, http: aiohttp.ClientSession, relay_log: RelayLog) -> None:
     bystander = await Bystander.start(http, relay)
 
@@ -695,10 +687,6 @@ async def test_http_ask_user_surrogate_key(relay: Any, http: aiohttp.ClientSessi
     assert status == 400 and relay_log.problems() == [], (status, relay_log.problems())
 
 
-@pytest.mark.xfail(strict=True, reason="relay bug: an Engine.IO long-polling POST over the 1,000,000-byte buffer "
-                   "raises ContentTooLongError out of the ASGI app: 'Exception in ASGI application' logged and the "
-                   "request left hanging (or a 500), and afterwards the relay no longer stops on SIGTERM (graceful "
-                   "shutdown waits for that request); expected a prompt 4xx (413)")
 async def test_polling_post_past_the_buffer(tmp_path: Path, http: aiohttp.ClientSession) -> None:
     server = start_relay(tmp_path, extra=["--demo-chunk-delay-ms", "0"])
     try:

@@ -28,7 +28,6 @@ from typing import Any
 
 import jsonpatch
 import jsonpointer
-import socketio
 
 from .. import protocol as P
 from ..core.limits import check_state, encode_compact
@@ -38,6 +37,7 @@ from .config import AppConfig, RelayConfig, ToolConfig
 from .model import ASK_USER_SPEC, ASK_USER_TOOL, ModelAdapter, ModelError, ModelRequest, TextDelta, ToolCall, make_adapter
 from ..core.tools import check_tool_arguments
 from .tools import COMMON_KEYWORDS, ToolError, check_offer, flat_parameters, offer_actions_spec, strict_schema
+from .sio import RelaySocketServer
 from .tokens import TokenSigner
 
 log = logging.getLogger("widget.relay")
@@ -276,7 +276,7 @@ class Hub:
 
             self.redis = RelayRedisManager(config.redis_url, channel=config.redis_channel, on_event=self._seen_remote,
                                            on_resync=self._on_redis_back)
-        self.sio = socketio.AsyncServer(
+        self.sio = RelaySocketServer(
             async_mode="asgi",
             cors_allowed_origins=config.all_allowed_origins(),
             max_http_buffer_size=P.ENGINEIO_MAX_BUFFER,
