@@ -19,7 +19,7 @@ cap, just under and over the 1,000,000-byte Engine.IO buffer; malformed Socket.I
 hypothesis. HTTP: non-JSON, wrong content types, invalid UTF-8, oversized and deeply nested bodies on every
 endpoint, bad ids and paths, wrong methods, Engine.IO polling with bad sessions and oversized posts.
 
-Relay bugs found are ``xfail(strict=True)`` with the reason; the relay is not ours to change here.
+Relay bugs found and not fixed yet are ``xfail(strict=True)`` with the reason (docs/security.md keeps the list).
 """
 
 from __future__ import annotations
