@@ -28,6 +28,7 @@ import asyncio
 import gc
 import json
 import logging
+import os
 import time
 from pathlib import Path
 from typing import Any, AsyncIterator, Iterator
@@ -464,7 +465,8 @@ def test_random_payloads(relay: Any, relay_log: RelayLog) -> None:
     session, rec = lt.run(setup())
     seen: dict[str, int] = {}
 
-    @settings(max_examples=150, deadline=None, database=None, derandomize=True,
+    @settings(max_examples=int(os.environ.get("RELAY_FUZZ_EXAMPLES", "150")), deadline=None, database=None,
+              derandomize=os.environ.get("RELAY_FUZZ_EXAMPLES") is None,
               suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
     @given(st.sampled_from(EVENTS), PAYLOADS)
     def one(event: str, payload: Any) -> None:
