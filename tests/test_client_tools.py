@@ -190,3 +190,37 @@ async def test_navigate_sends_the_response_then_leaves_the_page():
     await settle()
     assert relay.responses[-1]["result"] == "Opening the cart."
     assert order == ["response", ("navigate", "/cart")]
+
+
+async def test_href_action_records_the_outcome_before_leaving_and_other_tabs_mark_it_done():
+    relay, transport, client, env = await connected()
+    order = []
+    env_navigate = env.navigate
+    env.navigate = lambda url: order.append(("navigate", url, len(relay.outcomes))) or env_navigate(url)
+    offer(relay, transport, ("open_pricing", {"plan": "pro"}), ("open_demo", {}))
+    await client.run_action("a1", "act0")
+    assert order == [("navigate", "/pricing?plan=pro", 1)]  # the outcome reached the relay first
+    # Another tab ran open_demo: its recorded outcome marks the offer done here, so it cannot run twice.
+    relay.push(transport, "message", {"message": {"id": "o9", "role": "action", "message_id": "a1", "action_id": "act1",
+                                                  "name": "open_demo", "ok": True, "outcome": "Done."}})
+    with pytest.raises(ConfigError, match="already done"):
+        await client.run_action("a1", "act1")
+    assert env.events == []
+
+
+async def test_cancelled_action_can_be_pressed_again():
+    relay, transport, client, env = await connected()
+    started = asyncio.Event()
+
+    async def slow(args, ctx):
+        started.set()
+        await asyncio.sleep(10)
+
+    client.register_tool("open_demo", slow)
+    offer(relay, transport, ("open_demo", {}))
+    task = asyncio.ensure_future(client.run_action("a1", "act0"))
+    await started.wait()
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert client.get_offered_actions("a1")[0]["status"] == "offered"

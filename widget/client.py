@@ -731,9 +731,16 @@ class AutopilotClient:
         if problem is not None:
             raise ConfigError(problem[0].upper() + problem[1:] + ".")
         offer["status"] = "running"
+        self.events.emit("actionStarted", {"message_id": message_id, "action_id": action_id, "name": spec.name})
         signal = Signal()
+        leave_to: str | None = None
         try:
-            value = await asyncio.wait_for(self._run_tool(spec, args, signal), P.TOOL_CALL_TIMEOUT_S)
+            if "href" in (spec.run or {}) and spec.name not in self._tool_handlers:
+                # Leaving the page would lose the outcome: record it first, navigate after the ack (D12).
+                leave_to = expand(spec.run["href"], args)
+                value: Any = None
+            else:
+                value = await asyncio.wait_for(self._run_tool(spec, args, signal), P.TOOL_CALL_TIMEOUT_S)
             ok = True
             if isinstance(value, str) and value.strip():
                 outcome = value.strip()
@@ -744,6 +751,10 @@ class AutopilotClient:
         except asyncio.TimeoutError:
             signal.abort("timeout")
             ok, outcome = False, f"No answer within {P.TOOL_CALL_TIMEOUT_S:g} s."
+        except asyncio.CancelledError:
+            signal.abort("cancelled")
+            offer["status"] = "offered"  # nothing finished: the reader may press it again
+            raise
         except Exception as exc:  # noqa: BLE001 - shown to the reader, who may retry
             ok, outcome = False, str(exc) or type(exc).__name__
         offer.update(status="done" if ok else "failed", outcome=outcome)
@@ -757,7 +768,17 @@ class AutopilotClient:
             await self._emit_checked(P.EV_ACTION_OUTCOME, payload)
         except WidgetError as exc:
             log.warning("action outcome not recorded by the relay: %s", exc)
+        if leave_to is not None and self.env is not None:
+            self.env.navigate(leave_to)
         return {"ok": ok, "outcome": outcome}
+
+    def _action_recorded(self, message: dict[str, Any]) -> None:
+        """An outcome recorded by any tab: a successful action is done here too, never run twice."""
+        if message.get("role") != "action" or message.get("ok") is not True:
+            return
+        for offer in self._offers.get(str(message.get("message_id")), []):
+            if offer["id"] == message.get("action_id"):
+                offer.update(status="done", outcome=message.get("outcome"))
 
     # ------------------------------------------------------------------ connection
     async def connect(
@@ -982,6 +1003,7 @@ class AutopilotClient:
             message = data.get("message")
             if isinstance(message, dict):
                 self.session.add_message(message)
+                self._action_recorded(message)
         elif event == P.EV_MESSAGES_WITHDRAWN:
             ids = data.get("message_ids")
             self.session.withdraw(ids if isinstance(ids, list) else [])
