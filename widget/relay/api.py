@@ -7,6 +7,7 @@ import json
 import re
 import secrets
 from typing import Any
+from urllib.parse import urlsplit
 
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
@@ -26,6 +27,11 @@ STATUS = {
 }
 _CONV_ID = re.compile(r"^c_[A-Za-z0-9_-]{16,64}$")
 MAX_BODY = 256 * 1024
+
+
+def _origin(url: str) -> str:
+    parts = urlsplit(url)
+    return f"{parts.scheme}://{parts.netloc}"
 
 
 def new_conversation_id() -> str:
@@ -113,8 +119,10 @@ class Api:
             "conversation": {"id": conv["id"], "app_id": conv["app_id"], "status": conv["status"],
                              "created_at": conv["created_at"], "seq": conv["msg_seq"]},
             "messages": messages,
-            "relay_url": self.base_url(request),
-            "relay_path": self.config.relay_path,
+            # Socket.IO clients take a URL's path as a namespace: the origin here, a path prefix (a relay mounted
+            # under one, or a public_url with a path) goes into relay_path.
+            "relay_url": _origin(self.base_url(request)),
+            "relay_path": urlsplit(self.base_url(request)).path.rstrip("/") + self.config.relay_path,
             "token": token,
             "token_expires_at": expires_at,
         }

@@ -8,6 +8,14 @@
   path + mtime + size); ETag / ``If-None-Match`` → 304; no directory traversal.
 - ``/`` serves ``<build_id>/demo/index.html`` of the current build (``manifest.json``'s ``build_id``, else the
   newest build folder with a demo); other root paths are looked up in that demo folder.
+- Cross-origin embedding (docs/embedding.md): every ``/widget/`` response carries CORS headers for the apps'
+  allowed origins (module imports, streaming wasm compiles and ``fetch`` of the bundle need them; no cookies are
+  used, so no ``Access-Control-Allow-Credentials``), ``Vary: Origin``, and ``Cross-Origin-Resource-Policy:
+  cross-origin`` (the classic loader script is fetched without CORS; pages with COEP need it).
+- Stable names for PyScript pages: ``/widget/pyscript/<file>`` redirects to the current build's copy of
+  @pyscript/core, and ``/widget/pyscript.json`` is a PyScript config that works offline (our interpreter, our
+  bundle unpacked into site-packages through ``files``, no ``packages``).
+- Under a path prefix (``widget.relay.mount``), URLs written into pages and configs carry the prefix.
 """
 
 from __future__ import annotations
@@ -22,7 +30,7 @@ from pathlib import Path
 from typing import Iterable
 
 from starlette.requests import Request
-from starlette.responses import PlainTextResponse, Response
+from starlette.responses import JSONResponse, PlainTextResponse, RedirectResponse, Response
 
 log = logging.getLogger("widget.relay.static")
 
@@ -110,10 +118,32 @@ class DistFiles:
 
     # -- responses ---------------------------------------------------------------------------
     def cors_headers(self, request: Request) -> dict[str, str]:
+        """CORS for an allowed origin; ``Vary: Origin`` always (a cached copy must not serve another origin)."""
         origin = request.headers.get("origin")
+        headers = {"Vary": "Origin, Accept-Encoding", "Cross-Origin-Resource-Policy": "cross-origin"}
         if origin and origin in self.allowed_origins:
-            return {"Access-Control-Allow-Origin": origin, "Vary": "Origin, Accept-Encoding"}
-        return {}
+            headers["Access-Control-Allow-Origin"] = origin
+        return headers
+
+    @staticmethod
+    def base_url(request: Request) -> str:
+        """Where ``/widget/`` lives for this request: the relay's URL, with the prefix it is mounted under."""
+        return str(request.base_url).rstrip("/")
+
+    @staticmethod
+    def prefix(request: Request) -> str:
+        return str(request.scope.get("app_root_path") or request.scope.get("root_path") or "").rstrip("/")
+
+    def pyscript_config(self, request: Request) -> Response:
+        """A PyScript config for the current build that works offline; absolute URLs (PyScript resolves
+        ``interpreter`` against the page, not the config)."""
+        bid = self.build_id() if self.root.is_dir() else None
+        if bid is None:
+            return PlainTextResponse("Not built", status_code=404, headers=self.cors_headers(request))
+        base = f"{self.base_url(request)}/widget/{bid}"
+        body = {"interpreter": f"{base}/pyodide/pyodide.mjs",
+                "files": {f"{base}/bundle.zip": "/lib/python3.14/site-packages/*"}}
+        return JSONResponse(body, headers={**self.cors_headers(request), "Cache-Control": NO_CACHE})
 
     async def _gzip(self, path: Path, st: os.stat_result) -> bytes | None:
         key = (str(path), st.st_mtime_ns, st.st_size)
@@ -152,7 +182,7 @@ class DistFiles:
             if body is not None:
                 encoding = "gzip"
         etag = f'"{etag_base}{"-" + encoding[:2] if encoding else ""}"'
-        headers = {"ETag": etag, "Cache-Control": cache_control, "Vary": "Accept-Encoding", "X-Content-Type-Options": "nosniff"}
+        headers = {"ETag": etag, "Cache-Control": cache_control, "X-Content-Type-Options": "nosniff"}
         headers.update(self.cors_headers(request))
         inm = request.headers.get("if-none-match")
         if inm and etag in {t.strip().removeprefix("W/") for t in inm.split(",")}:
@@ -172,6 +202,14 @@ class DistFiles:
     async def widget(self, request: Request) -> Response:
         rel = request.path_params.get("path", "")
         path = self._resolve(rel)
+        if path is None and rel == "pyscript.json":
+            return self.pyscript_config(request)
+        if path is None and rel.startswith("pyscript/"):
+            bid = self.build_id() if self.root.is_dir() else None
+            if bid is not None and self._resolve(f"{bid}/{rel}") is not None:
+                # The versioned copy (immutable); its chunks then load relative to it.
+                return RedirectResponse(f"{self.prefix(request)}/widget/{bid}/{rel}", status_code=302,
+                                        headers={**self.cors_headers(request), "Cache-Control": NO_CACHE})
         if path is None:
             return PlainTextResponse("Not found", status_code=404, headers=self.cors_headers(request))
         cache = IMMUTABLE if "/" in rel else NO_CACHE
@@ -186,12 +224,18 @@ class DistFiles:
                 return PlainTextResponse(
                     "The demo page is not built: run python build.py, then reload.", status_code=404)
             return PlainTextResponse("Not found", status_code=404)
+        prefix = self.prefix(request)
+        if prefix and path.suffix.lower() in (".html", ".htm"):
+            # Mounted under a prefix: the demo's root-absolute URLs (/widget/...) move under it too.
+            html = (await asyncio.to_thread(path.read_text, "utf-8"))
+            html = html.replace('="/widget/', f'="{prefix}/widget/')
+            return Response(html, media_type=MIME[".html"], headers={"Cache-Control": NO_CACHE})
         return await self.file_response(request, path, NO_CACHE)
 
     async def preflight(self, request: Request) -> Response:
         headers = self.cors_headers(request)
-        if headers:
+        if "Access-Control-Allow-Origin" in headers:
             headers.update({"Access-Control-Allow-Methods": "GET, HEAD, OPTIONS", "Access-Control-Max-Age": "600",
                             "Access-Control-Allow-Headers": request.headers.get("access-control-request-headers", "")})
             return Response(status_code=204, headers=headers)
-        return Response(status_code=403)
+        return Response(status_code=403, headers={"Vary": "Origin"})
