@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ast
 import asyncio
+import inspect
 import json
 import logging
 import traceback
@@ -11,6 +12,7 @@ from collections.abc import MutableMapping
 from typing import Any, Iterator
 
 from .client import AutopilotClient
+from .errors import WidgetError
 from .page import set_client
 from .store import Store
 from .transports.browser import BrowserTransport
@@ -116,6 +118,7 @@ async def boot(config_json: str, page_sources: Any, loader: Any) -> Any:
     log.propagate = False
     config = json.loads(config_json)
     from .browser_env import BrowserEnv
+    from .ui.labels import LABELS
 
     client = AutopilotClient(BrowserTransport(autopilot_bridge), storage=LocalStorage(), env=BrowserEnv())
     if config.get("tools"):
@@ -123,10 +126,17 @@ async def boot(config_json: str, page_sources: Any, loader: Any) -> Any:
             client.tools(config["tools"])
         except Exception as exc:  # noqa: BLE001 - a bad tools config is the page author's to fix: say it loudly
             log.error("tools config refused: %s", exc)
+    labels = config.get("labels") or {}
+    unknown = sorted(set(labels) - set(LABELS))
+    if unknown:
+        log.warning("unknown label(s) %s are ignored (docs/embedding.md lists the keys)", ", ".join(map(repr, unknown)))
+    labels = {k: str(v) for k, v in labels.items() if k in LABELS}
     set_client(client)
     store = Store(client)
     css = await loader.skinCss() if hasattr(loader, "skinCss") else ""
     from .ui.bar import enable_bar
+
+    connect_after = getattr(loader, "connectAfter", None)
 
     async def connect() -> None:
         try:
@@ -137,11 +147,18 @@ async def boot(config_json: str, page_sources: Any, loader: Any) -> Any:
         except Exception as exc:  # noqa: BLE001 - shown in the bar with Retry; never a dead widget
             log.error("could not connect: %s", exc)
 
+    async def first_connect() -> None:
+        if connect_after is not None:  # PyScript pages: after the page's own blocks ran
+            await connect_after
+        await connect()
+
     def retry() -> None:
         asyncio.ensure_future(connect())
 
-    bar = enable_bar(store, loader=loader, css=str(css), title=config.get("title") or "Autopilot", on_retry=retry,
-                     position=config.get("position"))
+    bar = enable_bar(store, loader=loader, css=str(css), title=config.get("title") or labels.get("title") or None,
+                     on_retry=retry, position=config.get("position"), labels=labels)
+    if config.get("theme") in ("light", "dark"):
+        bar.host.setAttribute("data-theme", config["theme"])
     import js
 
     js.performance.mark("autopilot:mounted")
@@ -151,22 +168,215 @@ async def boot(config_json: str, page_sources: Any, loader: Any) -> Any:
     page = [(str(src), str(name)) for src, name in page_sources]
     await run_page_python(page, client)
     # Connecting is not part of the boot: the bar is usable (and shows progress) meanwhile.
-    handle = _Handle(client, store, bar)
-    handle.connecting = asyncio.ensure_future(connect())
+    handle = _Handle(client, store, bar, getattr(loader, "api", None))
+    handle.connecting = asyncio.ensure_future(first_connect())
     return handle
 
 
-class _Handle:
-    """What the loader keeps: the client, the store and the bar."""
+def _js_error_text(exc: BaseException) -> str:
+    """A JS error as its message (``Error: boom`` -> ``boom``)."""
+    text = str(exc).strip()
+    for prefix in ("Error: ", "TypeError: ", "RangeError: "):
+        if text.startswith(prefix):
+            return text[len(prefix):]
+    return text
 
-    def __init__(self, client: AutopilotClient, store: Store, bar: Any) -> None:
+
+class _Handle:
+    """What the loader keeps: the client, the store, the bar, and the JS API's entry point ``api``.
+
+    ``window.Autopilot`` (static/autopilot.js) calls ``api(op, payload_json, settle)``; each op is applied at
+    once, in call order, and ``settle`` gets ``{"ok": true, "value": ...}`` or ``{"ok": false, "error": ...}``
+    as JSON text when it is done. JS handlers are called through ``host`` (the loader's ``jsHost``):
+    ``invoke(kind, name, call_id, args_json, context_json)`` returns a Promise of JSON text.
+    """
+
+    #: How long ``send`` / ``newConversation`` from JS wait for the relay before giving up.
+    CONNECT_WAIT_S = 30.0
+
+    def __init__(self, client: AutopilotClient, store: Store, bar: Any, host: Any = None) -> None:
         self.client = client
         self.store = store
         self.bar = bar
+        self.host = host
         self.connecting: asyncio.Future[None] | None = None
+        self._subscriptions: dict[str, Any] = {}
+        self._tool_removers: dict[str, Any] = {}
+        self._call_ids = 0
+        self._torn_down = False
 
-    def destroy(self) -> None:
-        """Tear down the bar and disconnect."""
+    # -- the JS API --------------------------------------------------------------------------------
+    def api(self, op: str, payload_json: str, settle: Any) -> None:
+        """One call of ``window.Autopilot`` (see the class docstring)."""
+
+        def reply(ok: bool, value: Any = None, error: str = "") -> None:
+            try:
+                text = json.dumps({"ok": True, "value": value} if ok else {"ok": False, "error": error}, default=str)
+            except (TypeError, ValueError) as exc:
+                text = json.dumps({"ok": False, "error": f"{op}: the result is not JSON data ({exc})"})
+            settle(text)
+
+        method = getattr(self, "_op_" + str(op), None)
+        if method is None or self._torn_down and op != "destroy":
+            reply(False, error=f"{op}: " + ("the widget was destroyed" if method else "no such operation"))
+            return
+        try:
+            result = method(json.loads(payload_json))
+        except Exception as exc:  # noqa: BLE001 - reported to the JS caller as a rejected promise
+            reply(False, error=str(exc) or type(exc).__name__)
+            return
+        if not inspect.isawaitable(result):
+            reply(True, result)
+            return
+
+        def done(task: asyncio.Future[Any]) -> None:
+            if task.cancelled():
+                reply(False, error=f"{op}: cancelled")
+            elif task.exception() is not None:
+                exc = task.exception()
+                reply(False, error=str(exc) or type(exc).__name__)
+            else:
+                reply(True, task.result())
+
+        asyncio.ensure_future(result).add_done_callback(done)
+
+    def _op_open(self, _: Any) -> bool:
+        self.bar.open()
+        return True
+
+    def _op_close(self, _: Any) -> bool:
+        self.bar.close()
+        return False
+
+    def _op_toggle(self, _: Any) -> bool:
+        self.bar.toggle_open()
+        return bool(self.bar.is_open)
+
+    async def _until_connected(self) -> None:
+        if self.client.connection_state == "connected":
+            return
+        fut: asyncio.Future[None] = asyncio.get_event_loop().create_future()
+        off = self.client.on("ready", lambda _p: fut.done() or fut.set_result(None))
+        try:
+            await asyncio.wait_for(fut, self.CONNECT_WAIT_S)
+        except asyncio.TimeoutError:
+            raise WidgetError(f"Not connected to the relay after {self.CONNECT_WAIT_S:g} s.") from None
+        finally:
+            off()
+
+    async def _op_send(self, text: Any) -> bool:
+        if not isinstance(text, str) or not text.strip():
+            raise WidgetError("send(text) needs some text.")
+        await self._until_connected()
+        return await self.store.send(text)
+
+    async def _op_newConversation(self, _: Any) -> bool:  # noqa: N802 - the JS name
+        if self.client.conversation_url is None:
+            await self._until_connected()
+        return await self.store.new_chat()
+
+    def _op_subscribe(self, event: Any) -> None:
+        event = str(event)
+        if event not in self._subscriptions:
+            self._subscriptions[event] = self.client.on(event, lambda payload, e=event: self._emit(e, payload))
+
+    def _op_unsubscribe(self, event: Any) -> None:
+        off = self._subscriptions.pop(str(event), None)
+        if off is not None:
+            off()
+
+    def _emit(self, event: str, payload: Any) -> None:
+        if self.host is None:
+            return
+        try:
+            text = json.dumps(payload, default=str)
+        except (TypeError, ValueError):
+            text = "null"
+        self.host.emit(event, text)
+
+    def _op_setContext(self, context: Any) -> None:  # noqa: N802 - the JS name
+        if not isinstance(context, dict):
+            raise WidgetError("setContext(context) needs an object.")
+        self.client.set_context(context)
+
+    def _op_updateContext(self, partial: Any) -> None:  # noqa: N802 - the JS name
+        if not isinstance(partial, dict):
+            raise WidgetError("updateContext(partial) needs an object.")
+        self.client.update_context(partial)
+
+    async def _invoke(self, kind: str, name: str, args: Any, context: dict[str, Any], signal: Any = None) -> Any:
+        from pyodide.ffi import JsException
+
+        self._call_ids += 1
+        call_id = f"c{self._call_ids}"
+        host = self.host
+        if host is None:
+            raise WidgetError(f"The JS handler of {name!r} is gone (the widget was destroyed).")
+        if signal is not None:
+            signal.add_listener(lambda: host.abort(call_id))
+        try:
+            text = await host.invoke(kind, name, call_id, json.dumps(args), json.dumps(context, default=str))
+        except JsException as exc:
+            raise WidgetError(_js_error_text(exc)) from None
+        return json.loads(str(text))
+
+    def _op_registerFunction(self, d: Any) -> None:  # noqa: N802 - the JS name
+        if not isinstance(d, dict) or not isinstance(d.get("name"), str):
+            raise WidgetError("registerFunction() needs {name, handler, ...}.")
+        name = d["name"]
+
+        async def js_handler(args: dict[str, Any], context: dict[str, Any]) -> Any:
+            return await self._invoke("function", name, args, context)
+
+        self.client.register_function(name, js_handler, description=str(d.get("description") or ""),
+                                      parameters=d.get("parameters"), sensitive=bool(d.get("sensitive")))
+
+    def _op_unregisterFunction(self, name: Any) -> bool:  # noqa: N802 - the JS name
+        return self.client.unregister_function(str(name))
+
+    def _op_registerTool(self, name: Any) -> None:  # noqa: N802 - the JS name
+        name = str(name)
+
+        async def js_tool(args: dict[str, Any], context: dict[str, Any]) -> Any:
+            plain = {k: context.get(k) for k in ("question", "page")}
+            return await self._invoke("tool", name, args, plain, context.get("signal"))
+
+        old = self._tool_removers.pop(name, None)
+        if old is not None:
+            old()
+        self._tool_removers[name] = self.client.register_tool(name, js_tool)
+
+    def _op_removeTool(self, name: Any) -> None:  # noqa: N802 - the JS name
+        remove = self._tool_removers.pop(str(name), None)
+        if remove is not None:
+            remove()
+
+    def _op_destroy(self, _: Any) -> bool:
+        self.teardown()
+        return True
+
+    # -- teardown ----------------------------------------------------------------------------------
+    def teardown(self) -> None:
+        """Tear down the bar, disconnect, drop the JS API's subscriptions and handlers.
+
+        (JS calls this through the ``destroy`` op: a method named ``destroy`` on a PyProxy is Pyodide's own.)
+        """
+        if self._torn_down:
+            return
+        self._torn_down = True
+        for off in self._subscriptions.values():
+            off()
+        self._subscriptions.clear()
+        for remove in self._tool_removers.values():
+            remove()
+        self._tool_removers.clear()
+        self.host = None
+        if self.connecting is not None and not self.connecting.done():
+            self.connecting.cancel()
         self.bar.destroy()
         self.store.close()
         asyncio.ensure_future(self.client.disconnect())
+
+    def destroy(self) -> None:
+        """Python callers: the same as :meth:`teardown`."""
+        self.teardown()
