@@ -1,0 +1,115 @@
+"""Packaging (issue 7.7): ``python -m build`` in a clean copy of the sources builds the browser assets (our
+build.py shim) and then a wheel that ships them; installed into a fresh venv, its ``autopilot-relay`` command
+serves a working widget with no npm and no source tree around.
+
+The venv sees this environment's site-packages (``--system-site-packages``) and the wheel goes in with
+``--no-deps``, so nothing is downloaded; the build runs ``--no-isolation`` for the same reason (setuptools and
+wheel come from the test extras).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+import urllib.request
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from support import ROOT, free_port, open_page
+
+
+def _source_copy(dest: Path) -> Path:
+    """What a clean clone has (tracked and new, not ignored, files), without widget/_dist or caches."""
+    names = subprocess.run(["git", "ls-files", "-co", "--exclude-standard", "pyproject.toml", "README.md", "build.py",
+                            "build.lock.json", "widget", "static"],
+                           cwd=ROOT, capture_output=True, text=True, check=True).stdout.split()
+    for name in names:
+        src = ROOT / name
+        if src.is_file():
+            (dest / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(src, dest / name)
+    assert not (dest / "widget" / "_dist").exists()
+    return dest
+
+
+def _run(cmd: list[str], cwd: Path, env: dict[str, str] | None = None, timeout: float = 300) -> str:
+    proc = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
+    assert proc.returncode == 0, f"{' '.join(map(str, cmd))} failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
+    return proc.stdout + proc.stderr
+
+
+def _build_and_install(tmp: Path) -> tuple[Path, Path, str]:
+    try:
+        import wheel  # noqa: F401
+    except ImportError:
+        pytest.fail("the packaging test builds --no-isolation and needs 'wheel': pip install -e '.[test]'")
+    src = _source_copy(tmp / "src")
+    env = {**os.environ, "AUTOPILOT_BUILD_CACHE": os.environ.get("AUTOPILOT_BUILD_CACHE", str(ROOT / ".build-cache"))}
+    out = _run([sys.executable, "-m", "build", "--wheel", "--no-isolation", "--skip-dependency-check",
+                "--outdir", str(tmp / "dist")], cwd=src, env=env)
+    assert "assemble" in out and "Successfully built" in out, out[-2000:]  # our asset build ran first
+    wheels = list((tmp / "dist").glob("autopilot_widget-*-py3-none-any.whl"))
+    assert len(wheels) == 1
+    bid = json.loads((src / "widget" / "_dist" / "manifest.json").read_text())["build_id"]
+    venv = tmp / "venv"
+    _run([sys.executable, "-m", "venv", "--system-site-packages", "--without-pip", str(venv)], cwd=tmp)
+    py = venv / "bin" / "python"
+    _run([sys.executable, "-m", "pip", "--python", str(py), "install", "--no-deps", "--no-index", "-q", str(wheels[0])],
+         cwd=tmp)
+    return wheels[0], venv, bid
+
+
+async def test_wheel_built_by_python_m_build_serves_the_widget_from_a_fresh_venv(tmp_path, browser):
+    t0 = time.monotonic()
+    wheel, venv, bid = await asyncio.to_thread(_build_and_install, tmp_path)
+    names = zipfile.ZipFile(wheel).namelist()
+    for need in ("widget/_dist/autopilot.js", "widget/_dist/manifest.json", f"widget/_dist/{bid}/bundle.zip",
+                 f"widget/_dist/{bid}/pyodide/pyodide.asm.wasm", f"widget/_dist/{bid}/pyscript/core.js",
+                 f"widget/_dist/{bid}/demo/index.html", "widget/relay/__main__.py"):
+        assert need in names, need
+    assert not [n for n in names if n.startswith(("tests/", "static/", "bench/")) or n == "build.py"]
+    # The installed package is the venv's, not this checkout's.
+    where = _run([str(venv / "bin" / "python"), "-c", "import widget; print(widget.__file__)"], cwd=tmp_path).strip()
+    assert where.startswith(str(venv)), where
+
+    port = free_port()
+    base = f"http://127.0.0.1:{port}"
+    log = tmp_path / "relay.log"
+    proc = subprocess.Popen([str(venv / "bin" / "autopilot-relay"), "--host", "127.0.0.1", "--port", str(port),
+                             "--db", str(tmp_path / "relay.sqlite3"), "--demo-chunk-delay-ms", "2"],
+                            cwd=tmp_path, stdout=log.open("wb"), stderr=subprocess.STDOUT)
+    try:
+        for _ in range(200):
+            try:
+                with urllib.request.urlopen(base + "/healthz", timeout=1):
+                    break
+            except OSError:
+                assert proc.poll() is None, log.read_text()
+                await asyncio.sleep(0.1)
+        with urllib.request.urlopen(base + "/widget/autopilot.js") as r:
+            assert r.status == 200 and bid.encode() in r.read()
+        with urllib.request.urlopen(f"{base}/widget/{bid}/pyodide/pyodide.mjs") as r:
+            assert r.status == 200 and "immutable" in r.headers["Cache-Control"]
+        # The demo page, booted and joined, from the installed package alone.
+        ctx, page, plog = await open_page(browser, base + "/")
+        try:
+            assert await page.evaluate("window.Autopilot.config.buildId") == bid
+            assert await page.evaluate("window.Autopilot.send('hello from the wheel')") is True
+            await page.wait_for_function(
+                "() => window.Autopilot.pyodide.runPython(\"from widget import get_client; "
+                "any(m.get('role') == 'assistant' and 'Demo answer' in (m.get('content') or '') "
+                "for m in get_client().messages)\")", timeout=20_000)
+            assert plog.page_errors == []
+        finally:
+            await ctx.close()
+    finally:
+        proc.terminate()
+        proc.wait(10)
+    print(f"wheel {wheel.stat().st_size / 1e6:.1f} MB, build + install + serve in {time.monotonic() - t0:.1f} s")
