@@ -668,9 +668,6 @@ def nested_obj(depth: int) -> Any:
     return v
 
 
-@pytest.mark.xfail(strict=True, reason="relay bug: an HTTP body nested ~5,000 deep (10 KB) makes json.loads raise "
-                   "RecursionError in Api._body, which only catches ValueError: 500 'Internal Server Error' (text, "
-                   "not the JSON error shape) and 'Exception in ASGI application' logged; expected 400 bad_request")
 @pytest.mark.parametrize("endpoint", ["create", "ask_user"])
 async def test_http_deeply_nested_body(endpoint: str, relay: Any, http: aiohttp.ClientSession, relay_log: RelayLog) -> None:
     url = await create(http, relay.url)

@@ -84,6 +84,8 @@ class Api:
             return json.loads(raw)
         except ValueError as exc:
             raise ProtocolError(P.ERR_BAD_REQUEST, f"The body is not valid JSON: {exc}") from None
+        except RecursionError:
+            raise ProtocolError(P.ERR_BAD_REQUEST, "The body is nested too deeply.") from None
 
     def base_url(self, request: Request) -> str:
         if self.config.public_url:
