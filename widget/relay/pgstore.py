@@ -1,6 +1,9 @@
 """The PostgreSQL store (asyncpg): the same ``Store`` interface and semantics as ``SQLiteStore``, for
 several relay processes sharing one database (docs/deployment.md).
 
+- Shared logic: the operations are ``Store``'s (storage.py), written once for both engines; this module
+  runs their statements (the pool, transactions, retries; ``?`` placeholders numbered as ``$n``), names
+  its SQL where it differs (``POSTGRES``) and adds what only it has (NOTIFY, a one-statement append).
 - Schema migrations: ``MIGRATIONS`` is a list of ``(version, sql)``; ``schema_migrations`` records the
   versions applied. ``open()`` applies the missing ones in order, each in its own transaction, under an
   advisory lock so processes starting together do not race.
@@ -21,33 +24,18 @@ several relay processes sharing one database (docs/deployment.md).
 from __future__ import annotations
 
 import asyncio
+import functools
+import itertools
 import json
 import logging
 import random
+import re
 import time
 import uuid
 from typing import Any, Awaitable, Callable, Iterable, TypeVar
 
-from .storage import (
-    CALL_ANSWERED,
-    CALL_CANCELLED,
-    CALL_PENDING,
-    IDLE,
-    INSTANCE_TTL_S,
-    PROMPT_TAKEN,
-    UNCOMMITTED_EVENTS,
-    _CALL_COLUMNS,
-    _CONV_COLUMNS,
-    _TABLES,
-    _UPDATABLE,
-    Ack,
-    NotActive,
-    StatusConflict,
-    Store,
-    _clean_text,
-    _dumps,
-    refused_excerpt,
-)
+from .sql import READ, SNAPSHOT, WRITE, Body, Dialect, Q, drive_async, execute
+from .storage import Store, _dumps
 
 try:  # an optional dependency: pip install autopilot-widget[scale]
     import asyncpg
@@ -181,10 +169,30 @@ class _CommitFailed(Exception):
     pass
 
 
+POSTGRES = Dialect(
+    lock=" FOR UPDATE",  # other processes write the same rows: the first to lock one makes the others wait
+    order="n",
+    call_order="created_at, seq, n",
+    same="IS NOT DISTINCT FROM",
+    any_of="= ANY(?::text[])",
+    array=list,
+    put_ack="INSERT INTO idempotency (conversation_id, key, ack, created_at) VALUES (?,?,?,?) ON CONFLICT DO NOTHING",
+    put_offer="INSERT INTO offers (conversation_id, message_id, call_id, actions, note) VALUES (?,?,?,?,?)"
+              " ON CONFLICT (conversation_id, message_id) DO UPDATE SET call_id = excluded.call_id,"
+              " actions = excluded.actions, note = excluded.note",
+    put_member="INSERT INTO members (sid, conversation_id, instance, joined_at) VALUES (?,?,?,?)"
+               " ON CONFLICT (sid) DO UPDATE SET conversation_id = excluded.conversation_id, instance = excluded.instance,"
+               " joined_at = excluded.joined_at",
+    action_ok="SELECT 1 FROM messages WHERE conversation_id = ? AND (data::jsonb ->> 'role') = 'action'"
+              " AND (data::jsonb ->> 'action_id') = ? AND (data::jsonb -> 'ok') = 'true'::jsonb LIMIT 1",
+)
+
+
 class PostgresStore(Store):
     """``PostgresStore("postgresql://user@host:port/db")``; ``open()`` connects and migrates."""
 
     shared = True
+    dialect = POSTGRES
 
     def __init__(self, dsn: str, *, min_size: int = 1, max_size: int = 10, channel: str = CHANNEL) -> None:
         if asyncpg is None:
@@ -382,450 +390,67 @@ class PostgresStore(Store):
             return  # ours: already delivered locally
         self._fire(message)
 
+    def _notify(self, message: dict[str, Any]) -> Q:
+        return execute("SELECT pg_notify(?, ?)", self.channel, _dumps({**message, "o": self.origin}))
+
     async def signal(self, message: dict[str, Any]) -> None:
+        """Deliver ``message`` here at once and to the other processes by ``NOTIFY``."""
         self._fire(message)
-        text = _dumps({**message, "o": self.origin})
-        await self._tx(lambda con: con.execute("SELECT pg_notify($1, $2)", self.channel, text))
+        await self._one(self._notify(message))
 
-    # -- conversations --------------------------------------------------------------------------
-    _CONV_SQL = f"SELECT {', '.join(_CONV_COLUMNS)} FROM conversations WHERE id = $1"
+    def _notify_sql(self, message: dict[str, Any]) -> tuple[Q, ...]:
+        return (self._notify(message),)  # NOTIFY in a transaction is delivered on commit
 
-    @classmethod
-    async def _conv(cls, con: Any, conversation_id: str) -> dict[str, Any] | None:
-        row = await con.fetchrow(cls._CONV_SQL, conversation_id)
-        return dict(zip(_CONV_COLUMNS, row)) if row else None
+    # -- running the shared logic ---------------------------------------------------------------
+    async def _perform(self, body: Callable[[], Body[T]], mode: str = WRITE) -> T:
+        """A ``READ`` outside a transaction, a ``WRITE`` in one, a ``SNAPSHOT`` in a repeatable-read one;
+        each retried by ``_tx`` with a fresh ``body()``."""
+        def run(con: Any) -> Awaitable[T]:
+            return drive_async(body(), lambda q: _pg_step(con, q))
 
-    async def create_conversation(self, conversation_id: str, app_id: str, state: dict[str, Any]) -> dict[str, Any]:
-        now = time.time()
+        if mode == READ:
+            return await self._q(run)
+        return await self._tx(run, isolation="repeatable_read" if mode == SNAPSHOT else None)
 
-        async def go(con: Any) -> dict[str, Any]:
-            await con.execute(
-                "INSERT INTO conversations (id, app_id, status, created_at, updated_at, state) VALUES ($1,$2,$3,$4,$5,$6)",
-                conversation_id, app_id, IDLE, now, now, _dumps(state))
-            conv = await self._conv(con, conversation_id)
-            assert conv is not None
-            return conv
-
-        return await self._tx(go)
-
-    async def get_conversation(self, conversation_id: str) -> dict[str, Any] | None:
-        return await self._q(lambda con: self._conv(con, conversation_id))
-
-    async def update_conversation(self, conversation_id: str, **fields: Any) -> None:
-        bad = set(fields) - _UPDATABLE
-        if bad:
-            raise ValueError(f"cannot update {bad}")
-        sets = "".join(f", {k} = ${i + 3}" for i, k in enumerate(fields))
-        await self._tx(lambda con: con.execute(f"UPDATE conversations SET updated_at = $1{sets} WHERE id = $2",
-                                               time.time(), conversation_id, *fields.values()))
-
-    async def delete_conversation(self, conversation_id: str) -> bool:
-        async def go(con: Any) -> bool:
-            status = await con.execute("DELETE FROM conversations WHERE id = $1", conversation_id)
-            for table in _TABLES:
-                await con.execute(f"DELETE FROM {table} WHERE conversation_id = $1", conversation_id)
-            return status != "DELETE 0"
-
-        return await self._tx(go)
-
-    async def delete_inactive_before(self, timestamp: float) -> list[str]:
-        rows = await self._q(lambda con: con.fetch("SELECT id FROM conversations WHERE updated_at < $1", timestamp))
-        ids = [r[0] for r in rows]
-        for cid in ids:
-            await self.delete_conversation(cid)
-        return ids
-
-    async def snapshot(self, conversation_id: str) -> tuple[dict[str, Any], list[dict[str, Any]]] | None:
-        async def go(con: Any) -> tuple[dict[str, Any], list[dict[str, Any]]] | None:
-            conv = await self._conv(con, conversation_id)
-            if conv is None:
-                return None
-            rows = await con.fetch("SELECT data FROM messages WHERE conversation_id = $1 ORDER BY pos", conversation_id)
-            return conv, [json.loads(r[0]) for r in rows]
-
-        return await self._tx(go, isolation="repeatable_read")  # one snapshot: msg_seq matches the messages
-
-    async def conversations_brief(self, ids: Iterable[str]) -> dict[str, dict[str, Any]]:
-        wanted = list(ids)
-        if not wanted:
-            return {}
-        rows = await self._q(lambda con: con.fetch("SELECT id, seq, status, runner FROM conversations WHERE id = ANY($1::text[])", wanted))
-        return {r[0]: {"seq": r[1], "status": r[2], "runner": r[3]} for r in rows}
-
-    # -- events ---------------------------------------------------------------------------------
-    async def append_event(
-        self,
-        conversation_id: str,
-        name: str,
-        payload: dict[str, Any],
-        *,
-        messages: Iterable[dict[str, Any]] = (),
-        conversation: dict[str, Any] | None = None,
-        idempotency: Ack | None = None,
-        withdraw: Iterable[str] = (),
-        offer: dict[str, Any] | None = None,
-        require_status: Iterable[str] | None = None,
-    ) -> int:
-        msgs = list(messages)
-        gone = list(withdraw)
-        fields = dict(conversation or {})
-        bad = set(fields) - _UPDATABLE
-        if bad:
-            raise ValueError(f"cannot update {bad}")
-        allowed = None if require_status is None else list(require_status)
-        committed = name not in UNCOMMITTED_EVENTS
-        now = time.time()
+    async def _append_plain(self, conversation_id: str, name: str, payload: dict[str, Any], committed: bool,
+                            now: float) -> int | None:
+        # The common case (a streamed chunk, a call's end...): one statement, one round trip. The
+        # stored payload gets its seq spliced in front (key order aside, the same JSON).
+        payload.pop("seq", None)
+        body = _dumps(payload)
+        rest = "}" if body == "{}" else "," + body[1:]
         sets = "seq = seq + 1, updated_at = $2" + (", msg_seq = seq + 1" if committed else "")
-        sets += "".join(f", {k} = ${i + 3}" for i, k in enumerate(fields))
-        sql = f"UPDATE conversations SET {sets} WHERE id = $1 RETURNING seq"
-
-        if not (msgs or gone or fields or idempotency or offer is not None or allowed is not None):
-            # The common case (a streamed chunk, a call's end...): one statement, one round trip. The
-            # stored payload gets its seq spliced in front (key order aside, the same JSON).
-            payload.pop("seq", None)
-            body = _dumps(payload)
-            rest = "}" if body == "{}" else "," + body[1:]
-            seq = await self._tx(lambda con: con.fetchval(
-                f"WITH c AS (UPDATE conversations SET {sets} WHERE id = $1 RETURNING seq)"
-                " INSERT INTO events (conversation_id, seq, name, payload)"
-                " SELECT $1, c.seq, $3, '{\"seq\":' || c.seq || $4 FROM c RETURNING seq",
-                conversation_id, now, name, rest), tx=False, idempotent=False)
-            if seq is None:
-                raise KeyError(conversation_id)
-            payload["seq"] = seq
-            return seq
-
-        async def go(con: Any) -> int:
-            if allowed is not None:
-                status = await con.fetchval("SELECT status FROM conversations WHERE id = $1 FOR UPDATE", conversation_id)
-                if status is None:
-                    raise KeyError(conversation_id)
-                if status not in allowed:
-                    raise StatusConflict(status)
-            seq = await con.fetchval(sql, conversation_id, now, *fields.values())
-            if seq is None:
-                raise KeyError(conversation_id)
-            payload["seq"] = seq
-            for m in msgs:
-                m["seq"] = seq
-            pm = payload.get("message")
-            if isinstance(pm, dict) and any(pm.get("id") == m["id"] for m in msgs):
-                pm["seq"] = seq
-            await con.execute("INSERT INTO events (conversation_id, seq, name, payload) VALUES ($1,$2,$3,$4)",
-                              conversation_id, seq, name, _dumps(payload))
-            if gone:
-                await con.execute("DELETE FROM messages WHERE conversation_id = $1 AND id = ANY($2::text[])", conversation_id, gone)
-            if msgs:
-                await con.executemany("INSERT INTO messages (conversation_id, id, seq, data) VALUES ($1,$2,$3,$4)",
-                                      [(conversation_id, m["id"], seq, _dumps(m)) for m in msgs])
-            if idempotency:
-                await self._put_ack(con, conversation_id, *idempotency)
-            if offer is not None:
-                await con.execute(
-                    "INSERT INTO offers (conversation_id, message_id, call_id, actions, note) VALUES ($1,$2,$3,$4,$5)"
-                    " ON CONFLICT (conversation_id, message_id) DO UPDATE SET call_id = excluded.call_id,"
-                    " actions = excluded.actions, note = excluded.note",
-                    conversation_id, offer["message_id"], offer["call_id"], _dumps(offer["actions"]), offer["note"])
-            return seq
-
-        return await self._tx(go)
-
-    async def events_after(self, conversation_id: str, seq: int) -> list[tuple[int, str, dict[str, Any]]]:
-        rows = await self._q(lambda con: con.fetch(
-            "SELECT seq, name, payload FROM events WHERE conversation_id = $1 AND seq > $2 ORDER BY seq", conversation_id, seq))
-        return [(r[0], r[1], json.loads(r[2])) for r in rows]
-
-    # -- state ----------------------------------------------------------------------------------
-    async def get_state(self, conversation_id: str) -> dict[str, Any]:
-        text = await self._q(lambda con: con.fetchval("SELECT state FROM conversations WHERE id = $1", conversation_id))
-        if text is None:
+        seq = await self._tx(lambda con: con.fetchval(
+            f"WITH c AS (UPDATE conversations SET {sets} WHERE id = $1 RETURNING seq)"
+            " INSERT INTO events (conversation_id, seq, name, payload)"
+            " SELECT $1, c.seq, $3, '{\"seq\":' || c.seq || $4 FROM c RETURNING seq",
+            conversation_id, now, name, rest), tx=False, idempotent=False)
+        if seq is None:
             raise KeyError(conversation_id)
-        return json.loads(text)
+        payload["seq"] = seq
+        return seq
 
-    async def save_state(self, conversation_id: str, doc: dict[str, Any], idempotency: Ack | None = None) -> None:
-        text = _dumps(doc)
-        now = time.time()
 
-        async def go(con: Any) -> None:
-            status = await con.execute("UPDATE conversations SET state = $1, updated_at = $2 WHERE id = $3", text, now, conversation_id)
-            if status == "UPDATE 0":
-                raise KeyError(conversation_id)
-            if idempotency:
-                await self._put_ack(con, conversation_id, *idempotency)
+_PLACEHOLDER = re.compile(r"'(?:[^']|'')*'|\?")
 
-        await self._tx(go)
 
-    async def update_state(self, conversation_id: str, fn: Callable[[dict[str, Any]], dict[str, Any]],
-                           idempotency: Ack, active_sid: str | None = None) -> dict[str, Any] | None:
-        key, ack = idempotency
-        now = time.time()
+@functools.lru_cache(maxsize=256)
+def _numbered(sql: str) -> str:
+    """The shared statements' ``?`` placeholders as PostgreSQL's ``$1, $2, ...`` (quoted literals kept)."""
+    n = itertools.count(1)
+    return _PLACEHOLDER.sub(lambda m: f"${next(n)}" if m.group() == "?" else m.group(), sql)
 
-        async def go(con: Any) -> dict[str, Any] | None:
-            row = await con.fetchrow("SELECT state, active_sid FROM conversations WHERE id = $1 FOR UPDATE", conversation_id)
-            if row is None:
-                raise KeyError(conversation_id)
-            stored = await con.fetchval("SELECT ack FROM idempotency WHERE conversation_id = $1 AND key = $2", conversation_id, key)
-            if stored is not None:
-                return json.loads(stored)
-            if active_sid is not None and row[1] != active_sid:
-                raise NotActive(conversation_id)
-            new = fn(json.loads(row[0]))
-            await con.execute("UPDATE conversations SET state = $1, updated_at = $2 WHERE id = $3", _dumps(new), now, conversation_id)
-            await self._put_ack(con, conversation_id, key, ack)
-            return None
 
-        return await self._tx(go)
-
-    # -- idempotency --------------------------------------------------------------------------------
-    @staticmethod
-    async def _put_ack(con: Any, conversation_id: str, key: str, ack: dict[str, Any]) -> None:
-        await con.execute(
-            "INSERT INTO idempotency (conversation_id, key, ack, created_at) VALUES ($1,$2,$3,$4) ON CONFLICT DO NOTHING",
-            conversation_id, key, _dumps(ack), time.time())
-
-    async def get_ack(self, conversation_id: str, key: str) -> dict[str, Any] | None:
-        text = await self._q(lambda con: con.fetchval("SELECT ack FROM idempotency WHERE conversation_id = $1 AND key = $2",
-                                                      conversation_id, key))
-        return json.loads(text) if text is not None else None
-
-    async def put_ack(self, conversation_id: str, key: str, ack: dict[str, Any]) -> None:
-        await self._tx(lambda con: self._put_ack(con, conversation_id, key, ack))
-
-    # -- function calls -------------------------------------------------------------------------------
-    _CALL_SQL = f"SELECT {', '.join(_CALL_COLUMNS)} FROM calls"
-
-    @staticmethod
-    def _call_row(row: Any) -> dict[str, Any]:
-        d = dict(zip(_CALL_COLUMNS, row))
-        d["arguments"] = json.loads(d["arguments"])
-        d["result"] = json.loads(d["result"]) if d["result"] is not None else None
-        return d
-
-    async def add_calls(self, conversation_id: str, turn_id: str, calls: list[dict[str, Any]]) -> None:
-        now = time.time()
-        rows = []
-        for c in calls:
-            status = c.get("status", CALL_PENDING)
-            result = c.get("result")
-            rows.append((conversation_id, c["id"], turn_id, c["name"], c.get("kind", "function"), _dumps(c["arguments"]),
-                         c.get("seq", 0), status, _dumps(result) if result is not None else None, c.get("error"),
-                         c.get("handler_ms"), c.get("total_ms"), now, None if status == CALL_PENDING else now))
-        await self._tx(lambda con: con.executemany(
-            "INSERT INTO calls (conversation_id, id, turn_id, name, kind, arguments, seq, status, result, error,"
-            " handler_ms, total_ms, created_at, finished_at) VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13,$14)", rows))
-
-    async def set_call_seq(self, conversation_id: str, call_id: str, seq: int) -> None:
-        await self._tx(lambda con: con.execute("UPDATE calls SET seq = $1 WHERE conversation_id = $2 AND id = $3",
-                                               seq, conversation_id, call_id))
-
-    async def get_call(self, conversation_id: str, call_id: str) -> dict[str, Any] | None:
-        row = await self._q(lambda con: con.fetchrow(f"{self._CALL_SQL} WHERE conversation_id = $1 AND id = $2", conversation_id, call_id))
-        return self._call_row(row) if row else None
-
-    async def pending_calls(self, conversation_id: str) -> list[dict[str, Any]]:
-        rows = await self._q(lambda con: con.fetch(f"{self._CALL_SQL} WHERE conversation_id = $1 AND status = $2 ORDER BY seq",
-                                                   conversation_id, CALL_PENDING))
-        return [self._call_row(r) for r in rows]
-
-    async def turn_calls(self, conversation_id: str, turn_id: str) -> list[dict[str, Any]]:
-        rows = await self._q(lambda con: con.fetch(f"{self._CALL_SQL} WHERE conversation_id = $1 AND turn_id = $2 ORDER BY created_at, seq, n",
-                                                   conversation_id, turn_id))
-        return [self._call_row(r) for r in rows]
-
-    async def finish_call(
-        self,
-        conversation_id: str,
-        call_id: str,
-        status: str,
-        *,
-        result: Any = None,
-        error: str | None = None,
-        handler_ms: float | None = None,
-        total_ms: float | None = None,
-        idempotency: Ack | None = None,
-    ) -> bool:
-        now = time.time()
-        note = _dumps({"t": "call", "c": conversation_id, "id": call_id, "o": self.origin})
-
-        async def go(con: Any) -> bool:
-            done = await con.execute(
-                "UPDATE calls SET status = $1, result = $2, error = $3, handler_ms = $4, total_ms = $5, finished_at = $6"
-                " WHERE conversation_id = $7 AND id = $8 AND status = $9",
-                status, _dumps(result) if result is not None else None, error, handler_ms, total_ms, now,
-                conversation_id, call_id, CALL_PENDING)
-            if done == "UPDATE 0":
-                return False
-            if idempotency:
-                await self._put_ack(con, conversation_id, *idempotency)
-            await con.execute("SELECT pg_notify($1, $2)", self.channel, note)  # delivered on commit
-            return True
-
-        ok = await self._tx(go)
-        if ok:
-            self._fire({"t": "call", "c": conversation_id, "id": call_id})
-        return ok
-
-    async def record_refused(self, conversation_id: str, kind: str, payload: Any, reason: str) -> None:
-        await self._tx(lambda con: con.execute(
-            "INSERT INTO refused (conversation_id, kind, payload, reason, created_at) VALUES ($1,$2,$3,$4,$5)",
-            conversation_id, kind, _dumps(refused_excerpt(payload)), _clean_text(reason, 200), time.time()))
-
-    async def refused(self, conversation_id: str) -> list[dict[str, Any]]:
-        rows = await self._q(lambda con: con.fetch(
-            "SELECT kind, payload, reason, created_at FROM refused WHERE conversation_id = $1 ORDER BY n", conversation_id))
-        return [{"kind": r[0], "payload": json.loads(r[1]), "reason": r[2], "created_at": r[3]} for r in rows]
-
-    # -- offered actions ------------------------------------------------------------------------------
-    @staticmethod
-    def _offer_row(row: Any) -> dict[str, Any]:
-        return {"message_id": row[0], "call_id": row[1], "actions": json.loads(row[2]), "note": row[3]}
-
-    async def get_offers(self, conversation_id: str) -> dict[str, dict[str, Any]]:
-        rows = await self._q(lambda con: con.fetch(
-            "SELECT message_id, call_id, actions, note FROM offers WHERE conversation_id = $1", conversation_id))
-        return {r[0]: self._offer_row(r) for r in rows}
-
-    async def get_offer(self, conversation_id: str, message_id: str) -> dict[str, Any] | None:
-        row = await self._q(lambda con: con.fetchrow(
-            "SELECT o.message_id, o.call_id, o.actions, o.note FROM offers o WHERE o.conversation_id = $1 AND o.message_id = $2"
-            " AND EXISTS (SELECT 1 FROM messages m WHERE m.conversation_id = o.conversation_id AND m.id = o.message_id)",
-            conversation_id, message_id))
-        return self._offer_row(row) if row else None
-
-    async def action_succeeded(self, conversation_id: str, action_id: str) -> bool:
-        row = await self._q(lambda con: con.fetchval(
-            "SELECT 1 FROM messages WHERE conversation_id = $1 AND (data::jsonb ->> 'role') = 'action'"
-            " AND (data::jsonb ->> 'action_id') = $2 AND (data::jsonb -> 'ok') = 'true'::jsonb LIMIT 1",
-            conversation_id, action_id))
-        return row is not None
-
-    # -- ask-user prompts -----------------------------------------------------------------------------
-    async def add_prompts(self, conversation_id: str, turn_id: str, prompts: list[dict[str, Any]]) -> None:
-        await self._tx(lambda con: con.executemany(
-            "INSERT INTO prompts (conversation_id, id, turn_id, prompt, status, pos) VALUES ($1,$2,$3,$4,$5,$6)",
-            [(conversation_id, p["id"], turn_id, _dumps(p), CALL_PENDING, i) for i, p in enumerate(prompts)]))
-
-    async def pending_prompts(self, conversation_id: str) -> list[dict[str, Any]]:
-        rows = await self._q(lambda con: con.fetch(
-            "SELECT prompt FROM prompts WHERE conversation_id = $1 AND status = $2 ORDER BY n", conversation_id, CALL_PENDING))
-        return [json.loads(r[0]) for r in rows]
-
-    async def prompt_statuses(self, conversation_id: str, prompt_ids: Iterable[str]) -> dict[str, str]:
-        ids = list(prompt_ids)
-        rows = await self._q(lambda con: con.fetch(
-            "SELECT id, status FROM prompts WHERE conversation_id = $1 AND id = ANY($2::text[])", conversation_id, ids))
-        return {r[0]: r[1] for r in rows}
-
-    async def answer_prompts(self, conversation_id: str, answers: list[tuple[str, Any]], idempotency: Ack | None = None) -> bool:
-        class _NotPending(Exception):
-            pass
-
-        async def go(con: Any) -> None:
-            for pid, answer in answers:
-                status = await con.execute(
-                    "UPDATE prompts SET status = $1, answer = $2 WHERE conversation_id = $3 AND id = $4 AND status = $5",
-                    CALL_ANSWERED, _dumps(answer), conversation_id, pid, CALL_PENDING)
-                if status == "UPDATE 0":
-                    raise _NotPending
-            if idempotency:
-                await self._put_ack(con, conversation_id, *idempotency)
-
-        try:
-            await self._tx(go)
-        except _NotPending:
-            return False
-        return True
-
-    async def take_answers(self, conversation_id: str) -> list[tuple[dict[str, Any], Any]]:
-        async def go(con: Any) -> list[tuple[dict[str, Any], Any]]:
-            rows = await con.fetch(
-                "UPDATE prompts SET status = $1 WHERE conversation_id = $2 AND status = $3 RETURNING prompt, answer, n",
-                PROMPT_TAKEN, conversation_id, CALL_ANSWERED)
-            return [(json.loads(p), json.loads(a)) for p, a, _n in sorted(rows, key=lambda r: r[2])]
-
-        return await self._tx(go)
-
-    async def cancel_prompts(self, conversation_id: str) -> int:
-        status = await self._tx(lambda con: con.execute(
-            "UPDATE prompts SET status = $1 WHERE conversation_id = $2 AND status = $3", CALL_CANCELLED, conversation_id, CALL_PENDING))
-        return int(status.split()[-1])
-
-    # -- conditional writes -------------------------------------------------------------------------
-    async def claim_status(self, conversation_id: str, expected: Iterable[str], *, runner_was: Any = ...,
-                           **fields: Any) -> bool:
-        bad = set(fields) - _UPDATABLE
-        if bad:
-            raise ValueError(f"cannot update {bad}")
-        args: list[Any] = [time.time(), conversation_id, list(expected), *fields.values()]
-        sets = "".join(f", {k} = ${i + 4}" for i, k in enumerate(fields))
-        where = "id = $2 AND status = ANY($3::text[])"
-        if runner_was is not ...:
-            args.append(runner_was)
-            where += f" AND runner IS NOT DISTINCT FROM ${len(args)}"
-        status = await self._tx(lambda con: con.execute(f"UPDATE conversations SET updated_at = $1{sets} WHERE {where}", *args))
-        return status != "UPDATE 0"
-
-    # -- presence -------------------------------------------------------------------------------------
-    async def heartbeat(self, instance: str) -> None:
-        await self._tx(lambda con: con.execute(
-            "INSERT INTO instances (id, heartbeat_at) VALUES ($1, $2) ON CONFLICT (id) DO UPDATE SET heartbeat_at = excluded.heartbeat_at",
-            instance, time.time()))
-
-    async def forget_instance(self, instance: str) -> None:
-        async def go(con: Any) -> None:
-            await con.execute("UPDATE conversations SET active_sid = NULL WHERE active_sid IN (SELECT sid FROM members WHERE instance = $1)", instance)
-            await con.execute("DELETE FROM members WHERE instance = $1", instance)
-            await con.execute("DELETE FROM instances WHERE id = $1", instance)
-
-        await self._tx(go)
-
-    async def instance_alive(self, instance: str) -> bool:
-        since = time.time() - INSTANCE_TTL_S
-        return bool(await self._q(lambda con: con.fetchval(
-            "SELECT 1 FROM instances WHERE id = $1 AND heartbeat_at > $2", instance, since)))
-
-    async def add_member(self, conversation_id: str, sid: str, instance: str) -> None:
-        await self._tx(lambda con: con.execute(
-            "INSERT INTO members (sid, conversation_id, instance, joined_at) VALUES ($1,$2,$3,$4)"
-            " ON CONFLICT (sid) DO UPDATE SET conversation_id = excluded.conversation_id, instance = excluded.instance,"
-            " joined_at = excluded.joined_at", sid, conversation_id, instance, time.time()))
-
-    async def remove_member(self, sid: str) -> None:
-        async def go(con: Any) -> None:
-            await con.execute("DELETE FROM members WHERE sid = $1", sid)
-            await con.execute("UPDATE conversations SET active_sid = NULL WHERE active_sid = $1", sid)
-
-        await self._tx(go)
-
-    async def set_active(self, conversation_id: str, sid: str) -> str | None:
-        async def go(con: Any) -> str | None:
-            row = await con.fetchrow("SELECT active_sid FROM conversations WHERE id = $1 FOR UPDATE", conversation_id)
-            if row is None:
-                raise KeyError(conversation_id)
-            await con.execute("UPDATE conversations SET active_sid = $1 WHERE id = $2", sid, conversation_id)
-            return row[0]
-
-        return await self._tx(go)
-
-    async def claim_call(self, conversation_id: str, call_id: str, sid: str | None = None) -> str | None:
-        since = time.time() - INSTANCE_TTL_S
-
-        async def go(con: Any) -> str | None:
-            row = await con.fetchrow("SELECT status, dispatched_to FROM calls WHERE conversation_id = $1 AND id = $2 FOR UPDATE",
-                                     conversation_id, call_id)
-            if row is None or row[0] != CALL_PENDING:
-                return None
-            owner = row[1]
-            want = sid
-            if want is None:
-                want = await con.fetchval("SELECT active_sid FROM conversations WHERE id = $1", conversation_id)
-            if owner is not None and (owner == want or await con.fetchval(
-                    "SELECT 1 FROM members m JOIN instances i ON i.id = m.instance WHERE m.sid = $1 AND i.heartbeat_at > $2",
-                    owner, since)):
-                return owner
-            if want is None:
-                return None
-            await con.execute("UPDATE calls SET dispatched_to = $1 WHERE conversation_id = $2 AND id = $3", want, conversation_id, call_id)
-            return want
-
-        return await self._tx(go)
+async def _pg_step(con: Any, q: Q) -> Any:
+    """One statement of a body, on an asyncpg connection."""
+    sql = _numbered(q.sql)
+    if q.kind == "execute":
+        return int((await con.execute(sql, *q.args)).split()[-1])  # the status tag ends with the row count
+    if q.kind == "executemany":
+        await con.executemany(sql, q.args[0])
+        return None
+    if q.kind == "fetch":
+        return await con.fetch(sql, *q.args)
+    if q.kind == "fetchrow":
+        return await con.fetchrow(sql, *q.args)
+    return await con.fetchval(sql, *q.args)

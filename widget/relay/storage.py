@@ -1,4 +1,4 @@
-"""Relay storage: a small async ``Store`` interface and its SQLite implementation.
+"""Relay storage: the async ``Store`` (the interface, its logic written once over SQL) and its SQLite engine.
 
 The store is the source of truth: conversations, messages, sequenced events (for replay), the state
 document, idempotency keys with their stored acks, function calls and ask-user prompts, and — so that
@@ -6,7 +6,9 @@ several relay processes can serve one conversation (docs/deployment.md) — whic
 client, which socket a call was dispatched to, which sockets are joined where and which relay processes
 are alive. Every method is async; ``SQLiteStore`` (here, the embedded default, one process) and
 ``PostgresStore`` (``widget.relay.pgstore``, several processes) implement the same interface and pass
-the same tests (tests/test_relay_store.py).
+the same tests (tests/test_relay_store.py). ``Store`` holds everything they share — validation, record
+shaping, sequencing, JSON — as bodies of statements (``widget.relay.sql``); an engine only runs them
+(connection, transactions) and names its SQL where it differs (a ``Dialect``).
 
 The SQLite store runs every statement on one dedicated worker thread (so calls are serialized in
 submission order and never block the event loop), in WAL mode with ``synchronous=NORMAL``: a committed
@@ -26,7 +28,9 @@ import sqlite3
 import threading
 import time
 from pathlib import Path
-from typing import Any, Callable, Iterable, TypeVar
+from typing import Any, Callable, ClassVar, Iterable, TypeVar
+
+from .sql import READ, SNAPSHOT, WRITE, Body, Dialect, Q, drive, execute, executemany, fetch, fetchrow, fetchval
 
 T = TypeVar("T")
 Ack = tuple[str, dict[str, Any]]
@@ -113,34 +117,105 @@ def refused_excerpt(payload: Any) -> Any:
     return value(payload)
 
 
+_CONV_COLUMNS = ("id", "app_id", "status", "created_at", "updated_at", "seq", "msg_seq", "turn_id", "iteration", "runner",
+                 "active_sid")
+_UPDATABLE = {"status", "turn_id", "iteration", "runner"}
+_CALL_COLUMNS = ("id", "turn_id", "name", "kind", "arguments", "seq", "status", "result", "error",
+                 "handler_ms", "total_ms", "created_at", "finished_at", "dispatched_to")
+_TABLES = ("messages", "events", "idempotency", "calls", "refused", "prompts", "offers", "members")
+
+_CONV_SQL = f"SELECT {', '.join(_CONV_COLUMNS)} FROM conversations WHERE id = ?"
+_CALL_SQL = f"SELECT {', '.join(_CALL_COLUMNS)} FROM calls"
+
+
+def _check_updatable(fields: Iterable[str]) -> None:
+    """Only these conversation columns are written from outside (the others are the store's own)."""
+    bad = set(fields) - _UPDATABLE
+    if bad:
+        raise ValueError(f"cannot update {bad}")
+
+
+def _json_or_none(value: Any) -> str | None:
+    return _dumps(value) if value is not None else None
+
+
+def _conv_row(row: Any) -> dict[str, Any] | None:
+    return dict(zip(_CONV_COLUMNS, row)) if row else None
+
+
+def _call_row(row: Any) -> dict[str, Any]:
+    d = dict(zip(_CALL_COLUMNS, row))
+    d["arguments"] = json.loads(d["arguments"])
+    d["result"] = json.loads(d["result"]) if d["result"] is not None else None
+    return d
+
+
+def _offer_row(row: Any) -> dict[str, Any]:
+    return {"message_id": row[0], "call_id": row[1], "actions": json.loads(row[2]), "note": row[3]}
+
+
 class Store(abc.ABC):
-    """What the relay needs from storage. Conversations are dicts with the keys ``id, app_id, status,
-    created_at, updated_at, seq, msg_seq, turn_id, iteration, runner, active_sid``; ``msg_seq`` is the
-    highest seq whose content the stored messages reflect (events of a message still streaming are not);
-    ``runner`` is the relay instance running its turn; ``active_sid`` the active client's socket.
+    """What the relay needs from storage, written once over an SQL engine. Conversations are dicts with
+    the keys ``id, app_id, status, created_at, updated_at, seq, msg_seq, turn_id, iteration, runner,
+    active_sid``; ``msg_seq`` is the highest seq whose content the stored messages reflect (events of a
+    message still streaming are not); ``runner`` is the relay instance running its turn; ``active_sid``
+    the active client's socket.
 
     Signals: ``signal(message)`` reaches the listeners of every relay process sharing the store (this
     one included); ``finish_call`` signals ``{"t": "call", "c", "id"}`` once its write is committed.
-    They only wake waiters up early: whoever waits re-reads the store, and polls it as a fallback."""
+    They only wake waiters up early: whoever waits re-reads the store, and polls it as a fallback.
+
+    An engine gives ``_perform`` (how a body of statements runs: connection, transaction, retries) and a
+    ``dialect`` (where its SQL differs); every operation below is a body (``widget.relay.sql``)."""
 
     #: Several relay processes may share this store (the hub then polls it for what it missed).
     shared: bool = False
+    #: The engine's SQL where it differs from the shared statements.
+    dialect: ClassVar[Dialect]
 
     def __init__(self) -> None:
         self._listeners: list[Callable[[dict[str, Any]], None]] = []
 
     async def open(self) -> None:
+        """Connect (and create or migrate the schema)."""
         return None
 
     async def close(self) -> None:
+        """Disconnect."""
         return None
 
     async def ping(self) -> None:
         """Raise when the store cannot be reached (``/readyz``)."""
+        await self._one(fetchval("SELECT 1"), READ)
+
+    # -- the engine's part ----------------------------------------------------------------------
+    @abc.abstractmethod
+    async def _perform(self, body: Callable[[], Body[T]], mode: str = WRITE) -> T:
+        """Run the statements of ``body()`` on one connection, as ``mode`` says (``sql.READ``/``WRITE``/
+        ``SNAPSHOT``); an engine that retries calls ``body`` again for a fresh run."""
+
+    def _notify_sql(self, message: dict[str, Any]) -> tuple[Q, ...]:
+        """Statements that, in a write, tell the other processes ``message`` once it commits (none: one process)."""
+        return ()
+
+    async def _append_plain(self, conversation_id: str, name: str, payload: dict[str, Any], committed: bool,
+                            now: float) -> int | None:
+        """An engine's quicker way to append an event that writes nothing else (None: it has none)."""
         return None
 
-    # signals
+    async def _one(self, q: Q, mode: str = WRITE) -> Any:
+        """The result of one statement."""
+        def go() -> Body[Any]:
+            return (yield q)
+
+        return await self._perform(go, mode)
+
+    def _put_ack(self, conversation_id: str, key: str, ack: dict[str, Any]) -> Q:
+        return execute(self.dialect.put_ack, conversation_id, key, _dumps(ack), time.time())
+
+    # -- signals ------------------------------------------------------------------------------
     def add_listener(self, fn: Callable[[dict[str, Any]], None]) -> None:
+        """Call ``fn(message)`` for every signal (of any process sharing the store)."""
         self._listeners.append(fn)
 
     def _fire(self, message: dict[str, Any]) -> None:
@@ -156,23 +231,70 @@ class Store(abc.ABC):
         """Deliver ``message`` to the listeners of every process sharing the store."""
         self._fire(message)
 
-    # conversations
-    @abc.abstractmethod
-    async def create_conversation(self, conversation_id: str, app_id: str, state: dict[str, Any]) -> dict[str, Any]: ...
-    @abc.abstractmethod
-    async def get_conversation(self, conversation_id: str) -> dict[str, Any] | None: ...
-    @abc.abstractmethod
-    async def update_conversation(self, conversation_id: str, **fields: Any) -> None: ...
-    @abc.abstractmethod
-    async def delete_conversation(self, conversation_id: str) -> bool: ...
-    @abc.abstractmethod
-    async def delete_inactive_before(self, timestamp: float) -> list[str]: ...
-    @abc.abstractmethod
+    # -- conversations ------------------------------------------------------------------------
+    async def create_conversation(self, conversation_id: str, app_id: str, state: dict[str, Any]) -> dict[str, Any]:
+        """Store a new idle conversation with its state document; the conversation."""
+        now = time.time()
+
+        def go() -> Body[dict[str, Any]]:
+            yield execute("INSERT INTO conversations (id, app_id, status, created_at, updated_at, state) VALUES (?,?,?,?,?,?)",
+                          conversation_id, app_id, IDLE, now, now, _dumps(state))
+            conv = _conv_row((yield fetchrow(_CONV_SQL, conversation_id)))
+            assert conv is not None
+            return conv
+
+        return await self._perform(go)
+
+    async def get_conversation(self, conversation_id: str) -> dict[str, Any] | None:
+        """The conversation, or None."""
+        return _conv_row(await self._one(fetchrow(_CONV_SQL, conversation_id), READ))
+
+    async def update_conversation(self, conversation_id: str, **fields: Any) -> None:
+        """Set ``fields`` (status, turn_id, iteration, runner) and ``updated_at``."""
+        _check_updatable(fields)
+        sets = "".join(f", {k} = ?" for k in fields)
+        await self._one(execute(f"UPDATE conversations SET updated_at = ?{sets} WHERE id = ?",
+                                time.time(), *fields.values(), conversation_id))
+
+    async def delete_conversation(self, conversation_id: str) -> bool:
+        """Delete the conversation and all it holds; whether it existed."""
+        def go() -> Body[bool]:
+            deleted = yield execute("DELETE FROM conversations WHERE id = ?", conversation_id)
+            for table in _TABLES:
+                yield execute(f"DELETE FROM {table} WHERE conversation_id = ?", conversation_id)
+            return deleted > 0
+
+        return await self._perform(go)
+
+    async def delete_inactive_before(self, timestamp: float) -> list[str]:
+        """Delete the conversations not updated since ``timestamp``; their ids."""
+        rows = await self._one(fetch("SELECT id FROM conversations WHERE updated_at < ?", timestamp), READ)
+        ids = [r[0] for r in rows]
+        for cid in ids:
+            await self.delete_conversation(cid)
+        return ids
+
     async def snapshot(self, conversation_id: str) -> tuple[dict[str, Any], list[dict[str, Any]]] | None:
         """The conversation and its messages, read together (so ``msg_seq`` matches the messages)."""
+        def go() -> Body[tuple[dict[str, Any], list[dict[str, Any]]] | None]:
+            conv = _conv_row((yield fetchrow(_CONV_SQL, conversation_id)))
+            if conv is None:
+                return None
+            rows = yield fetch("SELECT data FROM messages WHERE conversation_id = ? ORDER BY pos", conversation_id)
+            return conv, [json.loads(r[0]) for r in rows]
 
-    # events
-    @abc.abstractmethod
+        return await self._perform(go, SNAPSHOT)
+
+    async def conversations_brief(self, ids: Iterable[str]) -> dict[str, dict[str, Any]]:
+        """``{id: {seq, status, runner}}`` of those that exist (the hub's poll)."""
+        wanted = list(ids)
+        if not wanted:
+            return {}
+        rows = await self._one(fetch(f"SELECT id, seq, status, runner FROM conversations WHERE id {self.dialect.any_of}",
+                                     self.dialect.array(wanted)), READ)
+        return {r[0]: {"seq": r[1], "status": r[2], "runner": r[3]} for r in rows}
+
+    # -- events -------------------------------------------------------------------------------
     async def append_event(
         self,
         conversation_id: str,
@@ -192,37 +314,154 @@ class Store(abc.ABC):
         whose ids are in ``withdraw``, store ``messages`` (each gets the same ``seq``), update
         ``conversation`` fields, store the idempotency ack and the ``offer`` (the actions offered on an
         assistant message: ``{message_id, call_id, actions, note}``). Returns the seq."""
+        msgs = list(messages)
+        gone = list(withdraw)
+        fields = dict(conversation or {})
+        _check_updatable(fields)
+        allowed = None if require_status is None else set(require_status)
+        committed = name not in UNCOMMITTED_EVENTS
+        now = time.time()
+        if not (msgs or gone or fields or idempotency or offer is not None or allowed is not None):
+            seq = await self._append_plain(conversation_id, name, payload, committed, now)
+            if seq is not None:
+                return seq
+        d = self.dialect
 
-    @abc.abstractmethod
-    async def events_after(self, conversation_id: str, seq: int) -> list[tuple[int, str, dict[str, Any]]]: ...
+        def go() -> Body[int]:
+            if allowed is not None:
+                status = yield fetchval(f"SELECT status FROM conversations WHERE id = ?{d.lock}", conversation_id)
+                if status is None:
+                    raise KeyError(conversation_id)
+                if status not in allowed:
+                    raise StatusConflict(status)
+            # In an UPDATE every right-hand side sees the old row, so both get old seq + 1.
+            sets = "seq = seq + 1, updated_at = ?" + (", msg_seq = seq + 1" if committed else "")
+            sets += "".join(f", {k} = ?" for k in fields)
+            seq = yield fetchval(f"UPDATE conversations SET {sets} WHERE id = ? RETURNING seq",
+                                 now, *fields.values(), conversation_id)
+            if seq is None:
+                raise KeyError(conversation_id)
+            payload["seq"] = seq
+            for m in msgs:  # before the payload is serialized: it may embed these messages
+                m["seq"] = seq
+            pm = payload.get("message")
+            if isinstance(pm, dict) and any(pm.get("id") == m["id"] for m in msgs):
+                pm["seq"] = seq  # an emitted copy of a stored message (e.g. with its live ``actions``)
+            yield execute("INSERT INTO events (conversation_id, seq, name, payload) VALUES (?,?,?,?)",
+                          conversation_id, seq, name, _dumps(payload))
+            if gone:
+                yield execute(f"DELETE FROM messages WHERE conversation_id = ? AND id {d.any_of}", conversation_id, d.array(gone))
+            if msgs:
+                yield executemany("INSERT INTO messages (conversation_id, id, seq, data) VALUES (?,?,?,?)",
+                                  [(conversation_id, m["id"], seq, _dumps(m)) for m in msgs])
+            if idempotency:
+                yield self._put_ack(conversation_id, *idempotency)
+            if offer is not None:
+                yield execute(d.put_offer, conversation_id, offer["message_id"], offer["call_id"], _dumps(offer["actions"]),
+                              offer["note"])
+            return seq
 
-    # state
-    @abc.abstractmethod
-    async def get_state(self, conversation_id: str) -> dict[str, Any]: ...
-    @abc.abstractmethod
-    async def save_state(self, conversation_id: str, doc: dict[str, Any], idempotency: Ack | None = None) -> None: ...
+        return await self._perform(go)
 
-    # idempotency
-    @abc.abstractmethod
-    async def get_ack(self, conversation_id: str, key: str) -> dict[str, Any] | None: ...
-    @abc.abstractmethod
-    async def put_ack(self, conversation_id: str, key: str, ack: dict[str, Any]) -> None: ...
+    async def events_after(self, conversation_id: str, seq: int) -> list[tuple[int, str, dict[str, Any]]]:
+        """The stored events after ``seq``, in order: ``(seq, name, payload)``."""
+        rows = await self._one(fetch("SELECT seq, name, payload FROM events WHERE conversation_id = ? AND seq > ? ORDER BY seq",
+                                     conversation_id, seq), READ)
+        return [(r[0], r[1], json.loads(r[2])) for r in rows]
 
-    # function calls
-    @abc.abstractmethod
+    # -- state --------------------------------------------------------------------------------
+    async def get_state(self, conversation_id: str) -> dict[str, Any]:
+        """The state document (``KeyError``: no such conversation)."""
+        text = await self._one(fetchval("SELECT state FROM conversations WHERE id = ?", conversation_id), READ)
+        if text is None:
+            raise KeyError(conversation_id)
+        return json.loads(text)
+
+    async def save_state(self, conversation_id: str, doc: dict[str, Any], idempotency: Ack | None = None) -> None:
+        """Replace the state document (and store the ack) atomically."""
+        text = _dumps(doc)
+        now = time.time()
+
+        def go() -> Body[None]:
+            if not (yield execute("UPDATE conversations SET state = ?, updated_at = ? WHERE id = ?", text, now, conversation_id)):
+                raise KeyError(conversation_id)
+            if idempotency:
+                yield self._put_ack(conversation_id, *idempotency)
+
+        await self._perform(go)
+
+    async def update_state(self, conversation_id: str, fn: Callable[[dict[str, Any]], dict[str, Any]],
+                           idempotency: Ack, active_sid: str | None = None) -> dict[str, Any] | None:
+        """Atomically: the ack already stored under the idempotency key (nothing written), or
+        ``NotActive`` when ``active_sid`` is given and is not the active client, or the state replaced
+        by ``fn(state)`` (which may raise: nothing written) with the ack stored; None then."""
+        key, ack = idempotency
+        now = time.time()
+
+        def go() -> Body[dict[str, Any] | None]:
+            # The row first: its lock makes a second process with the same key wait, then see the ack.
+            row = yield fetchrow(f"SELECT state, active_sid FROM conversations WHERE id = ?{self.dialect.lock}", conversation_id)
+            stored = yield fetchval("SELECT ack FROM idempotency WHERE conversation_id = ? AND key = ?", conversation_id, key)
+            if stored is not None:
+                return json.loads(stored)
+            if row is None:
+                raise KeyError(conversation_id)
+            if active_sid is not None and row[1] != active_sid:
+                raise NotActive(conversation_id)
+            new = fn(json.loads(row[0]))
+            yield execute("UPDATE conversations SET state = ?, updated_at = ? WHERE id = ?", _dumps(new), now, conversation_id)
+            yield self._put_ack(conversation_id, key, ack)
+            return None
+
+        return await self._perform(go)
+
+    # -- idempotency --------------------------------------------------------------------------
+    async def get_ack(self, conversation_id: str, key: str) -> dict[str, Any] | None:
+        """The ack stored under an idempotency key, or None."""
+        text = await self._one(fetchval("SELECT ack FROM idempotency WHERE conversation_id = ? AND key = ?",
+                                        conversation_id, key), READ)
+        return json.loads(text) if text is not None else None
+
+    async def put_ack(self, conversation_id: str, key: str, ack: dict[str, Any]) -> None:
+        """Store an ack under an idempotency key (the first one stored stays)."""
+        await self._one(self._put_ack(conversation_id, key, ack))
+
+    # -- function calls -----------------------------------------------------------------------
     async def add_calls(self, conversation_id: str, turn_id: str, calls: list[dict[str, Any]]) -> None:
         """Store calls ``{id, name, kind, arguments}``, pending — or already finished when a call has a
         ``status`` (with ``result``/``error``/``handler_ms``/``total_ms``): a call the relay ran itself."""
-    @abc.abstractmethod
-    async def set_call_seq(self, conversation_id: str, call_id: str, seq: int) -> None: ...
-    @abc.abstractmethod
-    async def get_call(self, conversation_id: str, call_id: str) -> dict[str, Any] | None: ...
-    @abc.abstractmethod
-    async def pending_calls(self, conversation_id: str) -> list[dict[str, Any]]: ...
-    @abc.abstractmethod
+        now = time.time()
+        rows = []
+        for c in calls:
+            status = c.get("status", CALL_PENDING)
+            rows.append((conversation_id, c["id"], turn_id, c["name"], c.get("kind", "function"), _dumps(c["arguments"]),
+                         c.get("seq", 0), status, _json_or_none(c.get("result")), c.get("error"),
+                         c.get("handler_ms"), c.get("total_ms"), now, None if status == CALL_PENDING else now))
+        await self._one(executemany(
+            "INSERT INTO calls (conversation_id, id, turn_id, name, kind, arguments, seq, status, result, error,"
+            " handler_ms, total_ms, created_at, finished_at) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)", rows))
+
+    async def set_call_seq(self, conversation_id: str, call_id: str, seq: int) -> None:
+        """Record the seq of the event that announced a call."""
+        await self._one(execute("UPDATE calls SET seq = ? WHERE conversation_id = ? AND id = ?", seq, conversation_id, call_id))
+
+    async def get_call(self, conversation_id: str, call_id: str) -> dict[str, Any] | None:
+        """The call, or None."""
+        row = await self._one(fetchrow(f"{_CALL_SQL} WHERE conversation_id = ? AND id = ?", conversation_id, call_id), READ)
+        return _call_row(row) if row else None
+
+    async def pending_calls(self, conversation_id: str) -> list[dict[str, Any]]:
+        """The pending calls, by seq."""
+        rows = await self._one(fetch(f"{_CALL_SQL} WHERE conversation_id = ? AND status = ? ORDER BY seq",
+                                     conversation_id, CALL_PENDING), READ)
+        return [_call_row(r) for r in rows]
+
     async def turn_calls(self, conversation_id: str, turn_id: str) -> list[dict[str, Any]]:
         """Every call of one turn (any status), in the order they were made."""
-    @abc.abstractmethod
+        rows = await self._one(fetch(f"{_CALL_SQL} WHERE conversation_id = ? AND turn_id = ? ORDER BY {self.dialect.call_order}",
+                                     conversation_id, turn_id), READ)
+        return [_call_row(r) for r in rows]
+
     async def finish_call(
         self,
         conversation_id: str,
@@ -236,81 +475,198 @@ class Store(abc.ABC):
         idempotency: Ack | None = None,
     ) -> bool:
         """Move a *pending* call to ``status``; False (and nothing written) when it was not pending."""
+        now = time.time()
+        message = {"t": "call", "c": conversation_id, "id": call_id}
 
-    @abc.abstractmethod
-    async def record_refused(self, conversation_id: str, kind: str, payload: Any, reason: str) -> None: ...
+        def go() -> Body[bool]:
+            changed = yield execute(
+                "UPDATE calls SET status = ?, result = ?, error = ?, handler_ms = ?, total_ms = ?, finished_at = ?"
+                " WHERE conversation_id = ? AND id = ? AND status = ?",
+                status, _json_or_none(result), error, handler_ms, total_ms, now, conversation_id, call_id, CALL_PENDING)
+            if not changed:
+                return False
+            if idempotency:
+                yield self._put_ack(conversation_id, *idempotency)
+            for q in self._notify_sql(message):
+                yield q
+            return True
 
-    # offered actions (seed 002, D7)
-    @abc.abstractmethod
+        done = await self._perform(go)
+        if done:
+            self._fire(message)
+        return done
+
+    async def record_refused(self, conversation_id: str, kind: str, payload: Any, reason: str) -> None:
+        """Keep a bounded excerpt of a refused write (``refused_excerpt``) and why."""
+        await self._one(execute("INSERT INTO refused (conversation_id, kind, payload, reason, created_at) VALUES (?,?,?,?,?)",
+                                conversation_id, kind, _dumps(refused_excerpt(payload)), _clean_text(reason, 200), time.time()))
+
+    async def refused(self, conversation_id: str) -> list[dict[str, Any]]:
+        """The refused writes recorded, in order."""
+        rows = await self._one(fetch("SELECT kind, payload, reason, created_at FROM refused WHERE conversation_id = ?"
+                                     f" ORDER BY {self.dialect.order}", conversation_id), READ)
+        return [{"kind": r[0], "payload": json.loads(r[1]), "reason": r[2], "created_at": r[3]} for r in rows]
+
+    # -- offered actions (seed 002, D7) ---------------------------------------------------------
     async def get_offers(self, conversation_id: str) -> dict[str, dict[str, Any]]:
         """Every stored offer, by the id of the assistant message it was made on."""
-    @abc.abstractmethod
+        rows = await self._one(fetch("SELECT message_id, call_id, actions, note FROM offers WHERE conversation_id = ?",
+                                     conversation_id), READ)
+        return {r[0]: _offer_row(r) for r in rows}
+
     async def get_offer(self, conversation_id: str, message_id: str) -> dict[str, Any] | None:
         """The offer made on a message that is still part of the conversation (not withdrawn)."""
-    @abc.abstractmethod
+        row = await self._one(fetchrow(
+            "SELECT o.message_id, o.call_id, o.actions, o.note FROM offers o WHERE o.conversation_id = ? AND o.message_id = ?"
+            " AND EXISTS (SELECT 1 FROM messages m WHERE m.conversation_id = o.conversation_id AND m.id = o.message_id)",
+            conversation_id, message_id), READ)
+        return _offer_row(row) if row else None
+
     async def action_succeeded(self, conversation_id: str, action_id: str) -> bool:
         """Whether a stored ``action`` message records a successful outcome of that action."""
+        return await self._one(fetchval(self.dialect.action_ok, conversation_id, action_id), READ) is not None
 
-    # ask-user prompts
-    @abc.abstractmethod
-    async def add_prompts(self, conversation_id: str, turn_id: str, prompts: list[dict[str, Any]]) -> None: ...
-    @abc.abstractmethod
-    async def pending_prompts(self, conversation_id: str) -> list[dict[str, Any]]: ...
-    @abc.abstractmethod
+    # -- ask-user prompts ---------------------------------------------------------------------
+    async def add_prompts(self, conversation_id: str, turn_id: str, prompts: list[dict[str, Any]]) -> None:
+        """Store ask-user prompts, pending, in their order."""
+        await self._one(executemany(
+            "INSERT INTO prompts (conversation_id, id, turn_id, prompt, status, pos) VALUES (?,?,?,?,?,?)",
+            [(conversation_id, p["id"], turn_id, _dumps(p), CALL_PENDING, i) for i, p in enumerate(prompts)]))
+
+    async def pending_prompts(self, conversation_id: str) -> list[dict[str, Any]]:
+        """The pending prompts, in the order they were stored."""
+        rows = await self._one(fetch("SELECT prompt FROM prompts WHERE conversation_id = ? AND status = ?"
+                                     f" ORDER BY {self.dialect.order}", conversation_id, CALL_PENDING), READ)
+        return [json.loads(r[0]) for r in rows]
+
     async def prompt_statuses(self, conversation_id: str, prompt_ids: Iterable[str]) -> dict[str, str]:
         """The status of each known prompt among ``prompt_ids`` (unknown ids are absent)."""
+        d = self.dialect
+        rows = await self._one(fetch(f"SELECT id, status FROM prompts WHERE conversation_id = ? AND id {d.any_of}",
+                                     conversation_id, d.array(list(prompt_ids))), READ)
+        return {r[0]: r[1] for r in rows}
 
-    @abc.abstractmethod
     async def answer_prompts(self, conversation_id: str, answers: list[tuple[str, Any]], idempotency: Ack | None = None) -> bool:
         """Store every ``(prompt_id, answer)`` and the ack in one transaction, or nothing (and False)
         when any of those prompts is not pending."""
-    @abc.abstractmethod
+        class _NotPending(Exception):
+            pass
+
+        def go() -> Body[None]:
+            for pid, answer in answers:
+                if not (yield execute("UPDATE prompts SET status = ?, answer = ?"
+                                      " WHERE conversation_id = ? AND id = ? AND status = ?",
+                                      CALL_ANSWERED, _dumps(answer), conversation_id, pid, CALL_PENDING)):
+                    raise _NotPending  # rolls the whole write back
+            if idempotency:
+                yield self._put_ack(conversation_id, *idempotency)
+
+        try:
+            await self._perform(go)
+        except _NotPending:
+            return False
+        return True
+
     async def take_answers(self, conversation_id: str) -> list[tuple[dict[str, Any], Any]]:
         """Answered prompts not taken yet, marked taken: the answers a suspended turn resumes with."""
+        # One UPDATE ... RETURNING: two processes resuming at once cannot both take an answer.
+        rows = await self._one(fetch(
+            "UPDATE prompts SET status = ? WHERE conversation_id = ? AND status = ?"
+            f" RETURNING prompt, answer, {self.dialect.order}", PROMPT_TAKEN, conversation_id, CALL_ANSWERED))
+        return [(json.loads(p), json.loads(a)) for p, a, _n in sorted(rows, key=lambda r: r[2])]
 
-    @abc.abstractmethod
-    async def cancel_prompts(self, conversation_id: str) -> int: ...
+    async def cancel_prompts(self, conversation_id: str) -> int:
+        """Cancel the pending prompts; how many."""
+        cancelled: int = await self._one(execute("UPDATE prompts SET status = ? WHERE conversation_id = ? AND status = ?",
+                                                 CALL_CANCELLED, conversation_id, CALL_PENDING))
+        return cancelled
 
-    # conditional writes (several processes may race for the same transition)
-    @abc.abstractmethod
+    # -- conditional writes (several processes may race for the same transition) ---------------
     async def claim_status(self, conversation_id: str, expected: Iterable[str], *, runner_was: Any = ...,
                            **fields: Any) -> bool:
         """Update ``fields`` only while the status is one of ``expected`` (and, when given, the
         ``runner`` is ``runner_was``); whether it did."""
+        _check_updatable(fields)
+        d = self.dialect
+        sets = "".join(f", {k} = ?" for k in fields)
+        where = f"id = ? AND status {d.any_of}"
+        args: list[Any] = [time.time(), *fields.values(), conversation_id, d.array(list(expected))]
+        if runner_was is not ...:
+            where += f" AND runner {d.same} ?"
+            args.append(runner_was)
+        changed: int = await self._one(execute(f"UPDATE conversations SET updated_at = ?{sets} WHERE {where}", *args))
+        return changed > 0
 
-    @abc.abstractmethod
-    async def update_state(self, conversation_id: str, fn: Callable[[dict[str, Any]], dict[str, Any]],
-                           idempotency: Ack, active_sid: str | None = None) -> dict[str, Any] | None:
-        """Atomically: the ack already stored under the idempotency key (nothing written), or
-        ``NotActive`` when ``active_sid`` is given and is not the active client, or the state replaced
-        by ``fn(state)`` (which may raise: nothing written) with the ack stored; None then."""
-
-    # presence: relay instances, joined sockets, the active client, call dispatch
-    @abc.abstractmethod
+    # -- presence: relay instances, joined sockets, the active client, call dispatch ------------
     async def heartbeat(self, instance: str) -> None:
         """Mark a relay instance alive now."""
-    @abc.abstractmethod
+        await self._one(execute("INSERT INTO instances (id, heartbeat_at) VALUES (?, ?)"
+                                " ON CONFLICT (id) DO UPDATE SET heartbeat_at = excluded.heartbeat_at", instance, time.time()))
+
     async def forget_instance(self, instance: str) -> None:
         """A relay instance stops: it is dead at once, its sockets are gone."""
-    @abc.abstractmethod
-    async def instance_alive(self, instance: str) -> bool: ...
-    @abc.abstractmethod
+        def go() -> Body[None]:
+            yield execute("UPDATE conversations SET active_sid = NULL"
+                          " WHERE active_sid IN (SELECT sid FROM members WHERE instance = ?)", instance)
+            yield execute("DELETE FROM members WHERE instance = ?", instance)
+            yield execute("DELETE FROM instances WHERE id = ?", instance)
+
+        await self._perform(go)
+
+    async def instance_alive(self, instance: str) -> bool:
+        """Whether the instance's heartbeat is recent (``INSTANCE_TTL_S``)."""
+        since = time.time() - INSTANCE_TTL_S
+        return await self._one(fetchval("SELECT 1 FROM instances WHERE id = ? AND heartbeat_at > ?", instance, since),
+                               READ) is not None
+
     async def add_member(self, conversation_id: str, sid: str, instance: str) -> None:
         """A socket joined a conversation (on ``instance``)."""
-    @abc.abstractmethod
+        await self._one(execute(self.dialect.put_member, sid, conversation_id, instance, time.time()))
+
     async def remove_member(self, sid: str) -> None:
         """A socket left: forget it, and it is no longer any conversation's active client."""
-    @abc.abstractmethod
+        def go() -> Body[None]:
+            yield execute("DELETE FROM members WHERE sid = ?", sid)
+            yield execute("UPDATE conversations SET active_sid = NULL WHERE active_sid = ?", sid)
+
+        await self._perform(go)
+
     async def set_active(self, conversation_id: str, sid: str) -> str | None:
         """Make ``sid`` the active client; the previous one."""
-    @abc.abstractmethod
+        def go() -> Body[str | None]:
+            row = yield fetchrow(f"SELECT active_sid FROM conversations WHERE id = ?{self.dialect.lock}", conversation_id)
+            if row is None:
+                raise KeyError(conversation_id)
+            yield execute("UPDATE conversations SET active_sid = ? WHERE id = ?", sid, conversation_id)
+            return row[0]
+
+        return await self._perform(go)
+
     async def claim_call(self, conversation_id: str, call_id: str, sid: str | None = None) -> str | None:
         """Dispatch a pending call to ``sid`` (None: to the active client) unless it is dispatched to
         another socket that is still joined on a live instance. Returns the socket the call is
         dispatched to afterwards (None: to nobody, or the call is not pending)."""
-    @abc.abstractmethod
-    async def conversations_brief(self, ids: Iterable[str]) -> dict[str, dict[str, Any]]:
-        """``{id: {seq, status, runner}}`` of those that exist (the hub's poll)."""
+        since = time.time() - INSTANCE_TTL_S
+
+        def go() -> Body[str | None]:
+            row = yield fetchrow(f"SELECT status, dispatched_to FROM calls WHERE conversation_id = ? AND id = ?{self.dialect.lock}",
+                                 conversation_id, call_id)
+            if row is None or row[0] != CALL_PENDING:
+                return None
+            owner = row[1]
+            want = sid
+            if want is None:
+                want = yield fetchval("SELECT active_sid FROM conversations WHERE id = ?", conversation_id)
+            if owner is not None and (owner == want or (yield fetchval(
+                    "SELECT 1 FROM members m JOIN instances i ON i.id = m.instance WHERE m.sid = ? AND i.heartbeat_at > ?",
+                    owner, since)) is not None):
+                return owner
+            if want is None:
+                return None
+            yield execute("UPDATE calls SET dispatched_to = ? WHERE conversation_id = ? AND id = ?", want, conversation_id, call_id)
+            return want
+
+        return await self._perform(go)
 
 
 _SCHEMA = """
@@ -415,12 +771,6 @@ CREATE TABLE IF NOT EXISTS instances (
 ]
 SCHEMA_VERSION = _MIGRATIONS[-1][0]
 
-_CONV_COLUMNS = ("id", "app_id", "status", "created_at", "updated_at", "seq", "msg_seq", "turn_id", "iteration", "runner",
-                 "active_sid")
-_UPDATABLE = {"status", "turn_id", "iteration", "runner"}
-_CALL_COLUMNS = ("id", "turn_id", "name", "kind", "arguments", "seq", "status", "result", "error",
-                 "handler_ms", "total_ms", "created_at", "finished_at", "dispatched_to")
-_TABLES = ("messages", "events", "idempotency", "calls", "refused", "prompts", "offers", "members")
 
 
 _READ, _WRITE, _CALL = "r", "w", "x"
@@ -530,9 +880,42 @@ def _deliver(results: list[tuple["asyncio.Future[Any]", Any, BaseException | Non
             fut.set_result(out)
 
 
+def _sqlite_step(db: sqlite3.Connection, q: Q) -> Any:
+    """One statement of a body, on the worker's connection."""
+    if q.kind == "executemany":
+        db.executemany(q.sql, q.args[0])
+        return None
+    cur = db.execute(q.sql, q.args)
+    if q.kind == "execute":
+        return cur.rowcount
+    if q.kind == "fetch":
+        return cur.fetchall()
+    row = cur.fetchone()
+    if q.kind == "fetchrow":
+        return row
+    return row[0] if row else None
+
+
+SQLITE = Dialect(
+    lock="",  # one connection whose writes the worker serializes: nothing to lock
+    order="rowid",
+    call_order="created_at, seq",
+    same="IS",
+    any_of="IN (SELECT value FROM json_each(?))",  # one parameter, however many values (no variable limit)
+    array=_dumps,
+    put_ack="INSERT OR IGNORE INTO idempotency (conversation_id, key, ack, created_at) VALUES (?,?,?,?)",
+    put_offer="INSERT OR REPLACE INTO offers (conversation_id, message_id, call_id, actions, note) VALUES (?,?,?,?,?)",
+    put_member="INSERT OR REPLACE INTO members (sid, conversation_id, instance, joined_at) VALUES (?,?,?,?)",
+    action_ok="SELECT 1 FROM messages WHERE conversation_id = ? AND json_extract(data, '$.role') = 'action'"
+              " AND json_extract(data, '$.action_id') = ? AND json_extract(data, '$.ok') = 1 LIMIT 1",
+)
+
+
 class SQLiteStore(Store):
     """The embedded default: one file, one relay process (a second process on the same file would not
     see the first one's sockets and turns: use ``PostgresStore`` to run several)."""
+
+    dialect = SQLITE
 
     def __init__(self, path: str | Path) -> None:
         super().__init__()
@@ -540,7 +923,6 @@ class SQLiteStore(Store):
         self._worker: _Worker | None = None
         self._db: sqlite3.Connection | None = None
 
-    # -- plumbing -------------------------------------------------------------------------
     async def _run(self, fn: Callable[..., T], *args: Any) -> T:
         if self._worker is None:
             raise RuntimeError("store is not open")
@@ -573,6 +955,7 @@ class SQLiteStore(Store):
         self._db = db
 
     async def open(self) -> None:
+        """Open the file (created and migrated as needed) on the worker thread."""
         if self._worker is not None:
             return
         self._worker = _Worker(lambda: self.db)
@@ -584,6 +967,7 @@ class SQLiteStore(Store):
             raise
 
     async def close(self) -> None:
+        """Close the file and stop the worker thread."""
         if self._worker is None:
             return
         if self._db is not None:
@@ -594,497 +978,14 @@ class SQLiteStore(Store):
 
     @property
     def db(self) -> sqlite3.Connection:
+        """The connection (the worker thread's to use)."""
         assert self._db is not None
         return self._db
 
-    async def _write(self, fn: Callable[[sqlite3.Connection], T]) -> T:
-        """``fn(db)`` atomically (its own savepoint in the batch's transaction), resolved once committed."""
+    async def _perform(self, body: Callable[[], Body[T]], mode: str = WRITE) -> T:
+        """A ``READ`` is a read job; a ``WRITE`` (and a ``SNAPSHOT``: one transaction is a consistent read)
+        a write job, in its own savepoint of the batch's transaction and resolved once committed."""
         if self._worker is None:
             raise RuntimeError("store is not open")
-        return await self._worker.submit(_WRITE, fn)  # type: ignore[no-any-return]
-
-    async def _read(self, fn: Callable[[sqlite3.Connection], T]) -> T:
-        if self._worker is None:
-            raise RuntimeError("store is not open")
-        return await self._worker.submit(_READ, fn)  # type: ignore[no-any-return]
-
-    @staticmethod
-    def _put_ack(db: sqlite3.Connection, conversation_id: str, key: str, ack: dict[str, Any]) -> None:
-        db.execute(
-            "INSERT OR IGNORE INTO idempotency (conversation_id, key, ack, created_at) VALUES (?,?,?,?)",
-            (conversation_id, key, _dumps(ack), time.time()),
-        )
-
-    # -- conversations ----------------------------------------------------------------------
-    @staticmethod
-    def _conv(db: sqlite3.Connection, conversation_id: str) -> dict[str, Any] | None:
-        row = db.execute(f"SELECT {', '.join(_CONV_COLUMNS)} FROM conversations WHERE id = ?", (conversation_id,)).fetchone()
-        return dict(zip(_CONV_COLUMNS, row)) if row else None
-
-    async def create_conversation(self, conversation_id: str, app_id: str, state: dict[str, Any]) -> dict[str, Any]:
-        now = time.time()
-
-        def go(db: sqlite3.Connection) -> dict[str, Any]:
-            db.execute(
-                "INSERT INTO conversations (id, app_id, status, created_at, updated_at, state) VALUES (?,?,?,?,?,?)",
-                (conversation_id, app_id, IDLE, now, now, _dumps(state)),
-            )
-            conv = self._conv(db, conversation_id)
-            assert conv is not None
-            return conv
-
-        return await self._write(go)
-
-    async def get_conversation(self, conversation_id: str) -> dict[str, Any] | None:
-        return await self._read(lambda db: self._conv(db, conversation_id))
-
-    async def update_conversation(self, conversation_id: str, **fields: Any) -> None:
-        bad = set(fields) - _UPDATABLE
-        if bad:
-            raise ValueError(f"cannot update {bad}")
-        sets = "".join(f", {k} = ?" for k in fields)
-        args = (time.time(), *fields.values(), conversation_id)
-        await self._write(lambda db: db.execute(f"UPDATE conversations SET updated_at = ?{sets} WHERE id = ?", args))
-
-    async def delete_conversation(self, conversation_id: str) -> bool:
-        def go(db: sqlite3.Connection) -> bool:
-            cur = db.execute("DELETE FROM conversations WHERE id = ?", (conversation_id,))
-            for table in _TABLES:
-                db.execute(f"DELETE FROM {table} WHERE conversation_id = ?", (conversation_id,))
-            return cur.rowcount > 0
-
-        return await self._write(go)
-
-    async def delete_inactive_before(self, timestamp: float) -> list[str]:
-        ids = await self._read(lambda db: [r[0] for r in db.execute("SELECT id FROM conversations WHERE updated_at < ?", (timestamp,))])
-        for cid in ids:
-            await self.delete_conversation(cid)
-        return ids
-
-    async def snapshot(self, conversation_id: str) -> tuple[dict[str, Any], list[dict[str, Any]]] | None:
-        def go(db: sqlite3.Connection) -> tuple[dict[str, Any], list[dict[str, Any]]] | None:
-            conv = self._conv(db, conversation_id)
-            if conv is None:
-                return None
-            rows = db.execute("SELECT data FROM messages WHERE conversation_id = ? ORDER BY pos", (conversation_id,)).fetchall()
-            return conv, [json.loads(r[0]) for r in rows]
-
-        return await self._write(go)  # one transaction: a consistent read
-
-    # -- events -------------------------------------------------------------------------------
-    async def append_event(
-        self,
-        conversation_id: str,
-        name: str,
-        payload: dict[str, Any],
-        *,
-        messages: Iterable[dict[str, Any]] = (),
-        conversation: dict[str, Any] | None = None,
-        idempotency: Ack | None = None,
-        withdraw: Iterable[str] = (),
-        offer: dict[str, Any] | None = None,
-        require_status: Iterable[str] | None = None,
-    ) -> int:
-        msgs = list(messages)
-        allowed = None if require_status is None else set(require_status)
-        gone = list(withdraw)
-        fields = dict(conversation or {})
-        bad = set(fields) - _UPDATABLE
-        if bad:
-            raise ValueError(f"cannot update {bad}")
-        committed = name not in UNCOMMITTED_EVENTS
-        now = time.time()
-
-        def go(db: sqlite3.Connection) -> int:
-            if allowed is not None:
-                row = db.execute("SELECT status FROM conversations WHERE id = ?", (conversation_id,)).fetchone()
-                if row is None:
-                    raise KeyError(conversation_id)
-                if row[0] not in allowed:
-                    raise StatusConflict(row[0])
-            # In an UPDATE every right-hand side sees the old row, so both get old seq + 1.
-            sets = "seq = seq + 1, updated_at = ?" + (", msg_seq = seq + 1" if committed else "")
-            sets += "".join(f", {k} = ?" for k in fields)
-            row = db.execute(
-                f"UPDATE conversations SET {sets} WHERE id = ? RETURNING seq", (now, *fields.values(), conversation_id)
-            ).fetchone()
-            if row is None:
-                raise KeyError(conversation_id)
-            seq = row[0]
-            payload["seq"] = seq
-            for m in msgs:  # before the payload is serialized: it may embed these messages
-                m["seq"] = seq
-            pm = payload.get("message")
-            if isinstance(pm, dict) and any(pm.get("id") == m["id"] for m in msgs):
-                pm["seq"] = seq  # an emitted copy of a stored message (e.g. with its live ``actions``)
-            db.execute("INSERT INTO events (conversation_id, seq, name, payload) VALUES (?,?,?,?)",
-                       (conversation_id, seq, name, _dumps(payload)))
-            for mid in gone:
-                db.execute("DELETE FROM messages WHERE conversation_id = ? AND id = ?", (conversation_id, mid))
-            for m in msgs:
-                db.execute("INSERT INTO messages (conversation_id, id, seq, data) VALUES (?,?,?,?)",
-                           (conversation_id, m["id"], seq, _dumps(m)))
-            if idempotency:
-                self._put_ack(db, conversation_id, *idempotency)
-            if offer is not None:
-                db.execute("INSERT OR REPLACE INTO offers (conversation_id, message_id, call_id, actions, note) VALUES (?,?,?,?,?)",
-                           (conversation_id, offer["message_id"], offer["call_id"], _dumps(offer["actions"]), offer["note"]))
-            return seq
-
-        return await self._write(go)
-
-    async def events_after(self, conversation_id: str, seq: int) -> list[tuple[int, str, dict[str, Any]]]:
-        def go(db: sqlite3.Connection) -> list[tuple[int, str, dict[str, Any]]]:
-            rows = db.execute("SELECT seq, name, payload FROM events WHERE conversation_id = ? AND seq > ? ORDER BY seq",
-                              (conversation_id, seq)).fetchall()
-            return [(s, n, json.loads(p)) for s, n, p in rows]
-
-        return await self._read(go)
-
-    # -- state --------------------------------------------------------------------------------
-    async def get_state(self, conversation_id: str) -> dict[str, Any]:
-        def go(db: sqlite3.Connection) -> dict[str, Any]:
-            row = db.execute("SELECT state FROM conversations WHERE id = ?", (conversation_id,)).fetchone()
-            if row is None:
-                raise KeyError(conversation_id)
-            return json.loads(row[0])
-
-        return await self._read(go)
-
-    async def save_state(self, conversation_id: str, doc: dict[str, Any], idempotency: Ack | None = None) -> None:
-        text = _dumps(doc)
-        now = time.time()
-
-        def go(db: sqlite3.Connection) -> None:
-            cur = db.execute("UPDATE conversations SET state = ?, updated_at = ? WHERE id = ?", (text, now, conversation_id))
-            if cur.rowcount == 0:
-                raise KeyError(conversation_id)
-            if idempotency:
-                self._put_ack(db, conversation_id, *idempotency)
-
-        await self._write(go)
-
-    # -- idempotency ------------------------------------------------------------------------------
-    async def get_ack(self, conversation_id: str, key: str) -> dict[str, Any] | None:
-        def go(db: sqlite3.Connection) -> dict[str, Any] | None:
-            row = db.execute("SELECT ack FROM idempotency WHERE conversation_id = ? AND key = ?", (conversation_id, key)).fetchone()
-            return json.loads(row[0]) if row else None
-
-        return await self._read(go)
-
-    async def put_ack(self, conversation_id: str, key: str, ack: dict[str, Any]) -> None:
-        await self._write(lambda db: self._put_ack(db, conversation_id, key, ack))
-
-    # -- function calls -----------------------------------------------------------------------------
-    @staticmethod
-    def _call_row(row: tuple[Any, ...]) -> dict[str, Any]:
-        d = dict(zip(_CALL_COLUMNS, row))
-        d["arguments"] = json.loads(d["arguments"])
-        d["result"] = json.loads(d["result"]) if d["result"] is not None else None
-        return d
-
-    async def add_calls(self, conversation_id: str, turn_id: str, calls: list[dict[str, Any]]) -> None:
-        now = time.time()
-
-        def go(db: sqlite3.Connection) -> None:
-            for c in calls:
-                status = c.get("status", CALL_PENDING)
-                result = c.get("result")
-                db.execute(
-                    "INSERT INTO calls (conversation_id, id, turn_id, name, kind, arguments, seq, status, result, error,"
-                    " handler_ms, total_ms, created_at, finished_at) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
-                    (conversation_id, c["id"], turn_id, c["name"], c.get("kind", "function"), _dumps(c["arguments"]),
-                     c.get("seq", 0), status, _dumps(result) if result is not None else None, c.get("error"),
-                     c.get("handler_ms"), c.get("total_ms"), now, None if status == CALL_PENDING else now),
-                )
-
-        await self._write(go)
-
-    async def set_call_seq(self, conversation_id: str, call_id: str, seq: int) -> None:
-        await self._write(lambda db: db.execute("UPDATE calls SET seq = ? WHERE conversation_id = ? AND id = ?",
-                                                (seq, conversation_id, call_id)))
-
-    async def get_call(self, conversation_id: str, call_id: str) -> dict[str, Any] | None:
-        def go(db: sqlite3.Connection) -> dict[str, Any] | None:
-            row = db.execute(f"SELECT {', '.join(_CALL_COLUMNS)} FROM calls WHERE conversation_id = ? AND id = ?",
-                             (conversation_id, call_id)).fetchone()
-            return self._call_row(row) if row else None
-
-        return await self._read(go)
-
-    async def pending_calls(self, conversation_id: str) -> list[dict[str, Any]]:
-        def go(db: sqlite3.Connection) -> list[dict[str, Any]]:
-            rows = db.execute(
-                f"SELECT {', '.join(_CALL_COLUMNS)} FROM calls WHERE conversation_id = ? AND status = ? ORDER BY seq",
-                (conversation_id, CALL_PENDING)).fetchall()
-            return [self._call_row(r) for r in rows]
-
-        return await self._read(go)
-
-    async def turn_calls(self, conversation_id: str, turn_id: str) -> list[dict[str, Any]]:
-        def go(db: sqlite3.Connection) -> list[dict[str, Any]]:
-            rows = db.execute(
-                f"SELECT {', '.join(_CALL_COLUMNS)} FROM calls WHERE conversation_id = ? AND turn_id = ? ORDER BY created_at, seq",
-                (conversation_id, turn_id)).fetchall()
-            return [self._call_row(r) for r in rows]
-
-        return await self._read(go)
-
-    async def finish_call(
-        self,
-        conversation_id: str,
-        call_id: str,
-        status: str,
-        *,
-        result: Any = None,
-        error: str | None = None,
-        handler_ms: float | None = None,
-        total_ms: float | None = None,
-        idempotency: Ack | None = None,
-    ) -> bool:
-        now = time.time()
-
-        def go(db: sqlite3.Connection) -> bool:
-            cur = db.execute(
-                "UPDATE calls SET status = ?, result = ?, error = ?, handler_ms = ?, total_ms = ?, finished_at = ?"
-                " WHERE conversation_id = ? AND id = ? AND status = ?",
-                (status, _dumps(result) if result is not None else None, error, handler_ms, total_ms, now,
-                 conversation_id, call_id, CALL_PENDING))
-            if cur.rowcount and idempotency:
-                self._put_ack(db, conversation_id, *idempotency)
-            return cur.rowcount > 0
-
-        done = await self._write(go)
-        if done:
-            self._fire({"t": "call", "c": conversation_id, "id": call_id})
-        return done
-
-    async def record_refused(self, conversation_id: str, kind: str, payload: Any, reason: str) -> None:
-        await self._write(lambda db: db.execute(
-            "INSERT INTO refused (conversation_id, kind, payload, reason, created_at) VALUES (?,?,?,?,?)",
-            (conversation_id, kind, _dumps(refused_excerpt(payload)), _clean_text(reason, 200), time.time())))
-
-    async def refused(self, conversation_id: str) -> list[dict[str, Any]]:
-        def go(db: sqlite3.Connection) -> list[dict[str, Any]]:
-            rows = db.execute("SELECT kind, payload, reason, created_at FROM refused WHERE conversation_id = ? ORDER BY rowid",
-                              (conversation_id,)).fetchall()
-            return [{"kind": k, "payload": json.loads(p), "reason": r, "created_at": t} for k, p, r, t in rows]
-
-        return await self._read(go)
-
-    # -- offered actions ----------------------------------------------------------------------------------
-    @staticmethod
-    def _offer_row(row: tuple[Any, ...]) -> dict[str, Any]:
-        return {"message_id": row[0], "call_id": row[1], "actions": json.loads(row[2]), "note": row[3]}
-
-    async def get_offers(self, conversation_id: str) -> dict[str, dict[str, Any]]:
-        def go(db: sqlite3.Connection) -> dict[str, dict[str, Any]]:
-            rows = db.execute("SELECT message_id, call_id, actions, note FROM offers WHERE conversation_id = ?",
-                              (conversation_id,)).fetchall()
-            return {r[0]: self._offer_row(r) for r in rows}
-
-        return await self._read(go)
-
-    async def get_offer(self, conversation_id: str, message_id: str) -> dict[str, Any] | None:
-        def go(db: sqlite3.Connection) -> dict[str, Any] | None:
-            row = db.execute(
-                "SELECT o.message_id, o.call_id, o.actions, o.note FROM offers o WHERE o.conversation_id = ? AND o.message_id = ?"
-                " AND EXISTS (SELECT 1 FROM messages m WHERE m.conversation_id = o.conversation_id AND m.id = o.message_id)",
-                (conversation_id, message_id)).fetchone()
-            return self._offer_row(row) if row else None
-
-        return await self._read(go)
-
-    async def action_succeeded(self, conversation_id: str, action_id: str) -> bool:
-        def go(db: sqlite3.Connection) -> bool:
-            row = db.execute(
-                "SELECT 1 FROM messages WHERE conversation_id = ? AND json_extract(data, '$.role') = 'action'"
-                " AND json_extract(data, '$.action_id') = ? AND json_extract(data, '$.ok') = 1 LIMIT 1",
-                (conversation_id, action_id)).fetchone()
-            return row is not None
-
-        return await self._read(go)
-
-    # -- ask-user prompts ------------------------------------------------------------------------------
-    async def add_prompts(self, conversation_id: str, turn_id: str, prompts: list[dict[str, Any]]) -> None:
-        def go(db: sqlite3.Connection) -> None:
-            for i, p in enumerate(prompts):
-                db.execute("INSERT INTO prompts (conversation_id, id, turn_id, prompt, status, pos) VALUES (?,?,?,?,?,?)",
-                           (conversation_id, p["id"], turn_id, _dumps(p), CALL_PENDING, i))
-
-        await self._write(go)
-
-    async def pending_prompts(self, conversation_id: str) -> list[dict[str, Any]]:
-        def go(db: sqlite3.Connection) -> list[dict[str, Any]]:
-            rows = db.execute("SELECT prompt FROM prompts WHERE conversation_id = ? AND status = ? ORDER BY rowid",
-                              (conversation_id, CALL_PENDING)).fetchall()
-            return [json.loads(r[0]) for r in rows]
-
-        return await self._read(go)
-
-    async def prompt_statuses(self, conversation_id: str, prompt_ids: Iterable[str]) -> dict[str, str]:
-        ids = list(prompt_ids)
-
-        def go(db: sqlite3.Connection) -> dict[str, str]:
-            out = {}
-            for pid in ids:
-                row = db.execute("SELECT status FROM prompts WHERE conversation_id = ? AND id = ?", (conversation_id, pid)).fetchone()
-                if row:
-                    out[pid] = row[0]
-            return out
-
-        return await self._read(go)
-
-    async def answer_prompts(self, conversation_id: str, answers: list[tuple[str, Any]], idempotency: Ack | None = None) -> bool:
-        class _NotPending(Exception):
-            pass
-
-        def go(db: sqlite3.Connection) -> None:
-            for pid, answer in answers:
-                cur = db.execute(
-                    "UPDATE prompts SET status = ?, answer = ? WHERE conversation_id = ? AND id = ? AND status = ?",
-                    (CALL_ANSWERED, _dumps(answer), conversation_id, pid, CALL_PENDING))
-                if cur.rowcount == 0:
-                    raise _NotPending  # rolls the whole batch back
-            if idempotency:
-                self._put_ack(db, conversation_id, *idempotency)
-
-        try:
-            await self._write(go)
-        except _NotPending:
-            return False
-        return True
-
-    async def take_answers(self, conversation_id: str) -> list[tuple[dict[str, Any], Any]]:
-        def go(db: sqlite3.Connection) -> list[tuple[dict[str, Any], Any]]:
-            rows = db.execute("SELECT prompt, answer FROM prompts WHERE conversation_id = ? AND status = ? ORDER BY rowid",
-                              (conversation_id, CALL_ANSWERED)).fetchall()
-            db.execute("UPDATE prompts SET status = ? WHERE conversation_id = ? AND status = ?",
-                       (PROMPT_TAKEN, conversation_id, CALL_ANSWERED))
-            return [(json.loads(p), json.loads(a)) for p, a in rows]
-
-        return await self._write(go)
-
-    async def cancel_prompts(self, conversation_id: str) -> int:
-        return await self._write(lambda db: db.execute(
-            "UPDATE prompts SET status = ? WHERE conversation_id = ? AND status = ?",
-            (CALL_CANCELLED, conversation_id, CALL_PENDING)).rowcount)
-
-    # -- conditional writes ----------------------------------------------------------------------
-    async def claim_status(self, conversation_id: str, expected: Iterable[str], *, runner_was: Any = ...,
-                           **fields: Any) -> bool:
-        bad = set(fields) - _UPDATABLE
-        if bad:
-            raise ValueError(f"cannot update {bad}")
-        statuses = list(expected)
-        where = f"id = ? AND status IN ({','.join('?' * len(statuses))})"
-        args: list[Any] = [time.time(), *fields.values(), conversation_id, *statuses]
-        if runner_was is not ...:
-            where += " AND runner IS ?"
-            args.append(runner_was)
-        sets = "".join(f", {k} = ?" for k in fields)
-        return await self._write(lambda db: db.execute(
-            f"UPDATE conversations SET updated_at = ?{sets} WHERE {where}", args).rowcount > 0)
-
-    async def update_state(self, conversation_id: str, fn: Callable[[dict[str, Any]], dict[str, Any]],
-                           idempotency: Ack, active_sid: str | None = None) -> dict[str, Any] | None:
-        key, ack = idempotency
-        now = time.time()
-
-        def go(db: sqlite3.Connection) -> dict[str, Any] | None:
-            row = db.execute("SELECT ack FROM idempotency WHERE conversation_id = ? AND key = ?", (conversation_id, key)).fetchone()
-            if row:
-                return json.loads(row[0])
-            row = db.execute("SELECT state, active_sid FROM conversations WHERE id = ?", (conversation_id,)).fetchone()
-            if row is None:
-                raise KeyError(conversation_id)
-            if active_sid is not None and row[1] != active_sid:
-                raise NotActive(conversation_id)
-            new = fn(json.loads(row[0]))
-            db.execute("UPDATE conversations SET state = ?, updated_at = ? WHERE id = ?", (_dumps(new), now, conversation_id))
-            self._put_ack(db, conversation_id, key, ack)
-            return None
-
-        return await self._write(go)
-
-    # -- presence --------------------------------------------------------------------------------
-    async def heartbeat(self, instance: str) -> None:
-        now = time.time()
-        await self._write(lambda db: db.execute(
-            "INSERT INTO instances (id, heartbeat_at) VALUES (?, ?) ON CONFLICT (id) DO UPDATE SET heartbeat_at = excluded.heartbeat_at",
-            (instance, now)))
-
-    async def forget_instance(self, instance: str) -> None:
-        def go(db: sqlite3.Connection) -> None:
-            db.execute("UPDATE conversations SET active_sid = NULL WHERE active_sid IN (SELECT sid FROM members WHERE instance = ?)", (instance,))
-            db.execute("DELETE FROM members WHERE instance = ?", (instance,))
-            db.execute("DELETE FROM instances WHERE id = ?", (instance,))
-
-        await self._write(go)
-
-    async def instance_alive(self, instance: str) -> bool:
-        since = time.time() - INSTANCE_TTL_S
-        return await self._read(lambda db: db.execute(
-            "SELECT 1 FROM instances WHERE id = ? AND heartbeat_at > ?", (instance, since)).fetchone() is not None)
-
-    async def add_member(self, conversation_id: str, sid: str, instance: str) -> None:
-        now = time.time()
-        await self._write(lambda db: db.execute(
-            "INSERT OR REPLACE INTO members (sid, conversation_id, instance, joined_at) VALUES (?,?,?,?)",
-            (sid, conversation_id, instance, now)))
-
-    async def remove_member(self, sid: str) -> None:
-        def go(db: sqlite3.Connection) -> None:
-            db.execute("DELETE FROM members WHERE sid = ?", (sid,))
-            db.execute("UPDATE conversations SET active_sid = NULL WHERE active_sid = ?", (sid,))
-
-        await self._write(go)
-
-    async def set_active(self, conversation_id: str, sid: str) -> str | None:
-        def go(db: sqlite3.Connection) -> str | None:
-            row = db.execute("SELECT active_sid FROM conversations WHERE id = ?", (conversation_id,)).fetchone()
-            if row is None:
-                raise KeyError(conversation_id)
-            db.execute("UPDATE conversations SET active_sid = ? WHERE id = ?", (sid, conversation_id))
-            return row[0]
-
-        return await self._write(go)
-
-    async def claim_call(self, conversation_id: str, call_id: str, sid: str | None = None) -> str | None:
-        since = time.time() - INSTANCE_TTL_S
-
-        def go(db: sqlite3.Connection) -> str | None:
-            row = db.execute("SELECT status, dispatched_to FROM calls WHERE conversation_id = ? AND id = ?",
-                             (conversation_id, call_id)).fetchone()
-            if row is None or row[0] != CALL_PENDING:
-                return None
-            owner = row[1]
-            want = sid
-            if want is None:
-                active = db.execute("SELECT active_sid FROM conversations WHERE id = ?", (conversation_id,)).fetchone()
-                want = active[0] if active else None
-            if owner is not None and (owner == want or db.execute(
-                    "SELECT 1 FROM members m JOIN instances i ON i.id = m.instance WHERE m.sid = ? AND i.heartbeat_at > ?",
-                    (owner, since)).fetchone() is not None):
-                return owner
-            if want is None:
-                return None
-            db.execute("UPDATE calls SET dispatched_to = ? WHERE conversation_id = ? AND id = ?", (want, conversation_id, call_id))
-            return want
-
-        return await self._write(go)
-
-    async def conversations_brief(self, ids: Iterable[str]) -> dict[str, dict[str, Any]]:
-        wanted = list(ids)
-        if not wanted:
-            return {}
-
-        def go(db: sqlite3.Connection) -> dict[str, dict[str, Any]]:
-            rows = db.execute(f"SELECT id, seq, status, runner FROM conversations WHERE id IN ({','.join('?' * len(wanted))})",
-                              wanted).fetchall()
-            return {r[0]: {"seq": r[1], "status": r[2], "runner": r[3]} for r in rows}
-
-        return await self._read(go)
-
-    async def ping(self) -> None:
-        await self._read(lambda db: db.execute("SELECT 1").fetchone())
+        kind = _READ if mode == READ else _WRITE
+        return await self._worker.submit(kind, lambda db: drive(body(), lambda q: _sqlite_step(db, q)))  # type: ignore[no-any-return]
