@@ -21,11 +21,14 @@ What it does (each step cached under ``.build-cache/``):
    too, and the wheels import from bundle.zip as .pyc (no network is used);
    .pyc files are written without docstrings (stdlib and wheels; our widget/ keeps them) and without
    column tables (PYTHONNODEBUGRANGES): -35 % of their compressed bytes;
-6b. splits the precompiled stdlib (issue 8): a Pyodide in Node imports what the widget's boot imports
-   (the widget modules, Markdown rendering, the bundle smoke test); those modules form the *core* zip the
-   page downloads, everything else the *rest* zip, fetched on the first import of one of its modules by a
-   meta-path finder (``_autopilot_stdlib``, in the core zip; see STDLIB_FINDER_PY). A second Pyodide booted
-   on the core zip checks that the boot never needs the rest and that rest modules import through the finder.
+6b. splits the precompiled stdlib and bundle (issue 8): a Pyodide in Node imports what the widget's boot and
+   first answer import (the widget modules, jsonpatch, Markdown rendering); those files form the *core* zip
+   and bundle.zip the page downloads; what the first argument check adds (jsonschema, attrs, pyrsistent and
+   their stdlib imports) the lazy *schema* zip; everything else the lazy *rest* zip. A lazy zip is fetched on
+   the first import of one of its modules by a meta-path finder (``_autopilot_stdlib``, in the core zip; see
+   STDLIB_FINDER_PY), or ahead of it (the loader for page Python, the client before an argument check). A
+   second Pyodide booted on the core checks that the boot needs no lazy zip and that they import through the
+   finder.
    Zips the page fetches are stored (uncompressed): HTTP brotli packs the archive better than per-member
    deflate, and zipimport reads members without inflating them;
    with ``--snapshot``, a Pyodide memory snapshot with the deps and widget modules imported;
@@ -36,11 +39,15 @@ What it does (each step cached under ``.build-cache/``):
        <build_id>/             immutable: build_id = sha256 over its content, 12 hex
            pyodide/            pyodide.mjs, pyodide.asm.mjs, pyodide.asm.wasm, pyodide-lock.json,
                                python_stdlib.zip (the whole stdlib, precompiled; for other users of pyodide/),
-                               python_stdlib_core.zip + python_stdlib_rest.zip (what the loader fetches),
+                               python_stdlib_core.zip (what the loader fetches at boot) and
+                               python_stdlib_rest.zip (lazy: the rest of the stdlib and of the wheels),
                                python.snapshot (--snapshot only)
            vendor/             socket.io.esm.min.js, purify.es.mjs (+ source maps)
            pyscript/           @pyscript/core dist/ folder
-           bundle.zip          wheels (+ .dist-info) and widget client code, .pyc, stored
+           bundle.zip          what the boot imports of the wheels (+ every .dist-info) and the widget client
+                               code, .pyc, stored
+           schema.zip          lazy group: jsonschema and the modules it imports (stdlib included)
+           bundle-full.zip     every file of the wheels and widget (PyScript pages, other users of pyodide/)
            ...                 every other file of static/, subfolders kept
            *.br                brotli (quality 11) copies of the files above 1 KB the page may fetch,
                                served by the relay to browsers that accept br (cached in .build-cache)
@@ -312,12 +319,18 @@ def _write_zip(path: Path, entries: dict[str, bytes]) -> None:
     os.replace(tmp, path)
 
 
-def _restore_zip(src: Path, dst: Path) -> None:
-    """The same zip with every member stored (uncompressed): zipimport reads it without inflating, and HTTP
-    compression (brotli/gzip) packs the whole archive better than per-member deflate."""
+def _restore_zip(src: Path, dst: Path, drop: set[str] = frozenset()) -> None:
+    """The same zip (minus the members in ``drop``) with every member stored (uncompressed): zipimport reads it
+    without inflating, and HTTP compression (brotli/gzip) packs the whole archive better than per-member
+    deflate."""
     tmp = dst.with_name(f".{dst.name}.{os.getpid()}.tmp")
     with zipfile.ZipFile(src) as zin, zipfile.ZipFile(tmp, "w") as zout:
+        # A folder left without files would import as a namespace package and hide the lazy one.
+        kept_dirs = {n.rsplit("/", 1)[0] + "/" for n in zin.namelist() if not n.endswith("/") and n not in drop}
+        kept_dirs = {"/".join(d.split("/")[:k]) + "/" for d in kept_dirs for k in range(1, d.count("/") + 1)}
         for info in zin.infolist():
+            if info.filename in drop or (info.is_dir() and drop and info.filename not in kept_dirs):
+                continue
             out = zipfile.ZipInfo(info.filename, info.date_time)
             out.external_attr = info.external_attr
             out.compress_type = zipfile.ZIP_STORED
@@ -762,22 +775,27 @@ try {
 # step 6b: the stdlib split (core: what the widget's boot imports; rest: everything else, lazily)
 
 # The finder shipped in the core zip as _autopilot_stdlib.pyc; the loader installs it (see its docstring).
-STDLIB_FINDER_PY = r'''"""The rest of the standard library, loaded on first use (written by autopilot-widget's build.py).
+STDLIB_FINDER_PY = r'''"""Modules loaded on first use (written by autopilot-widget's build.py).
 
-The stdlib zip the page downloads holds only what the widget's boot imports; every other stdlib module is in a
-second zip (``REST_URL``). This meta-path finder, last on ``sys.meta_path``, answers for exactly the modules of
-that second zip: on the first import of one of them it fetches the zip (synchronously in the browser; the loader
-instead fetches it asynchronously before page Python runs when a static scan of that Python needs it, see
-``needs_rest``), mounts it, and from then on those modules import like any other. Names that are in neither zip
+The zips the page downloads at boot hold only what the widget's boot and first answer import; every other module
+is in a *lazy group*, a zip of its own: ``schema`` (jsonschema and what it imports: fetched before the first
+argument check that needs it) and ``rest`` (the rest of the standard library and the unused parts of the wheels).
+This meta-path finder, just before PathFinder on ``sys.meta_path``, answers for exactly the modules of those zips: on the first
+import of one of them it fetches its zip (synchronously in the browser: the one way to fetch inside an import on
+the main thread), mounts it, and from then on those modules import like any other. The synchronous path is a
+fallback: the loader fetches a group asynchronously before page Python runs when a static scan of that Python
+needs it (``needs``), and the client awaits ``prefetch`` before it imports jsonschema. Names that are in no zip
 fail as usual (``ModuleNotFoundError``) without any fetch.
 """
 
 import sys
 
-REST_PATH = "/lib/python-stdlib-rest.zip"
-REST_MODULES = frozenset(__REST_MODULES__)
+GROUPS = __GROUPS__
+_GROUP_OF = {m: g for g, (_, mods) in GROUPS.items() for m in mods}
+REST_PATH = GROUPS["rest"][0]
+REST_MODULES = frozenset(GROUPS["rest"][1])
 
-_state = {"url": None, "mounted": False, "fetches": 0, "trigger": None, "fetch": None}
+_state = {"urls": {}, "mounted": set(), "fetches": 0, "trigger": None, "fetch": None, "pending": {}}
 
 
 def _fetch_sync(url):
@@ -790,54 +808,113 @@ def _fetch_sync(url):
     req.overrideMimeType("text/plain; charset=x-user-defined")
     req.send(None)
     if req.status != 200:
-        raise ImportError(f"the rest of the standard library could not be fetched (HTTP {req.status}: {url})")
+        raise ImportError(f"a lazily loaded part of the Python library could not be fetched (HTTP {req.status}: "
+                          f"{url})")
     return str(req.responseText).encode("utf-16-le")[::2]
 
 
-def mount(data=None):
-    """Make the rest of the stdlib importable (``data``: the zip's bytes or a JS Uint8Array; None: it is
-    already at REST_PATH)."""
-    if _state["mounted"]:
+def group_of(fullname):
+    """The lazy group whose zip holds ``fullname`` (or one of its parent packages), or None."""
+    parts = fullname.split(".")
+    for i in range(len(parts), 0, -1):
+        g = _GROUP_OF.get(".".join(parts[:i]))
+        if g is not None:
+            return g
+    return None
+
+
+def mount(data=None, group="rest"):
+    """Make a group importable (``data``: its zip's bytes or a JS Uint8Array; None: it is already in place)."""
+    if group in _state["mounted"]:
         return
+    where = GROUPS[group][0]
     if data is not None:
         if hasattr(data, "to_bytes"):
             data = data.to_bytes()
-        with open(REST_PATH, "wb") as f:
+        import os
+
+        os.makedirs(os.path.dirname(where), exist_ok=True)
+        with open(where, "wb") as f:
             f.write(data)
-    _state["mounted"] = True
-    if REST_PATH not in sys.path:
-        sys.path.append(REST_PATH)
-    import importlib
+    _state["mounted"].add(group)
+    # (Not importlib.invalidate_caches(): PathFinder's imports importlib.metadata, which may be lazy itself.)
+    for key in [k for k in sys.path_importer_cache if isinstance(k, str) and k.startswith(where)]:
+        del sys.path_importer_cache[key]
+    if where not in sys.path:
+        sys.path.append(where)
 
-    importlib.invalidate_caches()
 
-
-def _ensure(fullname):
-    if _state["mounted"]:
+def _ensure(group, fullname):
+    if group in _state["mounted"]:
         return
+    url = _state["urls"].get(group)
+    if url is None:
+        raise ImportError(f"{fullname} is in the lazily loaded group {group!r}, whose URL is not set")
     fetch = _state["fetch"] or _fetch_sync
-    if _state["url"] is None:
-        raise ImportError(f"{fullname} is in the rest of the standard library, whose URL is not set")
     _state["trigger"] = fullname
     _state["fetches"] += 1
-    mount(fetch(_state["url"]))
+    mount(fetch(url), group)
+
+
+async def prefetch(names):
+    """Fetch (asynchronously, once) and mount the groups that hold these modules, so importing them does not
+    fetch synchronously. A failed fetch is left to the import, which then tries once more and fails clearly."""
+    for group in {group_of(n) for n in names} - {None} - _state["mounted"]:
+        pending = _state["pending"].get(group)
+        if pending is None:
+            pending = _state["pending"][group] = _fetch_async(group)
+        try:
+            await pending
+        except Exception:  # noqa: BLE001 - the synchronous fallback reports it
+            pass
+        finally:
+            _state["pending"].pop(group, None)
+
+
+def _fetch_async(group):
+    import asyncio
+
+    async def run():
+        url = _state["urls"].get(group)
+        if url is None or _state["fetch"] is not None:  # tests and Node: the synchronous path
+            return
+        from js import Uint8Array, fetch
+
+        resp = await fetch(url)
+        if not resp.ok:
+            raise ImportError(f"HTTP {resp.status}: {url}")
+        buf = await resp.arrayBuffer()
+        if group not in _state["mounted"]:
+            _state["fetches"] += 1
+            mount(Uint8Array.new(buf), group)
+
+    return asyncio.ensure_future(run())
 
 
 class RestFinder:
-    """Finds the modules of the rest zip (and only those), mounting it on first use."""
+    """Finds the modules of the lazy groups (and only those), mounting a group's zip on first use.
+
+    It sits just before PathFinder: a package split between zips (``importlib`` in the core, ``importlib.resources``
+    lazy) has folders in more than one zip, and a folder without its ``__init__`` would otherwise be taken for a
+    namespace package before this finder is asked. A module found the normal way (site-packages, a mounted zip)
+    is still found there first."""
 
     @classmethod
     def find_spec(cls, fullname, path=None, target=None):
-        if fullname not in REST_MODULES:
+        group = _GROUP_OF.get(fullname)
+        if group is None:
             return None
-        _ensure(fullname)
         from importlib.machinery import PathFinder
 
+        spec = PathFinder.find_spec(fullname, path, target)
+        if spec is not None and spec.loader is not None and spec.origin is not None:  # not a namespace portion
+            return spec
+        _ensure(group, fullname)
         parent = fullname.rpartition(".")[0]
-        where = REST_PATH + ("/" + parent.replace(".", "/") if parent else "")
+        where = GROUPS[group][0] + ("/" + parent.replace(".", "/") if parent else "")
         spec = PathFinder.find_spec(fullname, [where])
         if spec is not None and parent:
-            # A package split between the two zips: its submodules in the rest zip are found from now on.
+            # A package split between zips: its submodules in this zip are found from now on.
             pkg = sys.modules.get(parent)
             pkg_path = getattr(pkg, "__path__", None)
             if pkg_path is not None and where not in pkg_path:
@@ -852,20 +929,26 @@ class RestFinder:
         pass
 
 
-def install(url=None, fetch=None):
-    """Put the finder last on sys.meta_path; ``url``: where the rest zip is; ``fetch(url) -> bytes`` replaces
-    the synchronous XHR (tests, Node)."""
-    _state["url"] = url
+def install(urls=None, fetch=None):
+    """Put the finder last on sys.meta_path; ``urls``: {group: URL of its zip} (a string: the rest zip's URL);
+    ``fetch(url) -> bytes`` replaces the synchronous XHR (tests, Node)."""
+    if isinstance(urls, str) or urls is None:
+        urls = {"rest": urls} if urls else {}
+    _state["urls"] = {str(k): str(v) for k, v in dict(urls).items()}
     _state["fetch"] = fetch
     "".encode("utf-16-le")  # the codec _fetch_sync needs, looked up now (it is in this zip)
     if RestFinder not in sys.meta_path:
-        sys.meta_path.append(RestFinder)
+        from importlib.machinery import PathFinder
+
+        at = sys.meta_path.index(PathFinder) if PathFinder in sys.meta_path else len(sys.meta_path)
+        sys.meta_path.insert(at, RestFinder)
 
 
-def needs_rest(sources):
-    """Whether any of these Python sources imports (statically) a module of the rest zip."""
+def needs(sources):
+    """The lazy groups that these Python sources import from (statically), in a stable order."""
     import ast
 
+    found = set()
     for src in sources:
         try:
             tree = ast.parse(str(src))
@@ -880,14 +963,23 @@ def needs_rest(sources):
                 continue
             for name in names:
                 parts = name.split(".")
-                if any(".".join(parts[: i + 1]) in REST_MODULES for i in range(len(parts))):
-                    return True
-    return False
+                for i in range(len(parts)):
+                    g = _GROUP_OF.get(".".join(parts[: i + 1]))
+                    if g is not None:
+                        found.add(g)
+    return sorted(found)
+
+
+def needs_rest(sources):
+    """Whether any of these Python sources imports (statically) a module of the rest zip."""
+    return "rest" in needs(sources)
 
 
 def state():
-    """For tests and benchmarks: whether the rest is mounted, how many fetches, which import triggered one."""
-    return dict(_state, fetch=None)
+    """For tests and benchmarks: whether the rest is mounted, which groups are, how many fetches, which import
+    triggered the last synchronous one."""
+    return {"mounted": "rest" in _state["mounted"], "groups": sorted(_state["mounted"]),
+            "fetches": _state["fetches"], "trigger": _state["trigger"], "urls": dict(_state["urls"])}
 '''
 
 # Always in the core zip besides what the traced boot imports: the codecs the finder's synchronous
@@ -896,7 +988,8 @@ STDLIB_CORE_EXTRA = ["encodings.utf_16_le", "encodings.latin_1", "encodings.asci
 # Checked through the finder after the split (a page may import any of these).
 STDLIB_REST_SAMPLE = ["sqlite3", "xml.dom.minidom", "email.mime.text", "csv", "statistics", "decimal",
                       "fractions", "difflib", "zoneinfo", "tomllib", "unittest", "encodings.cp1252",
-                      "html.parser", "http.cookies", "importlib.metadata"]
+                      "html.parser", "http.cookies", "importlib.metadata", "markdown.extensions.toc",
+                      "urllib.request", "jsonschema.validators"]
 SAMPLE_MD = """# Title
 
 Some *text* with `code`, **bold**, a [link](https://example.com/x) and https://example.org/y.
@@ -918,7 +1011,7 @@ print("hi")
 
 SPLIT_PY = r"""
 def exercise(bundle, extra, sample_md):
-    # What the widget's boot imports and runs, as far as it runs outside a browser.
+    # What the widget's boot and first answer import and run, as far as they run outside a browser.
     import importlib, sys
     if bundle not in sys.path:
         sys.path.insert(0, bundle)
@@ -937,79 +1030,167 @@ def exercise(bundle, extra, sample_md):
         failed["widget.core.markdown"] = f"{type(e).__name__}: {e}"[:200]
     else:
         render_markdown(sample_md)
-    smoke_bundle()
+    import jsonpatch, markdown  # noqa: F401 - imported at boot by the client (state sync) and the first answer
     return failed
 
 
-def split_stdlib(job_json):
-    import json, sys, zipfile
-    import importlib._bootstrap_external as _bext
-    import importlib.util
-    job = json.loads(job_json)
-    failed = exercise(job["bundle"], job["extra"], job["sample_md"])
-    zip_prefix = job["zip_prefix"]
-    used = set()
+def exercise_schema():
+    # The first argument check against a JSON Schema: jsonschema and what it imports (the "schema" group).
+    smoke_bundle()
+    try:
+        from widget.core.validation import validate
+    except ImportError:  # a tree without it (build.py's own tests)
+        return
+    schema = {"type": "object", "properties": {"d": {"type": "string", "format": "date"},
+              "n": {"$ref": "#/$defs/n"}}, "$defs": {"n": {"type": "integer", "minimum": 1}}}
+    assert validate(schema, {"d": "2026-01-02", "n": 2}) is None and validate(schema, {"n": 0}) is not None
+    draft7 = {"$schema": "http://json-schema.org/draft-07/schema#", "type": "object", "required": ["a"]}
+    assert validate(draft7, {}) is not None
+
+
+def _loaded(prefix):
+    import sys
+    out = set()
     for mod in list(sys.modules.values()):
-        spec = getattr(mod, "__spec__", None)
-        origin = getattr(spec, "origin", None)
-        if isinstance(origin, str) and origin.startswith(zip_prefix):
-            used.add(origin[len(zip_prefix):])
-    with zipfile.ZipFile(job["full"]) as z:
-        infos = [i for i in z.infolist() if not i.is_dir()]
-        data = {i.filename: z.read(i) for i in infos}
-    core = set()
-    for name in used:
-        core.add(name)
+        origin = getattr(getattr(mod, "__spec__", None), "origin", None)
+        if isinstance(origin, str) and origin.startswith(prefix):
+            out.add(origin[len(prefix):])
+    return out
+
+
+def _with_parents(names, data):
+    out = set(names)
+    for name in names:
         parts = name.split("/")[:-1]
         for k in range(1, len(parts) + 1):  # parent packages' __init__
             init = "/".join(parts[:k]) + "/__init__.pyc"
             if init in data:
-                core.add(init)
-    rest = sorted(set(data) - core)
-    rest_modules = set()
-    for n in rest:
+                out.add(init)
+    return out
+
+
+def _modules(names):
+    mods = set()
+    for n in names:
         if n.endswith((".pyc", ".py")):
             mod = n.rsplit(".", 1)[0].replace("/", ".")
             if mod.endswith(".__init__"):
                 mod = mod[: -len(".__init__")]
             if all(p.isidentifier() for p in mod.split(".")):
-                rest_modules.add(mod)
-    finder = job["finder"].replace("__REST_MODULES__", repr(tuple(sorted(rest_modules))))
-    code = compile(finder, zip_prefix + "_autopilot_stdlib.py", "exec", dont_inherit=True)
-    src = finder.encode()
-    data["_autopilot_stdlib.pyc"] = bytes(_bext._code_to_hash_pyc(code, importlib.util.source_hash(src),
-                                                                   checked=False))
-    core.add("_autopilot_stdlib.pyc")
-    for dst, names in ((job["core_dst"], sorted(core)), (job["rest_dst"], rest)):
+                mods.add(mod)
+    return tuple(sorted(mods))
+
+
+def _bundle_home(name):
+    # The group a bundle file goes to follows its top-level package; metadata stays at boot (importlib.metadata
+    # scans it: markdown's extension entry points), our widget package too (its imports are traced in full).
+    top = name.split("/")[0]
+    if top.endswith(".dist-info") or top == "widget":
+        return "core"
+    if top.endswith("-stubs") or name.endswith(".pyi"):
+        return "drop"  # type stubs: never imported
+    return top.split(".")[0]
+
+
+def split_stdlib(job_json):
+    import json, zipfile
+    import importlib._bootstrap_external as _bext
+    import importlib.util
+    job = json.loads(job_json)
+    std_prefix, bun_prefix = job["zip_prefix"], job["bundle"] + "/"
+    failed = exercise(job["bundle"], job["extra"], job["sample_md"])
+    core_std, core_bun = _loaded(std_prefix), _loaded(bun_prefix)
+    exercise_schema()
+    schema_std, schema_bun = _loaded(std_prefix) - core_std, _loaded(bun_prefix) - core_bun
+    with zipfile.ZipFile(job["full"]) as z:
+        std = {i.filename: z.read(i) for i in z.infolist() if not i.is_dir()}
+    with zipfile.ZipFile(job["bundle"]) as z:
+        bun = {i.filename: z.read(i) for i in z.infolist() if not i.is_dir()}
+    core_std = _with_parents(core_std, std)
+    schema_std = _with_parents(schema_std, std) - core_std
+    core_bun, schema_bun = _with_parents(core_bun, bun), _with_parents(schema_bun, bun)
+    # Packages' data files (jsonschema's meta-schemas...) go where the package's code goes.
+    code_home = {}
+    for name in bun:
+        top = name.split("/")[0].split(".")[0]
+        if name in core_bun:
+            code_home.setdefault(top, "core")
+        elif name in schema_bun:
+            code_home[top] = code_home.get(top) or "schema"
+    groups = {"core": {}, "schema": {}, "rest": {}}
+    dropped = []
+    for name, data in bun.items():
+        home = _bundle_home(name)
+        if home == "drop":
+            dropped.append(name)
+            continue
+        if home != "core":
+            if name in core_bun:
+                home = "core"
+            elif name in schema_bun:
+                home = "schema"
+            elif name.endswith((".pyc", ".py")):
+                home = "rest"
+            else:
+                home = code_home.get(home, "rest")
+        groups[home][name] = data
+    bundle_lazy = sorted(n for g in ("schema", "rest") for n in groups[g]) + sorted(dropped)
+    schema = {n: std[n] for n in schema_std}
+    schema.update(groups["schema"])
+    rest = {n: d for n, d in std.items() if n not in core_std and n not in schema_std}
+    rest.update(groups["rest"])
+    finder_groups = {"schema": (job["schema_fs"], _modules(schema)), "rest": (job["rest_fs"], _modules(rest))}
+    finder = job["finder"].replace("__GROUPS__", repr(finder_groups))
+    code = compile(finder, std_prefix + "_autopilot_stdlib.py", "exec", dont_inherit=True)
+    core = {n: std[n] for n in core_std}
+    core["_autopilot_stdlib.pyc"] = bytes(_bext._code_to_hash_pyc(code, importlib.util.source_hash(finder.encode()),
+                                                                  checked=False))
+    for dst, entries in ((job["core_dst"], core), (job["rest_dst"], rest), (job["schema_dst"], schema)):
         dirs = set()
-        for n in names:
+        for n in entries:
             parts = n.split("/")[:-1]
             for k in range(1, len(parts) + 1):
                 dirs.add("/".join(parts[:k]) + "/")
         with zipfile.ZipFile(dst + ".tmp", "w") as z:
-            for n in sorted(dirs | set(names)):
+            for n in sorted(dirs | set(entries)):
                 info = _info(n, n.endswith("/"))
                 info.compress_type = zipfile.ZIP_STORED
-                z.writestr(info, b"" if n.endswith("/") else data[n])
-    return json.dumps({"core": len(core), "rest": len(rest), "rest_modules": len(rest_modules),
+                z.writestr(info, b"" if n.endswith("/") else entries[n])
+    return json.dumps({"core": len(core), "rest": len(rest), "rest_modules": len(finder_groups["rest"][1]),
+                       "schema": len(schema), "schema_modules": len(finder_groups["schema"][1]),
+                       "bundle_core": len(groups["core"]), "bundle_lazy": bundle_lazy, "dropped": len(dropped),
                        "not_imported": failed})
 
 
 def verify_split(job_json):
-    # Booted on the core zip: the boot must not need the rest; the rest must work through the finder.
-    import importlib, json, sys
+    # Booted on the core zip with the bundle's core: the boot must need no lazy group; the lazy groups must work
+    # through the finder.
+    import importlib, json, sys, zipfile
     job = json.loads(job_json)
+    lazy = set(job["bundle_lazy"])
+    core_bundle = "/tmp/bundle-core.zip"
+    with zipfile.ZipFile(job["bundle"]) as zin, zipfile.ZipFile(core_bundle, "w") as zout:
+        # as build.py's _restore_zip: no folder left without files (it would import as a namespace package)
+        kept = {n.rsplit("/", 1)[0] + "/" for n in zin.namelist() if not n.endswith("/") and n not in lazy}
+        kept = {"/".join(d.split("/")[:k]) + "/" for d in kept for k in range(1, d.count("/") + 1)}
+        for info in zin.infolist():
+            if info.filename not in lazy and (not info.is_dir() or info.filename in kept):
+                zout.writestr(info, zin.read(info))
     import _autopilot_stdlib as S
     def refuse(url):
-        raise ImportError("the boot imported a module of the rest zip")
-    S.install("rest.zip", fetch=refuse)
+        raise ImportError("the boot imported a module of a lazy group")
+    S.install({"rest": "rest.zip", "schema": "schema.zip"}, fetch=refuse)
     try:
-        exercise(job["bundle"], job["extra"], job["sample_md"])
+        exercise(core_bundle, job["extra"], job["sample_md"])
     finally:
         if S.state()["fetches"]:
-            raise RuntimeError(f"the widget's boot imports {S.state()['trigger']} from the rest zip; add it "
+            raise RuntimeError(f"the widget's boot imports {S.state()['trigger']} from a lazy group; add it "
                                "to STDLIB_CORE_EXTRA in build.py")
-    S.install("rest.zip", fetch=lambda url: open(job["rest"], "rb").read())
+    paths = {"rest.zip": job["rest"], "schema.zip": job["schema"]}
+    S.install({"rest": "rest.zip", "schema": "schema.zip"}, fetch=lambda url: open(paths[url], "rb").read())
+    exercise_schema()
+    if S.state()["groups"] != ["schema"]:
+        raise RuntimeError(f"the argument check needs more than the schema group: {S.state()}")
     bad = {}
     for name in job["sample"]:
         try:
@@ -1017,7 +1198,7 @@ def verify_split(job_json):
         except BaseException as e:
             bad[name] = f"{type(e).__name__}: {e}"[:200]
     if bad:
-        raise RuntimeError(f"modules of the rest zip do not import through the finder: {bad}")
+        raise RuntimeError(f"modules of the lazy groups do not import through the finder: {bad}")
     if not S.needs_rest(["import sqlite3"]) or S.needs_rest(["import json, asyncio"]):
         raise RuntimeError("needs_rest gives wrong answers")
     return json.dumps({"fetches": S.state()["fetches"]})
@@ -1045,16 +1226,16 @@ const call = (py, fn, arg) => { const f = py.globals.get(fn); try { return f(arg
 try {
   const py = await boot(job.full_host);
   const res = JSON.parse(call(py, "split_stdlib", JSON.stringify(job.py)));
-  for (const [tmp, dst] of [[job.core_host + ".tmp", job.core_host], [job.rest_host + ".tmp", job.rest_host]]) {
-    fs.renameSync(tmp, dst);
-  }
+  for (const dst of [job.core_host, job.rest_host, job.schema_host]) fs.renameSync(dst + ".tmp", dst);
+  fs.writeFileSync(job.lists_host + ".tmp", JSON.stringify({ bundle_lazy: res.bundle_lazy }));
+  fs.renameSync(job.lists_host + ".tmp", job.lists_host);
   const t0 = performance.now();
   const py2 = await boot(job.core_host);
   res.boot_core_ms = Math.round(performance.now() - t0);
-  res.verify = JSON.parse(call(py2, "verify_split", JSON.stringify(job.py)));
+  res.verify = JSON.parse(call(py2, "verify_split", JSON.stringify({ ...job.py, bundle_lazy: res.bundle_lazy })));
   console.log(JSON.stringify(res));
 } catch (e) {
-  for (const p of [job.core_host, job.rest_host]) { try { fs.unlinkSync(p); } catch {} }
+  for (const p of [job.core_host, job.rest_host, job.schema_host, job.lists_host]) { try { fs.unlinkSync(p); } catch {} }
   const lines = String(e && e.message || e).split("\n").map((l) => l.trim()).filter(Boolean);
   console.error(`split error: ${lines[lines.length - 1] || e}`);
   process.exit(1);
@@ -1062,8 +1243,10 @@ try {
 """
 
 
-def _split_node(cache_dir: Path, work: Path, index_dir: Path, full: Path, bundle: Path, core: Path,
-                rest: Path, zip_prefix: str) -> dict:
+def _split_node(cache_dir: Path, work: Path, index_dir: Path, full: Path, bundle: Path, out: dict[str, Path],
+                zip_prefix: str) -> dict:
+    """Split the precompiled stdlib and bundle by what the boot imports (see SPLIT_PY); writes the zips and the
+    list of bundle files that are not in the boot's bundle (``out``: core, rest, schema, lists)."""
     node = _require_tool("node", "split the stdlib with Pyodide (or use --no-precompile)")
     work.mkdir(parents=True, exist_ok=True)
     files = {work / "precompile.py": PRECOMPILE_PY, work / "split.py": SPLIT_PY, work / "split.mjs": SPLIT_MJS}
@@ -1075,9 +1258,12 @@ def _split_node(cache_dir: Path, work: Path, index_dir: Path, full: Path, bundle
     job = {
         "index_dir": str(index_dir), "cache_dir": str(cache_dir), "mount": mount,
         "script": str(work / "precompile.py"), "split_script": str(work / "split.py"),
-        "full_host": str(full), "core_host": str(core), "rest_host": str(rest),
-        "py": {"full": rel(full), "bundle": rel(bundle), "core_dst": rel(core), "rest_dst": rel(rest),
-               "rest": rel(rest), "zip_prefix": zip_prefix, "finder": STDLIB_FINDER_PY,
+        "full_host": str(full), "core_host": str(out["core"]), "rest_host": str(out["rest"]),
+        "schema_host": str(out["schema"]), "lists_host": str(out["lists"]),
+        "py": {"full": rel(full), "bundle": rel(bundle), "core_dst": rel(out["core"]), "rest_dst": rel(out["rest"]),
+               "schema_dst": rel(out["schema"]), "rest": rel(out["rest"]), "schema": rel(out["schema"]),
+               "rest_fs": REST_FS_PATH, "schema_fs": SCHEMA_FS_PATH, "zip_prefix": zip_prefix,
+               "finder": STDLIB_FINDER_PY,
                "extra": STDLIB_CORE_EXTRA, "sample": STDLIB_REST_SAMPLE, "sample_md": SAMPLE_MD},
     }
     job_path = work / "split-job.json"
@@ -1287,52 +1473,64 @@ def _build(root: Path, out_dir: Path, cache_dir: Path, lock_path: Path, clean: b
         pr.done("cached" if not made_src else f"zipped {', '.join(made_src)} sources")
         stdlib_out, bundle_out = paths["stdlib"][0], paths["bundle"][0]
     # [6b] the stdlib split and the stored (uncompressed) zips the loader fetches
-    split_paths: tuple[Path, Path] | None = None
+    split_paths: dict[str, Path] | None = None
     if precompile:
         # Keyed by what decides the split — the stdlib, the wheels and the *import statements* of widget/ —
         # not by every byte of widget/: most edits reuse it (a dynamic import is caught by the browser test).
         split_key = _sha256(json.dumps([
             stdlib_out.name, {n: new_lock["wheels"][n]["sha256"] for n in sorted(wheels)},
             _import_signature(widget), SPLIT_PY, SPLIT_MJS, PRECOMPILE_PY, STDLIB_FINDER_PY,
-            STDLIB_CORE_EXTRA, STDLIB_REST_SAMPLE, SAMPLE_MD]).encode())[:16]
-        split_paths = (pc / f"stdlib-core-{split_key}.zip", pc / f"stdlib-rest-{split_key}.zip")
-        if not all(p.exists() for p in split_paths):
+            STDLIB_CORE_EXTRA, STDLIB_REST_SAMPLE, SAMPLE_MD, REST_FS_PATH, SCHEMA_FS_PATH]).encode())[:16]
+        split_paths = {"core": pc / f"stdlib-core-{split_key}.zip", "rest": pc / f"stdlib-rest-{split_key}.zip",
+                       "schema": pc / f"lazy-schema-{split_key}.zip", "lists": pc / f"split-{split_key}.json"}
+        if not all(p.exists() for p in split_paths.values()):
             t0 = time.perf_counter()
-            res = _split_node(cache_dir, pc / "node", pyodide_dir, stdlib_out, bundle_out, *split_paths,
+            res = _split_node(cache_dir, pc / "node", pyodide_dir, stdlib_out, bundle_out, split_paths,
                               stdlib_prefix)
-            pr.note(f"stdlib split: {res['core']} files in the core zip (what the boot imports), {res['rest']} "
-                    f"in the rest zip ({res['rest_modules']} modules, loaded on first import) in "
-                    f"{time.perf_counter() - t0:.1f}s")
+            pr.note(f"split: {res['core']} stdlib files and {res['bundle_core']} bundle files at boot; lazily "
+                    f"loaded: {res['schema']} files for jsonschema ({res['schema_modules']} modules), "
+                    f"{res['rest']} in the rest zip ({res['rest_modules']} modules); {res['dropped']} type stub "
+                    f"files dropped; {time.perf_counter() - t0:.1f}s")
             if res.get("not_imported"):
                 pr.note("note: not importable outside a browser (not traced): "
                         + ", ".join(sorted(res["not_imported"]))[:300])
-        bundle_stored = pc / f"bundle-stored-{bundle_out.stem.split('-')[-1]}.zip"
-        if not bundle_stored.exists():
-            _restore_zip(bundle_out, bundle_stored)
-        bundle_out = bundle_stored
+        # Every file of the bundle in one zip (stubs aside): for PyScript pages and other users of pyodide/,
+        # whose interpreter has the whole stdlib and no lazy groups.
+        stubs = {n for n in zipfile.ZipFile(bundle_out).namelist() if n.endswith(".pyi") or "-stubs/" in n}
+        bundle_full = pc / f"bundle-full-{bundle_out.stem.split('-')[-1]}.zip"
+        if not bundle_full.exists():
+            _restore_zip(bundle_out, bundle_full, drop=stubs)
+        # The bundle the page fetches at boot: widget/ (every edit) minus the lazily loaded files of the wheels.
+        lazy = json.loads(split_paths["lists"].read_text())["bundle_lazy"]
+        bundle_core = pc / f"bundle-core-{bundle_out.stem.split('-')[-1]}-{split_key}.zip"
+        if not bundle_core.exists():
+            _restore_zip(bundle_out, bundle_core, drop=set(lazy))
+        bundle_out = bundle_core
     snapshot_path: Path | None = None
     if snapshot and split_paths:
         wasm_sha = _sha256_file(pyodide_dir / "pyodide.asm.wasm")
-        snap_key = _sha256(json.dumps([wasm_sha, split_paths[0].name, bundle_out.name, SNAPSHOT_MJS,
+        snap_key = _sha256(json.dumps([wasm_sha, split_paths["core"].name, bundle_out.name, SNAPSHOT_MJS,
                                        SNAPSHOT_PREPARE_PY, SNAPSHOT_CHECK_PY, BUNDLE_FS_PATH]).encode())[:16]
         snapshot_path = pc / f"snapshot-{snap_key}.bin"
         if not snapshot_path.exists():
-            res = _snapshot_node(pc / "node", pyodide_dir, split_paths[0], bundle_out, pyodide_info, snapshot_path)
+            res = _snapshot_node(pc / "node", pyodide_dir, split_paths["core"], bundle_out, pyodide_info,
+                                 snapshot_path)
             pr.note(f"memory snapshot: {res['bytes'] / 1e6:.1f} MB, {res['modules']} modules imported; made in "
                     f"{res['make_ms'] / 1000:.1f}s, restores in {res['restore_ms'] / 1000:.2f}s under Node")
     # Keep the cache from growing: per kind, keep the current zip and the few most
     # recently used others (another checkout or a test may share this cache).
     current = {p.name for pair in paths.values() for p in pair}
     if split_paths:
-        current |= {p.name for p in split_paths} | {bundle_out.name}
+        current |= {p.name for p in split_paths.values()} | {bundle_out.name, bundle_full.name}
     if snapshot_path:
         current.add(snapshot_path.name)
     for p in current:
         with contextlib.suppress(OSError):
             os.utime(pc / p)
-    for kind in ("stdlib-src", "stdlib-pyc", "bundle-src", "bundle-pyc", "stdlib-core", "stdlib-rest",
-                 "bundle-stored", "snapshot"):
-        older = sorted((p for p in pc.glob(f"{kind}-*.zip") if p.name not in current),
+    for kind, ext in (("stdlib-src", "zip"), ("stdlib-pyc", "zip"), ("bundle-src", "zip"), ("bundle-pyc", "zip"),
+                      ("stdlib-core", "zip"), ("stdlib-rest", "zip"), ("lazy-schema", "zip"), ("split", "json"),
+                      ("bundle-stored", "zip"), ("bundle-full", "zip"), ("bundle-core", "zip"), ("snapshot", "bin")):
+        older = sorted((p for p in pc.glob(f"{kind}-*.{ext}") if p.name not in current),
                        key=lambda p: p.stat().st_mtime, reverse=True)
         for p in older[CACHE_KEEP:]:
             p.unlink(missing_ok=True)
@@ -1347,8 +1545,11 @@ def _build(root: Path, out_dir: Path, cache_dir: Path, lock_path: Path, clean: b
         files[rel] = src
     files["pyodide/python_stdlib.zip"] = stdlib_out  # the whole stdlib (other users of pyodide/)
     if split_paths:
-        files["pyodide/python_stdlib_core.zip"], files["pyodide/python_stdlib_rest.zip"] = split_paths
+        files["pyodide/python_stdlib_core.zip"] = split_paths["core"]
+        files["pyodide/python_stdlib_rest.zip"] = split_paths["rest"]
+        files["schema.zip"] = split_paths["schema"]
     files["bundle.zip"] = bundle_out
+    files["bundle-full.zip"] = bundle_full if split_paths else bundle_out
     if snapshot_path:
         files["pyodide/python.snapshot"] = snapshot_path
     ps_dir = pkg_dirs[PYSCRIPT_DIST[0]] / PYSCRIPT_DIST[1]
@@ -1418,6 +1619,7 @@ def _build(root: Path, out_dir: Path, cache_dir: Path, lock_path: Path, clean: b
         boot = {"lockInfo": pyodide_info}
         if split_paths:
             boot.update(stdlib="pyodide/python_stdlib_core.zip", rest="pyodide/python_stdlib_rest.zip",
+                        lazy={"rest": "pyodide/python_stdlib_rest.zip", "schema": "schema.zip"},
                         bundlePath=BUNDLE_FS_PATH)
         if snapshot_path:
             boot["snapshot"] = "pyodide/python.snapshot"
@@ -1496,8 +1698,11 @@ def _brotli(out_dir: Path, by_key: dict[tuple[str, int], Path], quiet: bool) -> 
                   "now on)", flush=True)
 
 
-# Where the loader writes bundle.zip in Pyodide's file system (the snapshot has it on sys.path already).
+# Where the loader writes bundle.zip in Pyodide's file system (the snapshot has it on sys.path already), and
+# where the finder mounts the lazy groups.
 BUNDLE_FS_PATH = "/lib/autopilot/bundle.zip"
+REST_FS_PATH = "/lib/python-stdlib-rest.zip"
+SCHEMA_FS_PATH = "/lib/autopilot/schema.zip"
 
 SNAPSHOT_MJS = r"""
 import fs from "node:fs";
@@ -1553,7 +1758,7 @@ for name in names:
         importlib.import_module(name)
     except Exception:  # server-side transports and the like: not imported in the browser either
         pass
-for name in ("jsonschema", "jsonpatch", "markdown"):
+for name in ("jsonpatch", "markdown"):  # jsonschema is a lazy group: imported on the first argument check
     importlib.import_module(name)
 try:
     from widget.core.markdown import render_markdown

@@ -349,6 +349,7 @@
     cspError = wasmBlocked();
     if (cspError) { fail("csp", cspError); return null; }
     phase = "booting";
+    performance.mark("autopilot:boot");
     if (wantOpen) showStatus(L("starting"));
     var stage = "stage_python";
     booting = (async function () {
@@ -389,10 +390,16 @@
           }
           window.localStorage.setItem(WARM_KEY, "1");
         } catch (e) { /* storage blocked: pre-warm on every visit */ }
-        var stdlibRest = null;
+        var lazy = null;
         if (BOOT_FILES.rest) {
-          stdlibRest = pyodide.pyimport("_autopilot_stdlib");
-          stdlibRest.install(root + BOOT_FILES.rest);
+          // Parts of the Python library loaded on first use (see _autopilot_stdlib in build.py).
+          var urls = {};
+          var groups = BOOT_FILES.lazy || { rest: BOOT_FILES.rest };
+          Object.keys(groups).forEach(function (g) { urls[g] = root + groups[g]; });
+          lazy = pyodide.pyimport("_autopilot_stdlib");
+          var urlsPy = pyodide.toPy(urls);
+          lazy.install(urlsPy);
+          urlsPy.destroy();
         }
         stage = "stage_bundle";
         var bundle = new Uint8Array(await bundleP);
@@ -404,15 +411,19 @@
         pyodide.registerJsModule("autopilot_bridge", await bridgeP);
         pyodide.registerJsModule("autopilot_sanitize", await sanitizeP);
         stage = "stage_widget";
+        performance.mark("autopilot:bundle");
         var page = await pageP;
-        if (stdlibRest) {
-          // Page Python that imports a module of the rest of the stdlib gets it fetched now, asynchronously
-          // (other imports of it, e.g. dynamic ones, fall back to a synchronous fetch on first use).
-          if (stdlibRest.needs_rest(page.map(function (p) { return p[0]; }))) {
-            var restBuf = await fetchOk(root + BOOT_FILES.rest, "stdlib").then(function (r) { return r.arrayBuffer(); });
-            stdlibRest.mount(new Uint8Array(restBuf));
-          }
-          stdlibRest.destroy();
+        if (lazy) {
+          // Page Python that imports a module of a lazy group gets its zip fetched now, asynchronously (other
+          // imports of it, e.g. dynamic ones, fall back to a synchronous fetch on first use).
+          var neededPy = lazy.needs(page.map(function (p) { return p[0]; }));
+          var needed = neededPy.toJs();
+          neededPy.destroy();
+          var bufs = await Promise.all(needed.map(function (g) {
+            return fetchOk(urls[g], "stdlib").then(function (r) { return r.arrayBuffer(); });
+          }));
+          needed.forEach(function (g, i) { lazy.mount(new Uint8Array(bufs[i]), g); });
+          lazy.destroy();
         }
         await handOver(pyodide, page, cssP, null);
         return api;
@@ -493,7 +504,7 @@
   }
   function pyscriptConfig() {
     var files = {};
-    files[root + "bundle.zip"] = "/lib/python3.14/site-packages/*";
+    files[root + "bundle-full.zip"] = "/lib/python3.14/site-packages/*"; // PyScript's whole stdlib: no lazy zips
     return { interpreter: root + "pyodide/pyodide.mjs", files: files };
   }
   var hooked = false, pyscriptBoot = null;
@@ -518,8 +529,9 @@
     pyscriptBoot = (async function () {
       try {
         if (!pyodide.runPython("import importlib.util\nimportlib.util.find_spec('widget') is not None")) {
-          // The page's PyScript config has no "files" entry for our bundle: install it ourselves.
-          var bundle = new Uint8Array(await fetchOk(root + "bundle.zip", "bundle").then(function (r) { return r.arrayBuffer(); }));
+          // The page's PyScript config has no "files" entry for our bundle: install it ourselves (all of it:
+          // PyScript's interpreter has the whole stdlib and no lazy zips).
+          var bundle = new Uint8Array(await fetchOk(root + "bundle-full.zip", "bundle").then(function (r) { return r.arrayBuffer(); }));
           pyodide.FS.mkdirTree("/lib/autopilot");
           pyodide.FS.writeFile("/lib/autopilot/bundle.zip", bundle);
           pyodide.runPython("import sys, importlib\nsys.path.insert(0, '/lib/autopilot/bundle.zip')\nimportlib.invalidate_caches()");

@@ -93,16 +93,23 @@ def test_precompiled_zips(out):
 
     with zipfile.ZipFile(out / "bundle.zip") as z:
         names = set(z.namelist())
-        head = z.read("jsonschema/__init__.pyc")[:16]
+        head = z.read("jsonpatch.pyc")[:16]
+    with zipfile.ZipFile(out / "schema.zip") as z:
+        schema = set(z.namelist())
     # sourceless, unchecked-hash pyc (flags == 0b01) of Python 3.14
     assert int.from_bytes(head[4:8], "little") == 1
-    for pkg in ["jsonpatch.pyc", "jsonpointer.pyc", "jsonschema/__init__.pyc", "attr/__init__.pyc",
-                "attrs/__init__.pyc", "pyrsistent/__init__.pyc", "markdown/__init__.pyc"]:
+    # What the boot imports is in bundle.zip; jsonschema and its deps in the lazily loaded schema.zip.
+    for pkg in ["jsonpatch.pyc", "jsonpointer.pyc", "markdown/__init__.pyc", "markdown/extensions/tables.pyc"]:
         assert pkg in names, pkg
+    for pkg in ["jsonschema/__init__.pyc", "attr/__init__.pyc", "pyrsistent/__init__.pyc",
+                "jsonschema/schemas/draft2020-12.json", "urllib/request.pyc"]:
+        assert pkg in schema and pkg not in names, pkg
+    assert not any(n.startswith(("jsonschema/", "attr/", "attrs/", "pyrsistent/")) for n in names)
+    # metadata stays at boot (importlib.metadata reads it), type stubs are dropped
     dist_infos = {n.split("/")[0] for n in names if ".dist-info/" in n}
     assert {f"jsonschema-4.17.3.dist-info", "markdown-3.11.3.dist-info"} <= dist_infos
-    assert "jsonschema/schemas/draft2020-12.json" in names
-    assert not any(n.startswith("jsonschema/tests/") for n in names)
+    assert not any(n.endswith(".pyi") or "-stubs/" in n for n in names | schema)
+    assert not any(n.startswith("jsonschema/tests/") for n in schema)
     # our package, minus the server-only parts, all compiled
     widget_src = [p for p in (ROOT / "widget").rglob("*.py")
                   if not ({"relay", "_dist", "__pycache__"} & set(p.relative_to(ROOT / "widget").parts))]
@@ -162,11 +169,11 @@ const { loadPyodide } = await import(pathToFileURL(path.join(base, "pyodide", "p
 const t0 = performance.now();
 const py = await loadPyodide({ indexURL: path.join(base, "pyodide") + path.sep });
 const bootMs = performance.now() - t0;
-py.FS.writeFile("/lib/bundle.zip", fs.readFileSync(path.join(base, "bundle.zip")));
+py.FS.writeFile("/lib/bundle.zip", fs.readFileSync(path.join(base, "bundle-full.zip")));
 const res = py.runPython(`
 import json, sys, asyncio, re, email, urllib.parse
 sys.path.insert(0, "/lib/bundle.zip")
-import jsonschema, jsonpatch, markdown
+import jsonschema, jsonpatch, markdown, markdown.extensions.toc
 v = jsonschema.Draft202012Validator({"type": "object", "required": ["q"],
                                      "properties": {"q": {"type": "string"}}})
 json.dumps({"valid": v.is_valid({"q": "x"}), "invalid": v.is_valid({"q": 1}),
@@ -285,19 +292,29 @@ def test_missing_tool_is_one_line_error(tmp_path):
 # issue 8: stdlib split, stored zips, brotli copies, the loader's boot files
 
 
-def test_stdlib_split_into_core_and_rest(out):
+def test_stdlib_split_into_core_and_lazy_groups(out):
     full = zipfile.ZipFile(out / "pyodide/python_stdlib.zip")
     core = zipfile.ZipFile(out / "pyodide/python_stdlib_core.zip")
     rest = zipfile.ZipFile(out / "pyodide/python_stdlib_rest.zip")
+    schema = zipfile.ZipFile(out / "schema.zip")
+    bundle = zipfile.ZipFile(out / "bundle.zip")
     files = lambda z: {n for n in z.namelist() if not n.endswith("/")}  # noqa: E731
-    # every stdlib file is in exactly one of the two, and the core adds only the finder
-    assert files(core) & files(rest) == set()
-    assert files(core) | files(rest) == files(full) | {"_autopilot_stdlib.pyc"}
+    std = files(full)
+    # every stdlib file is in exactly one of the three, and the core adds only the finder
+    assert files(core) & files(rest) == files(core) & files(schema) == files(rest) & files(schema) == set()
+    assert files(core) | (files(rest) & std) | (files(schema) & std) == std | {"_autopilot_stdlib.pyc"}
     assert {"json/__init__.pyc", "asyncio/__init__.pyc", "encodings/utf_16_le.pyc"} <= files(core)
     assert {"sqlite3/__init__.pyc", "xml/dom/minidom.pyc", "tkinter/__init__.pyc"} & files(rest) >= {
         "sqlite3/__init__.pyc", "xml/dom/minidom.pyc"}
+    # the wheels' files the boot does not import are lazy too (none is lost, none is in two places)
+    assert "markdown/extensions/toc.pyc" in files(rest) and "markdown/extensions/toc.pyc" not in files(bundle)
+    wheel_files = (files(rest) | files(schema)) - std
+    assert wheel_files & files(bundle) == set()
+    # no folder without files in bundle.zip: it would import as a namespace package and hide the lazy one
+    for d in {n for n in bundle.namelist() if n.endswith("/")}:
+        assert any(n.startswith(d) and not n.endswith("/") for n in bundle.namelist()), d
     # stored: zipimport reads them without inflating, HTTP compression packs them
-    for z in (core, rest, zipfile.ZipFile(out / "bundle.zip")):
+    for z in (core, rest, schema, bundle):
         assert {i.compress_type for i in z.infolist()} == {zipfile.ZIP_STORED}
 
 
@@ -383,25 +400,44 @@ json.dumps({"before": before["fetches"], "after_missing": after_missing, "after"
                    "needs": [True, False]}
 
 
-async def test_browser_boot_needs_no_rest_and_page_python_can_import_any_stdlib_module(demo_page):
-    """The demo page boots, answers, and renders Markdown without the rest zip; a later import of a module that
-    is only in the rest zip fetches it once (synchronously) and works."""
+async def test_browser_boot_needs_no_lazy_zip_and_page_python_can_import_any_stdlib_module(demo_page):
+    """The demo page boots, answers, and renders Markdown without a lazy zip; a function call with a JSON Schema
+    gets jsonschema's zip fetched asynchronously first (no synchronous fetch); a later import of a module that is
+    only in the rest zip fetches it once (synchronously) and works."""
     from support import py_eval
 
     page = demo_page.page
     state = await py_eval(page, "import _autopilot_stdlib as S\nS.state()")
-    assert state["fetches"] == 0 and state["mounted"] is False, state
+    assert state["fetches"] == 0 and state["mounted"] is False and state["groups"] == [], state
     await page.click("#autopilot-toggle-host >> button.toggle")
     box = page.locator("#autopilot-bar-host >> textarea.input")
     await box.fill("stdlib check **bold** `code`")
     await box.press("Enter")
     await page.locator("#autopilot-bar-host >> .messages > .message.assistant").last.locator("h3").wait_for()
     state = await py_eval(page, "import _autopilot_stdlib as S\nS.state()")
-    assert state["fetches"] == 0, f"the boot or an answer imported {state['trigger']} from the rest zip"
-    got = await py_eval(page, "import sqlite3, statistics, _autopilot_stdlib as S\n"
+    assert state["fetches"] == 0, f"the boot or an answer imported {state['trigger']} from a lazy zip"
+    # The demo model calls what the message names; add_numbers has a JSON Schema: checked after an asynchronous
+    # fetch of jsonschema's zip.
+    await py_eval(page, "from widget import get_client\n@get_client().function\n"
+                        "def add_numbers(a: int, b: int) -> int:\n    return a + b\nTrue")
+    await box.fill('add_numbers {"a": 2, "b": 40}')
+    await box.press("Enter")
+    await page.wait_for_function(
+        """() => { try { return JSON.parse(window.Autopilot.pyodide.runPython(
+              "import json\\nfrom widget import get_client\\njson.dumps(get_client().get_function_call_history())"))
+            .some(r => r.name === 'add_numbers' && r.respondedAt !== null); } catch (e) { return false; } }""",
+        timeout=20_000)
+    history = await py_eval(page, "from widget import get_client\nget_client().get_function_call_history()")
+    call = next(r for r in history if r["name"] == "add_numbers")
+    assert call["status"] == "success", call
+    state = await py_eval(page, "import _autopilot_stdlib as S\nS.state()")
+    assert state["groups"] == ["schema"] and state["fetches"] == 1 and state["trigger"] is None, state
+    got = await py_eval(page, "import sqlite3, _autopilot_stdlib as S\n"
                               "[sqlite3.connect(':memory:').execute('select 6 * 7').fetchone()[0], "
-                              "statistics.median([1, 5, 9]), S.state()['fetches'], S.state()['trigger']]")
-    assert got == [42, 5, 1, "sqlite3"]
+                              "S.state()['fetches'], S.state()['trigger'], S.state()['groups']]")
+    assert got == [42, 2, "sqlite3", ["rest", "schema"]]
+    got = await py_eval(page, "import statistics, markdown.extensions.toc\nstatistics.median([1, 5, 9])")
+    assert got == 5
     await demo_page.reset()
 
 

@@ -81,6 +81,7 @@ async def test_cross_origin_page_boots_and_calls_end_to_end(browser, relay_serve
         widget_requests = [u for u in log.requests if "/widget/" in u]
         assert any(u.endswith("pyodide.asm.wasm") for u in widget_requests)
         assert any(u.endswith("bundle.zip") for u in widget_requests)
+        assert any(u.endswith("schema.zip") for u in widget_requests)  # the schema check's lazy zip, cross-origin
         assert all(u.startswith(relay_server.url + "/") for u in widget_requests), widget_requests
         assert [u for u in log.requests if u.startswith(page_server.origin)] == [url]
         assert log.websockets and all(u.startswith(relay_server.url.replace("http", "ws", 1)) for u in log.websockets)
@@ -111,7 +112,7 @@ def test_static_files_carry_cors_for_allowed_origins_only(relay_server, page_ser
     cfg = json.loads(body)
     assert status == 200 and headers["access-control-allow-origin"] == page_server.origin
     assert cfg == {"interpreter": f"{relay_server.url}/widget/{bid}/pyodide/pyodide.mjs",
-                   "files": {f"{relay_server.url}/widget/{bid}/bundle.zip": "/lib/python3.14/site-packages/*"}}
+                   "files": {f"{relay_server.url}/widget/{bid}/bundle-full.zip": "/lib/python3.14/site-packages/*"}}
 
 
 # ------------------------------------------------------------------------------------------------

@@ -24,7 +24,7 @@ from .core.state import StateSync, to_json_value
 from .core.streaming import StreamingSession
 from .core.templates import expand
 from .core.tools import ToolSpec, check_tool_arguments, parse_tools
-from .core.validation import validate_arguments
+from .core.validation import needs_validator, validate_arguments
 from .env import PageEnv, Signal
 from .errors import ConfigError, ConnectionFailed, ProtocolError, StateLimitError, WidgetError
 from .transports.base import CONNECTED, DISCONNECTED, Transport, TransportError
@@ -557,6 +557,8 @@ class AutopilotClient:
         if definition.kind == P.KIND_ACTION:
             return P.STATUS_ERROR, None, f"{name!r} is an action: the model may offer it, never call it."
         args = request["arguments"]
+        if needs_validator(definition.parameters):
+            await _prefetch_modules(("jsonschema",))
         problem = validate_arguments(definition.parameters, args)
         if problem is not None:
             return P.STATUS_ERROR, None, f"Invalid arguments for {name!r}: {problem}"
@@ -1141,6 +1143,16 @@ class AutopilotClient:
 
 class _CallEnded(Exception):
     """The relay ended a call while it waited for the reader's confirmation."""
+
+
+async def _prefetch_modules(names: tuple[str, ...]) -> None:
+    """In the browser build, fetch the lazily loaded zip holding these modules without blocking the page (the
+    import would otherwise fetch it synchronously); elsewhere nothing to do."""
+    try:
+        import _autopilot_stdlib  # written by build.py into the browser's stdlib zip
+    except ImportError:
+        return
+    await _autopilot_stdlib.prefetch(names)
 
 
 def _error_payload(exc: WidgetError) -> dict[str, Any]:

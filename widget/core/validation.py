@@ -89,12 +89,17 @@ def _where_key(error: Any) -> list[tuple[bool, Any]]:
     return [(isinstance(p, str), p) for p in error.absolute_path]  # indexes before names, never int < str
 
 
+def needs_validator(schema: Any) -> bool:
+    """Whether checking against ``schema`` imports jsonschema (anything but "no schema" does)."""
+    return not (schema is None or schema is True or schema == {})
+
+
 def validate(schema: Any, instance: Any) -> str | None:
     """None when ``instance`` satisfies ``schema``; otherwise a short reason naming the failing path.
 
     ``schema`` is any JSON Schema (D5): ``$schema`` picks the draft, 2020-12 otherwise; ``None`` means no schema.
     """
-    if schema is None or schema is True or schema == {}:
+    if not needs_validator(schema):
         return None  # accepts everything; spares the jsonschema import
     try:
         import jsonschema

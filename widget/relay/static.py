@@ -142,7 +142,7 @@ class DistFiles:
             return PlainTextResponse("Not built", status_code=404, headers=self.cors_headers(request))
         base = f"{self.base_url(request)}/widget/{bid}"
         body = {"interpreter": f"{base}/pyodide/pyodide.mjs",
-                "files": {f"{base}/bundle.zip": "/lib/python3.14/site-packages/*"}}
+                "files": {f"{base}/bundle-full.zip": "/lib/python3.14/site-packages/*"}}
         return JSONResponse(body, headers={**self.cors_headers(request), "Cache-Control": NO_CACHE})
 
     async def _gzip(self, path: Path, st: os.stat_result) -> bytes | None:
