@@ -234,9 +234,13 @@ def _build() -> Any:
             else:
                 a.text = (a.text or "") + " "
 
+    from markdown.extensions.fenced_code import FencedCodeExtension
+    from markdown.extensions.tables import TableExtension
+
+    # Instances, not names: a name is looked up among the installed packages' entry points, which imports
+    # importlib.metadata and the email package (~55 KB more for the browser to download at boot).
     md = markdown.Markdown(
-        extensions=["fenced_code", "tables"],
-        extension_configs={"tables": {"use_align_attribute": True}},
+        extensions=[FencedCodeExtension(), TableExtension(use_align_attribute=True)],
         output_format="html",
         tab_length=TAB_LENGTH,
     )
