@@ -375,10 +375,12 @@ const { loadPyodide } = await import(pathToFileURL(path.join(base, "pyodide", "p
 const py = await loadPyodide({ indexURL: path.join(base, "pyodide") + path.sep,
                                stdLibURL: path.join(base, "pyodide", "python_stdlib_core.zip") });
 py.FS.writeFile("/tmp/rest.zip", fs.readFileSync(path.join(base, "pyodide", "python_stdlib_rest.zip")));
+py.FS.writeFile("/tmp/schema.zip", fs.readFileSync(path.join(base, "schema.zip")));
 console.log(py.runPython(`
 import json, sys
 import _autopilot_stdlib as S
-S.install("rest-url", fetch=lambda url: open("/tmp/rest.zip", "rb").read())
+zips = {"rest-url": "/tmp/rest.zip", "schema-url": "/tmp/schema.zip"}
+S.install({"rest": "rest-url", "schema": "schema-url"}, fetch=lambda url: open(zips[url], "rb").read())
 before = S.state()
 try:
     import not_a_module_anywhere
@@ -396,7 +398,8 @@ json.dumps({"before": before["fetches"], "after_missing": after_missing, "after"
     proc = subprocess.run(["node", str(script), str(out)], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr[-2000:]
     res = json.loads(proc.stdout.strip().splitlines()[-1])
-    assert res == {"before": 0, "after_missing": 0, "after": 1, "trigger": "sqlite3", "sql": 4, "cp1252": "e9",
+    # sqlite3 is in the rest zip, email (urllib.request imports it) in the schema zip: one fetch each
+    assert res == {"before": 0, "after_missing": 0, "after": 2, "trigger": "email", "sql": 4, "cp1252": "e9",
                    "needs": [True, False]}
 
 
