@@ -69,3 +69,26 @@ from widget.ui.bar import live_proxies
     assert await page.evaluate("document.querySelectorAll('[data-autopilot]').length") == 0
     assert "keydown" not in (await listeners(page))["document"]
     assert bar_page.log.page_errors == []
+
+
+async def test_a_destroyed_bar_is_freed_without_the_cycle_collector(bar_page):
+    # Python's cycle collector only runs when Python allocates: an interpreter that goes quiet after destroy()
+    # (the page's Python done, or a whole widget destroyed) would keep a bar caught in a reference cycle, and with
+    # it every element it rendered, for good. Reference counting alone must free it.
+    state = await py(bar_page.page, """
+import gc, weakref
+from widget.ui.bar import enable_bar, live_proxies
+proxies = live_proxies()
+gc.collect()
+gc.disable()
+try:
+    handle = enable_bar(client, css="")
+    ref = weakref.ref(handle.bar)
+    handle.destroy()
+    del handle
+    alive = ref() is not None
+finally:
+    gc.enable()
+[alive, live_proxies() - proxies]""")
+    assert state == [False, 0]
+    assert bar_page.log.page_errors == []

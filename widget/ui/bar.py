@@ -1611,6 +1611,9 @@ class Bar:
             return
         self._destroyed = True
         self._unsubscribe()
+        # The store's unsubscribe closure holds our bound _on_store: a cycle that only Python's collector (which
+        # runs when Python allocates, maybe never again) would free, and with it every element this bar rendered.
+        self._unsubscribe = _noop
         if self._frame is not None:
             self.js.cancelAnimationFrame(self._frame)
             self._frame = None
@@ -1627,6 +1630,10 @@ class Bar:
     def proxy_count(self) -> int:
         """Live JS proxies held by this bar (0 after destroy)."""
         return self._events.count
+
+
+def _noop() -> None:
+    """Nothing (what a destroyed bar's unsubscribe becomes)."""
 
 
 def _option_text(value: Any) -> str:
