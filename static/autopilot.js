@@ -314,14 +314,21 @@
       "    import widget.browser, widget.ui.bar\n    from widget.core.markdown import render_markdown\n" +
       "    render_markdown('# t\\n\\n*a* **b** `c` [d](https://e.f/g)\\n\\n- h\\n\\n```\\ni\\n```\\n')\n" +
       "except Exception:\n    pass\n";
+    // Without a snapshot of its own (build.py --snapshot), the full pre-warm hands the page a memory snapshot of
+    // its Python (started, the widget imported, Markdown rendered once): the page then restores it instead of
+    // starting Python a second time (see startBoot).
+    var handOff = full && !snapshotUrl;
     var src = "var o = " + JSON.stringify(options) + ", s = " + JSON.stringify(snapshotUrl) + ";\n" +
       "if (s) o._loadSnapshot = fetch(s).then(function (r) { return r.arrayBuffer(); });\n" +
+      (handOff ? "o._makeSnapshot = true;\n" : "") +
       "var b = " + (full ? "fetch(" + JSON.stringify(root + "bundle.zip") + ").then(function (r) { return r.arrayBuffer(); })" : "null") + ";\n" +
       "import(" + JSON.stringify(root + "pyodide/pyodide.mjs") + ").then(function (m) { return m.loadPyodide(o); })" +
-      ".then(function (py) { if (!b) return; return b.then(function (buf) {\n" +
+      ".then(function (py) { if (!b) return null; return b.then(function (buf) {\n" +
       "  py.FS.mkdirTree('/lib/autopilot'); py.FS.writeFile('/lib/autopilot/bundle.zip', new Uint8Array(buf));\n" +
-      "  py.runPython(" + JSON.stringify(warmPy) + "); }); })" +
-      ".then(function () { postMessage('ready'); }, function (e) { postMessage('failed: ' + e); });";
+      "  py.runPython(" + JSON.stringify(warmPy) + ");\n" +
+      "  return " + (handOff ? "py.makeMemorySnapshot()" : "null") + "; }); })" +
+      ".then(function (snap) { if (snap) postMessage({ snapshot: snap }, [snap.buffer]); else postMessage({}); }," +
+      " function (e) { postMessage({ failed: String(e) }); });";
     var url = null, worker = null;
     try {
       url = URL.createObjectURL(new Blob([src], { type: "text/javascript" }));
@@ -330,13 +337,20 @@
       if (url) URL.revokeObjectURL(url);
       return null;
     }
+    var snapshot = null;
     var done = new Promise(function (resolve) {
-      var finish = function () { URL.revokeObjectURL(url); resolve(); };
+      var finish = function (ev) {
+        URL.revokeObjectURL(url);
+        if (ev && ev.data && ev.data.snapshot) snapshot = ev.data.snapshot;
+        resolve();
+      };
       worker.onmessage = finish;
-      worker.onerror = finish;
+      worker.onerror = function () { finish(null); };
       setTimeout(finish, 30000);
     });
-    return { done: done, stop: function () { worker.terminate(); } };
+    // The snapshot is handed over once: a retried boot starts Python itself.
+    return { done: done, stop: function () { worker.terminate(); },
+             takeSnapshot: function () { var s = snapshot; snapshot = null; return s; } };
   }
 
   var booting = null;
@@ -374,7 +388,13 @@
           options._loadSnapshot = fetchOk(snapshotUrl, "snapshot").then(function (r) { return r.arrayBuffer(); });
         }
         var pyodideModP = import(root + "pyodide/pyodide.mjs");
-        if (warm) { await warm.done; performance.mark("autopilot:prewarmed"); }
+        var handedOver = null;
+        if (warm) {
+          await warm.done;
+          performance.mark("autopilot:prewarmed");
+          handedOver = warm.takeSnapshot();
+          if (handedOver) { options._loadSnapshot = handedOver; performance.mark("autopilot:handoff"); }
+        }
         var pyodideMod = await pyodideModP;
         var pyodide;
         try {
@@ -405,9 +425,10 @@
         var bundle = new Uint8Array(await bundleP);
         pyodide.FS.mkdirTree("/lib/autopilot");
         pyodide.FS.writeFile("/lib/autopilot/bundle.zip", bundle);
-        // (A restored snapshot has it on sys.path already, and a random seed every visitor shares: reseed.)
+        // (A restored snapshot has it on sys.path already, and a random seed every visitor of the build or the
+        // pre-warm worker shares: reseed.)
         pyodide.runPython("import sys\nif '/lib/autopilot/bundle.zip' not in sys.path: sys.path.insert(0, '/lib/autopilot/bundle.zip')" +
-          (snapshotUrl ? "\nimport random\nrandom.seed()" : ""));
+          (snapshotUrl || handedOver ? "\nimport random\nrandom.seed()" : ""));
         pyodide.registerJsModule("autopilot_bridge", await bridgeP);
         pyodide.registerJsModule("autopilot_sanitize", await sanitizeP);
         stage = "stage_widget";

@@ -138,3 +138,35 @@ async def test_model_error_then_retry_and_regenerate(relay_server):
         await fresh.disconnect()
     finally:
         await client.disconnect()
+
+
+async def test_join_after_opens_the_socket_first_and_joins_with_what_was_registered_meanwhile(relay_server):
+    """``join_after``: the conversation is read and the socket opened at once; the join and the first state sync
+    wait, so a function registered meanwhile is in the initial patch (D9), and the relay already sees it."""
+    client = make_client(relay_server)
+    gate = asyncio.get_running_loop().create_future()
+    connecting = asyncio.ensure_future(client.connect(relay_url=relay_server.url, app_id="demo", join_after=gate))
+    try:
+        await wait_for(lambda: client.transport.connected)
+        await asyncio.sleep(0.2)
+        assert client.connection_state == "connecting" and not connecting.done()
+
+        @client.function
+        def late(n: int) -> int:
+            """Registered while the socket was already open."""
+            return n + 1
+
+        gate.set_result(None)
+        await asyncio.wait_for(connecting, 10)
+        assert client.connection_state == "connected"
+        # The initial sync (acknowledged before connect() returns) carried it.
+        assert "late" in (client.state.acked or {})["autopilot"]["functions"]
+        finished = asyncio.Event()
+        client.on("completion.finished", lambda p: finished.set())
+        await client.send_message('call late {"n": 41}')
+        await asyncio.wait_for(finished.wait(), 20)
+        record = client.get_function_call_history()[0]
+        assert record["name"] == "late" and record["status"] == "success"
+    finally:
+        connecting.cancel()
+        await client.disconnect()

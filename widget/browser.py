@@ -138,19 +138,24 @@ async def boot(config_json: str, page_sources: Any, loader: Any) -> Any:
 
     connect_after = getattr(loader, "connectAfter", None)
 
-    async def connect() -> None:
+    async def connect(join_after: Any = None) -> None:
         try:
             if config.get("conversationUrl"):
-                await client.connect(config["conversationUrl"], relay_url=config.get("relay"), app_id=config.get("app"))
+                await client.connect(config["conversationUrl"], relay_url=config.get("relay"), app_id=config.get("app"),
+                                     join_after=join_after)
             else:
-                await client.connect(relay_url=config["relay"], app_id=config["app"])
+                await client.connect(relay_url=config["relay"], app_id=config["app"], join_after=join_after)
         except Exception as exc:  # noqa: BLE001 - shown in the bar with Retry; never a dead widget
             log.error("could not connect: %s", exc)
+
+    page_done: asyncio.Future[None] = asyncio.get_event_loop().create_future()
 
     async def first_connect() -> None:
         if connect_after is not None:  # PyScript pages: after the page's own blocks ran
             await connect_after
-        await connect()
+        # The conversation is read and the socket opened while page Python runs; the join (and so the first
+        # state sync) waits for page Python, so its functions are in the initial patch (D9).
+        await connect(page_done)
 
     def retry() -> None:
         asyncio.ensure_future(connect())
@@ -166,10 +171,14 @@ async def boot(config_json: str, page_sources: Any, loader: Any) -> Any:
     if loader.wantOpen():
         bar.open()
     page = [(str(src), str(name)) for src, name in page_sources]
-    await run_page_python(page, client)
     # Connecting is not part of the boot: the bar is usable (and shows progress) meanwhile.
+    connecting = asyncio.ensure_future(first_connect())
+    try:
+        await run_page_python(page, client)
+    finally:
+        page_done.set_result(None)
     handle = _Handle(client, store, bar, getattr(loader, "api", None))
-    handle.connecting = asyncio.ensure_future(first_connect())
+    handle.connecting = connecting
     return handle
 
 

@@ -793,11 +793,14 @@ class AutopilotClient:
         sync_state_before_function_response_timeout_ms: float = P.SYNC_STATE_BEFORE_FUNCTION_RESPONSE_TIMEOUT_MS,
         context_resolution_timeout_ms: float = P.CONTEXT_RESOLUTION_TIMEOUT_MS,
         function_call_history_limit: int = P.FUNCTION_CALL_HISTORY_LIMIT,
+        join_after: Awaitable[Any] | None = None,
     ) -> dict[str, Any]:
         """Seed 001 steps 1-4: GET the conversation, open the socket, join, receive the snapshot, sync.
 
         Pass ``conversation_url`` (a site created it), or ``relay_url`` and ``app_id`` to resume the stored
-        conversation of that app or create one (D2). Returns the conversation.
+        conversation of that app or create one (D2). ``join_after``: the socket opens at once but the join (and so
+        the first state sync) waits for it, e.g. for page code that is still registering functions. Returns the
+        conversation.
         """
         if conversation_url is None and (not relay_url or not app_id):
             raise ConfigError("connect() needs conversation_url, or both relay_url and app_id.")
@@ -838,6 +841,8 @@ class AutopilotClient:
                 self.transport.connect(info["relay_url"], info.get("relay_path") or P.DEFAULT_RELAY_PATH),
                 f"Could not connect to the relay at {info['relay_url']}",
             )
+            if join_after is not None:
+                await join_after
             await self._join(info)
         except WidgetError as exc:
             err = _error_payload(exc)
