@@ -320,14 +320,16 @@
     var handOff = full && !snapshotUrl;
     var src = "var o = " + JSON.stringify(options) + ", s = " + JSON.stringify(snapshotUrl) + ";\n" +
       "if (s) o._loadSnapshot = fetch(s).then(function (r) { return r.arrayBuffer(); });\n" +
-      (handOff ? "o._makeSnapshot = true;\n" : "") +
+      (handOff ? "o._makeSnapshot = true;\nvar wm = null, is = WebAssembly.instantiateStreaming;\n" +
+        "WebAssembly.instantiateStreaming = function () { return is.apply(WebAssembly, arguments)" +
+        ".then(function (r) { wm = r.module; return r; }); };\n" : "") +
       "var b = " + (full ? "fetch(" + JSON.stringify(root + "bundle.zip") + ").then(function (r) { return r.arrayBuffer(); })" : "null") + ";\n" +
       "import(" + JSON.stringify(root + "pyodide/pyodide.mjs") + ").then(function (m) { return m.loadPyodide(o); })" +
       ".then(function (py) { if (!b) return null; return b.then(function (buf) {\n" +
       "  py.FS.mkdirTree('/lib/autopilot'); py.FS.writeFile('/lib/autopilot/bundle.zip', new Uint8Array(buf));\n" +
       "  py.runPython(" + JSON.stringify(warmPy) + ");\n" +
       "  return " + (handOff ? "py.makeMemorySnapshot()" : "null") + "; }); })" +
-      ".then(function (snap) { if (snap) postMessage({ snapshot: snap }, [snap.buffer]); else postMessage({}); }," +
+      ".then(function (snap) { if (snap) postMessage({ snapshot: snap, module: wm }, [snap.buffer]); else postMessage({}); }," +
       " function (e) { postMessage({ failed: String(e) }); });";
     var url = null, worker = null;
     try {
@@ -337,11 +339,14 @@
       if (url) URL.revokeObjectURL(url);
       return null;
     }
-    var snapshot = null;
+    var snapshot = null, module = null;
     var done = new Promise(function (resolve) {
       var finish = function (ev) {
         URL.revokeObjectURL(url);
-        if (ev && ev.data && ev.data.snapshot) snapshot = ev.data.snapshot;
+        if (ev && ev.data && ev.data.snapshot) {
+          snapshot = ev.data.snapshot;
+          module = ev.data.module instanceof WebAssembly.Module ? ev.data.module : null;
+        }
         resolve();
       };
       worker.onmessage = finish;
@@ -350,7 +355,8 @@
     });
     // The snapshot is handed over once: a retried boot starts Python itself.
     return { done: done, stop: function () { worker.terminate(); },
-             takeSnapshot: function () { var s = snapshot; snapshot = null; return s; } };
+             takeSnapshot: function () { var s = snapshot; snapshot = null; return s; },
+             takeModule: function () { var m = module; module = null; return m; } };
   }
 
   var booting = null;
@@ -397,9 +403,24 @@
         }
         var pyodideMod = await pyodideModP;
         var pyodide;
+        // The worker's compiled module, handed over with its snapshot: instantiated as it is instead of fetched,
+        // decoded and looked up again (Pyodide has no option for a module: its one instantiateStreaming call is
+        // answered, then the original is put back).
+        var compiled = handedOver && warm.takeModule();
+        var realStreaming = WebAssembly.instantiateStreaming;
+        if (compiled) {
+          WebAssembly.instantiateStreaming = function (source, imports) {
+            WebAssembly.instantiateStreaming = realStreaming;
+            Promise.resolve(source).then(function (r) { if (r && r.body) r.body.cancel(); }).catch(function () {});
+            return WebAssembly.instantiate(compiled, imports).then(function (instance) {
+              return { instance: instance, module: compiled };
+            });
+          };
+        }
         try {
           pyodide = await pyodideMod.loadPyodide(options);
         } finally {
+          WebAssembly.instantiateStreaming = realStreaming;
           if (warm) warm.stop();
         }
         performance.mark("autopilot:pyodide");
