@@ -29,6 +29,7 @@ RUNS: dict[str, tuple[str, list[str], list[str], int, int]] = {
     "relay": ("relay.py", ["--clients", "100", "--calls", "1", "--solo-calls", "20", "--timeout", "100"], [],
               130, 900),
     "peer": ("peer.py", ["-n", "2", "--timeout", "280"], ["-n", "5"], 300, 2400),
+    "memory": ("memory.py", ["--quick", "--timeout", "230"], [], 240, 2400),
 }
 
 
@@ -75,7 +76,8 @@ def main() -> int:
             status = f"stopped after {limit} s"
         dt = time.monotonic() - t0
         # Progress lines on stderr ("[peer hh:mm:ss] ...") are noise here; the tables are what matter.
-        print("\n".join(line for line in out.splitlines() if not line.startswith("[peer ")), flush=True)
+        print("\n".join(line for line in out.splitlines() if not line.startswith(("[peer ", "[memory "))),
+              flush=True)
         results.append((name, status, dt))
     print(f"\n## summary ({time.monotonic() - t_all:.0f} s)")
     for name, status, dt in results:
