@@ -305,7 +305,8 @@
   }
   function prewarm(options, snapshotUrl) {
     var setting = config.prewarm;
-    if (setting === false || (setting === undefined && wasWarmed()) || typeof Worker === "undefined") return null;
+    // (An unset option reads as null here: only an explicit true forces the worker on a warmed build.)
+    if (setting === false || (setting == null && wasWarmed()) || typeof Worker === "undefined") return null;
     // Besides the start-up, the worker runs what the page's boot and first answer run in Python (importing the
     // widget, rendering Markdown: the regex engine...), so that those paths are compiled too ("full", the
     // default); "basic" stops after the start-up.

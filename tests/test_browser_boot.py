@@ -121,3 +121,45 @@ async def test_toggle_click_before_ready_is_queued_and_opens(browser, relay_serv
         assert await page.get_attribute(TOGGLE, "aria-expanded") == "true"
     finally:
         await ctx.close()
+
+
+async def test_first_visit_restores_the_prewarm_workers_snapshot(browser, relay_server):
+    """A first visit (no pre-warm flag for this build yet) starts Python once, in the worker: the page restores
+    its snapshot (with the widget imported and Markdown rendered) and its compiled module, then works as usual."""
+    ctx = await browser.new_context()
+    page = await ctx.new_page()
+    try:
+        await page.goto(relay_server.url + "/")
+        await wait_mark(page, "autopilot:joined")
+        marks = await page.evaluate("performance.getEntriesByType('mark').map(m => m.name)")
+        assert "autopilot:handoff" in marks
+        got = await py_eval(page, "import sys\nfrom widget.core import markdown as m\n"
+                                  "[m._md is not None, 'markdown.core' in sys.modules, m.render_markdown('*x*')]")
+        assert got == [True, True, "<p><em>x</em></p>"]
+        # Each visitor's Python has its own random state (the snapshot's is reseeded).
+        a = await py_eval(page, "import random\nrandom.getrandbits(64)")
+        await page.reload()
+        await wait_mark(page, "autopilot:joined")
+        assert "autopilot:handoff" not in await page.evaluate("performance.getEntriesByType('mark').map(m => m.name)")
+        assert await py_eval(page, "import random\nrandom.getrandbits(64)") != a
+    finally:
+        await ctx.close()
+
+
+async def test_without_the_worker_the_first_answer_is_prepared_after_the_boot(browser, relay_server):
+    """Without the worker's snapshot, Markdown is imported and built in small steps after page Python ran, so
+    the first answer does not pay for it in one long task."""
+    ctx = await browser.new_context()
+    await ctx.add_init_script("window.AutopilotConfig = {prewarm: false};")
+    page = await ctx.new_page()
+    try:
+        await page.goto(relay_server.url + "/")
+        await wait_mark(page, "autopilot:joined")
+        assert "autopilot:handoff" not in await page.evaluate("performance.getEntriesByType('mark').map(m => m.name)")
+        await page.wait_for_function(
+            "() => window.Autopilot.pyodide.runPython(\"import widget.core.markdown as m\\nm._md is not None\")",
+            timeout=15_000)
+        assert await py_eval(page, "from widget.core.markdown import render_markdown\nrender_markdown('`y`')") == \
+            "<p><code>y</code></p>"
+    finally:
+        await ctx.close()

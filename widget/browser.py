@@ -7,6 +7,7 @@ import asyncio
 import inspect
 import json
 import logging
+import sys
 import traceback
 from collections.abc import MutableMapping
 from typing import Any, Iterator
@@ -107,6 +108,33 @@ async def run_page_python(sources: list[tuple[str, str]], client: AutopilotClien
     return failures
 
 
+#: What the first answer imports, in an order where each import runs few modules (each one its own task).
+_FIRST_ANSWER_MODULES = (
+    "xml.etree.ElementTree", "html.parser", "markdown.util", "markdown.htmlparser", "markdown.serializers",
+    "markdown.inlinepatterns", "markdown.treeprocessors", "markdown.blockparser", "markdown.blockprocessors",
+    "markdown.preprocessors", "markdown.postprocessors", "markdown.core", "markdown",
+    "markdown.extensions.codehilite", "markdown.extensions.fenced_code", "markdown.extensions.tables",
+)
+
+
+async def warm_first_answer() -> None:
+    """Import and build what rendering the first answer needs, one module per event-loop turn, while the socket
+    joins and the reader types: otherwise it is one long main-thread task when the answer arrives. (A boot that
+    restored the pre-warm worker's snapshot has it all already.)"""
+    import importlib
+
+    for name in _FIRST_ANSWER_MODULES:
+        if name not in sys.modules:
+            try:
+                importlib.import_module(name)
+            except ImportError:  # rendering then reports it where it happens
+                return
+            await asyncio.sleep(0.002)  # a real task boundary (a zero delay may run in the same task)
+    from .core.markdown import render_markdown
+
+    render_markdown("*a* `b`")
+
+
 async def boot(config_json: str, page_sources: Any, loader: Any) -> Any:
     """Create the client, mount the bar, run page Python, then connect (D9 order)."""
     import autopilot_bridge  # type: ignore[import-not-found]  # registered by the loader
@@ -177,6 +205,7 @@ async def boot(config_json: str, page_sources: Any, loader: Any) -> Any:
         await run_page_python(page, client)
     finally:
         page_done.set_result(None)
+    asyncio.ensure_future(warm_first_answer())
     handle = _Handle(client, store, bar, getattr(loader, "api", None))
     handle.connecting = connecting
     return handle
