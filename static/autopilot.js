@@ -309,7 +309,7 @@
     if (setting === false || (setting == null && wasWarmed()) || typeof Worker === "undefined") return null;
     // Besides the start-up, the worker runs what the page's boot and first answer run in Python (importing the
     // widget, rendering Markdown: the regex engine...), so that those paths are compiled too ("full", the
-    // default); "basic" stops after the start-up.
+    // default); "basic" stops after the start-up; "compile" does the full run but hands no snapshot over.
     var full = setting !== "basic";
     var warmPy = "import sys\nsys.path.insert(0, '/lib/autopilot/bundle.zip')\ntry:\n" +
       "    import widget.browser, widget.ui.bar\n    from widget.core.markdown import render_markdown\n" +
@@ -318,7 +318,7 @@
     // Without a snapshot of its own (build.py --snapshot), the full pre-warm hands the page a memory snapshot of
     // its Python (started, the widget imported, Markdown rendered once): the page then restores it instead of
     // starting Python a second time (see startBoot).
-    var handOff = full && !snapshotUrl;
+    var handOff = full && !snapshotUrl && setting !== "compile"; // "compile": warm up, then start Python anew
     var src = "var o = " + JSON.stringify(options) + ", s = " + JSON.stringify(snapshotUrl) + ";\n" +
       "if (s) o._loadSnapshot = fetch(s).then(function (r) { return r.arrayBuffer(); });\n" +
       (handOff ? "o._makeSnapshot = true;\nvar wm = null, is = WebAssembly.instantiateStreaming;\n" +
