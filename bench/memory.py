@@ -8,7 +8,8 @@ imported, not copied). Per target, in one fresh browser context and tab:
 2. **conversation**: user messages one after the other until the conversation holds ``--messages`` of them,
    each one's reply visible (and the widget idle again) before the next;
 3. **toggle**: the launcher clicked ``--cycles`` times open and closed (waiting for the composer to show and
-   hide);
+   hide); before it, a **control**: as many clicks on the page's heading, which the widget does not handle (what
+   the bench's own clicking adds: Playwright's utility world shares the page's JS heap);
 4. **remount** (destroy and create again, with the 100-message conversation): ours: the bar is destroyed and
    ``widget.ui.bar.enable_bar(client)`` mounts a new one on the same client (the documented re-mount,
    docs/embedding.md), opened and closed by its toggle; Chainlit: ``unmountChainlitWidget()``, its host element
@@ -27,7 +28,7 @@ listeners), and for ours Python's view (the C heap in use inside the wasm memory
 ``len(gc.get_objects())``; the bar's live JS proxies; listeners on the client's event bus). Cycle phases are
 sampled every ``--every`` cycles; the slope is a least-squares fit over the samples after the first (warm-up) one.
 (The JS heap is the whole isolate's: Playwright's utility world, which clicks and waits, is in it too — the same
-for both widgets.)
+for both widgets: the control phase measures it.)
 
 Known result of phase 5: every reload keeps the previous interpreter (its wasm memory, ~30 MiB, and ~5 MiB of JS
 heap): Pyodide cannot unload one on a page's main thread (its module registers window ``message`` listeners and a
@@ -258,32 +259,48 @@ def fmt_sample(s: dict[str, Any]) -> str:
 # Widget actions
 
 
-async def send_and_wait(tab: Tab, target: str, token: str, timeout_ms: float) -> None:
-    """Type ``token``, send it once Send is usable, wait until an answer containing it is visible."""
+#: How long one message waits for its reply before it is sent again (Chainlit, reopened, sometimes shows a message
+#: it never delivers: its socket reconnects after the popover opened again).
+REPLY_WAIT_MS = 20000
+
+
+async def send_and_wait(tab: Tab, target: str, token: str, timeout_ms: float) -> int:
+    """Type ``token``, send it once Send is usable, wait until an answer containing it is visible.
+
+    Returns how many times it had to be sent again (a message without a reply stays in the conversation).
+    """
     page, cfg = tab.page, TARGETS[target]
     box = page.locator(f"#{cfg['bar_host']} >> {cfg['input']}")
-    reply = asyncio.ensure_future(page.evaluate(peer.WAIT_REPLY, [cfg, token, timeout_ms]))
-    try:
-        for attempt in range(5):
-            await box.fill(token, timeout=timeout_ms)
-            await page.wait_for_function(SUBMIT_READY, arg=cfg, timeout=timeout_ms, polling=20)
-            await box.press("Enter", timeout=timeout_ms)
-            try:  # a turn that had not quite ended, or a composer re-rendered under the bench: type it again
-                await page.wait_for_function(SENT, arg=[cfg, token], timeout=5000, polling=20)
-                break
-            except Exception:  # noqa: BLE001 - playwright's TimeoutError
-                log(f"{target}: {token} not taken (attempt {attempt + 1}); again")
-                if attempt == 4:
-                    raise
-        await reply
-    except BaseException:
-        reply.cancel()
-        with contextlib.suppress(Exception):
-            log(f"{target}: no reply with {token}; the widget shows: {await page.evaluate(SHOWN, cfg)}")
-        raise
+    for resend in range(3):
+        tok = token if not resend else f"{token}-again{resend}"
+        reply = asyncio.ensure_future(page.evaluate(peer.WAIT_REPLY, [cfg, tok, REPLY_WAIT_MS]))
+        try:
+            for attempt in range(5):
+                await box.fill(tok, timeout=timeout_ms)
+                await page.wait_for_function(SUBMIT_READY, arg=cfg, timeout=timeout_ms, polling=20)
+                await box.press("Enter", timeout=timeout_ms)
+                try:  # a turn that had not quite ended, or a composer re-rendered under the bench: type it again
+                    await page.wait_for_function(SENT, arg=[cfg, tok], timeout=5000, polling=20)
+                    break
+                except Exception:  # noqa: BLE001 - playwright's TimeoutError
+                    log(f"{target}: {tok} not taken (attempt {attempt + 1}); again")
+                    if attempt == 4:
+                        raise
+            await reply
+            break
+        except Exception:  # noqa: BLE001 - no reply in time: say what the widget shows, send again
+            reply.cancel()
+            with contextlib.suppress(Exception):
+                log(f"{target}: no reply with {tok}; the widget shows: {await page.evaluate(SHOWN, cfg)}")
+            if resend == 2:
+                raise
+        except BaseException:
+            reply.cancel()
+            raise
     # Idle again (ours shows Send once the answer has finished streaming) before the next message or a sample.
     if target == "ours":
         await page.wait_for_function(SUBMIT_READY, arg=cfg, timeout=timeout_ms, polling=20)
+    return resend
 
 
 async def set_open(tab: Tab, cfg: dict[str, Any], want: bool, timeout_ms: float) -> None:
@@ -317,7 +334,7 @@ async def run_target(browser: Any, target: str, url: str, args: argparse.Namespa
     cfg = TARGETS[target]
     timeout_ms = args.step_timeout * 1000
     ctx = await new_context(browser, target)
-    res: dict[str, Any] = {"phases": {}, "times": {}}
+    res: dict[str, Any] = {"phases": {}, "times": {}, "resent": 0}
     try:
         tab = await Tab.open(ctx, foreign)
         t0 = time.monotonic()
@@ -334,7 +351,7 @@ async def run_target(browser: Any, target: str, url: str, args: argparse.Namespa
         t = time.monotonic()
         conv = [boot]
         for i in range(2, args.messages + 1):
-            await send_and_wait(tab, target, f"m{i}-{target}-{os.getpid()}", timeout_ms)
+            res["resent"] += await send_and_wait(tab, target, f"m{i}-{target}-{os.getpid()}", timeout_ms)
             if i % args.every == 0 or i == args.messages:
                 await set_open(tab, cfg, False, timeout_ms)
                 s = await sample(tab, target, f"after {i} messages", i)
@@ -346,7 +363,12 @@ async def run_target(browser: Any, target: str, url: str, args: argparse.Namespa
         res["phases"]["conversation"] = conv
         await set_open(tab, cfg, False, timeout_ms)
 
-        # 3. toggle
+        # 3. toggle, after a control: clicks the widget does not handle (the page's heading), which measures what
+        # the bench itself adds per click (Playwright's utility world shares the page's heap).
+        async def control() -> None:
+            await tab.page.click("h1", timeout=timeout_ms)
+
+        res["phases"]["control"] = await cycles(tab, target, "control", args.cycles, args.every, res, control)
         res["phases"]["toggle"] = await cycles(
             tab, target, "toggle", args.cycles, args.every, res,
             lambda: toggle_cycle(tab, cfg, timeout_ms))
@@ -524,9 +546,11 @@ def report(results: dict[str, dict[str, Any]], args: argparse.Namespace, load: t
                       f"{conv[0]['py_objects']} -> {conv[-1]['py_objects']}")
         print(f"  {t}: per message (boot to last) JS heap {per / 1024:+.1f} KiB, DOM {nodes:+.1f} nodes{extra}; "
               f"{results[t].get('answers')} answers shown; {conv[-1]['x'] - 1} messages in "
-              f"{results[t]['times'].get('conversation', 0):.0f} s")
+              f"{results[t]['times'].get('conversation', 0):.0f} s"
+              + (f" ({results[t]['resent']} sent again: no reply within {REPLY_WAIT_MS / 1000:.0f} s)"
+                 if results[t].get("resent") else ""))
 
-    for phase in ("toggle", "remount", "reload"):
+    for phase in ("control", "toggle", "remount", "reload"):
         have = [t for t in targets if phase in ph[t]]
         if not have:
             continue
@@ -565,7 +589,8 @@ def report(results: dict[str, dict[str, Any]], args: argparse.Namespace, load: t
                 print(f"  {label}: JS heap ours/Chainlit {o['heap'] / c:.2f}x, with wasm "
                       f"{(o['heap'] + o.get('wasm', 0)) / c:.2f}x")
     for t in targets:
-        print(f"{t}: " + "; ".join(f"{p} {verdict(ph[t][p])}" for p in ("toggle", "remount", "reload") if p in ph[t]))
+        print(f"{t}: " + "; ".join(f"{p} {verdict(ph[t][p])}" for p in ("control", "toggle", "remount", "reload")
+                                   if p in ph[t]))
 
 
 # ------------------------------------------------------------------------------------------------------------------
