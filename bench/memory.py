@@ -46,6 +46,7 @@ import argparse
 import asyncio
 import contextlib
 import datetime
+import json
 import os
 import platform
 import shutil
@@ -515,6 +516,8 @@ def report(results: dict[str, dict[str, Any]], args: argparse.Namespace, load: t
           f"messages={args.messages} cycles={args.cycles} reloads={args.reloads if 'ours' in results else 0} "
           f"every={args.every}  chainlit {CHAINLIT_VERSION}")
     print(f"load average before: {load[0]}; after: {load[1]}")
+    if "ours" in results:
+        print(f"ours: build {results['ours'].get('build', '?')} ({args.dist or 'widget/_dist'})")
     if changes:
         print("Chainlit changed so that nothing reaches the internet (as bench/peer.py): "
               + "; ".join(c.split(":")[0] for c in changes))
@@ -630,6 +633,9 @@ async def bench(args: argparse.Namespace) -> int:
                 extra += ["--dist", args.dist]
             relay = start_relay(work, extra=extra)
             urls["ours"] = relay.url + "/"
+            # Which build the relay serves (another build may replace widget/_dist while this runs: say which).
+            manifest = (Path(args.dist) if args.dist else DIST) / "manifest.json"
+            build_id = json.loads(manifest.read_text()).get("build_id", "?")
         if "chainlit" in targets:
             pages = PageServer(peer.ROOT)
             chainlit = Chainlit(chainlit_venv(), work)
@@ -648,6 +654,8 @@ async def bench(args: argparse.Namespace) -> int:
                     log(f"{t}: start")
                     results[t] = await run_target(browser, t, urls[t], args, foreign,
                                                   chainlit.url if chainlit else None)
+                    if t == "ours":
+                        results[t]["build"] = build_id
             finally:
                 await browser.close()
         report(results, args, (load_before, loadavg()), foreign, changes)
