@@ -1,14 +1,22 @@
 """Browser transport: the JS bridge (``autopilot_bridge``, over socket.io-client) under Pyodide.
 
-JSON text crosses the boundary in both directions, so each payload is converted exactly once.
+JSON text crosses the boundary in both directions, so each payload is converted exactly once. Streamed text
+events may arrive together, as one ``__batch__`` call (see static/bridge.mjs): they are applied one by one, in
+order, exactly as if each had come alone.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 from typing import Any
 
 from .base import EventHandler, TransportError
+
+log = logging.getLogger("widget")
+
+#: The event name under which the bridge hands over several events at once: a JSON array of ``[name, payload]``.
+BATCH = "__batch__"
 
 
 class BrowserTransport:
@@ -28,7 +36,16 @@ class BrowserTransport:
             data = json.loads(text) if text is not None else None
         except ValueError:
             data = None
-        self._handler(name, data)
+        if name != BATCH:
+            self._handler(name, data)
+            return
+        for item in data if isinstance(data, list) else ():
+            if not (isinstance(item, list) and len(item) == 2 and isinstance(item[0], str)):
+                continue
+            try:
+                self._handler(item[0], item[1])
+            except Exception:  # noqa: BLE001 - one failing event must not lose the rest of the batch
+                log.exception("handling relay event %r failed", item[0])
 
     @property
     def connected(self) -> bool:
