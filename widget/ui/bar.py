@@ -7,10 +7,17 @@ Runs only under Pyodide. How it stays leak-free and fast:
   Every JS callback is a ``create_proxy`` counted in ``live_proxies()``; ``destroy()`` removes each listener and
   destroys each proxy, so nothing is left behind however long the conversation was.
 - **Keyed, batched updates.** Store changes only mark parts dirty; one ``requestAnimationFrame`` renders them.
+  While an answer streams, its text is rendered ~10 times a second (a timer defers the frame): chunks arrive at
+  20–200 a second, a reader follows ~10 updates a second, and each render costs Markdown, sanitizing, style,
+  layout and paint. On a slow or busy device the interval grows with what a render costs (down to 4 a second, also
+  the rate while the panel is closed), so streaming keeps to a small share of the page's main thread. Any other
+  change (a new message, the composer, a confirmation, the end of the answer) renders on the next frame.
   Messages, function-call pills, activity entries and confirmations are keyed by id and touched only when their
   signature changed.
 - **Incremental Markdown.** A streaming answer goes through ``StreamingRenderer``: finished blocks are rendered,
-  sanitized and appended once; only the unfinished tail is re-rendered per frame.
+  sanitized and appended once; only the unfinished tail is re-rendered per frame. That Markdown and sanitizing run
+  in the task that asks for the frame (the sanitizer's fragments wait on the view); the frame only inserts them,
+  so neither task is long.
 - **Two layers of sanitizing.** ``render_markdown`` escapes raw HTML at the source; the sink sanitizer
   (``static/sanitize.mjs``, DOMPurify) inserts the result. Everything else the model provides (function names,
   arguments, results, questions, options, labels) is set with ``textContent``. Without the sanitizer module,
@@ -153,7 +160,7 @@ class _MessageView:
 
     __slots__ = (
         "key", "role", "el", "body", "stable", "tail", "calls", "call_views", "footer", "footer_sig",
-        "text", "renderer", "busy", "stopped", "actions", "action_views",
+        "text", "renderer", "busy", "stopped", "actions", "action_views", "empty", "pending",
     )
 
     def __init__(self, key: str, role: str) -> None:
@@ -169,6 +176,10 @@ class _MessageView:
         self.stopped = False
         self.tail: Any = None
         self.stable: Any = None
+        self.empty: str | None = None  # the body's data-empty value last written
+        #: A streaming render prepared outside the frame: (text, sanitized new stable nodes, sanitized tail nodes);
+        #: the renderer has already been fed ``text``, the DOM catches up when the frame applies it.
+        self.pending: tuple[str, Any, Any] | None = None
 
 
 class _CallView:
@@ -192,6 +203,16 @@ class _ActionView:
 
 class Bar:
     """The overlay bar; create it with ``enable_bar``."""
+
+    #: While an answer streams, render its text at most this often (ms); other changes render on the next frame.
+    STREAM_RENDER_INTERVAL_MS = 100.0
+    #: ... and wait at least this many times as long as a streaming render took (a moving average of its Python
+    #: part: Markdown, sanitizing, DOM writes, the forced layout of scrolling): paint and compositing come on top,
+    #: so a render costs the main thread ~2× that, and at this factor streaming stays near 5 % of it on a slow or
+    #: busy device ...
+    STREAM_RENDER_COST_FACTOR = 40.0
+    #: ... but never longer than this (ms), which is also the interval while the panel is closed.
+    STREAM_RENDER_MAX_INTERVAL_MS = 250.0
 
     def __init__(
         self,
@@ -226,6 +247,12 @@ class Bar:
         self._ask_tab = 0
         self._dirty: set[str] = set()
         self._frame: Any = None
+        self._timer: Any = None  # setTimeout id deferring the next streaming-only frame
+        self._last_stream_render = -1e9  # time.monotonic() (s) of the last frame that rendered the stream
+        self._stream_render_ms = 0.0  # moving average of what a streaming-only frame took
+        self._in_frame = False  # flush() runs from the animation frame (not a direct call)
+        self._prepared_ms = 0.0  # what preparing the next streaming render took, outside its frame
+        self._stream_behind = False  # the frame showed a prepared render older than the store's text
         self._return_focus: Any = None
         self._destroyed = False
         self._tasks: set[asyncio.Future[Any]] = set()
@@ -354,6 +381,10 @@ class Bar:
         ev.add(self.panel, "submit", self._on_submit)
         ev.add(self.panel, "change", self._on_change)
         self._frame_cb = ev.proxy(self._on_frame)
+        self._timer_cb = ev.proxy(self._on_timer)
+        # Looked up once: every attribute read on a JS object is a crossing (~0.05 ms on a cold call path).
+        self._raf, self._caf = js.requestAnimationFrame, js.cancelAnimationFrame
+        self._set_timeout, self._clear_timeout = js.setTimeout, js.clearTimeout
         if shortcut:
             ev.add(doc, "keydown", self._on_document_keydown)
 
@@ -664,23 +695,95 @@ class Bar:
         "actions": ("messages",),
     }
 
+    #: Dirty parts a streamed chunk makes (the composer's signature only changes when streaming starts or ends).
+    _STREAM_ONLY = frozenset({"streaming", "composer"})
+
     def _on_store(self, what: str) -> None:
         self._dirty.update(self._KINDS.get(what, ("status",)))
+        if self._frame is not None or self._destroyed:
+            return
+        if what == "streaming" and self._dirty <= self._STREAM_ONLY and self.store.is_streaming:
+            # One more chunk: wait out the interval since the last streaming render (a timer, not a frame per
+            # chunk), so the chunks in between are rendered together. Within a frame of it, the next animation
+            # frame is soon enough.
+            wait = self._last_stream_render + self.stream_interval_ms / 1000 - time.monotonic()
+            if wait > 0.016:
+                if self._timer is None:
+                    self._timer = self._set_timeout(self._timer_cb, wait * 1000)
+                return
+            self._request_frame(prepare=True)
+            return
+        self._request_frame()
+
+    @property
+    def stream_interval_ms(self) -> float:
+        """How long streamed text waits between renders now (ms): the base interval, longer when renders are costly
+        or nobody sees them (the panel is closed; opening it renders at once)."""
+        if not self.is_open:
+            return self.STREAM_RENDER_MAX_INTERVAL_MS
+        return min(self.STREAM_RENDER_MAX_INTERVAL_MS,
+                   max(self.STREAM_RENDER_INTERVAL_MS, self.STREAM_RENDER_COST_FACTOR * self._stream_render_ms))
+
+    def _request_frame(self, prepare: bool = False) -> None:
+        if self._timer is not None:
+            self._clear_timeout(self._timer)
+            self._timer = None
         if self._frame is None and not self._destroyed:
-            self._frame = self.js.requestAnimationFrame(self._frame_cb)
+            if prepare:
+                self._prepare_stream()
+            self._frame = self._raf(self._frame_cb)
+
+    def _on_timer(self) -> None:
+        self._timer = None
+        if self._dirty:
+            self._request_frame(prepare=self._dirty <= self._STREAM_ONLY)
 
     def _on_frame(self, timestamp: Any = None) -> None:
         self._frame = None
+        self._in_frame = True
         try:
             self.flush()
         except Exception:  # noqa: BLE001 - a rendering bug must not kill the widget
             log.exception("bar render failed")
+        finally:
+            self._in_frame = False
+        if self._stream_behind:  # newer text came in after the render was prepared: it waits for the next one
+            self._stream_behind = False
+            self._on_store("streaming")
+
+    def _prepare_stream(self) -> None:
+        """Render the streaming answer's Markdown and sanitize it now, in the task that asks for the frame, so the
+        animation frame only inserts nodes (the two halves are two shorter tasks instead of one long one)."""
+        s = self.store
+        streaming, san = s.streaming_message, self.sanitizer
+        if streaming is None or san is None:
+            return
+        view = self._views.get(_key(streaming, len(s.messages)))
+        if view is None or view.pending is not None or view.renderer is None or not view.text:
+            return  # the frame renders it: the first words, "Thinking…", a new view
+        text = str(streaming.get("content") or "")
+        if text == view.text or not text.startswith(view.text):
+            return  # nothing new, or a restart (the frame starts over)
+        started = time.monotonic()
+        r = view.renderer
+        previous_tail = r.tail
+        r.feed(text)
+        view.pending = (
+            text,
+            san.sanitizeToFragment(r.appended) if r.appended else None,
+            san.sanitizeToFragment(r.tail) if r.tail != previous_tail else None,
+        )
+        self._prepared_ms = (time.monotonic() - started) * 1000  # part of this render's cost (see flush)
 
     def flush(self) -> None:
         """Render every dirty part now (the animation frame calls this; tests may too)."""
         if self._destroyed or not self._dirty:
             return
         dirty, self._dirty = self._dirty, set()
+        if self._timer is not None:  # everything dirty renders now: the deferred frame has nothing left to do
+            self._clear_timeout(self._timer)
+            self._timer = None
+        started = time.monotonic()
         stick = self._near_end() if ("messages" in dirty or "streaming" in dirty) else False
         if "status" in dirty:
             self.render_status()
@@ -699,6 +802,14 @@ class Bar:
         if stick or self._stick:
             self._stick = False
             self._scroll_to_end()
+        streamed = self.store.streaming_message
+        if ("streaming" in dirty or "messages" in dirty) and streamed is not None and streamed.get("content"):
+            # Text was rendered (a "Thinking…" frame does not count: the first words go out at once).
+            self._last_stream_render = now = time.monotonic()
+            if dirty <= self._STREAM_ONLY:
+                took = (now - started) * 1000 + self._prepared_ms
+                self._stream_render_ms += (took - self._stream_render_ms) * 0.25
+        self._prepared_ms = 0.0
 
     def _near_end(self) -> bool:
         if not self.is_open:
@@ -817,10 +928,16 @@ class Bar:
             self.render_messages()
             return
         key = _key(streaming, len(self.store.messages))
-        if key not in self._views:
+        view = self._views.get(key)
+        if view is None:
             self.render_messages()
             return
-        self._fill(self._views[key], streaming, streaming=True, last=False)
+        if self._in_frame and view.pending is not None and view.pending[0] != (streaming.get("content") or ""):
+            # Show what was prepared; the newer chunks wait for the next interval instead of making this frame
+            # render Markdown again.
+            streaming = {**streaming, "content": view.pending[0]}
+            self._stream_behind = True
+        self._fill(view, streaming, streaming=True, last=False)
         self._set_busy(True)
 
     def _view(self, key: str, role: str) -> _MessageView:
@@ -905,10 +1022,20 @@ class Bar:
 
     def _render_answer(self, view: _MessageView, text: str, streaming: bool) -> None:
         """Markdown → HTML (raw HTML escaped) → sink sanitizer → DOM; incremental while streaming."""
+        if view.pending is not None:  # the renderer is ahead of the DOM: insert what was prepared first
+            shown, appended, tail = view.pending
+            view.pending = None
+            if appended is not None:
+                view.stable.append(appended)
+            if tail is not None:
+                view.tail.replaceChildren(tail)
+            view.text = shown
+        empty = "false" if text else "true"
+        if view.tail is not None and view.empty != empty:
+            view.empty = empty
+            view.body.setAttribute("data-empty", empty)
         if view.text == text:
             return
-        if view.tail is not None:
-            view.tail.parentElement.setAttribute("data-empty", "false" if text else "true")
         san = self.sanitizer
         if san is None:  # no sink sanitizer: plain text, never HTML
             view.stable.textContent = text
@@ -1615,8 +1742,11 @@ class Bar:
         # runs when Python allocates, maybe never again) would free, and with it every element this bar rendered.
         self._unsubscribe = _noop
         if self._frame is not None:
-            self.js.cancelAnimationFrame(self._frame)
+            self._caf(self._frame)
             self._frame = None
+        if self._timer is not None:
+            self._clear_timeout(self._timer)
+            self._timer = None
         for task in list(self._tasks):
             task.cancel()
         self._events.close()
