@@ -29,7 +29,7 @@ RUNS: dict[str, tuple[str, list[str], list[str], int, int]] = {
     "relay": ("relay.py", ["--clients", "100", "--calls", "1", "--solo-calls", "20", "--timeout", "100"], [],
               130, 900),
     "peer": ("peer.py", ["-n", "2", "--timeout", "280"], ["-n", "5"], 300, 2400),
-    "memory": ("memory.py", ["--quick", "--timeout", "230"], [], 240, 2400),
+    "memory": ("memory.py", ["--quick", "--timeout", "280"], [], 300, 2400),
 }
 
 
