@@ -419,17 +419,24 @@ async def test_browser_boot_needs_no_lazy_zip_and_page_python_can_import_any_std
     await page.locator("#autopilot-bar-host >> .messages > .message.assistant").last.locator("h3").wait_for()
     state = await py_eval(page, "import _autopilot_stdlib as S\nS.state()")
     assert state["fetches"] == 0, f"the boot or an answer imported {state['trigger']} from a lazy zip"
+    # The answer has finished streaming (Send is back instead of Stop) before the next message is typed.
+    await page.locator("#autopilot-bar-host >> button.send").wait_for(state="visible", timeout=20_000)
     # The demo model calls what the message names; add_numbers has a JSON Schema: checked after an asynchronous
     # fetch of jsonschema's zip.
     await py_eval(page, "from widget import get_client\n@get_client().function\n"
                         "def add_numbers(a: int, b: int) -> int:\n    return a + b\nTrue")
+    # The relay has it (the state sync is debounced) before the message that names it goes out.
+    await page.wait_for_function(
+        """() => window.Autopilot.pyodide.runPython(
+              "from widget import get_client\\n'add_numbers' in ((get_client().state.acked or {}).get("
+              + "'autopilot') or {}).get('functions', {})")""", timeout=20_000)
     await box.fill('add_numbers {"a": 2, "b": 40}')
     await box.press("Enter")
     await page.wait_for_function(
         """() => { try { return JSON.parse(window.Autopilot.pyodide.runPython(
               "import json\\nfrom widget import get_client\\njson.dumps(get_client().get_function_call_history())"))
             .some(r => r.name === 'add_numbers' && r.respondedAt !== null); } catch (e) { return false; } }""",
-        timeout=20_000)
+        timeout=30_000)
     history = await py_eval(page, "from widget import get_client\nget_client().get_function_call_history()")
     call = next(r for r in history if r["name"] == "add_numbers")
     assert call["status"] == "success", call
