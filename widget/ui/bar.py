@@ -206,11 +206,11 @@ class Bar:
 
     #: While an answer streams, render its text at most this often (ms); other changes render on the next frame.
     STREAM_RENDER_INTERVAL_MS = 100.0
-    #: ... and wait at least this many times as long as a streaming render took (a moving average of its Python
-    #: part: Markdown, sanitizing, DOM writes, the forced layout of scrolling): paint and compositing come on top,
-    #: so a render costs the main thread ~2× that, and at this factor streaming stays near 5 % of it on a slow or
-    #: busy device ...
-    STREAM_RENDER_COST_FACTOR = 40.0
+    #: ... and wait at least this many times as long as a streaming render took (a moving average of the part
+    #: Python sees: Markdown, sanitizing, DOM writes, the forced layout of scrolling; ~3 ms on an idle 2-core
+    #: machine, so still 10 a second there): paint and compositing come on top (~1.5× in all), so on a slow or busy
+    #: device streaming renders keep to ~6 % of the main thread ...
+    STREAM_RENDER_COST_FACTOR = 25.0
     #: ... but never longer than this (ms), which is also the interval while the panel is closed.
     STREAM_RENDER_MAX_INTERVAL_MS = 250.0
 
