@@ -292,6 +292,10 @@ class Hub:
         self.join_limiter = RateLimiter(config.join_rate_per_minute)
         self.addresses: dict[str, str] = {}  # sid -> client address
         self._tasks: set[asyncio.Task[Any]] = set()
+        #: sockets of this process that disconnected and whose leaving the store is still recording
+        #: (set when it is recorded): a join or activate racing that write waits for it, so a call
+        #: held by the socket that left goes to the new active client (§3.1 pending_calls)
+        self._leaving: dict[str, asyncio.Event] = {}
         self.closing = False
         for event, handler in {
             "connect": self.on_connect,
@@ -405,6 +409,13 @@ class Hub:
         that is still joined on a live relay (a call runs at most once)."""
         out = []
         for c in await self.store.pending_calls(cid):
+            leaving = self._leaving.get(c["dispatched_to"])
+            if leaving is not None:
+                # The socket holding the call has left this process, but the store does not know yet
+                # (a reload's new socket can join before that write commits): the claim below reads
+                # the store's members, so let the write land first or the call would stay with a
+                # socket that is gone.
+                await leaving.wait()
             if c["dispatched_to"] != sid and await self.store.claim_call(cid, c["id"], sid) != sid:
                 continue
             out.append({"id": c["id"], "name": c["name"], "arguments": c["arguments"], "seq": c["seq"], "kind": c["kind"]})
@@ -551,10 +562,14 @@ class Hub:
     async def on_disconnect(self, sid: str, *args: Any) -> None:
         self.addresses.pop(sid, None)
         if self._leave(sid):
+            recorded = self._leaving[sid] = asyncio.Event()
             try:
                 await self.store.remove_member(sid)
             except Exception:  # noqa: BLE001 - the store is down: the socket's row dies with this instance
                 log.warning("could not record that socket %s left", sid)
+            finally:
+                self._leaving.pop(sid, None)
+                recorded.set()
 
     def _leave(self, sid: str) -> bool:
         cid = self.clients.pop(sid, None)
