@@ -8,6 +8,8 @@ on loopback, PostgreSQL as its own user) and two relay processes sharing them.
   event is lost (the store's log fills what Redis dropped), ``/readyz`` says so meanwhile.
 - A cancel sent to A stops the turn B runs; a relay process that dies mid-turn has the turn failed (with
   Retry) by the process holding the client, without a reload.
+- A relay whose socket missed events Redis dropped resends them from the store when a later one
+  arrives (an in-process relay, fed another process's messages as its Redis listener would be).
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ import aiohttp
 import pytest
 import pytest_asyncio
 
-from relay_helpers import RelayProcess, Recorder, info, joined, pg_server, redis_server
+from relay_helpers import RelayProcess, Recorder, info, joined, launch, pg_server, redis_server
 from widget import AutopilotClient
 from widget.transports.python_socketio import PythonSocketIOTransport
 
@@ -296,3 +298,54 @@ async def test_a_dead_relay_s_turn_is_failed_by_the_survivor(cluster: Cluster, h
     finally:
         await client.disconnect()
         c.stop()
+
+
+async def test_an_event_past_a_gap_brings_the_missed_ones(http: aiohttp.ClientSession, tmp_path: Path) -> None:
+    """Redis drops another process's messages during an outage; a later one arrives. The process
+    resends what its socket missed from the store: an event past a gap is not counted as the socket
+    having the ones before it (the client drops it until it has them), neither is the room copy of a
+    call whose ``run: true`` copy to this process's socket was lost. Otherwise nothing would resend
+    them: the turn's last events, or the call the turn waits on, would never reach the client."""
+    h = await launch(tmp_path, store="postgres", redis_url=redis_server().url, redis_channel="gap-" + uuid.uuid4().hex[:8])
+    rec: Recorder | None = None
+    try:
+        rec, data, _url = await joined(http, h.url)
+        cid, sid = data["conversation"]["id"], rec.sio.get_sid()
+        deadline = time.monotonic() + 5
+        while sid not in h.hub.convs[cid].ready:  # the join's replay is done: events now go to its room
+            assert time.monotonic() < deadline, "the join did not finish"
+            await asyncio.sleep(0.01)
+        store = h.hub.store
+
+        def from_another_process(event: str, payload: dict[str, Any], room: str, skip_sid: str | None = None) -> Any:
+            """What RelayRedisManager's listener hands to python-socketio for a message published elsewhere."""
+            return h.hub.redis._handle_emit({"method": "emit", "event": event, "data": [payload], "binary": False, "namespace": "/",
+                                             "room": room, "skip_sid": skip_sid, "callback": None, "host_id": "another-process"})
+
+        # 1. Two messages stored by another process; Redis delivers only the second.
+        msgs = [{"id": f"m_gap{i}", "role": "user", "content": f"hi {i}", "created_at": time.time()} for i in (1, 2)]
+        payloads = [{"message": m} for m in msgs]
+        seqs = [await store.append_event(cid, "message", p, messages=[m]) for p, m in zip(payloads, msgs)]
+        await from_another_process("message", payloads[1], cid)
+        got = await rec.wait("message", pred=lambda d: d["seq"] == seqs[0])
+        assert got["message"]["id"] == "m_gap1"
+        rt = h.hub.convs[cid]
+        deadline = time.monotonic() + 5
+        while rt.seen_seq != seqs[1] or rt.catch_up_queued:  # that resend is over (it must not send the call below)
+            assert time.monotonic() < deadline, (rt.seen_seq, seqs)
+            await asyncio.sleep(0.01)
+
+        # 2. A call that process dispatched to this socket: the run: true copy is lost, the room copy
+        #    (which skips the socket) arrives, right after what the socket has.
+        await store.add_calls(cid, "t_gap", [{"id": "call_gap", "name": "get_selection", "kind": "function", "arguments": {}}])
+        begin = {"id": "call_gap", "name": "get_selection", "arguments": {}, "message_id": "m_x", "kind": "function", "run": False}
+        seq = await store.append_event(cid, "function_call.begin", begin)
+        await store.set_call_seq(cid, "call_gap", seq)
+        assert await store.claim_call(cid, "call_gap", sid) == sid
+        await from_another_process("function_call.begin", begin, cid, skip_sid=sid)
+        got = await rec.wait("function_call.begin", pred=lambda d: d.get("run") is True)
+        assert got["id"] == "call_gap" and got["seq"] == seq
+    finally:
+        if rec is not None:
+            await rec.disconnect()
+        await h.stop()

@@ -24,7 +24,7 @@ import secrets
 import time
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable
 
 import jsonpatch
 import jsonpointer
@@ -104,10 +104,17 @@ class ConvRuntime:
     ready: set[str] = field(default_factory=set)
     turn: asyncio.Task[None] | None = None
     call_events: dict[str, asyncio.Event] = field(default_factory=dict)
-    #: the highest seq this process emitted to (or saw emitted, through Redis, to) the conversation
+    #: every event up to this seq has reached this process's ready sockets in order (emitted here, or
+    #: by another process through Redis); the catch-up resends from here. It moves on only without a
+    #: gap: an event that overtook missed ones (dropped during a Redis outage) does not stand for them.
     seen_seq: int = 0
     #: a store seq the last poll found ahead of ``seen_seq`` (caught up if still missing at the next)
     lag: int = 0
+    #: a catch-up is spawned and has not started reading yet (one is enough for a burst of gaps)
+    catch_up_queued: bool = False
+    #: ``(sid, seq)``: another process's ``run: true`` copy of a call reached this socket in order;
+    #: the room copy that follows skips that socket
+    direct: tuple[str, int] | None = None
 
 
 @dataclass
@@ -373,7 +380,8 @@ class Hub:
         """Emit a stored sequenced event live (caller holds ``rt.lock``). A call goes with ``run: true``
         to the socket it is dispatched to (the active client's, on whichever process it is joined);
         a socket of this process still replaying its join gets it from that replay instead."""
-        self._mark_seen(rt, payload.get("seq") or 0)
+        seq = payload.get("seq") or 0
+        in_order = self._in_order(rt, seq)  # before the emit: another process's event may overtake it
         if name == P.EV_FUNCTION_CALL_BEGIN:
             owner = await self.store.claim_call(cid, payload["id"])
             local = owner is not None and self.clients.get(owner) == cid
@@ -384,6 +392,7 @@ class Hub:
             await self.sio.emit(name, payload, room=cid, skip_sid=owner)
         else:
             await self.sio.emit(name, payload, room=cid)
+        self._delivered(cid, rt, seq, in_order)
 
     async def emit_event(self, cid: str, name: str, payload: dict[str, Any], **store_kw: Any) -> int:
         """Store a sequenced event (taking the next seq), then emit it to the conversation."""
@@ -447,17 +456,50 @@ class Hub:
 
     # ------------------------------------------------------------------ several processes
     @staticmethod
-    def _mark_seen(rt: ConvRuntime, seq: int) -> None:
-        if seq > rt.seen_seq:
-            rt.seen_seq = seq
+    def _in_order(rt: ConvRuntime, seq: int) -> bool:
+        """Whether an event about to be emitted to the ready sockets follows every event they have
+        (decided before the emit starts: Socket.IO queues packets in the order emits start)."""
+        return seq == rt.seen_seq + 1
 
-    def _seen_remote(self, event: str, room: Any, data: Any) -> None:
-        """The Redis manager delivered another process's event to this process's room ``room``."""
-        if event in P.SEQUENCED_EVENTS and isinstance(room, str) and isinstance(data, dict):
-            rt = self.convs.get(room)
-            seq = data.get("seq")
-            if rt is not None and isinstance(seq, int):
-                self._mark_seen(rt, seq)
+    def _delivered(self, cid: str, rt: ConvRuntime, seq: int, in_order: bool) -> None:
+        """An event reached this process's ready sockets; ``in_order``: from ``_in_order`` before it
+        was emitted. After a gap, what was missed is resent now (the catch-up), not at a later poll:
+        the event that overtook the missed ones may be the last of a turn, or a call to run, and the
+        client drops it (a seq gap) until it has the ones before."""
+        if seq <= rt.seen_seq:
+            return
+        if in_order or not rt.ready or not self.store.shared:
+            # No socket here to have missed anything; or only this process writes the conversation
+            # (every event is emitted under its lock, in seq order).
+            rt.seen_seq = seq
+        else:
+            self._want_catch_up(cid, rt)
+
+    def _want_catch_up(self, cid: str, rt: ConvRuntime) -> None:
+        if not rt.catch_up_queued:
+            rt.catch_up_queued = True
+            self.spawn(self._catch_up_quietly(cid))
+
+    def _seen_remote(self, event: str, room: Any, data: Any, skip_sid: Any = None) -> Callable[[], None] | None:
+        """The Redis manager is about to deliver another process's event to this process's sockets in
+        ``room`` (a conversation; or one socket, for a call's ``run: true`` copy). Returns what to call
+        once it has, or None."""
+        if event not in P.SEQUENCED_EVENTS or not isinstance(room, str) or not isinstance(data, dict):
+            return None
+        seq = data.get("seq")
+        cid = room if room in self.convs else self.clients.get(room)
+        rt = self.convs.get(cid) if cid is not None else None
+        if rt is None or not isinstance(seq, int) or isinstance(seq, bool):
+            return None
+        in_order = self._in_order(rt, seq)
+        if room != cid:  # the runner's copy of a call: it stands in for that socket's copy of the room event
+            rt.direct = (room, seq) if in_order else None
+            return None
+        skipped = skip_sid if isinstance(skip_sid, list) else [skip_sid]
+        if any(s in rt.ready and rt.direct != (s, seq) for s in skipped):
+            in_order = False  # a socket here got neither copy in order (its own copy was lost or late)
+        rt.direct = None
+        return lambda: self._delivered(cid, rt, seq, in_order)
 
     def _on_redis_back(self) -> None:
         """Redis is reachable again: what this process's sockets missed meanwhile comes from the store."""
@@ -495,6 +537,7 @@ class Hub:
         if rt is None:
             return 0
         async with rt.lock:
+            rt.catch_up_queued = False  # a gap found from now on may be after what this one reads
             events = await self.store.events_after(cid, rt.seen_seq)
             if not events:
                 return 0
@@ -502,7 +545,7 @@ class Hub:
             active = conv["active_sid"] if conv else None
             for sid in list(rt.ready):
                 await self._emit_stored(cid, sid, events, active=active)
-            self._mark_seen(rt, events[-1][0])
+            rt.seen_seq = max(rt.seen_seq, events[-1][0])  # all of them, in order, after those it had
             rt.lag = 0
             return len(events)
 

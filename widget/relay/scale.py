@@ -9,8 +9,10 @@ same python-socketio major version interoperates) with three changes:
   loses them.
 - the listener reconnects with backoff capped at 2 s (upstream: doubling to 60 s), and once subscribed
   again calls ``on_resync`` so the hub sends its sockets what they missed meanwhile.
-- every event it delivers from another process is reported to ``on_event`` (the hub tracks what its
-  sockets have seen); ``healthy`` and ``ping()`` feed ``/readyz``.
+- every event it delivers from another process is reported to ``on_event`` just before it reaches
+  this process's sockets (the hub decides then whether it follows what they have, i.e. arrives in
+  order), and the callable ``on_event`` returns is called once it has; ``healthy`` and ``ping()``
+  feed ``/readyz``.
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ CONNECT_TIMEOUT_S = 2.0
 
 class RelayRedisManager(socketio.AsyncRedisManager):
     def __init__(self, url: str, *, channel: str = "autopilot-relay",
-                 on_event: Callable[[str, Any, Any], None] | None = None,
+                 on_event: Callable[[str, Any, Any, Any], Callable[[], None] | None] | None = None,
                  on_resync: Callable[[], None] | None = None) -> None:
         super().__init__(url, channel=channel, logger=log)
         self.on_event = on_event
@@ -133,13 +135,19 @@ class RelayRedisManager(socketio.AsyncRedisManager):
                             pass
 
     async def _handle_emit(self, message: dict[str, Any]) -> None:  # type: ignore[override]
-        await super()._handle_emit(message)
+        delivered: Callable[[], None] | None = None
         if self.on_event is not None and message.get("host_id") != self.host_id:
             data = message.get("data")
             if isinstance(data, list) and len(data) == 1:
                 data = data[0]
+            try:  # before the emit: whether the event is in order depends on what was sent before it
+                delivered = self.on_event(message.get("event"), message.get("room"), data, message.get("skip_sid"))
+            except Exception:  # noqa: BLE001
+                log.exception("redis: event hook failed")
+        await super()._handle_emit(message)
+        if delivered is not None:
             try:
-                self.on_event(message.get("event"), message.get("room"), data)
+                delivered()
             except Exception:  # noqa: BLE001
                 log.exception("redis: event hook failed")
 
