@@ -84,12 +84,15 @@ async def two_tabs(cluster: Cluster, http: aiohttp.ClientSession, client: Autopi
 
 
 async def settled(cluster: Cluster, http: aiohttp.ClientSession, url: str, client: AutopilotClient, timeout: float = 10) -> dict[str, Any]:
-    """Wait until the client holds every event the store has; the GET body then."""
+    """Wait until the client holds every event the store has; the GET body then, once it reflects
+    that same seq. The GET and the store's seq are two reads: the turn's last event (``user_input``,
+    stored just after the ``completion.finished`` the callers wait for) may land between them, and a
+    body read before it would be one event behind the client."""
     deadline = time.monotonic() + timeout
     while True:
         body = await info(http, url)
         rows = await cluster.fetch("SELECT seq FROM conversations WHERE id = $1", body["conversation"]["id"])
-        if client.seq.last_seq == rows[0][0] or time.monotonic() > deadline:
+        if client.seq.last_seq == rows[0][0] == body["conversation"]["seq"] or time.monotonic() > deadline:
             return body
         await asyncio.sleep(0.05)
 
