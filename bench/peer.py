@@ -41,8 +41,9 @@ N runs each:
 
 Variants of ours (``--targets``): ``ours-noprewarm`` / ``ours-prewarm`` / ``ours-prewarm-basic`` set
 ``window.AutopilotConfig.prewarm`` to false / true / "basic" (default: a worker pre-warms the wasm code on a
-build's first visit only, and hands the page a snapshot of its Python; "basic": start-up only, without the widget's
-imports and a Markdown render; ``ours-prewarm-compile``: "compile", the full run without the hand-over), ``ours-eager`` / ``ours-intent`` set
+build's first visit only; "basic": start-up only, without the widget's imports and a Markdown render;
+``ours-prewarm-compile``: "compile", the default's run on every visit; ``ours-handoff``: "handoff", the worker
+hands the page a snapshot of its Python and its compiled module), ``ours-eager`` / ``ours-intent`` set
 the boot policy (D1; the demo page's default is idle); ``ours-snapshot`` / ``ours-before`` are the demo
 page of another build folder (``--snapshot-dist``: made with ``build.py --snapshot``; ``--before-dist``: an older
 commit's build) served by another relay.
@@ -102,6 +103,7 @@ TARGETS: dict[str, dict[str, Any]] = {
 # Variants of ours: the same page with the loader configured through window.AutopilotConfig.
 VARIANTS = {"ours-noprewarm": {"prewarm": False}, "ours-prewarm": {"prewarm": True},
             "ours-prewarm-basic": {"prewarm": "basic"}, "ours-prewarm-compile": {"prewarm": "compile"},
+            "ours-handoff": {"prewarm": "handoff"},
             "ours-eager": {"boot": "eager"}, "ours-intent": {"boot": "intent"}}
 # Ours from another build folder, served by a second relay: --snapshot-dist / --before-dist.
 ALT_DIST = {"ours-snapshot": "snapshot_dist", "ours-before": "before_dist"}

@@ -305,20 +305,23 @@
   }
   function prewarm(options, snapshotUrl) {
     var setting = config.prewarm;
-    // (An unset option reads as null here: only an explicit true forces the worker on a warmed build.)
-    if (setting === false || (setting == null && wasWarmed()) || typeof Worker === "undefined") return null;
+    // Unset (null here) and "handoff": once per build; true and the other modes: every visit.
+    var oncePerBuild = setting == null || setting === "handoff";
+    if (setting === false || (oncePerBuild && wasWarmed()) || typeof Worker === "undefined") return null;
     // Besides the start-up, the worker runs what the page's boot and first answer run in Python (importing the
     // widget, rendering Markdown: the regex engine...), so that those paths are compiled too ("full", the
-    // default); "basic" stops after the start-up; "compile" does the full run but hands no snapshot over.
+    // default); "basic" stops after the start-up; "compile" is the default's run on every visit.
     var full = setting !== "basic";
     var warmPy = "import sys\nsys.path.insert(0, '/lib/autopilot/bundle.zip')\ntry:\n" +
       "    import widget.browser, widget.ui.bar\n    from widget.core.markdown import render_markdown\n" +
       "    render_markdown('# t\\n\\n*a* **b** `c` [d](https://e.f/g)\\n\\n- h\\n\\n```\\ni\\n```\\n')\n" +
       "except Exception:\n    pass\n";
-    // Without a snapshot of its own (build.py --snapshot), the full pre-warm hands the page a memory snapshot of
-    // its Python (started, the widget imported, Markdown rendered once): the page then restores it instead of
-    // starting Python a second time (see startBoot).
-    var handOff = full && !snapshotUrl && setting !== "compile"; // "compile": warm up, then start Python anew
+    // "handoff" (without a snapshot of the build's own): the worker hands the page a memory snapshot of its
+    // Python (started, the widget imported, Markdown rendered once) and its compiled module; the page restores it
+    // instead of starting Python a second time (see startBoot). The first reply of a first visit comes ~0.4 s
+    // sooner, but the restore and Pyodide's module set-up are one main-thread task of ~150-400 ms (the default's
+    // longest is ~60-220 ms): the default keeps the host page smoother (docs/performance.md, run H).
+    var handOff = full && !snapshotUrl && setting === "handoff";
     var src = "var o = " + JSON.stringify(options) + ", s = " + JSON.stringify(snapshotUrl) + ";\n" +
       "if (s) o._loadSnapshot = fetch(s).then(function (r) { return r.arrayBuffer(); });\n" +
       (handOff ? "o._makeSnapshot = true;\nvar wm = null, is = WebAssembly.instantiateStreaming;\n" +

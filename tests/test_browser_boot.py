@@ -124,9 +124,11 @@ async def test_toggle_click_before_ready_is_queued_and_opens(browser, relay_serv
 
 
 async def test_first_visit_restores_the_prewarm_workers_snapshot(browser, relay_server):
-    """A first visit (no pre-warm flag for this build yet) starts Python once, in the worker: the page restores
-    its snapshot (with the widget imported and Markdown rendered) and its compiled module, then works as usual."""
+    """prewarm "handoff": a first visit (no pre-warm flag for this build yet) starts Python once, in the worker:
+    the page restores its snapshot (with the widget imported and Markdown rendered) and its compiled module, then
+    works as usual; a later visit runs no worker."""
     ctx = await browser.new_context()
+    await ctx.add_init_script("window.AutopilotConfig = {prewarm: 'handoff'};")
     page = await ctx.new_page()
     try:
         await page.goto(relay_server.url + "/")
@@ -142,6 +144,23 @@ async def test_first_visit_restores_the_prewarm_workers_snapshot(browser, relay_
         await wait_mark(page, "autopilot:joined")
         assert "autopilot:handoff" not in await page.evaluate("performance.getEntriesByType('mark').map(m => m.name)")
         assert await py_eval(page, "import random\nrandom.getrandbits(64)") != a
+    finally:
+        await ctx.close()
+
+
+async def test_default_first_visit_warms_in_a_worker_once_per_build(browser, relay_server):
+    """The default: the first visit runs the worker, then the page starts Python itself; a reload runs none."""
+    ctx = await browser.new_context()
+    page = await ctx.new_page()
+    try:
+        await page.goto(relay_server.url + "/")
+        await wait_mark(page, "autopilot:joined")
+        marks = await page.evaluate("performance.getEntriesByType('mark').map(m => m.name)")
+        assert "autopilot:prewarmed" in marks and "autopilot:handoff" not in marks
+        await page.reload()
+        await wait_mark(page, "autopilot:joined")
+        assert "autopilot:prewarmed" not in await page.evaluate(
+            "performance.getEntriesByType('mark').map(m => m.name)")
     finally:
         await ctx.close()
 
