@@ -231,4 +231,4 @@ out.append(B.stream_interval_ms)
 B.open()
 B._stream_render_ms = saved
 out""")
-    assert got == [100.0, 100.0, 125.0, 250.0, 250.0]
+    assert got == [100.0, 100.0, 200.0, 250.0, 250.0]

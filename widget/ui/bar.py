@@ -7,11 +7,12 @@ Runs only under Pyodide. How it stays leak-free and fast:
   Every JS callback is a ``create_proxy`` counted in ``live_proxies()``; ``destroy()`` removes each listener and
   destroys each proxy, so nothing is left behind however long the conversation was.
 - **Keyed, batched updates.** Store changes only mark parts dirty; one ``requestAnimationFrame`` renders them.
-  While an answer streams, its text is rendered ~10 times a second (a timer defers the frame): chunks arrive at
-  20–200 a second, a reader follows ~10 updates a second, and each render costs Markdown, sanitizing, style,
-  layout and paint. On a slow or busy device the interval grows with what a render costs (down to 4 a second, also
-  the rate while the panel is closed), so streaming keeps to a small share of the page's main thread. Any other
-  change (a new message, the composer, a confirmation, the end of the answer) renders on the next frame.
+  While an answer streams, its text is rendered at most 10 times a second (a timer defers the frame): chunks
+  arrive at 20–200 a second, a reader follows a few updates a second, and each render costs Markdown, sanitizing,
+  style, layout and paint. The interval also grows with what a render costs (down to 4 a second, also the rate
+  while the panel is closed), so streaming keeps to ~5 % of the page's main thread on any device and under any
+  load. Any other change (a new message, the composer, a confirmation, the end of the answer) renders on the next
+  frame.
   Messages, function-call pills, activity entries and confirmations are keyed by id and touched only when their
   signature changed.
 - **Incremental Markdown.** A streaming answer goes through ``StreamingRenderer``: finished blocks are rendered,
@@ -207,10 +208,11 @@ class Bar:
     #: While an answer streams, render its text at most this often (ms); other changes render on the next frame.
     STREAM_RENDER_INTERVAL_MS = 100.0
     #: ... and wait at least this many times as long as a streaming render took (a moving average of the part
-    #: Python sees: Markdown, sanitizing, DOM writes, the forced layout of scrolling; ~3 ms on an idle 2-core
-    #: machine, so still 10 a second there): paint and compositing come on top (~1.5× in all), so on a slow or busy
-    #: device streaming renders keep to ~6 % of the main thread ...
-    STREAM_RENDER_COST_FACTOR = 25.0
+    #: Python sees: Markdown, sanitizing, DOM writes, the forced layout of scrolling; 2.5–3 ms on an idle 2-core
+    #: machine, so 8–10 renders a second there). Paint, compositing and the scroll event's frame come on top (a
+    #: render costs the main thread ~2× what Python sees), so streaming renders keep to ~5 % of the main thread,
+    #: whatever the device or its load ...
+    STREAM_RENDER_COST_FACTOR = 40.0
     #: ... but never longer than this (ms), which is also the interval while the panel is closed.
     STREAM_RENDER_MAX_INTERVAL_MS = 250.0
 
