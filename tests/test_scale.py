@@ -5,7 +5,8 @@ on loopback, PostgreSQL as its own user) and two relay processes sharing them.
   tab of the same conversation, joined to process B, sends the message, so B runs the turn: the call
   goes to the client on A, its response reaches the turn waiting on B, the answer streams back to A.
 - Redis is stopped while a call is in flight and started again mid-turn: no function response and no
-  event is lost (the store's log fills what Redis dropped), ``/readyz`` says so meanwhile.
+  event is lost (the store's log fills what Redis dropped), ``/readyz`` says so meanwhile (and until
+  the relay is subscribed again: Redis answering PING is not enough).
 - A cancel sent to A stops the turn B runs; a relay process that dies mid-turn has the turn failed (with
   Retry) by the process holding the client, without a reload.
 - A relay whose socket missed events Redis dropped resends them from the store when a later one
@@ -301,6 +302,27 @@ async def test_a_dead_relay_s_turn_is_failed_by_the_survivor(cluster: Cluster, h
     finally:
         await client.disconnect()
         c.stop()
+
+
+async def test_readyz_waits_for_the_redis_subscription(http: aiohttp.ClientSession, tmp_path: Path) -> None:
+    """Redis answering PING is not enough: until the relay's listener is subscribed again (it
+    reconnects with backoff after an outage) other processes' events reach its sockets only by
+    polling and a ``client.role`` to them is lost, so it is not ready."""
+    h = await launch(tmp_path, store="postgres", redis_url=redis_server().url, redis_channel="ready-" + uuid.uuid4().hex[:8])
+    try:
+        deadline = time.monotonic() + 5
+        while not h.hub.redis.listening:
+            assert time.monotonic() < deadline, "the Redis listener did not subscribe"
+            await asyncio.sleep(0.01)
+        async with http.get(f"{h.url}/readyz") as r:
+            assert r.status == 200, await r.text()
+        h.hub.redis.listening = False  # as between Redis coming back and the listener's next attempt
+        async with http.get(f"{h.url}/readyz") as r:
+            assert r.status == 503
+            assert (await r.json())["checks"]["redis"] == "error: not subscribed to the channel yet"
+        h.hub.redis.listening = True
+    finally:
+        await h.stop()
 
 
 async def test_an_event_past_a_gap_brings_the_missed_ones(http: aiohttp.ClientSession, tmp_path: Path) -> None:

@@ -109,6 +109,11 @@ def create_app(
         await check("store", store.ping())
         if hub.redis is not None:
             await check("redis", hub.redis.ping())
+            if checks["redis"] == "ok" and not hub.redis.listening:
+                # Redis answers, but this process's subscription is still reconnecting (with backoff,
+                # after an outage): until it is back, other processes' events reach its sockets only by
+                # polling and a client.role sent to them is lost.
+                checks["redis"] = "error: not subscribed to the channel yet"
         ok = all(v == "ok" for v in checks.values()) and not hub.closing
         body = {"ok": ok, "instance": hub.instance, "checks": checks}
         return JSONResponse(body, status_code=200 if ok else 503, headers={"Cache-Control": "no-store"})

@@ -11,8 +11,8 @@ same python-socketio major version interoperates) with three changes:
   again calls ``on_resync`` so the hub sends its sockets what they missed meanwhile.
 - every event it delivers from another process is reported to ``on_event`` just before it reaches
   this process's sockets (the hub decides then whether it follows what they have, i.e. arrives in
-  order), and the callable ``on_event`` returns is called once it has; ``healthy`` and ``ping()``
-  feed ``/readyz``.
+  order), and the callable ``on_event`` returns is called once it has; ``ping()`` and
+  ``listening`` feed ``/readyz``, ``healthy`` the hub's poll.
 """
 
 from __future__ import annotations
