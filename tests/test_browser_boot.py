@@ -123,6 +123,16 @@ async def test_toggle_click_before_ready_is_queued_and_opens(browser, relay_serv
         await ctx.close()
 
 
+async def joined_marks(page, url: str | None = None) -> list[str]:
+    """Load ``url`` (or reload), wait until the widget joined, and return the names of the boot marks."""
+    if url is None:
+        await page.reload()
+    else:
+        await page.goto(url)
+    await wait_mark(page, "autopilot:joined")
+    return await page.evaluate("performance.getEntriesByType('mark').map(m => m.name)")
+
+
 async def test_first_visit_restores_the_prewarm_workers_snapshot(browser, relay_server):
     """prewarm "handoff": a first visit (no pre-warm flag for this build yet) starts Python once, in the worker:
     the page restores its snapshot (with the widget imported and Markdown rendered) and its compiled module, then
@@ -131,18 +141,13 @@ async def test_first_visit_restores_the_prewarm_workers_snapshot(browser, relay_
     await ctx.add_init_script("window.AutopilotConfig = {prewarm: 'handoff'};")
     page = await ctx.new_page()
     try:
-        await page.goto(relay_server.url + "/")
-        await wait_mark(page, "autopilot:joined")
-        marks = await page.evaluate("performance.getEntriesByType('mark').map(m => m.name)")
-        assert "autopilot:handoff" in marks
+        assert "autopilot:handoff" in await joined_marks(page, relay_server.url + "/")
         got = await py_eval(page, "import sys\nfrom widget.core import markdown as m\n"
                                   "[m._md is not None, 'markdown.core' in sys.modules, m.render_markdown('*x*')]")
         assert got == [True, True, "<p><em>x</em></p>"]
         # Each visitor's Python has its own random state (the snapshot's is reseeded).
         a = await py_eval(page, "import random\nrandom.getrandbits(64)")
-        await page.reload()
-        await wait_mark(page, "autopilot:joined")
-        assert "autopilot:handoff" not in await page.evaluate("performance.getEntriesByType('mark').map(m => m.name)")
+        assert "autopilot:handoff" not in await joined_marks(page)
         assert await py_eval(page, "import random\nrandom.getrandbits(64)") != a
     finally:
         await ctx.close()
@@ -153,14 +158,9 @@ async def test_default_first_visit_warms_in_a_worker_once_per_build(browser, rel
     ctx = await browser.new_context()
     page = await ctx.new_page()
     try:
-        await page.goto(relay_server.url + "/")
-        await wait_mark(page, "autopilot:joined")
-        marks = await page.evaluate("performance.getEntriesByType('mark').map(m => m.name)")
+        marks = await joined_marks(page, relay_server.url + "/")
         assert "autopilot:prewarmed" in marks and "autopilot:handoff" not in marks
-        await page.reload()
-        await wait_mark(page, "autopilot:joined")
-        assert "autopilot:prewarmed" not in await page.evaluate(
-            "performance.getEntriesByType('mark').map(m => m.name)")
+        assert "autopilot:prewarmed" not in await joined_marks(page)
     finally:
         await ctx.close()
 
@@ -172,9 +172,7 @@ async def test_without_the_worker_the_first_answer_is_prepared_after_the_boot(br
     await ctx.add_init_script("window.AutopilotConfig = {prewarm: false};")
     page = await ctx.new_page()
     try:
-        await page.goto(relay_server.url + "/")
-        await wait_mark(page, "autopilot:joined")
-        assert "autopilot:handoff" not in await page.evaluate("performance.getEntriesByType('mark').map(m => m.name)")
+        assert "autopilot:handoff" not in await joined_marks(page, relay_server.url + "/")
         await page.wait_for_function(
             "() => window.Autopilot.pyodide.runPython(\"import widget.core.markdown as m\\nm._md is not None\")",
             timeout=15_000)
