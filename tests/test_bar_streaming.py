@@ -30,6 +30,20 @@ CAPTURE_SOCKETS = """(() => {
   };
 })();"""
 
+#: Page Python that counts the calls from the bridge into Python (each one json.loads its text once) in ENTRIES.
+COUNT_CALLS = """
+import widget.transports.browser as tb
+import json as _json
+ENTRIES = []
+class _CountingJson:
+    dumps = staticmethod(_json.dumps)
+    @staticmethod
+    def loads(text):
+        ENTRIES.append(1)
+        return _json.loads(text)
+tb.json = _CountingJson
+"""
+
 #: Delivers Socket.IO event frames as messages of the page's socket.io WebSocket, ``gap`` ms apart (0: in one go).
 DELIVER = """async ({frames, gap}) => {
   const ws = window.__sockets.find((s) => s.readyState === 1 && s.url.includes("EIO="));
@@ -90,17 +104,8 @@ async def test_streamed_events_reach_python_in_batches_in_order(socket_page: Bar
     page = socket_page.page
     await open_bar(page)
     # Count calls into Python from the bridge (each one json.loads its text once) and record every applied event.
-    first = await py(page, """
-import widget.transports.browser as tb
-import json as _json
-ENTRIES, APPLIED = [], []
-class _CountingJson:
-    dumps = staticmethod(_json.dumps)
-    @staticmethod
-    def loads(text):
-        ENTRIES.append(1)
-        return _json.loads(text)
-tb.json = _CountingJson
+    first = await py(page, COUNT_CALLS + """
+APPLIED = []
 _inner = client.transport._handler
 def _recording(name, data):
     if isinstance(data, dict) and "seq" in data:
@@ -138,18 +143,7 @@ client.seq.last_seq + 1""")
 
 async def test_a_slow_stream_goes_event_by_event_and_a_fast_one_in_batches(socket_page: BarPage) -> None:
     page = socket_page.page
-    first = await py(page, """
-import widget.transports.browser as tb
-import json as _json
-ENTRIES = []
-class _CountingJson:
-    dumps = staticmethod(_json.dumps)
-    @staticmethod
-    def loads(text):
-        ENTRIES.append(1)
-        return _json.loads(text)
-tb.json = _CountingJson
-client.seq.last_seq + 1""")
+    first = await py(page, COUNT_CALLS + "client.seq.last_seq + 1")
     deltas = [("completion_stream", {"message_id": "batch-2", "delta": f"w{i} "}) for i in range(24)]
     start = [("completion.started", {"turn_id": "t-c", "message_id": "batch-2"})]
     end = [("completion.finished", {"turn_id": "t-c", "status": "done"})]
