@@ -792,8 +792,6 @@ import sys
 
 GROUPS = __GROUPS__
 _GROUP_OF = {m: g for g, (_, mods) in GROUPS.items() for m in mods}
-REST_PATH = GROUPS["rest"][0]
-REST_MODULES = frozenset(GROUPS["rest"][1])
 
 _state = {"urls": {}, "mounted": set(), "fetches": 0, "trigger": None, "fetch": None, "pending": {}}
 
@@ -813,14 +811,10 @@ def _fetch_sync(url):
     return str(req.responseText).encode("utf-16-le")[::2]
 
 
-def group_of(fullname):
-    """The lazy group whose zip holds ``fullname`` (or one of its parent packages), or None."""
+def groups_of(fullname):
+    """The lazy groups whose zips hold ``fullname`` or one of its parent packages (importing it imports them)."""
     parts = fullname.split(".")
-    for i in range(len(parts), 0, -1):
-        g = _GROUP_OF.get(".".join(parts[:i]))
-        if g is not None:
-            return g
-    return None
+    return {_GROUP_OF[p] for p in (".".join(parts[: i + 1]) for i in range(len(parts))) if p in _GROUP_OF}
 
 
 def mount(data=None, group="rest"):
@@ -859,7 +853,7 @@ def _ensure(group, fullname):
 async def prefetch(names):
     """Fetch (asynchronously, once) and mount the groups that hold these modules, so importing them does not
     fetch synchronously. A failed fetch is left to the import, which then tries once more and fails clearly."""
-    for group in {group_of(n) for n in names} - {None} - _state["mounted"]:
+    for group in set().union(*map(groups_of, names)) - _state["mounted"]:
         pending = _state["pending"].get(group)
         if pending is None:
             pending = _state["pending"][group] = _fetch_async(group)
@@ -962,11 +956,7 @@ def needs(sources):
             else:
                 continue
             for name in names:
-                parts = name.split(".")
-                for i in range(len(parts)):
-                    g = _GROUP_OF.get(".".join(parts[: i + 1]))
-                    if g is not None:
-                        found.add(g)
+                found |= groups_of(name)
     return sorted(found)
 
 

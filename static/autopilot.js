@@ -436,11 +436,10 @@
           window.localStorage.setItem(WARM_KEY, "1");
         } catch (e) { /* storage blocked: pre-warm on every visit */ }
         var lazy = null;
-        if (BOOT_FILES.rest) {
+        if (BOOT_FILES.lazy) {
           // Parts of the Python library loaded on first use (see _autopilot_stdlib in build.py).
           var urls = {};
-          var groups = BOOT_FILES.lazy || { rest: BOOT_FILES.rest };
-          Object.keys(groups).forEach(function (g) { urls[g] = root + groups[g]; });
+          Object.keys(BOOT_FILES.lazy).forEach(function (g) { urls[g] = root + BOOT_FILES.lazy[g]; });
           lazy = pyodide.pyimport("_autopilot_stdlib");
           var urlsPy = pyodide.toPy(urls);
           lazy.install(urlsPy);
