@@ -78,7 +78,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))
 sys.path.insert(0, str(ROOT))
 
-from support import CHROMIUM, CHROMIUM_ARGS, DIST, free_port, start_relay  # noqa: E402
+from support import CHROMIUM, CHROMIUM_ARGS, DIST, free_port, start_relay, stop_process  # noqa: E402
 
 CHAINLIT_VERSION = "2.12.0"
 ASSETS = Path(__file__).resolve().parent / "peer"
@@ -268,13 +268,7 @@ class Chainlit:
         raise RuntimeError(f"chainlit did not answer within 90 s:\n{self.log.read_text()[-3000:]}")
 
     def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(5)
+        stop_process(self.proc)
 
 
 # ------------------------------------------------------------------------------------------------------------------

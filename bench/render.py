@@ -31,6 +31,14 @@ WORDS = ("the widget renders model output as markdown and keeps every link visib
          "it goes before they follow it while the relay streams tokens to the page").split()
 
 
+def add_stream_arguments(ap: argparse.ArgumentParser) -> None:
+    """The answer's length and streaming rate, shared with bench/render_browser.py (goal 6's defaults)."""
+    ap.add_argument("--tokens", type=int, default=4000)
+    ap.add_argument("--chars-per-token", type=float, default=4.0)
+    ap.add_argument("--tokens-per-second", type=float, default=200.0)
+    ap.add_argument("--chunks-per-second", type=float, default=20.0)
+
+
 def synthetic_answer(target_chars: int, seed: int = 7) -> str:
     """A Markdown answer of about ``target_chars`` characters in the shape LLM answers usually take."""
     rng = random.Random(seed)
@@ -221,10 +229,7 @@ def browser_bench(text: str, ends: list[int], repeat: int) -> int:
 def main() -> int:
     """Print the comparison table."""
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--tokens", type=int, default=4000)
-    ap.add_argument("--chars-per-token", type=float, default=4.0)
-    ap.add_argument("--tokens-per-second", type=float, default=200.0)
-    ap.add_argument("--chunks-per-second", type=float, default=20.0)
+    add_stream_arguments(ap)
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--browser", action="store_true", help="also run in Chromium with Pyodide (needs the build)")
     args = ap.parse_args()

@@ -37,7 +37,7 @@ sys.path.insert(0, str(ROOT / "tests"))
 sys.path.insert(0, str(ROOT / "bench"))
 sys.path.insert(0, str(ROOT))
 
-from render import synthetic_answer  # noqa: E402
+from render import add_stream_arguments, synthetic_answer  # noqa: E402
 from support import CHROMIUM, CHROMIUM_ARGS, start_relay, wait_mark  # noqa: E402
 
 SETUP = '''
@@ -331,10 +331,7 @@ want.innerHTML.replace("\\n", "") == got.innerHTML.replace("\\n", "")""")
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--tokens", type=int, default=4000)
-    ap.add_argument("--chars-per-token", type=float, default=4.0)
-    ap.add_argument("--tokens-per-second", type=float, default=200.0)
-    ap.add_argument("--chunks-per-second", type=float, default=20.0)
+    add_stream_arguments(ap)
     ap.add_argument("--naive", action="store_true", help="re-render the whole answer on every frame")
     ap.add_argument("--socket", action="store_true",
                     help="events arrive as WebSocket messages: socket.io-client, static/bridge.mjs, BrowserTransport")

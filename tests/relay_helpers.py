@@ -224,12 +224,13 @@ import glob
 import hashlib
 import os
 import shutil
-import signal
 import socket
 import subprocess
 import tempfile
 
 import pytest
+
+from support import stop_process
 
 
 def _free_port() -> int:
@@ -318,13 +319,7 @@ class PgServer:
         return self.database(f"{hint}_{len(self._created)}_{os.getpid()}")
 
     def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGINT)  # fast shutdown
-            try:
-                self.proc.wait(15)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        stop_process(self.proc, interrupt=True, timeout=15)
         self.proc = None
 
     def close(self) -> None:
@@ -472,11 +467,5 @@ class RelayProcess:
         raise RuntimeError(f"relay did not become ready within {timeout} s:\n{self.log.read_text()[-3000:]}")
 
     def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGINT)
-            try:
-                self.proc.wait(15)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        stop_process(self.proc, interrupt=True, timeout=15)
         self.proc = None

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -27,6 +28,22 @@ CHROMIUM_ARGS = [
 ]
 
 
+def stop_process(proc: subprocess.Popen | None, *, interrupt: bool = False, timeout: float = 10.0) -> None:
+    """Stop ``proc`` if it still runs: SIGTERM (SIGINT with ``interrupt``: PostgreSQL's and uvicorn's fast
+    shutdown), then SIGKILL after ``timeout`` seconds."""
+    if proc is None or proc.poll() is not None:
+        return
+    if interrupt:
+        proc.send_signal(signal.SIGINT)
+    else:
+        proc.terminate()
+    try:
+        proc.wait(timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait(5)
+
+
 def free_port() -> int:
     """A free TCP port on loopback."""
     with socket.socket() as s:
@@ -49,13 +66,7 @@ class RelayServer:
         return f"http://127.0.0.1:{self.port}"
 
     def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(5)
+        stop_process(self.proc)
 
     def restart(self) -> None:
         """Stop and start again on the same port and database."""
