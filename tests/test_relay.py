@@ -26,7 +26,7 @@ from relay_helpers import (
     store_kind,  # noqa: F401 - a fixture
 )
 from widget import protocol as P
-from widget.relay.hub import RateLimiter
+from widget.relay.ratelimit import RateLimiter
 from widget.relay.tokens import TokenSigner
 
 

@@ -1,0 +1,152 @@
+"""Ask-user prompts: the prompt a model's ``ask_user`` call asks for, and the reader's answers to it."""
+
+from __future__ import annotations
+
+import json
+from typing import TYPE_CHECKING, Any
+
+from ... import protocol as P
+from ...errors import ProtocolError
+from .. import storage as S
+from .skeleton import unstorable
+
+if TYPE_CHECKING:
+    from .core import Hub
+
+PROMPT_TYPES = ("text", "bool", "radiolist", "checklist")
+#: Bounds on an ask-user prompt the model writes (a prompt over them is refused to the model).
+PROMPT_MAX_QUESTION_CHARS = 2000
+PROMPT_MAX_OPTIONS = 50
+PROMPT_MAX_LABEL_CHARS = 200
+
+
+def _short(value: Any, limit: int = 80) -> str:
+    text = json.dumps(value, ensure_ascii=False) if not isinstance(value, str) else repr(value)
+    return text if len(text) <= limit else text[:limit] + "…"
+
+
+def prompt_from(call: dict[str, Any]) -> tuple[dict[str, Any] | None, str]:
+    """The reader-facing prompt of a model's ``ask_user`` call, keeping only known fields; or ``None``
+    and what is wrong with the call (answered to the model, never shown)."""
+    a = call["arguments"]
+    if not isinstance(a, dict):
+        return None, "the arguments must be a JSON object"
+    t = a.get("type")
+    if t not in PROMPT_TYPES:
+        return None, f"type must be one of {', '.join(PROMPT_TYPES)} (got {_short(t)})"
+    q = a.get("question")
+    if not isinstance(q, str) or not q.strip():
+        return None, "question must be a non-empty string"
+    if len(q) > PROMPT_MAX_QUESTION_CHARS:
+        return None, f"question must be at most {PROMPT_MAX_QUESTION_CHARS} characters"
+    extra = a.get("arguments")
+    if extra is None:
+        extra = {}
+    if not isinstance(extra, dict):
+        return None, "arguments must be an object"
+    args: dict[str, Any] = {}
+    allowed = {"bool": ("yes_label", "no_label"), "text": ("placeholder",)}.get(t, ())
+    for k in allowed:
+        if extra.get(k) is not None:
+            if not isinstance(extra[k], str) or len(extra[k]) > PROMPT_MAX_LABEL_CHARS:
+                return None, f"arguments.{k} must be a string of at most {PROMPT_MAX_LABEL_CHARS} characters"
+            args[k] = extra[k]
+    if t == "text" and extra.get("multiline") is not None:
+        if not isinstance(extra["multiline"], bool):
+            return None, "arguments.multiline must be true or false"
+        args["multiline"] = extra["multiline"]
+    if t in ("radiolist", "checklist"):
+        options = extra.get("options")
+        if not isinstance(options, list) or not options:
+            return None, f"a {t} prompt needs arguments.options, a non-empty list of {{value, label}}"
+        if len(options) > PROMPT_MAX_OPTIONS:
+            return None, f"a {t} prompt may have at most {PROMPT_MAX_OPTIONS} options"
+        clean, seen = [], set()
+        for i, o in enumerate(options):
+            if not isinstance(o, dict):
+                return None, f"arguments.options[{i}] must be an object {{value, label}}"
+            value, label = o.get("value"), o.get("label")
+            if not isinstance(value, str) or not value:
+                return None, f"arguments.options[{i}].value must be a non-empty string"
+            if not isinstance(label, str) or not label.strip() or len(label) > PROMPT_MAX_LABEL_CHARS:
+                return None, f"arguments.options[{i}].label must be a non-empty string of at most {PROMPT_MAX_LABEL_CHARS} characters"
+            if value in seen:
+                return None, f"option value {_short(value)} appears twice; values must be unique"
+            seen.add(value)
+            clean.append({"value": value, "label": label})
+        args["options"] = clean
+    prompt: dict[str, Any] = {"id": call["id"], "type": t, "question": q}
+    if args:
+        prompt["arguments"] = args
+    return prompt, ""
+
+
+def check_answer(prompt: dict[str, Any], result: Any) -> None:
+    """The answer types: text → string, bool → boolean, radiolist → one option value, checklist → a
+    list of distinct option values."""
+    t = prompt.get("type")
+    values = [o["value"] for o in (prompt.get("arguments") or {}).get("options", []) if isinstance(o, dict) and "value" in o]
+    where = f"The answer to prompt {prompt['id']!r} ({t})"
+    got = f"got {_short(result)}"
+    if t == "text":
+        if not isinstance(result, str):
+            raise ProtocolError(P.ERR_BAD_REQUEST, f"{where} must be a string; {got}.")
+        if len(result) > P.MAX_USER_MESSAGE_CHARS:
+            raise ProtocolError(P.ERR_BAD_REQUEST, f"{where} may have at most {P.MAX_USER_MESSAGE_CHARS} characters; it has {len(result)}.")
+    elif t == "bool":
+        if not isinstance(result, bool):
+            raise ProtocolError(P.ERR_BAD_REQUEST, f"{where} must be true or false; {got}.")
+    elif t == "radiolist":
+        if not isinstance(result, str) or result not in values:
+            raise ProtocolError(P.ERR_BAD_REQUEST, f"{where} must be one of the option values {values}; {got}.")
+    elif t == "checklist":
+        if not isinstance(result, list) or not all(isinstance(v, str) for v in result):
+            raise ProtocolError(P.ERR_BAD_REQUEST, f"{where} must be a list of option values from {values}; {got}.")
+        bad = [v for v in result if v not in values]
+        if bad:
+            raise ProtocolError(P.ERR_BAD_REQUEST, f"{where}: {_short(bad[0])} is not one of the option values {values}.")
+        if len(set(result)) != len(result):
+            raise ProtocolError(P.ERR_BAD_REQUEST, f"{where} lists a value twice; each option at most once.")
+    else:  # pragma: no cover - prompts are checked when the model writes them
+        raise ProtocolError(P.ERR_BAD_REQUEST, f"{where}: unknown prompt type.")
+
+
+async def answer_prompts(hub: Hub, cid: str, answers: list[dict[str, Any]], idempotency: S.Ack | None = None) -> None:
+    """Check and store ask-user answers (all or none); resume the turn once every pending prompt is
+    answered."""
+    problem = unstorable([answers, idempotency[0] if idempotency is not None else None])
+    if problem is not None:  # the HTTP entry point: the same check the socket handlers get
+        raise ProtocolError(P.ERR_BAD_REQUEST, problem)
+    store = hub.store
+    with hub.runtimes.using(cid) as rt:
+        async with rt.lock:
+            if idempotency is not None and await store.get_ack(cid, idempotency[0]) is not None:
+                return  # a repeat of a POST already applied
+            conv = await store.get_conversation(cid)
+            if conv is None:
+                raise ProtocolError(P.ERR_NOT_FOUND, "Unknown conversation.")
+            pending = {p["id"]: p for p in await store.pending_prompts(cid)}
+            if conv["status"] != S.WAITING_FOR_ASK_USER or not pending:
+                raise ProtocolError(P.ERR_BAD_REQUEST, "The conversation is not waiting for ask-user answers.")
+            seen: set[str] = set()
+            for a in answers:
+                if a["id"] in seen:
+                    raise ProtocolError(P.ERR_BAD_REQUEST, f"Prompt {a['id']!r} is answered twice in this request; answer each prompt once.")
+                seen.add(a["id"])
+            unknown = [a["id"] for a in answers if a["id"] not in pending]
+            if unknown:
+                statuses = await store.prompt_statuses(cid, unknown)
+                pid = unknown[0]
+                if statuses.get(pid) in (S.CALL_ANSWERED, S.PROMPT_TAKEN):
+                    raise ProtocolError(P.ERR_BAD_REQUEST, f"Prompt {pid!r} was already answered; each prompt is answered once.")
+                raise ProtocolError(P.ERR_BAD_REQUEST, f"No pending prompt has id {pid!r} (pending: {', '.join(sorted(pending))}).")
+            for a in answers:
+                check_answer(pending[a["id"]], a["result"])
+            if not await store.answer_prompts(cid, [(a["id"], a["result"]) for a in answers], idempotency):
+                raise ProtocolError(P.ERR_BAD_REQUEST, "Those prompts are no longer pending.")
+            if await store.pending_prompts(cid):
+                return
+            # Conditional: when the last answers reach two processes at once, one of them resumes.
+            if not await store.claim_status(cid, [S.WAITING_FOR_ASK_USER], status=S.RUNNING, runner=hub.instance):
+                return
+            rt.turn = hub.spawn(hub.turns.run_turn(cid, conv["turn_id"], conv["iteration"] + 1, resume=True))

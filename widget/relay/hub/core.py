@@ -1,0 +1,188 @@
+"""The hub: the relay's live side, put together from its rooms.
+
+Every sequenced event is stored (taking the conversation's next ``seq``) and then emitted to the
+conversation's room, under the conversation's lock, so each socket sees one gap-free ordered log.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any, Coroutine
+
+from ... import protocol as P
+from .. import storage as S
+from ..config import AppConfig, RelayConfig
+from ..model import ModelAdapter, make_adapter
+from ..ratelimit import RateLimiter
+from ..sio import RelaySocketServer
+from ..tokens import TokenSigner
+from .ask_user import answer_prompts
+from .dispatch import CallDispatch
+from .fanout import Fanout
+from .joining import Membership
+from .lifecycle import Lifecycle
+from .prompts import history
+from .runtime import HEARTBEAT_S, ConvRuntime, Runtimes, new_id
+from .skeleton import handlers_of, wrap
+from .turns import TurnRunner
+from .writes import Writes
+
+log = logging.getLogger("widget.relay")
+
+
+class Hub:
+    """The Socket.IO server and everything live behind it, for one relay process."""
+
+    def __init__(self, config: RelayConfig, store: S.Store, models: dict[str, ModelAdapter] | None = None) -> None:
+        self.config = config
+        self.store = store
+        self.signer = TokenSigner(config.secret)
+        self.instance = new_id("r_", 6)
+        self.models: dict[str, ModelAdapter] = dict(models or {})
+        for name, mcfg in config.models.items():
+            if name not in self.models:
+                self.models[name] = make_adapter(mcfg)
+        self.runtimes = Runtimes()
+        self.convs: dict[str, ConvRuntime] = self.runtimes.convs
+        self.clients: dict[str, str] = self.runtimes.clients  # sid -> conversation id
+        self.addresses: dict[str, str] = {}  # sid -> client address
+        self.message_limiter = RateLimiter(config.message_rate_per_minute)
+        self.join_limiter = RateLimiter(config.join_rate_per_minute)
+        #: sockets of this process that disconnected and whose leaving the store is still recording
+        #: (set when it is recorded): a join or activate racing that write waits for it, so a call
+        #: held by the socket that left goes to the new active client (§3.1 pending_calls)
+        self.leaving: dict[str, asyncio.Event] = {}
+        self.closing = False
+        self._loops: list[asyncio.Task[Any]] = []
+        self._tasks: set[asyncio.Task[Any]] = set()
+        self.fanout = Fanout(self)
+        self.dispatch = CallDispatch(self)
+        self.turns = TurnRunner(self)
+        self.recovery = Lifecycle(self)
+        self.membership = Membership(self)
+        self.writes = Writes(self)
+        self.redis: Any = None
+        if config.redis_url:
+            from ..scale import RelayRedisManager
+
+            self.redis = RelayRedisManager(config.redis_url, channel=config.redis_channel, on_event=self.fanout.seen_remote,
+                                           on_resync=self.fanout.on_redis_back)
+        self.sio = RelaySocketServer(
+            async_mode="asgi",
+            cors_allowed_origins=config.all_allowed_origins(),
+            max_http_buffer_size=P.ENGINEIO_MAX_BUFFER,
+            logger=False,
+            engineio_logger=False,
+            client_manager=self.redis,
+        )
+        self.store.add_listener(self.fanout.on_signal)
+        self.sio.on("connect", self.membership.on_connect)
+        self.sio.on("disconnect", self.membership.on_disconnect)
+        for owner in (self.membership, self.writes):
+            for event, (spec, fn) in handlers_of(owner).items():
+                self.sio.on(event, wrap(self, owner, spec, fn))
+
+    # ------------------------------------------------------------------ plumbing
+    def rt(self, cid: str) -> ConvRuntime:
+        """This process's entry for a conversation (made if missing)."""
+        return self.runtimes.rt(cid)
+
+    def spawn(self, coro: Coroutine[Any, Any, Any]) -> asyncio.Task[Any]:
+        """Run ``coro`` as a task the hub cancels on shutdown."""
+        task = asyncio.ensure_future(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        return task
+
+    def app_of(self, conv: dict[str, Any]) -> AppConfig:
+        """The app configuration of a conversation (the defaults for an app no longer configured)."""
+        return self.config.apps.get(conv["app_id"]) or AppConfig()
+
+    async def start(self) -> None:
+        """Once the store is open: mark this instance alive (and keep it so), start the Redis manager's
+        listener, and with a shared store the poll for missed events and dead turns."""
+        await self.store.heartbeat(self.instance)
+        self._loops.append(asyncio.ensure_future(self._heartbeat_forever()))
+        if self.redis is not None and not self.sio.manager_initialized:
+            self.sio.manager_initialized = True
+            self.sio.manager.initialize()
+        if self.store.shared:
+            self._loops.append(asyncio.ensure_future(self.fanout.poll_forever()))
+
+    async def shutdown(self) -> None:
+        """Stop every task (running turns are left for the next open to recover) and close connections."""
+        self.closing = True
+        for t in self._loops:
+            t.cancel()
+        for rt in self.convs.values():
+            if rt.turn and not rt.turn.done():
+                rt.turn.cancel()
+        tasks = [t for t in self._tasks if not t.done()]
+        for t in tasks:
+            t.cancel()
+        if tasks or self._loops:
+            await asyncio.gather(*tasks, *self._loops, return_exceptions=True)
+        try:  # other processes see this one's turns as dead (and recover them) at once
+            await asyncio.wait_for(self.store.forget_instance(self.instance), 5)
+        except Exception:  # noqa: BLE001 - its heartbeat expires anyway
+            log.warning("could not unregister relay instance %s", self.instance)
+        if self.redis is not None:
+            await self.redis.aclose()
+        for m in self.models.values():
+            await m.aclose()
+
+    async def _heartbeat_forever(self) -> None:
+        while True:
+            await asyncio.sleep(HEARTBEAT_S)
+            try:
+                await self.store.heartbeat(self.instance)
+            except Exception as exc:  # noqa: BLE001 - the store reconnects; try again next beat
+                log.warning("heartbeat failed: %s", exc)
+
+    # ------------------------------------------------------------------ sequenced events
+    async def emit_event(self, cid: str, name: str, payload: dict[str, Any], **store_kw: Any) -> int:
+        """Store a sequenced event (taking the next seq), then emit it to the conversation."""
+        rt = self.rt(cid)
+        async with rt.lock:
+            return await self.emit_locked(rt, cid, name, payload, **store_kw)
+
+    async def emit_locked(self, rt: ConvRuntime, cid: str, name: str, payload: dict[str, Any], **store_kw: Any) -> int:
+        """``emit_event`` for a caller that holds ``rt.lock``."""
+        if name == P.EV_FUNCTION_CALL_BEGIN:
+            payload["run"] = False  # the stored (replayed) copy never runs anything
+        seq = await self.store.append_event(cid, name, payload, **store_kw)
+        await self._send(rt, cid, name, payload)
+        return seq
+
+    async def _send(self, rt: ConvRuntime, cid: str, name: str, payload: dict[str, Any]) -> None:
+        """Emit a stored sequenced event live (caller holds ``rt.lock``)."""
+        seq = payload.get("seq") or 0
+        in_order = self.fanout.in_order(rt, seq)  # before the emit: another process's event may overtake it
+        if name == P.EV_FUNCTION_CALL_BEGIN:
+            await self.dispatch.send_call(rt, cid, payload)
+        else:
+            await self.sio.emit(name, payload, room=cid)
+        self.fanout.delivered(cid, rt, seq, in_order)
+
+    # ------------------------------------------------------------------ entry points of the HTTP API
+    async def recover(self, conv: dict[str, Any]) -> bool:
+        """Close a turn whose relay died (see ``Lifecycle.recover``)."""
+        return await self.recovery.recover(conv)
+
+    async def cancel_turn(self, cid: str) -> bool:
+        """Stop the conversation's turn (see ``Lifecycle.cancel_turn``)."""
+        return await self.recovery.cancel_turn(cid)
+
+    async def disconnect_conversation(self, cid: str, everywhere: bool = True) -> None:
+        """Drop a deleted conversation's sockets and turn (see ``Lifecycle.disconnect_conversation``)."""
+        await self.recovery.disconnect_conversation(cid, everywhere)
+
+    async def answer_prompts(self, cid: str, answers: list[dict[str, Any]], idempotency: S.Ack | None = None) -> None:
+        """Store ask-user answers and resume the turn (see ``ask_user.answer_prompts``)."""
+        await answer_prompts(self, cid, answers, idempotency)
+
+    def _history(self, messages: list[dict[str, Any]], cut_for: dict[str, int | None],
+                 offers: dict[str, dict[str, Any]] | None = None) -> list[dict[str, Any]]:
+        """The chat history the model is sent, trimmed to ``max_history_chars`` (see ``prompts.history``)."""
+        return history(messages, cut_for, offers, self.config.max_history_chars)

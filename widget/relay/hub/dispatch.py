@@ -1,0 +1,171 @@
+"""Call dispatch: which socket runs a page call (``run: true``), getting its answer back, and the
+relay's own config functions.
+
+A call runs at most once: it is dispatched to one socket (the active client's, on whichever process it
+is joined), recorded in the store; every copy of its ``function_call.begin`` another socket gets says
+``run: false``, and a socket gets the same ``run`` on every path (live, join replay, replay, catch-up).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import inspect
+import json
+import logging
+import time
+from typing import TYPE_CHECKING, Any
+
+from ... import protocol as P
+from .. import storage as S
+from ..config import ToolConfig
+from ..tools import ToolError
+from .prompts import RoundInfo
+from .runtime import CALL_POLL_S, ConvRuntime
+
+if TYPE_CHECKING:
+    from .core import Hub
+
+log = logging.getLogger("widget.relay")
+
+Event = tuple[int, str, dict[str, Any]]
+
+
+class CallDispatch:
+    """The hub's call dispatch (one per hub)."""
+
+    def __init__(self, hub: Hub) -> None:
+        self.hub = hub
+
+    async def send_call(self, rt: ConvRuntime, cid: str, payload: dict[str, Any]) -> None:
+        """Emit a stored ``function_call.begin`` live (caller holds ``rt.lock``): with ``run: true`` to
+        the socket it is dispatched to, ``run: false`` to the others. A socket of this process still
+        replaying its join gets it from that replay instead."""
+        hub = self.hub
+        owner = await hub.store.claim_call(cid, payload["id"])
+        local = owner is not None and hub.clients.get(owner) == cid
+        if owner is not None and (not local or owner in rt.ready):
+            await hub.sio.emit(P.EV_FUNCTION_CALL_BEGIN, {**payload, "run": True}, to=owner, ignore_queue=local)
+        else:
+            owner = None
+        await hub.sio.emit(P.EV_FUNCTION_CALL_BEGIN, payload, room=cid, skip_sid=owner)
+
+    async def pending_for(self, rt: ConvRuntime, cid: str, sid: str) -> list[dict[str, Any]]:
+        """Pending calls this (active) socket should run: not those already sent to another socket
+        that is still joined on a live relay (a call runs at most once)."""
+        hub = self.hub
+        out = []
+        for c in await hub.store.pending_calls(cid):
+            leaving = hub.leaving.get(c["dispatched_to"])
+            if leaving is not None:
+                # The socket holding the call has left this process, but the store does not know yet
+                # (a reload's new socket can join before that write commits): the claim below reads
+                # the store's members, so let the write land first or the call would stay with a
+                # socket that is gone.
+                await leaving.wait()
+            if c["dispatched_to"] != sid and await hub.store.claim_call(cid, c["id"], sid) != sid:
+                continue
+            out.append({"id": c["id"], "name": c["name"], "arguments": c["arguments"], "seq": c["seq"], "kind": c["kind"]})
+        return out
+
+    async def run_flag(self, cid: str, call_id: str, sid: str, active: str | None) -> bool:
+        """Whether a copy of a call's ``function_call.begin`` sent to ``sid`` says ``run: true``: the
+        call is pending and dispatched to that socket (claimed for it when it is the active client and
+        no other live socket holds the call). Every copy a socket gets says the same, whichever path
+        (live, join replay, replay, catch-up) it takes."""
+        store = self.hub.store
+        call = await store.get_call(cid, call_id)
+        if call is None or call["status"] != S.CALL_PENDING:
+            return False
+        if call["dispatched_to"] == sid:
+            return True
+        return sid == active and await store.claim_call(cid, call_id, sid) == sid
+
+    async def emit_stored(self, cid: str, sid: str, events: list[Event], *, run_after: int = 0, active: Any = ...) -> None:
+        """Send stored events to one socket of this process, a call's ``run`` decided per socket for
+        those after ``run_after`` (those up to it went with the join ack's ``pending_calls``)."""
+        hub = self.hub
+        if active is ...:
+            conv = await hub.store.get_conversation(cid)
+            active = conv["active_sid"] if conv else None
+        for seq, name, payload in events:
+            if name == P.EV_FUNCTION_CALL_BEGIN and seq > run_after and await self.run_flag(cid, payload["id"], sid, active):
+                payload = {**payload, "run": True}
+            await hub.sio.emit(name, payload, to=sid, ignore_queue=True)
+
+    async def await_call(self, cid: str, rt: ConvRuntime, c: dict[str, Any]) -> tuple[dict[str, Any], float]:
+        """Wait for a call's response through the store (the in-process Event only wakes us early)."""
+        hub = self.hub
+        config = hub.config
+        timeout = config.tool_call_timeout_s if c["kind"] == P.KIND_TOOL else config.function_call_timeout_s
+        t0 = time.monotonic()
+        deadline = t0 + timeout
+        ev = rt.call_events.setdefault(c["id"], asyncio.Event())
+        try:
+            while True:
+                row = await hub.store.get_call(cid, c["id"])
+                if row is None:
+                    raise KeyError(cid)
+                if row["status"] != S.CALL_PENDING:
+                    break
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    await hub.store.finish_call(cid, c["id"], S.CALL_TIMED_OUT, error=f"The page did not answer within {timeout:g} s.")
+                    continue
+                try:
+                    await asyncio.wait_for(ev.wait(), min(remaining, CALL_POLL_S))
+                except asyncio.TimeoutError:
+                    pass
+        finally:
+            rt.call_events.pop(c["id"], None)
+        ms = round((time.monotonic() - t0) * 1000, 1)
+        end: dict[str, Any] = {"id": c["id"], "name": c["name"]}
+        if row["status"] == S.CALL_ANSWERED and row["error"] is None:
+            end.update(status=P.STATUS_SUCCESS, result=row["result"])
+        else:
+            end.update(status=P.STATUS_ERROR, error=row["error"] or "The function failed.")
+        end.update(duration_ms=row["handler_ms"], total_ms=row["total_ms"])
+        if row["status"] == S.CALL_CANCELLED:
+            raise asyncio.CancelledError  # the turn is being cancelled; its abort emits the end events
+        await hub.emit_event(cid, P.EV_FUNCTION_CALL_END, end)
+        return end, ms
+
+    async def run_relay_tool(self, cid: str, c: dict[str, Any], info: RoundInfo) -> tuple[dict[str, Any], float]:
+        """Run a relay config function (§8) with its checked arguments, within the tool timeout; an
+        exception becomes an error result for the model (a ``ToolError``'s message, otherwise only
+        the exception's type — the traceback goes to the log)."""
+        tool: ToolConfig = c["tool"]
+        func = tool.func
+        assert func is not None
+        timeout = self.hub.config.tool_call_timeout_s
+        context = {"question": info.question, "page": copy.deepcopy(info.page), "conversation_id": cid, "app_id": info.app_id}
+        args = dict(c["arguments"])
+        t0 = time.monotonic()
+        end: dict[str, Any] = {"id": c["id"], "name": c["name"]}
+
+        async def call() -> Any:
+            if inspect.iscoroutinefunction(func):
+                result = await func(args, context)
+            else:
+                result = await asyncio.to_thread(func, args, context)
+            if inspect.isawaitable(result):
+                result = await result
+            return result
+
+        try:
+            result = await asyncio.wait_for(call(), timeout)
+            try:
+                result = json.loads(json.dumps(result, ensure_ascii=False))
+            except (TypeError, ValueError):
+                raise ToolError("the tool returned a value that is not JSON") from None
+            end.update(status=P.STATUS_SUCCESS, result=result)
+        except asyncio.TimeoutError:
+            end.update(status=P.STATUS_ERROR, error=f"The tool did not answer within {timeout:g} s.", timed_out=True)
+        except ToolError as exc:
+            end.update(status=P.STATUS_ERROR, error=str(exc) or "The tool failed.")
+        except Exception as exc:  # noqa: BLE001 - a config function never crashes the turn
+            log.exception("relay tool %r of app %r failed", c["name"], info.app_id)
+            end.update(status=P.STATUS_ERROR, error=f"The tool failed on the server ({type(exc).__name__}).")
+        ms = round((time.monotonic() - t0) * 1000, 1)
+        end.update(duration_ms=ms, total_ms=ms)
+        return end, ms

@@ -1,0 +1,150 @@
+"""Socket membership: connect, join (ack, state, replay), activate, replay, disconnect."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import TYPE_CHECKING, Any
+
+from ... import protocol as P
+from ...errors import ProtocolError
+from .runtime import MAX_SEQ
+from .skeleton import Ack, Ctx, socket_event
+
+if TYPE_CHECKING:
+    from .core import Hub
+
+log = logging.getLogger("widget.relay")
+
+
+def _last_seq(value: Any, what: str) -> int:
+    last_seq = value or 0
+    if not isinstance(last_seq, int) or isinstance(last_seq, bool) or not 0 <= last_seq <= MAX_SEQ:
+        raise ProtocolError(P.ERR_BAD_REQUEST, what)
+    return last_seq
+
+
+class Membership:
+    """Which conversation each socket of this process joined, and what it is sent on joining."""
+
+    def __init__(self, hub: Hub) -> None:
+        self.hub = hub
+
+    async def on_connect(self, sid: str, environ: dict[str, Any], auth: Any = None) -> bool:
+        """A socket connected: remember its address (the join rate limit is per address)."""
+        client = (environ.get("asgi.scope") or {}).get("client")
+        self.hub.addresses[sid] = str(client[0]) if client else str(environ.get("REMOTE_ADDR") or "?")
+        return True
+
+    async def on_disconnect(self, sid: str, *args: Any) -> None:
+        """A socket left: record it in the store (a call it held goes to the next active client)."""
+        hub = self.hub
+        hub.addresses.pop(sid, None)
+        if hub.runtimes.leave(sid) is not None:
+            recorded = hub.leaving[sid] = asyncio.Event()
+            try:
+                await hub.store.remove_member(sid)
+            except Exception:  # noqa: BLE001 - the store is down: the socket's row dies with this instance
+                log.warning("could not record that socket %s left", sid)
+            finally:
+                hub.leaving.pop(sid, None)
+                recorded.set()
+
+    @socket_event(P.EV_JOIN, joined=False)
+    async def join(self, ctx: Ctx, data: Any) -> Ack:
+        """Join a conversation: the ack (with the calls this socket is to run), then its state and the
+        events after ``last_seq``, then live events."""
+        hub = self.hub
+        sid = ctx.sid
+        if not hub.join_limiter.allow(hub.addresses.get(sid, "?")):
+            raise ProtocolError(P.ERR_RATE_LIMITED, "Too many joins from this address; wait a moment and join again.")
+        if not isinstance(data, dict):
+            raise ProtocolError(P.ERR_BAD_REQUEST, "join expects {token, version, last_seq}")
+        version = data.get("version")
+        if version != P.PROTOCOL_VERSION:
+            raise ProtocolError(
+                P.ERR_VERSION_MISMATCH,
+                f"This relay speaks protocol version {P.PROTOCOL_VERSION}; the client sent version {version!r}. Reload the page to update the widget.",
+            )
+        cid = hub.signer.verify(data.get("token"))
+        last_seq = _last_seq(data.get("last_seq"), "last_seq must be a non-negative integer or null")
+        conv = await hub.store.get_conversation(cid)
+        if conv is None:
+            raise ProtocolError(P.ERR_NOT_FOUND, "The conversation no longer exists.")
+        await hub.recovery.recover(conv)
+        old = hub.clients.get(sid)
+        if old is not None:  # a socket re-joining: it gets its replay before live events again
+            await hub.sio.leave_room(sid, old)
+            if old != cid:
+                hub.runtimes.leave(sid)
+        rt = hub.rt(cid)
+        async with rt.lock:
+            fresh = not rt.sids
+            rt.sids.add(sid)
+            rt.ready.discard(sid)
+            hub.clients[sid] = cid
+            await hub.store.add_member(cid, sid, hub.instance)
+            try:
+                previous = await hub.store.set_active(cid, sid)
+            except KeyError:
+                raise ProtocolError(P.ERR_NOT_FOUND, "The conversation no longer exists.") from None
+            conv = await hub.store.get_conversation(cid)
+            if conv is None:
+                raise ProtocolError(P.ERR_NOT_FOUND, "The conversation no longer exists.")
+            seq = conv["seq"]
+            if fresh:
+                rt.seen_seq = max(rt.seen_seq, seq)
+            pending = await hub.dispatch.pending_for(rt, cid, sid)
+        if previous is not None and previous != sid:
+            await hub.sio.emit(P.EV_CLIENT_ROLE, {"active": False}, to=previous)
+        # Runs after this handler returns, i.e. after the ack is queued: ack, state, replay.
+        hub.spawn(self.finish_join(sid, cid, last_seq, seq))
+        return P.ok(conversation_id=cid, seq=seq, active=True, client_id=sid, pending_calls=pending)
+
+    async def finish_join(self, sid: str, cid: str, last_seq: int, ack_seq: int) -> None:
+        """After the join ack: the state, the events after ``last_seq``, then the socket enters the room."""
+        hub = self.hub
+        rt = hub.rt(cid)
+        async with rt.lock:
+            if hub.clients.get(sid) != cid:
+                return
+            try:
+                doc = await hub.store.get_state(cid)
+            except KeyError:
+                return
+            root = doc.get(P.STATE_ROOT, {})
+            await hub.sio.emit(P.EV_STATE, {"functions": root.get("functions", {}), "context": root.get("context", {})},
+                               to=sid, ignore_queue=True)
+            # Events emitted after the join ack are live for this client: a call among them runs here
+            # if still pending; those before went with the ack's pending_calls.
+            events = await hub.store.events_after(cid, last_seq)
+            await hub.dispatch.emit_stored(cid, sid, events, run_after=ack_seq)
+            await hub.sio.enter_room(sid, cid)
+            rt.ready.add(sid)
+            if hub.store.shared:
+                # Another process may have emitted an event after the read above and before this socket
+                # entered the room: read again (what it already has, it drops by seq).
+                after = events[-1][0] if events else last_seq
+                await hub.dispatch.emit_stored(cid, sid, await hub.store.events_after(cid, after), run_after=ack_seq)
+
+    @socket_event(P.EV_ACTIVATE)
+    async def activate(self, ctx: Ctx, data: Any) -> Ack:
+        """This socket becomes the conversation's active client (and gets the calls it is to run)."""
+        hub = self.hub
+        rt = ctx.conv_rt
+        async with rt.lock:
+            previous = await hub.store.set_active(ctx.cid, ctx.sid)
+            pending = await hub.dispatch.pending_for(rt, ctx.cid, ctx.sid)
+        if previous is not None and previous != ctx.sid:
+            await hub.sio.emit(P.EV_CLIENT_ROLE, {"active": False}, to=previous)
+        return P.ok(active=True, pending_calls=pending)
+
+    @socket_event(P.EV_REPLAY, locked=True)
+    async def replay(self, ctx: Ctx, data: Any) -> Ack:
+        """Send the stored events after ``last_seq`` to this socket again."""
+        hub = self.hub
+        last_seq = _last_seq(data.get("last_seq") if isinstance(data, dict) else None, "replay expects {last_seq: integer}")
+        events = await hub.store.events_after(ctx.cid, last_seq)
+        await hub.dispatch.emit_stored(ctx.cid, ctx.sid, events)
+        conv = await hub.store.get_conversation(ctx.cid)
+        return P.ok(seq=conv["seq"] if conv else last_seq)

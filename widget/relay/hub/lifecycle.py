@@ -1,0 +1,146 @@
+"""Conversation-level operations: cancelling a turn, recovering one whose relay died, dropping a
+deleted conversation."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from typing import TYPE_CHECKING, Any
+
+from ... import protocol as P
+from .. import storage as S
+from .runtime import LIVE_STATUSES, new_id
+from .turns import tool_message
+
+if TYPE_CHECKING:
+    from .core import Hub
+
+log = logging.getLogger("widget.relay")
+
+
+class Lifecycle:
+    """The hub's conversation-level operations (one per hub)."""
+
+    def __init__(self, hub: Hub) -> None:
+        self.hub = hub
+
+    async def disconnect_conversation(self, cid: str, everywhere: bool = True) -> None:
+        """Drop a deleted conversation's sockets and turn (on every process sharing the store)."""
+        hub = self.hub
+        if everywhere and hub.store.shared:
+            try:
+                await hub.store.signal({"t": "deleted", "c": cid})
+            except Exception:  # noqa: BLE001 - their sockets fail on their next write instead
+                log.warning("could not tell the other relay processes that %s was deleted", cid)
+        rt = hub.convs.get(cid)
+        if rt is None:
+            return
+        if rt.turn and not rt.turn.done():
+            rt.turn.cancel()
+        for sid in list(rt.sids):
+            hub.clients.pop(sid, None)
+            await hub.sio.disconnect(sid, ignore_queue=True)
+        hub.convs.pop(cid, None)
+
+    async def cancel_turn(self, cid: str) -> bool:
+        """Stop the conversation's turn (wherever it runs) or its wait for ask-user answers."""
+        with self.hub.runtimes.using(cid):
+            return await self._cancel_turn(cid)
+
+    async def _cancel_turn(self, cid: str) -> bool:
+        hub = self.hub
+        rt = hub.rt(cid)
+        task = rt.turn
+        if task is not None and not task.done():
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+            return True
+        conv = await hub.store.get_conversation(cid)
+        if conv is not None and conv["status"] in LIVE_STATUSES and conv["runner"] != hub.instance:
+            if not await self.runner_alive(conv):
+                return await self.recover(conv)
+            # The turn runs in another process: ask it (through the store) and wait for the turn to end.
+            await hub.store.signal({"t": "cancel", "c": cid, "turn": conv["turn_id"]})
+            deadline = time.monotonic() + 5.0
+            while time.monotonic() < deadline:
+                await asyncio.sleep(0.05)
+                now = await hub.store.get_conversation(cid)
+                if now is None or now["status"] not in LIVE_STATUSES or now["turn_id"] != conv["turn_id"]:
+                    return True
+            return False
+        async with rt.lock:
+            conv = await hub.store.get_conversation(cid)
+            if conv is None or conv["status"] != S.WAITING_FOR_ASK_USER:
+                return False
+            if not await hub.store.claim_status(cid, [S.WAITING_FOR_ASK_USER], status=S.IDLE):
+                return False  # answered or cancelled through another process meanwhile
+            await hub.store.cancel_prompts(cid)
+            await hub.emit_locked(rt, cid, P.EV_COMPLETION_FINISHED, {"turn_id": conv["turn_id"], "status": "cancelled"},
+                                  conversation={"status": S.IDLE})
+            await hub.emit_locked(rt, cid, P.EV_USER_INPUT, {"reason": "message"})
+            return True
+
+    async def runner_alive(self, conv: dict[str, Any]) -> bool:
+        """Whether the relay instance running the conversation's turn is alive (this process: its
+        task is running; another: its heartbeat is recent)."""
+        hub = self.hub
+        runner = conv.get("runner")
+        if runner == hub.instance:
+            rt = hub.convs.get(conv["id"])
+            return rt is not None and rt.turn is not None and not rt.turn.done()
+        if runner is None:
+            return False
+        return await hub.store.instance_alive(runner)
+
+    async def recover(self, conv: dict[str, Any]) -> bool:
+        """A turn whose relay process died is marked failed when the conversation is next opened (or,
+        with a shared store, when a process holding one of its sockets notices)."""
+        if conv["status"] not in LIVE_STATUSES:
+            return False
+        with self.hub.runtimes.using(conv["id"]):
+            return await self._recover(conv["id"])
+
+    async def _recover(self, cid: str) -> bool:
+        hub = self.hub
+        store = hub.store
+        rt = hub.rt(cid)
+        if rt.turn is not None and not rt.turn.done():
+            return False
+        async with rt.lock:
+            conv2 = await store.get_conversation(cid)
+            if conv2 is None or conv2["status"] not in LIVE_STATUSES or await self.runner_alive(conv2):
+                return False
+            # Several processes may notice at once: the one that takes the turn over closes it.
+            if conv2["runner"] != hub.instance and not await store.claim_status(
+                    cid, LIVE_STATUSES, runner_was=conv2["runner"], runner=hub.instance):
+                return False
+            turn_id = conv2["turn_id"]
+            # Reconstruct the message that was streaming, if any, and close it.
+            events = await store.events_after(cid, conv2["msg_seq"])
+            message_id, text, calls = None, [], []
+            for _s, name, p in events:
+                if name == P.EV_COMPLETION_STARTED:
+                    message_id, text, calls = p.get("message_id"), [], []
+                elif name == P.EV_COMPLETION_STREAM:
+                    text.append(p.get("delta") or "")
+                elif name == P.EV_FUNCTION_CALL_BEGIN:
+                    calls.append({"id": p["id"], "name": p["name"], "arguments": p.get("arguments")})
+            tools = []
+            for c in await store.pending_calls(cid):
+                if await store.finish_call(cid, c["id"], S.CALL_CANCELLED, error="The relay restarted during the call."):
+                    end = {"id": c["id"], "name": c["name"], "status": P.STATUS_ERROR, "error": "The relay restarted during the call.",
+                           "duration_ms": None, "total_ms": None}
+                    await hub.emit_locked(rt, cid, P.EV_FUNCTION_CALL_END, end)
+                    tools.append(tool_message(c["id"], c["name"], c.get("kind", "function"), end))
+            if message_id is not None:
+                msg = {"id": message_id, "role": "assistant", "content": "".join(text), "created_at": time.time()}
+                if calls:
+                    msg["function_calls"] = calls
+                await hub.emit_locked(rt, cid, P.EV_COMPLETION_ENDED, {"message": msg, "tool_messages": tools}, messages=[msg, *tools])
+            err = {"id": new_id("m_"), "role": "error", "content": "The answer was interrupted because the relay restarted. Try again.",
+                   "code": "turn_interrupted", "retryable": True, "created_at": time.time()}
+            await hub.emit_locked(rt, cid, P.EV_MESSAGE, {"message": err}, messages=[err])
+            await hub.emit_locked(rt, cid, P.EV_COMPLETION_FINISHED, {"turn_id": turn_id, "status": "failed"}, conversation={"status": S.FAILED})
+            await hub.emit_locked(rt, cid, P.EV_USER_INPUT, {"reason": "message"})
+            return True

@@ -1,0 +1,340 @@
+"""The turn loop: rounds of model output, the calls each round makes, and how a turn ends.
+
+A turn is a sequence of rounds. Each round streams one assistant message (``completion.started``,
+``completion_stream``...), runs the calls the model asked for (page calls through call dispatch, relay
+config functions here, ``ask_user`` by suspending the turn, ``offer_actions`` answered by the relay),
+then commits the message with its tool messages (``completion.ended``). The turn ends with
+``completion.finished`` and ``user_input``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from ... import protocol as P
+from ...core.tools import check_tool_arguments
+from .. import storage as S
+from ..config import AppConfig
+from ..model import ASK_USER_TOOL, ModelError, TextDelta, ToolCall
+from ..tools import check_offer
+from .ask_user import prompt_from
+from .prompts import RoundInfo, build_request
+from .runtime import ConvRuntime, new_id
+
+if TYPE_CHECKING:
+    from .core import Hub
+
+log = logging.getLogger("widget.relay")
+turn_log = logging.getLogger("widget.relay.turns")
+
+
+@dataclass
+class Round:
+    """One model round's assistant message as it is built."""
+
+    #: the streaming message's id (None once committed)
+    message_id: str | None = None
+    text: list[str] = field(default_factory=list)
+    #: ``{"id", "name", "arguments"}`` of every call the model made (its ``function_calls``)
+    calls: list[dict[str, Any]] = field(default_factory=list)
+    #: the tool messages answering them, stored with the message
+    tools: list[dict[str, Any]] = field(default_factory=list)
+    #: ``completion.started`` was emitted
+    started: bool = False
+    #: the round's offer of actions (``offer_actions``), stored with the message
+    offer: dict[str, Any] | None = None
+
+
+def tool_message(call_id: str, name: str, kind: str, end: dict[str, Any]) -> dict[str, Any]:
+    """The stored ``tool`` message of a call's end."""
+    return {
+        "id": new_id("m_"), "role": "tool", "function_call_id": call_id, "name": name, "kind": kind,
+        "status": end["status"], "result": end.get("result"), "error": end.get("error"),
+        "duration_ms": end.get("duration_ms"), "total_ms": end.get("total_ms"), "created_at": time.time(),
+    }
+
+
+def cache_key(name: str, arguments: Any) -> str:
+    """Calls with the same name and arguments have the same key."""
+    return name + "\x00" + json.dumps(arguments, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+class TurnRunner:
+    """Runs the hub's turns (one task per running turn, ``ConvRuntime.turn``)."""
+
+    def __init__(self, hub: Hub) -> None:
+        self.hub = hub
+
+    async def run_turn(self, cid: str, turn_id: str, iteration: int, resume: bool = False, announce: bool = True) -> None:
+        """Run (or resume) a turn from round ``iteration``. ``resume``: feed the ask-user answers
+        first. ``announce``: start with ``function_call_iteration`` when ``iteration > 0`` (a retry
+        does not: its ``messages.withdrawn`` starts it)."""
+        hub = self.hub
+        rt = hub.rt(cid)
+        rt.users += 1
+        t0 = time.monotonic()
+        log_calls: list[dict[str, Any]] = []
+        status = "done"
+        cur = Round()
+        try:
+            conv = await hub.store.get_conversation(cid)
+            if conv is None:
+                return
+            app = hub.app_of(conv)
+            model = hub.models[app.model]
+            if resume:
+                answers = await hub.store.take_answers(cid)
+                for prompt, answer in answers:
+                    end = {"status": P.STATUS_SUCCESS, "result": answer}
+                    tm = tool_message(prompt["id"], ASK_USER_TOOL, "relay", end)
+                    await hub.emit_event(cid, P.EV_MESSAGE, {"message": tm}, messages=[tm])
+            first = True
+            while True:
+                if iteration > 0 and (announce or not first):
+                    await hub.emit_event(cid, P.EV_FUNCTION_CALL_ITERATION, {"turn_id": turn_id, "iteration": iteration},
+                                         conversation={"iteration": iteration, "status": S.RUNNING})
+                last_round = iteration >= hub.config.max_iterations - 1
+                request, info = await build_request(hub.store, hub.config, cid, conv, app, turn_id, with_tools=not last_round, model=model)
+                first = False
+                cur = Round(message_id=new_id("m_"))
+                raw_calls: list[ToolCall] = []
+
+                async def start() -> None:
+                    if not cur.started:
+                        cur.started = True
+                        await hub.emit_event(cid, P.EV_COMPLETION_STARTED, {"turn_id": turn_id, "message_id": cur.message_id})
+
+                async for chunk in model.stream(request):
+                    await start()
+                    if isinstance(chunk, TextDelta):
+                        if chunk.text:
+                            cur.text.append(chunk.text)
+                            await hub.emit_event(cid, P.EV_COMPLETION_STREAM, {"message_id": cur.message_id, "delta": chunk.text})
+                    elif isinstance(chunk, ToolCall):
+                        raw_calls.append(chunk)
+                await start()
+                suspended = await self.run_calls(cid, rt, turn_id, cur, raw_calls, info, app, log_calls)
+                await self.end_message(cid, cur)
+                if suspended:
+                    status = "suspended"
+                    await hub.emit_event(cid, P.EV_ASK_USER_REQUEST, {"prompts": suspended},
+                                         conversation={"status": S.WAITING_FOR_ASK_USER, "iteration": iteration})
+                    await hub.emit_event(cid, P.EV_USER_INPUT, {"reason": "ask_user"})
+                    return
+                # An offer is answered by the relay within the round: alone it ends the turn.
+                if all(c.name == P.OFFER_ACTIONS_TOOL and info.actions for c in raw_calls):
+                    break
+                iteration += 1
+            await hub.emit_event(cid, P.EV_COMPLETION_FINISHED, {"turn_id": turn_id, "status": "done"}, conversation={"status": S.IDLE})
+            await hub.emit_event(cid, P.EV_USER_INPUT, {"reason": "message"})
+        except asyncio.CancelledError:
+            if hub.closing:
+                # The relay is shutting down: leave the turn as it is; the next open of the
+                # conversation (here or in the next process) marks it failed with Retry.
+                status = "interrupted"
+            else:
+                status = "cancelled"
+                await self.abort(cid, turn_id, cur, "cancelled", None)
+        except ModelError as exc:
+            status = "failed"
+            await self.abort(cid, turn_id, cur, "failed", {"content": exc.message, "code": exc.code, "retryable": exc.retryable})
+        except Exception:  # noqa: BLE001
+            status = "failed"
+            log.exception("turn %s of %s failed", turn_id, cid)
+            await self.abort(cid, turn_id, cur, "failed", {"content": "The relay failed while answering. Try again.", "code": P.ERR_INTERNAL, "retryable": True})
+        finally:
+            if rt.turn is asyncio.current_task():
+                rt.turn = None
+            rt.users -= 1
+            hub.runtimes.release(cid)
+            turn_log.info(json.dumps({
+                "event": "turn", "conversation": cid, "turn_id": turn_id, "status": status,
+                "ms": round((time.monotonic() - t0) * 1000, 1), "calls": log_calls,
+            }))
+
+    async def end_message(self, cid: str, cur: Round) -> None:
+        """Commit the round's assistant message with its tool messages. Offered actions are stored with
+        it but only the emitted copy carries them as ``actions``: the stored message (GET) never does (§8)."""
+        assert cur.message_id is not None
+        msg: dict[str, Any] = {"id": cur.message_id, "role": "assistant", "content": "".join(cur.text), "created_at": time.time()}
+        if cur.calls:
+            msg["function_calls"] = cur.calls
+        tools = cur.tools
+        offer = cur.offer
+        cur.message_id = None
+        cur.offer = None
+        shown = msg
+        kw: dict[str, Any] = {}
+        if offer is not None:
+            kw["offer"] = {"message_id": msg["id"], **offer}
+            if offer["actions"]:
+                shown = {**msg, "actions": [{"id": a["id"], "name": a["name"], "arguments": a["arguments"]} for a in offer["actions"]]}
+        await self.hub.emit_event(cid, P.EV_COMPLETION_ENDED, {"message": shown, "tool_messages": tools}, messages=[msg, *tools], **kw)
+
+    async def abort(self, cid: str, turn_id: str, cur: Round, status: str, error: dict[str, Any] | None) -> None:
+        """Close a turn that was cancelled or failed: pending calls cancelled, the streaming message
+        committed as far as it got, an error message, ``completion.finished``, ``user_input``."""
+        hub = self.hub
+        try:
+            rt = hub.rt(cid)
+            for c in await hub.store.pending_calls(cid):
+                if await hub.store.finish_call(cid, c["id"], S.CALL_CANCELLED, error="Cancelled."):
+                    end = {"id": c["id"], "name": c["name"], "status": P.STATUS_ERROR, "error": "Cancelled.", "duration_ms": None, "total_ms": None}
+                    await hub.emit_event(cid, P.EV_FUNCTION_CALL_END, end)
+                    cur.tools.append(tool_message(c["id"], c["name"], c["kind"], end))
+                    ev = rt.call_events.get(c["id"])
+                    if ev:
+                        ev.set()
+            cur.offer = None  # a cancelled or failed round offers nothing
+            if cur.message_id and cur.started:
+                await self.end_message(cid, cur)
+            if error is not None:
+                msg = {"id": new_id("m_"), "role": "error", "created_at": time.time(), **error}
+                await hub.emit_event(cid, P.EV_MESSAGE, {"message": msg}, messages=[msg])
+            await hub.emit_event(cid, P.EV_COMPLETION_FINISHED, {"turn_id": turn_id, "status": status},
+                                 conversation={"status": S.FAILED if status == "failed" else S.IDLE})
+            await hub.emit_event(cid, P.EV_USER_INPUT, {"reason": "message"})
+        except KeyError:
+            pass  # the conversation was deleted meanwhile
+        except Exception:  # noqa: BLE001
+            log.exception("closing turn %s of %s failed", turn_id, cid)
+
+    async def run_calls(
+        self, cid: str, rt: ConvRuntime, turn_id: str, cur: Round, raw_calls: list[ToolCall],
+        info: RoundInfo, app: AppConfig, log_calls: list[dict[str, Any]],
+    ) -> list[dict[str, Any]]:
+        """Run one round's calls. Returns the ask-user prompts when the turn must suspend.
+
+        Page tools: arguments are checked against the tool's schema first (a failing call never runs;
+        the model is told why) and ``null`` for an optional one is dropped. A call with the same name
+        and arguments as an earlier call of the turn is answered from it — from the first call of the
+        same round whatever its outcome (both were asked at once), from an earlier round's call when
+        that one succeeded (a failed call may be retried). A tool backed by a relay config function
+        runs here, without ``function_call.begin``. ``offer_actions`` is answered here too: its offers
+        go onto ``cur.offer`` and never into ``function_calls``."""
+        hub = self.hub
+        catalogue = info.catalogue
+        client_calls: list[dict[str, Any]] = []
+        relay_calls: list[dict[str, Any]] = []
+        prompts: list[dict[str, Any]] = []
+        offered: list[Any] = []
+        in_round: dict[str, dict[str, Any]] = {}  # cache key -> the round's first call of it
+        dupes: list[tuple[dict[str, Any], dict[str, Any]]] = []
+        earlier: dict[str, dict[str, Any]] | None = None  # cache key -> an earlier round's successful call
+        for tc in raw_calls:
+            if tc.name == P.OFFER_ACTIONS_TOOL and info.actions:
+                offered.append(tc.arguments)
+                continue
+            call = {"id": new_id("call_"), "name": tc.name, "arguments": tc.arguments}
+            cur.calls.append(call)
+            if tc.name == ASK_USER_TOOL and app.ask_user:
+                prompt, problem = prompt_from(call)
+                if prompt is None:
+                    cur.tools.append(tool_message(call["id"], tc.name, "relay", {"status": P.STATUS_ERROR, "error": f"Invalid ask_user call: {problem}. Nothing was shown to the reader; fix the arguments and call again."}))
+                else:
+                    prompts.append(prompt)
+            elif tc.name not in catalogue:
+                cur.tools.append(tool_message(call["id"], tc.name, "relay", {"status": P.STATUS_ERROR, "error": f"Unknown function {tc.name!r}."}))
+            elif not isinstance(tc.arguments, dict):
+                cur.tools.append(tool_message(call["id"], tc.name, catalogue[tc.name]["kind"], {"status": P.STATUS_ERROR, "error": "The arguments were not a JSON object."}))
+            else:
+                entry = catalogue[tc.name]
+                kind = entry["kind"]
+                if kind == P.KIND_TOOL:
+                    clean, problem = check_tool_arguments(entry["parameters"], tc.arguments)
+                    if problem is not None:
+                        cur.tools.append(tool_message(call["id"], tc.name, kind, {
+                            "status": P.STATUS_ERROR,
+                            "error": f"Invalid arguments: {problem}. The call did not run; fix the arguments and call again."}))
+                        continue
+                    call["arguments"] = clean
+                    key = cache_key(tc.name, clean)
+                    if key in in_round:
+                        dupes.append((call, in_round[key]))
+                        continue
+                    if earlier is None:
+                        earlier = {
+                            cache_key(c["name"], c["arguments"]): c for c in reversed(await hub.store.turn_calls(cid, turn_id))
+                            if c["kind"] == P.KIND_TOOL and c["status"] == S.CALL_ANSWERED and c["error"] is None
+                        }
+                    prior = earlier.get(key)
+                    if prior is not None:
+                        end = {"status": P.STATUS_SUCCESS, "result": prior["result"], "duration_ms": prior["handler_ms"], "total_ms": prior["total_ms"]}
+                        cur.tools.append({**tool_message(call["id"], tc.name, kind, end), "answered_from": prior["id"]})
+                        continue
+                    in_round[key] = call
+                    if entry.get("relay") is not None:
+                        relay_calls.append({**call, "kind": kind, "tool": entry["relay"]})
+                        continue
+                client_calls.append({**call, "kind": kind})
+        if offered:
+            assert cur.message_id is not None
+            cur.offer = self.offer(cid, cur.message_id, offered, info)
+        if client_calls or relay_calls:
+            if client_calls:
+                await hub.store.add_calls(cid, turn_id, client_calls)
+                for c in client_calls:
+                    rt.call_events[c["id"]] = asyncio.Event()
+                for c in client_calls:
+                    seq = await hub.emit_event(cid, P.EV_FUNCTION_CALL_BEGIN,
+                                               {"id": c["id"], "name": c["name"], "arguments": c["arguments"], "message_id": cur.message_id,
+                                                "kind": c["kind"]},
+                                               conversation={"status": S.WAITING_FOR_FUNCTION})
+                    await hub.store.set_call_seq(cid, c["id"], seq)
+            results = await asyncio.gather(*(hub.dispatch.await_call(cid, rt, c) for c in client_calls),
+                                           *(hub.dispatch.run_relay_tool(cid, c, info) for c in relay_calls))
+            if relay_calls:
+                await hub.store.add_calls(cid, turn_id, [
+                    {"id": c["id"], "name": c["name"], "kind": c["kind"], "arguments": c["arguments"],
+                     "status": S.CALL_TIMED_OUT if end.get("timed_out") else S.CALL_ANSWERED,
+                     "result": end.get("result"), "error": end.get("error"), "handler_ms": end["duration_ms"], "total_ms": end["total_ms"]}
+                    for c, (end, _ms) in zip(relay_calls, results[len(client_calls):])
+                ])
+            by_id: dict[str, dict[str, Any]] = {}
+            for c, (end, ms) in zip(client_calls + relay_calls, results):
+                tm = tool_message(c["id"], c["name"], c["kind"], end)
+                by_id[c["id"]] = tm
+                cur.tools.append(tm)
+                log_calls.append({"tool": c["name"], "ok": end["status"] == P.STATUS_SUCCESS, "ms": ms})
+            for call, first in dupes:
+                cur.tools.append({**by_id[first["id"]], "id": new_id("m_"), "function_call_id": call["id"],
+                                  "created_at": time.time(), "answered_from": first["id"]})
+            if client_calls:
+                await hub.store.update_conversation(cid, status=S.RUNNING)
+        order = {c["id"]: i for i, c in enumerate(cur.calls)}
+        cur.tools.sort(key=lambda t: order.get(t.get("function_call_id"), len(order)))
+        if prompts:
+            await hub.store.add_prompts(cid, turn_id, prompts)
+        return prompts
+
+    def offer(self, cid: str, message_id: str, offered: list[Any], info: RoundInfo) -> dict[str, Any]:
+        """The offer of a round's ``offer_actions`` call(s): at most ``MAX_ACTIONS`` declared actions
+        whose arguments pass their schema (a form may lack required values), each with an id; the
+        others are dropped and logged, never shown. ``note`` is what the model is told."""
+        items: list[Any] = []
+        dropped: list[str] = []
+        for args in offered:
+            listed = args.get("actions") if isinstance(args, dict) else None
+            if isinstance(listed, list):
+                items.extend(listed)
+            else:
+                dropped.append("an offer_actions call without an 'actions' list")
+        kept, more = check_offer({"actions": items}, info.actions)
+        dropped += more
+        actions = [{"id": new_id("act_"), "name": k["name"], "arguments": k["arguments"],
+                    "parameters": info.actions[k["name"]]["parameters"], "confirm": info.actions[k["name"]]["confirm"]}
+                   for k in kept]
+        if dropped:
+            log.info(json.dumps({"event": "offer_dropped", "conversation": cid, "message_id": message_id, "dropped": dropped},
+                                ensure_ascii=False))
+        shown = "; ".join(f"{a['name']} {json.dumps(a['arguments'], ensure_ascii=False)}" for a in actions)
+        note = f"Shown to the reader: {shown}." if actions else "Nothing was shown to the reader."
+        if dropped:
+            note += " Not shown: " + "; ".join(dropped) + "."
+        note += " The reader decides whether to run an action; you are told the outcome when they do."
+        return {"call_id": new_id("call_"), "actions": actions, "note": note}

@@ -1,0 +1,237 @@
+"""Socket writes: state patches, user messages, retry/regenerate, function responses, action outcomes,
+cancel. Each is idempotent by its ``idempotency_key`` (the skeleton answers a repeat)."""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING, Any
+
+from ... import protocol as P
+from ...core.limits import check_state
+from ...core.tools import check_tool_arguments
+from ...errors import ProtocolError, StateLimitError
+from .. import storage as S
+from .patching import PatchFailed, apply_patch_atomic
+from .runtime import BUSY_STATUSES, IDLE_STATUSES, ConvRuntime, new_id
+from .skeleton import Ack, Ctx, socket_event
+
+if TYPE_CHECKING:
+    from .core import Hub
+
+BUSY_MESSAGE = "A turn is running or waiting on the reader; wait or cancel it."
+
+
+def _busy(conv: dict[str, Any], rt: ConvRuntime) -> bool:
+    return conv["status"] in BUSY_STATUSES or (rt.turn is not None and not rt.turn.done())
+
+
+class Writes:
+    """The conversation-changing socket events (one per hub)."""
+
+    def __init__(self, hub: Hub) -> None:
+        self.hub = hub
+
+    @socket_event(P.EV_STATE_PATCH, shape="state_patch expects {patch, idempotency_key}", idempotent=True, locked=True)
+    async def state_patch(self, ctx: Ctx, data: dict[str, Any]) -> Ack:
+        """Apply an RFC 6902 patch to the state, all or nothing (active client only)."""
+        patch = data.get("patch")
+
+        def patched(doc: dict[str, Any]) -> dict[str, Any]:
+            try:
+                new = apply_patch_atomic(doc, patch)
+                check_state(new)
+            except PatchFailed as exc:
+                raise ProtocolError(P.ERR_PATCH_FAILED, str(exc)) from None
+            except StateLimitError as exc:
+                raise ProtocolError(exc.code, str(exc)) from None
+            return new
+
+        ack = P.ok()
+        try:  # read, patch and write in one transaction: no lost update across processes
+            stored = await self.hub.store.update_state(ctx.cid, patched, (ctx.key, ack), active_sid=ctx.sid)
+        except S.NotActive:
+            raise ProtocolError(P.ERR_NOT_ACTIVE, "Another tab is the active client; send activate to use this one.") from None
+        return stored if stored is not None else ack
+
+    @socket_event(P.EV_USER_MESSAGE, shape="user_message expects {text, idempotency_key}", idempotent=True, locked=True)
+    async def user_message(self, ctx: Ctx, data: dict[str, Any]) -> Ack:
+        """Store the reader's message and start a turn answering it."""
+        hub = self.hub
+        cid, rt = ctx.cid, ctx.conv_rt
+        text = data.get("text")
+        if not isinstance(text, str) or not text.strip():
+            raise ProtocolError(P.ERR_BAD_REQUEST, "text must be a non-empty string")
+        if len(text) > P.MAX_USER_MESSAGE_CHARS:
+            raise ProtocolError(P.ERR_MESSAGE_TOO_LONG, f"A message may have at most {P.MAX_USER_MESSAGE_CHARS} characters; this one has {len(text)}.")
+        conv = await hub.store.get_conversation(cid)
+        if conv is None:
+            raise ProtocolError(P.ERR_NOT_FOUND, "The conversation no longer exists.")
+        if _busy(conv, rt):
+            raise ProtocolError(P.ERR_BUSY, BUSY_MESSAGE)
+        if not hub.message_limiter.allow(cid):
+            raise ProtocolError(P.ERR_RATE_LIMITED, "Too many messages; wait a moment.")
+        message = {"id": new_id("m_"), "role": "user", "content": text, "created_at": time.time()}
+        turn_id = new_id("t_")
+        ack = P.ok(message_id=message["id"])
+        try:  # conditional: a message sent through another process at the same moment loses
+            await hub.emit_locked(
+                rt, cid, P.EV_MESSAGE, {"message": message}, messages=[message],
+                conversation={"status": S.RUNNING, "turn_id": turn_id, "iteration": 0, "runner": hub.instance},
+                idempotency=(ctx.key, ack), require_status=IDLE_STATUSES,
+            )
+        except S.StatusConflict:
+            raise ProtocolError(P.ERR_BUSY, BUSY_MESSAGE) from None
+        rt.turn = hub.spawn(hub.turns.run_turn(cid, turn_id, 0))
+        return ack
+
+    async def _recover_first(self, ctx: Ctx) -> None:
+        """A turn whose relay died becomes failed (and retryable) before retry/regenerate look at it."""
+        conv = await self.hub.store.get_conversation(ctx.cid)
+        if conv is not None:
+            await self.hub.recovery.recover(conv)
+
+    @socket_event(P.EV_RETRY, shape="retry expects {idempotency_key}", idempotent=True, locked=True, before=_recover_first)
+    async def retry(self, ctx: Ctx, data: dict[str, Any]) -> Ack:
+        """The failed turn goes on from its last completed round."""
+        return await self._redo(ctx, regenerate=False)
+
+    @socket_event(P.EV_REGENERATE, shape="regenerate expects {idempotency_key}", idempotent=True, locked=True, before=_recover_first)
+    async def regenerate(self, ctx: Ctx, data: dict[str, Any]) -> Ack:
+        """A new answer to the last user message."""
+        return await self._redo(ctx, regenerate=True)
+
+    async def _redo(self, ctx: Ctx, regenerate: bool) -> Ack:
+        """Both withdraw the messages they replace with one ``messages.withdrawn`` event, stored with
+        the new status and the ack, then run the turn."""
+        hub = self.hub
+        cid, rt = ctx.cid, ctx.conv_rt
+        op = P.EV_REGENERATE if regenerate else P.EV_RETRY
+        snap = await hub.store.snapshot(cid)
+        if snap is None:
+            raise ProtocolError(P.ERR_NOT_FOUND, "The conversation no longer exists.")
+        conv, messages = snap
+        if _busy(conv, rt):
+            raise ProtocolError(P.ERR_BUSY, BUSY_MESSAGE)
+        users = [i for i, m in enumerate(messages) if m.get("role") == "user"]
+        if not users:
+            raise ProtocolError(P.ERR_NOTHING_TO_RETRY, "There is no user message to answer yet.")
+        after = messages[users[-1] + 1:]
+        if regenerate:
+            turn_id, iteration = new_id("t_"), 0
+            withdraw = after
+        else:
+            if conv["status"] != S.FAILED or not conv["turn_id"]:
+                raise ProtocolError(P.ERR_NOTHING_TO_RETRY, "The last turn did not fail; send regenerate for a new answer.")
+            # Keep the rounds the failed turn completed (their calls ran: a call runs at most once);
+            # withdraw what the failing round stored, and the error message.
+            turn_id, iteration = conv["turn_id"], 0
+            boundary = messages[users[-1]]["seq"]
+            for seq, name, payload in await hub.store.events_after(cid, boundary):
+                if name == P.EV_FUNCTION_CALL_ITERATION and payload.get("turn_id") == turn_id:
+                    boundary, iteration = seq, int(payload.get("iteration") or 0)
+            withdraw = [m for m in after if m.get("seq", 0) > boundary]
+        if not hub.message_limiter.allow(cid):
+            raise ProtocolError(P.ERR_RATE_LIMITED, "Too many messages; wait a moment.")
+        ack = P.ok(turn_id=turn_id)
+        ids = [m["id"] for m in withdraw]
+        try:
+            await hub.emit_locked(
+                rt, cid, P.EV_MESSAGES_WITHDRAWN, {"message_ids": ids, "reason": op, "turn_id": turn_id},
+                withdraw=ids, idempotency=(ctx.key, ack), require_status=[conv["status"]],
+                conversation={"status": S.RUNNING, "turn_id": turn_id, "iteration": iteration, "runner": hub.instance},
+            )
+        except S.StatusConflict:
+            raise ProtocolError(P.ERR_BUSY, BUSY_MESSAGE) from None
+        rt.turn = hub.spawn(hub.turns.run_turn(cid, turn_id, iteration, announce=False))
+        return ack
+
+    @socket_event(P.EV_FUNCTION_RESPONSE, shape="function_response expects {id, status, result | error, idempotency_key}",
+                  idempotent=True, locked=True)
+    async def function_response(self, ctx: Ctx, data: dict[str, Any]) -> Ack:
+        """The page's answer to a call it was sent with ``run: true``."""
+        store = self.hub.store
+        cid, sid = ctx.cid, ctx.sid
+        call_id = data.get("id")
+        status = data.get("status")
+        if not isinstance(call_id, str) or status not in (P.STATUS_SUCCESS, P.STATUS_ERROR):
+            raise ProtocolError(P.ERR_BAD_REQUEST, "function_response needs an id and status 'success' or 'error'")
+        timings = {}
+        for k in ("handler_ms", "total_ms"):
+            v = data.get(k)
+            timings[k] = float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
+        conv = await store.get_conversation(cid)
+        if conv is not None and conv["active_sid"] != sid:
+            call = await store.get_call(cid, call_id)
+            if call is None or call["dispatched_to"] != sid:
+                raise ProtocolError(P.ERR_NOT_ACTIVE, "Another tab is the active client.")
+        ack = P.ok()
+        if status == P.STATUS_ERROR:
+            err = data.get("error")
+            err = err if isinstance(err, str) and err else "The function failed."
+            done = await store.finish_call(cid, call_id, S.CALL_ANSWERED, error=err, idempotency=(ctx.key, ack), **timings)
+        else:
+            done = await store.finish_call(cid, call_id, S.CALL_ANSWERED, result=data.get("result"), idempotency=(ctx.key, ack), **timings)
+        if not done:
+            call = await store.get_call(cid, call_id)
+            reason = f"call is {call['status']}" if call else "unknown call"
+            await store.record_refused(cid, "function_response", data, reason)
+            raise ProtocolError(P.ERR_CALL_NOT_PENDING, f"The relay is not waiting for call {call_id!r} ({reason}).")
+        ev = ctx.conv_rt.call_events.get(call_id)
+        if ev is not None:
+            ev.set()
+        return ack
+
+    @socket_event(P.EV_ACTION_OUTCOME, idempotent=True, locked=True,
+                  shape="action_outcome expects {message_id, action_id, name, arguments, ok, outcome, idempotency_key}")
+    async def action_outcome(self, ctx: Ctx, data: dict[str, Any]) -> Ack:
+        """§8.1: the reader ran an offered action; record its outcome as an ``action`` message (any
+        joined socket: the reader pressed the button in that tab)."""
+        hub = self.hub
+        cid = ctx.cid
+        message_id, action_id, name = data.get("message_id"), data.get("action_id"), data.get("name")
+        for field_name, value in (("message_id", message_id), ("action_id", action_id), ("name", name)):
+            if not isinstance(value, str) or not value:
+                raise ProtocolError(P.ERR_BAD_REQUEST, f"action_outcome needs {field_name}, a non-empty string")
+        ok = data.get("ok")
+        if not isinstance(ok, bool):
+            raise ProtocolError(P.ERR_BAD_REQUEST, "ok must be true or false")
+        outcome = data.get("outcome")
+        if outcome is None:
+            outcome = "Done." if ok else "The action failed."
+        if not isinstance(outcome, str):
+            raise ProtocolError(P.ERR_BAD_REQUEST, "outcome must be a string")
+        if len(outcome) > P.TOOL_REPLY_MAX_CHARS:
+            outcome = outcome[:P.TOOL_REPLY_MAX_CHARS] + " [cut]"
+        args = data.get("arguments")
+        if args is None:
+            args = {}
+        if not isinstance(args, dict):
+            raise ProtocolError(P.ERR_BAD_REQUEST, "arguments must be an object")
+        offer = await hub.store.get_offer(cid, str(message_id))
+        action = next((a for a in offer["actions"] if a["id"] == action_id), None) if offer else None
+        if action is None:
+            await hub.store.record_refused(cid, "action_outcome", data, "not offered")
+            raise ProtocolError(P.ERR_NOT_FOUND, f"No action {action_id!r} was offered on message {message_id!r}.")
+        if action["name"] != name:
+            raise ProtocolError(P.ERR_BAD_REQUEST, f"Action {action_id!r} is {action['name']!r}, not {name!r}.")
+        clean, problem = check_tool_arguments(action["parameters"], args)
+        if problem is not None:
+            raise ProtocolError(P.ERR_BAD_REQUEST, f"The arguments of {name} do not pass its schema: {problem}")
+        if await hub.store.action_succeeded(cid, str(action_id)):
+            await hub.store.record_refused(cid, "action_outcome", data, "already succeeded")
+            raise ProtocolError(P.ERR_BAD_REQUEST, f"Action {action_id!r} already succeeded; it is done.")
+        if not hub.message_limiter.allow(cid):
+            raise ProtocolError(P.ERR_RATE_LIMITED, "Too many messages; wait a moment.")
+        msg = {"id": new_id("m_"), "role": "action", "message_id": message_id, "action_id": action_id, "name": name,
+               "arguments": clean, "ok": ok, "outcome": outcome, "created_at": time.time()}
+        ack = P.ok(message_id=msg["id"])
+        await hub.emit_locked(ctx.conv_rt, cid, P.EV_MESSAGE, {"message": msg}, messages=[msg], idempotency=(ctx.key, ack))
+        return ack
+
+    @socket_event(P.EV_CANCEL, shape="cancel expects {idempotency_key}", idempotent=True)
+    async def cancel(self, ctx: Ctx, data: dict[str, Any]) -> Ack:
+        """Stop the running turn (or the wait for ask-user answers)."""
+        cancelled = await self.hub.recovery.cancel_turn(ctx.cid)
+        ack = P.ok(cancelled=cancelled)
+        await self.hub.store.put_ack(ctx.cid, ctx.key, ack)
+        return ack
