@@ -18,7 +18,7 @@ import unicodedata
 from typing import Any
 from urllib.parse import quote, unquote
 
-from ..errors import ConfigError
+from ..errors import ConfigError, WidgetError
 
 _TOKEN = re.compile(r"\{([^{}]*)\}")
 #: Literal template characters kept as they are (RFC 3986 reserved + unreserved + '%'); others are encoded.
@@ -26,8 +26,10 @@ _LITERAL_SAFE = ":/?#[]@!$&'()*+,;=-._~%"
 _NAME = re.compile(r"^[A-Za-z0-9_]+$")
 
 
-class TemplateError(ValueError):
+class TemplateError(WidgetError, ValueError):
     """A call's arguments cannot be put into the template safely; nothing is sent."""
+
+    code = "template_error"
 
 
 def _split(template: str) -> tuple[str, str, str]:

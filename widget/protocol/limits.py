@@ -1,0 +1,40 @@
+"""The sizes, depths and times of protocol v1, each defined once (docs/protocol.md, "Limits")."""
+
+from __future__ import annotations
+
+from typing import Final
+
+# --- The state document -----------------------------------------------------------
+#: Bytes of the compact UTF-8 JSON (``separators=(",", ":")``, ``ensure_ascii=False``) of the whole stored
+#: document ``{"autopilot": {...}}``; checked by the client before sending and by the relay after patching.
+MAX_STATE_BYTES: Final = 65_536
+#: Nesting depth of the stored document (a scalar is 0, each array/object level adds 1).
+MAX_STATE_DEPTH: Final = 32
+#: Engine.IO's default buffer, kept: the largest packet either side accepts.
+ENGINEIO_MAX_BUFFER: Final = 1_000_000
+
+# --- Client defaults ----------------------------------------------------------------
+FUNCTIONS_DEBOUNCE_MS: Final = 25
+CONTEXT_DEBOUNCE_MS: Final = 100
+SYNC_STATE_BEFORE_FUNCTION_RESPONSE_TIMEOUT_MS: Final = 2000
+CONTEXT_RESOLUTION_TIMEOUT_MS: Final = 10_000
+FUNCTION_CALL_HISTORY_LIMIT: Final = 50
+
+# --- Relay limits -------------------------------------------------------------------
+#: The relay stops waiting for a ``kind: "function"`` call after this long.
+FUNCTION_CALL_TIMEOUT_S: Final = 30.0
+#: The relay (and the client) stop waiting for a ``kind: "tool"`` call after this long.
+TOOL_CALL_TIMEOUT_S: Final = 10.0
+#: Characters of a tool's reply the model sees (the stored reply is complete).
+TOOL_REPLY_MAX_CHARS: Final = 4000
+MAX_USER_MESSAGE_CHARS: Final = 16_000
+#: Model rounds per turn; the last one is offered no function to call.
+MAX_ITERATIONS: Final = 8
+#: Actions the relay attaches to one assistant message.
+MAX_ACTIONS: Final = 3
+#: More tools than this on a page makes the client warn (models choose worse among many).
+MAX_TOOLS_ADVISED: Final = 12
+JOIN_TOKEN_TTL_S: Final = 300
+MAX_IDEMPOTENCY_KEY_CHARS: Final = 128
+#: Largest ``seq``/``last_seq`` a peer may send (a signed 64-bit integer).
+MAX_SEQ: Final = 2**63 - 1

@@ -1,0 +1,517 @@
+"""The shape of every payload, ack and stored record of protocol v1, as ``TypedDict``s.
+
+These types are the source of the JSON Schemas the relay serves and checks (``widget.relay.contract``
+generates them), so a field added here is a field documented and validated there. Conventions the schema
+generator relies on: ``NotRequired`` marks an optional key; ``X | None`` a key that may be ``null``;
+``JSON`` any JSON value. Extra keys are allowed (a newer peer may send more).
+
+Timings have one name each: ``duration_ms`` is the handler's time (the client measures it and sends it
+as ``handler_ms`` in ``function_response``, the one place the wire spells it so; the relay stores and shows
+it as ``duration_ms``) and ``total_ms`` the time until the response left the client. The client API's
+``FunctionCallRecord`` keeps its own camelCase names (``handlerMs``, ``totalMs``) for the same numbers.
+"""
+
+# No ``from __future__ import annotations`` here: under Python 3.11 it hides ``NotRequired`` from TypedDict,
+# which then counts every key as required.
+from typing import Any, Literal, NotRequired, TypedDict, Union
+
+from .names import (
+    ActionConfirm,
+    AskUserType,
+    CallStatus,
+    ConversationStatus,
+    ErrorCode,
+    Kind,
+    Role,
+    ToolHandler,
+    ToolMessageKind,
+    TurnErrorCode,
+    TurnStatus,
+    UserInputReason,
+    WithdrawReason,
+)
+
+#: Any JSON value (the schema generator maps it to ``{}``).
+JSON = Any
+#: A JSON object with keys the protocol does not fix (a JSON Schema, the page context, tool arguments).
+JSONObject = dict[str, Any]
+
+
+# --- acks and errors -------------------------------------------------------------------------
+class ErrorDetail(TypedDict):
+    """``error`` of a refusal: a machine code and a sentence for people."""
+
+    code: ErrorCode
+    message: str
+
+
+class ErrorAck(TypedDict):
+    """A refused socket write, and the body of every HTTP error."""
+
+    ok: Literal[False]
+    error: ErrorDetail
+
+
+class OkAck(TypedDict):
+    """The ack of a write that needs to say nothing more (``state_patch``, ``function_response``)."""
+
+    ok: Literal[True]
+
+
+class PendingCall(TypedDict):
+    """A function call the relay is still waiting on, listed for the active client to run."""
+
+    id: str
+    name: str
+    arguments: JSONObject
+    seq: int | None
+    kind: Kind
+
+
+class JoinAck(TypedDict):
+    """``join`` accepted. ``client_id`` is the socket's Socket.IO id (what ``dispatched_to`` names in logs)."""
+
+    ok: Literal[True]
+    conversation_id: str
+    seq: int
+    active: bool
+    client_id: str
+    pending_calls: list[PendingCall]
+
+
+class ActivateAck(TypedDict):
+    """``activate`` accepted: the sending socket is now the active client."""
+
+    ok: Literal[True]
+    active: Literal[True]
+    pending_calls: list[PendingCall]
+
+
+class MessageAck(TypedDict):
+    """``user_message`` / ``action_outcome`` accepted: the id of the message stored."""
+
+    ok: Literal[True]
+    message_id: str
+
+
+class TurnAck(TypedDict):
+    """``retry`` / ``regenerate`` accepted: the turn that follows."""
+
+    ok: Literal[True]
+    turn_id: str
+
+
+class CancelAck(TypedDict):
+    """``cancel`` answered: whether a running turn was stopped."""
+
+    ok: Literal[True]
+    cancelled: bool
+
+
+class ReplayAck(TypedDict):
+    """``replay`` done: the conversation's current ``seq``."""
+
+    ok: Literal[True]
+    seq: int
+
+
+# --- client -> relay payloads ----------------------------------------------------------------
+class JoinPayload(TypedDict):
+    """``join``: the token from the conversation GET, the protocol version and the last ``seq`` seen."""
+
+    token: str
+    version: int
+    last_seq: NotRequired[int | None]
+
+
+#: One RFC 6902 operation (``from``: ``move``/``copy`` only; a keyword, hence the functional form).
+PatchOp = TypedDict(
+    "PatchOp",
+    {
+        "op": Literal["add", "remove", "replace", "move", "copy", "test"],
+        "path": str,
+        "value": NotRequired[JSON],
+        "from": NotRequired[str],
+    },
+)
+PatchOp.__doc__ = "One RFC 6902 operation (`from`: `move`/`copy` only)."
+
+
+class StatePatchPayload(TypedDict):
+    """``state_patch``: an RFC 6902 patch of the stored document, applied atomically."""
+
+    patch: list[PatchOp]
+    idempotency_key: str
+
+
+class UserMessagePayload(TypedDict):
+    """``user_message``: the reader's text; starts a turn."""
+
+    text: str
+    idempotency_key: str
+
+
+class FunctionResponsePayload(TypedDict):
+    """``function_response``: the outcome of a call the client ran (``handler_ms`` is stored as ``duration_ms``)."""
+
+    id: str
+    status: CallStatus
+    result: NotRequired[JSON]
+    error: NotRequired[str | None]
+    idempotency_key: str
+    handler_ms: NotRequired[float | None]
+    total_ms: NotRequired[float | None]
+
+
+class KeyOnlyPayload(TypedDict):
+    """``cancel``, ``retry``, ``regenerate``: nothing but the idempotency key."""
+
+    idempotency_key: str
+
+
+class ReplayPayload(TypedDict):
+    """``replay``: re-send every sequenced event after ``last_seq``."""
+
+    last_seq: int | None
+
+
+class EmptyPayload(TypedDict):
+    """``activate``: no fields."""
+
+
+class ActionOutcomePayload(TypedDict):
+    """``action_outcome``: what happened when the reader ran an offered action."""
+
+    message_id: str
+    action_id: str
+    name: str
+    arguments: NotRequired[JSONObject | None]
+    ok: bool
+    outcome: NotRequired[str | None]
+    idempotency_key: str
+
+
+# --- the state document ------------------------------------------------------------------------
+class FunctionEntry(TypedDict):
+    """One entry of ``/autopilot/functions`` (a function, tool or action the page declares)."""
+
+    name: str
+    description: NotRequired[str | None]
+    parameters: NotRequired[JSONObject]
+    kind: NotRequired[Kind]
+    sensitive: NotRequired[bool]
+    source: NotRequired[str]
+    #: Tools only.
+    handler: NotRequired[ToolHandler]
+    #: Actions only.
+    confirm: NotRequired[ActionConfirm]
+    label: NotRequired[str | None]
+    title: NotRequired[str | None]
+
+
+class StatePayload(TypedDict):
+    """``state`` (after join): the stored ``/autopilot/functions`` and ``/autopilot/context``."""
+
+    functions: dict[str, FunctionEntry]
+    context: JSONObject
+
+
+class ClientRolePayload(TypedDict):
+    """``client.role``: this socket is (no longer) the conversation's active client."""
+
+    active: bool
+
+
+# --- stored messages ---------------------------------------------------------------------------
+class CallRef(TypedDict):
+    """A call as listed on its assistant message's ``function_calls``."""
+
+    id: str
+    name: str
+    arguments: JSONObject
+
+
+class OfferedAction(TypedDict):
+    """An action offered on an assistant message."""
+
+    id: str
+    name: str
+    arguments: JSONObject
+
+
+class UserMessage(TypedDict):
+    """The reader's message."""
+
+    id: str
+    role: Literal[Role.USER]
+    content: str
+    created_at: float
+    seq: NotRequired[int]
+
+
+class AssistantMessage(TypedDict):
+    """One model round's answer; ``actions`` only in ``completion.ended`` events, never in a GET."""
+
+    id: str
+    role: Literal[Role.ASSISTANT]
+    content: str
+    function_calls: NotRequired[list[CallRef]]
+    actions: NotRequired[list[OfferedAction]]
+    created_at: NotRequired[float]
+    seq: NotRequired[int]
+
+
+class CallRecord(TypedDict):
+    """The outcome of one call as the relay stores and shows it: the tool message (and ``function_call.end``).
+
+    ``duration_ms`` is the handler's time, ``total_ms`` until the response was sent; both ``null`` when
+    nobody measured (a timeout, a cancel, a call the relay refused).
+    """
+
+    id: str
+    role: Literal[Role.TOOL]
+    function_call_id: str
+    name: str
+    kind: NotRequired[ToolMessageKind]
+    status: CallStatus
+    result: NotRequired[JSON]
+    error: NotRequired[str | None]
+    duration_ms: NotRequired[float | None]
+    total_ms: NotRequired[float | None]
+    #: The id of an earlier identical tool call whose answer this one reuses.
+    answered_from: NotRequired[str]
+    created_at: NotRequired[float]
+    seq: NotRequired[int]
+
+
+#: The stored tool message is the call record.
+ToolMessage = CallRecord
+
+
+class ErrorMessage(TypedDict):
+    """Why a turn failed."""
+
+    id: str
+    role: Literal[Role.ERROR]
+    content: str
+    code: TurnErrorCode
+    retryable: bool
+    created_at: NotRequired[float]
+    seq: NotRequired[int]
+
+
+class ActionMessage(TypedDict):
+    """What the reader did with an offered action (``message_id``: the assistant message it was offered on)."""
+
+    id: str
+    role: Literal[Role.ACTION]
+    message_id: str
+    action_id: str
+    name: str
+    arguments: JSONObject
+    ok: bool
+    outcome: str
+    created_at: NotRequired[float]
+    seq: NotRequired[int]
+
+
+#: Any stored message, told apart by ``role``.
+Message = Union[UserMessage, AssistantMessage, CallRecord, ErrorMessage, ActionMessage]
+
+
+# --- relay -> client sequenced events (each also carries ``seq``) --------------------------------
+class Sequenced(TypedDict):
+    """The field every sequenced event carries."""
+
+    seq: int
+
+
+class MessageEvent(Sequenced):
+    """``message``: a stored message that is not an assistant completion."""
+
+    message: Message
+
+
+class CompletionStartedEvent(Sequenced):
+    """``completion.started``: an assistant message begins streaming."""
+
+    turn_id: str
+    message_id: str
+
+
+class CompletionStreamEvent(Sequenced):
+    """``completion_stream``: a chunk of the assistant's text."""
+
+    message_id: str
+    delta: str
+
+
+class FunctionCallBeginEvent(Sequenced):
+    """``function_call.begin``: the model calls a page function; ``run`` is true on the one copy to run."""
+
+    id: str
+    name: str
+    arguments: JSONObject
+    message_id: str
+    run: bool
+    kind: Kind
+
+
+class FunctionCallEndEvent(Sequenced):
+    """``function_call.end``: a call's outcome (the numbers as in ``CallRecord``)."""
+
+    id: str
+    name: str
+    status: CallStatus
+    result: NotRequired[JSON]
+    error: NotRequired[str | None]
+    duration_ms: float | None
+    total_ms: float | None
+
+
+class FunctionCallIterationEvent(Sequenced):
+    """``function_call_iteration``: results went back to the model; round ``iteration`` starts."""
+
+    turn_id: str
+    iteration: int
+
+
+class CompletionEndedEvent(Sequenced):
+    """``completion.ended``: the round's assistant message and the tool messages of its calls, stored together."""
+
+    message: AssistantMessage
+    tool_messages: list[CallRecord]
+
+
+class CompletionFinishedEvent(Sequenced):
+    """``completion.finished``: the turn is over."""
+
+    turn_id: str
+    status: TurnStatus
+
+
+class UserInputEvent(Sequenced):
+    """``user_input``: the relay waits for the reader."""
+
+    reason: UserInputReason
+
+
+class AskUserOption(TypedDict):
+    """One choice of a ``radiolist``/``checklist`` prompt."""
+
+    value: str
+    label: str
+
+
+class AskUserPrompt(TypedDict):
+    """A question the model asks the reader (``arguments`` holds ``options``, labels, ``placeholder``...)."""
+
+    id: str
+    type: AskUserType
+    question: str
+    arguments: NotRequired[JSONObject]
+
+
+class AskUserRequestEvent(Sequenced):
+    """``ask_user.request``: the model asks the reader; the turn is suspended until every prompt is answered."""
+
+    prompts: list[AskUserPrompt]
+
+
+class MessagesWithdrawnEvent(Sequenced):
+    """``messages.withdrawn``: these stored messages are replaced by the turn ``turn_id`` that follows."""
+
+    message_ids: list[str]
+    reason: WithdrawReason
+    turn_id: str
+
+
+# --- HTTP bodies ---------------------------------------------------------------------------------
+class CreateConversationBody(TypedDict):
+    """``POST /api/apps/{app_id}/conversations`` body: reserved, send ``{}``."""
+
+
+class CreatedConversation(TypedDict):
+    """201 answer to a create: the conversation's id and capability URL."""
+
+    ok: Literal[True]
+    id: str
+    url: str
+
+
+class ConversationInfo(TypedDict):
+    """``conversation`` of a GET: ``seq`` is the last event the returned ``messages`` reflect."""
+
+    id: str
+    app_id: str
+    status: ConversationStatus
+    created_at: float
+    seq: int
+
+
+class ConversationResponse(TypedDict):
+    """200 answer to a conversation GET (and to an ask-user POST)."""
+
+    ok: Literal[True]
+    protocol_version: int
+    conversation: ConversationInfo
+    messages: list[Message]
+    relay_url: str
+    relay_path: str
+    token: str
+    token_expires_at: float
+    pending_ask_user: NotRequired[list[AskUserPrompt]]
+
+
+class AskUserAnswer(TypedDict):
+    """One answer: the prompt's id and the reader's value."""
+
+    id: str
+    result: JSON
+
+
+class AskUserBody(TypedDict):
+    """``POST /api/conversations/{id}/ask_user`` body (``answers`` may be a single answer object)."""
+
+    answers: list[AskUserAnswer] | AskUserAnswer
+    idempotency_key: NotRequired[str | None]
+
+
+class HealthResponse(TypedDict):
+    """``GET /healthz``: the process is up."""
+
+    ok: Literal[True]
+    protocol_version: int
+    instance: str
+
+
+class ReadyResponse(TypedDict):
+    """``GET /readyz``: ``checks`` names each dependency and ``"ok"`` or its error."""
+
+    ok: bool
+    instance: NotRequired[str]
+    checks: dict[str, str]
+
+
+# --- the client API's own records ------------------------------------------------------------------
+class FunctionCallRecord(TypedDict):
+    """``client.get_function_call_history()`` entry; times in ms since the epoch, ``handlerMs`` is ``duration_ms``."""
+
+    id: str
+    name: str
+    status: str
+    startedAt: float
+    settledAt: float | None
+    respondedAt: float | None
+    handlerMs: float | None
+    totalMs: float | None
+
+
+def ok(**fields: object) -> dict[str, object]:
+    """Build a success acknowledgement."""
+    return {"ok": True, **fields}
+
+
+def error(code: str, message: str) -> dict[str, object]:
+    """Build a failure acknowledgement / HTTP error body."""
+    return {"ok": False, "error": {"code": code, "message": message}}
