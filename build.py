@@ -1317,8 +1317,47 @@ def build(root: Path | str | None = None, *, out_dir: Path | str | None = None,
     out_dir = Path(out_dir or root / "widget" / "_dist").resolve()
     cache_dir = Path(cache_dir or default_cache_dir(root)).resolve()
     lock_path = Path(lock_path or root / "build.lock.json")
+    # Nothing changed since the last build into out_dir (same inputs, same options, the output untouched):
+    # done, without waiting for a build of another checkout that shares the cache.
+    stamp = cache_dir / "up-to-date" / _sha256(str(out_dir).encode())[:16]
+    inputs = _input_fingerprint(root, lock_path, precompile, snapshot)
+    if not (clean or update_lock) and stamp.is_file() and stamp.read_text() == inputs + _output_fingerprint(out_dir):
+        if not quiet:
+            manifest = json.loads((out_dir / "manifest.json").read_text())
+            print(f"build {manifest['build_id']} up to date (no input changed)", flush=True)
+        return out_dir
     with _exclusive(cache_dir / ".build.lock"):
-        return _build(root, out_dir, cache_dir, lock_path, clean, precompile, update_lock, quiet, snapshot)
+        done = _build(root, out_dir, cache_dir, lock_path, clean, precompile, update_lock, quiet, snapshot)
+        stamp.parent.mkdir(parents=True, exist_ok=True)
+        _write_atomic(stamp, (inputs + _output_fingerprint(out_dir)).encode())
+        return done
+
+
+def _stat_lines(files: list[Path], base: Path) -> str:
+    lines = []
+    for p in files:
+        st = p.stat()
+        lines.append(f"{p.relative_to(base).as_posix()} {st.st_size} {st.st_mtime_ns}\n")
+    return "".join(lines)
+
+
+def _input_fingerprint(root: Path, lock_path: Path, precompile: bool, snapshot: bool) -> str:
+    """Sizes and modification times of everything a build reads from the checkout, and its options."""
+    files = [*_widget_files(root).values()]
+    for top in ("static", "buildtools"):
+        if (root / top).is_dir():
+            files += [p for p in (root / top).rglob("*") if p.is_file() and "__pycache__" not in p.parts]
+    files += [p for p in (Path(__file__).resolve(), lock_path) if p.is_file()]
+    options = json.dumps([precompile, snapshot, NPM_PINS, WHEEL_PINS], sort_keys=True)
+    body = options + "\n" + _stat_lines(sorted(set(files)), Path("/"))
+    return _sha256(body.encode()) + "\n"
+
+
+def _output_fingerprint(out_dir: Path) -> str:
+    """Sizes and modification times of every file in the output (empty when it has no manifest)."""
+    if not (out_dir / "manifest.json").is_file():
+        return "none"
+    return _sha256(_stat_lines(sorted(p for p in out_dir.rglob("*") if p.is_file()), out_dir).encode())
 
 
 def _build(root: Path, out_dir: Path, cache_dir: Path, lock_path: Path, clean: bool,

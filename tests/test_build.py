@@ -148,6 +148,8 @@ def test_lock_records_every_download(manifest):
 
 
 def test_second_run_is_cached(dist, manifest, capsys):
+    """An input touched (same content): every step runs and is served from the cache."""
+    os.utime(ROOT / "build.lock.json")
     t0 = time.perf_counter()
     again = buildmod.build()
     elapsed = time.perf_counter() - t0
@@ -157,6 +159,20 @@ def test_second_run_is_cached(dist, manifest, capsys):
     assert "[6/7] precompile ... cached" in text
     assert "[2/7] npm packages ... cached" in text and "[3/7] wheels ... cached" in text
     assert elapsed < 10, f"cached build took {elapsed:.1f}s"
+
+
+def test_nothing_changed_is_done_at_once_and_a_changed_output_is_rebuilt(dist, manifest, capsys):
+    buildmod.build(quiet=True)
+    capsys.readouterr()
+    assert buildmod.build() == dist
+    assert capsys.readouterr().out == f"build {manifest['build_id']} up to date (no input changed)\n"
+    # A file of the output changed by hand: the build runs (from the cache) and puts it back.
+    loader = dist / "autopilot.js"
+    good = loader.read_bytes()
+    loader.write_bytes(good + b"\n// edited")
+    buildmod.build()
+    assert "[7/7] assemble" in capsys.readouterr().out
+    assert loader.read_bytes() == good
 
 
 NODE_SMOKE = r"""

@@ -1,10 +1,11 @@
-"""Packaging (issue 7.7): ``python -m build`` in a clean copy of the sources builds the browser assets (our
-build.py shim) and then a wheel that ships them; installed into a fresh venv, its ``autopilot-relay`` command
+"""Packaging: ``python -m build`` in a clean copy of the sources builds the browser assets (build.py runs
+first) and then a wheel that ships them; installed into a fresh venv, its ``autopilot-relay`` command
 serves a working widget with no npm and no source tree around.
 
-The venv sees this environment's site-packages (``--system-site-packages``) and the wheel goes in with
-``--no-deps``, so nothing is downloaded; the build runs ``--no-isolation`` for the same reason (setuptools and
-wheel come from the test extras).
+The new venv sees the site-packages of the Python running the tests (through a ``.pth`` file: when that Python
+is itself a venv, ``--system-site-packages`` would show the base Python's instead), behind its own, and the wheel
+goes in with ``--no-deps``, so nothing is downloaded; the build runs ``--no-isolation`` for the same reason
+(setuptools and wheel come from the test extras).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import asyncio
 import json
 import os
 import shutil
+import site
 import subprocess
 import sys
 import time
@@ -45,6 +47,16 @@ def _run(cmd: list[str], cwd: Path, env: dict[str, str] | None = None, timeout: 
     return proc.stdout + proc.stderr
 
 
+def _see_our_site_packages(py: Path) -> None:
+    """Let the venv of ``py`` import what this Python has installed (the relay's dependencies), after its own.
+
+    Plain path lines of a ``.pth`` file are appended to ``sys.path``; this environment's own ``.pth`` files (its
+    editable install of this checkout among them) are not run, so ``widget`` can only come from the wheel."""
+    ours = [*site.getsitepackages(), *([site.getusersitepackages()] if site.ENABLE_USER_SITE else [])]
+    theirs = _run([str(py), "-c", "import site; print(site.getsitepackages()[0])"], cwd=py.parent).strip()
+    Path(theirs, "_test_parent_env.pth").write_text("".join(f"{p}\n" for p in ours if Path(p).is_dir()))
+
+
 def _build_and_install(tmp: Path) -> tuple[Path, Path, str]:
     try:
         import wheel  # noqa: F401
@@ -59,8 +71,9 @@ def _build_and_install(tmp: Path) -> tuple[Path, Path, str]:
     assert len(wheels) == 1
     bid = json.loads((src / "widget" / "_dist" / "manifest.json").read_text())["build_id"]
     venv = tmp / "venv"
-    _run([sys.executable, "-m", "venv", "--system-site-packages", "--without-pip", str(venv)], cwd=tmp)
+    _run([sys.executable, "-m", "venv", "--without-pip", str(venv)], cwd=tmp)
     py = venv / "bin" / "python"
+    _see_our_site_packages(py)
     _run([sys.executable, "-m", "pip", "--python", str(py), "install", "--no-deps", "--no-index", "-q", str(wheels[0])],
          cwd=tmp)
     return wheels[0], venv, bid
