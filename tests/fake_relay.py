@@ -33,6 +33,10 @@ class FakeRelay:
         #: While set to an unset asyncio.Event, conversation GETs wait for it (a slow rejoin).
         self.hold_gets: object | None = None
         self.pending_calls: list[dict[str, Any]] = []
+        #: Error codes the next function responses are refused with, one per response (e.g. a full disk).
+        self.response_errors: list[str] = []
+        #: Calls handed over by an ``activate`` ack ("Use here").
+        self.activate_calls: list[dict[str, Any]] = []
         self.requests: list[tuple[str, str]] = []
         self.joined = False
         self.created = 0
@@ -62,7 +66,8 @@ class FakeRelay:
         if key and key in self.keys:
             return self.keys[key]
         ack = await self._handle(transport, event, data)
-        if key:
+        transient = isinstance(ack, dict) and (ack.get("error") or {}).get("code") in (P.ERR_INTERNAL, P.ERR_RATE_LIMITED)
+        if key and not transient:  # like the relay: a write that failed stores no acknowledgement either
             self.keys[key] = ack
         return ack
 
@@ -96,8 +101,12 @@ class FakeRelay:
         if event == P.EV_FUNCTION_RESPONSE:
             if not self.joined:
                 return P.error(P.ERR_NOT_JOINED, "Join a conversation first.")
+            if self.response_errors:
+                return P.error(self.response_errors.pop(0), "refused for the test")
             self.responses.append(data)
             return P.ok()
+        if event == P.EV_ACTIVATE:
+            return P.ok(active=True, pending_calls=self.activate_calls)
         if event == P.EV_USER_MESSAGE:
             return P.ok(message_id="m1")
         if event == P.EV_ACTION_OUTCOME:

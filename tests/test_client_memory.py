@@ -332,3 +332,167 @@ async def test_response_finished_during_a_slow_rejoin_is_resent_not_lost():
     relay.hold_gets.set()
     await asyncio.sleep(0.05)
     assert [r["id"] for r in relay.responses] == ["r1"] and client._outbox == {}
+
+
+async def test_function_flushed_with_an_oversized_context_reaches_the_relay():
+    """The function part is sent although the context next to it is over the cap; the context stays marked and
+    goes out once it fits; a skipped sync resolves False."""
+    relay, transport, client = await connected()
+    errs = []
+    client.on("stateError", errs.append)
+    client.register_function("later", lambda a, c: 1)
+    client.set_context({"big": "x" * 70000})
+    assert await client.sync_registered_functions() is False  # the context part was skipped
+    assert errs and errs[-1]["code"] == "state_too_large"
+    assert "later" in relay.doc["autopilot"]["functions"]
+    assert relay.doc["autopilot"]["context"] == {"page": "/"}
+    client.set_context({"page": "/small"})
+    assert await client.flush_context_sync() is True
+    assert relay.doc["autopilot"]["context"] == {"page": "/small"}
+
+
+async def test_flush_reports_a_sync_skipped_entirely():
+    relay, transport, client = await connected()
+    client.set_context({"big": "x" * 70000})
+    assert await client.flush_context_sync() is False
+    client.unregister_function("echo")
+    # Still over the cap with the context: the function change goes alone, the sync is reported as partial.
+    assert await client.sync_registered_functions() is False
+    assert "echo" not in relay.doc["autopilot"]["functions"]
+
+
+async def test_response_resent_after_rejoin_updates_history_and_fires_the_event():
+    relay, transport, client = await connected()
+    sent = []
+    client.on("functionResponseSent", sent.append)
+    gate = asyncio.get_running_loop().create_future()
+
+    async def slow(args, ctx):
+        await gate
+        return "finished"
+
+    client.register_function("slow", slow)
+    await client.sync_registered_functions()
+    relay.push(transport, "function_call.begin", {"id": "r2", "name": "slow", "arguments": {}, "run": True})
+    await asyncio.sleep(0.01)
+    transport.drop()
+    relay.joined = False
+    gate.set_result(None)
+    await asyncio.sleep(0.05)  # finished while disconnected: kept, not sent
+    assert client.get_function_call_history()[0]["respondedAt"] is None and sent == []
+    transport.restore()
+    await asyncio.sleep(0.05)
+    rec = client.get_function_call_history()[0]
+    assert [r["id"] for r in relay.responses] == ["r2"]
+    assert rec["respondedAt"] is not None and rec["totalMs"] >= 50
+    assert [s["request"]["id"] for s in sent] == ["r2"] and sent[0]["totalMs"] == rec["totalMs"]
+    assert relay.responses[0]["total_ms"] == pytest.approx(rec["totalMs"], abs=0.01)  # the total of the send that landed
+
+
+async def test_response_refused_as_internal_is_kept_and_resent():
+    relay, transport, client = await connected()
+    client.RESEND_DELAYS_S = (0.01, 0.02)
+    sent = []
+    client.on("functionResponseSent", sent.append)
+    relay.response_errors = [P.ERR_INTERNAL, P.ERR_INTERNAL, P.ERR_RATE_LIMITED]
+    relay.push(transport, "function_call.begin", {"id": "i1", "name": "echo", "arguments": {"n": 1}, "run": True})
+    await asyncio.sleep(0.01)
+    assert relay.responses == [] and "i1" in client._outbox and sent == []
+    for _ in range(50):
+        if relay.responses:
+            break
+        await asyncio.sleep(0.01)
+    assert [r["id"] for r in relay.responses] == ["i1"] and relay.responses[0]["result"] == {"n": 1}
+    assert client._outbox == {} and len(sent) == 1
+    assert client.get_function_call_history()[0]["respondedAt"] is not None
+
+
+async def test_response_refused_for_good_leaves_the_outbox():
+    relay, transport, client = await connected()
+    relay.response_errors = [P.ERR_CALL_NOT_PENDING]
+    relay.push(transport, "function_call.begin", {"id": "g1", "name": "echo", "arguments": {}, "run": True})
+    await asyncio.sleep(0.03)
+    assert relay.responses == [] and client._outbox == {}
+
+
+async def test_activate_runs_the_calls_it_hands_over():
+    relay, transport, client = await connected()
+    ran = []
+    client.register_function("handover", lambda a, c: ran.append(a) or "ran here")
+    relay.activate_calls = [{"id": "h1", "name": "handover", "arguments": {"k": 1}}]
+    await client.activate()
+    await asyncio.sleep(0.02)
+    assert ran == [{"k": 1}] and [r["id"] for r in relay.responses] == ["h1"]
+    await client.activate()  # handed over again: never run twice
+    await asyncio.sleep(0.02)
+    assert ran == [{"k": 1}]
+
+
+async def test_rejoin_sends_stored_results_before_anything_else():
+    """After a relay restart, the rejoin's first write is the stored result; the same call handed back as pending
+    by the join is not run again."""
+    relay, transport, client = await connected()
+    runs = []
+    gate = asyncio.get_running_loop().create_future()
+
+    async def once(args, ctx):
+        runs.append(1)
+        await gate
+        return "done"
+
+    client.register_function("once", once)
+    await client.sync_registered_functions()
+    relay.push(transport, "function_call.begin", {"id": "o1", "name": "once", "arguments": {}, "run": True})
+    await asyncio.sleep(0.01)
+    transport.drop()  # the relay crashed mid-call
+    relay.joined = False
+    gate.set_result(None)
+    await asyncio.sleep(0.02)
+    assert runs == [1] and "o1" in client._outbox
+    relay.pending_calls = [{"id": "o1", "name": "once", "arguments": {}}]
+    client.update_context({"later": True})
+    n = len(transport.sent)
+    transport.restore()
+    await asyncio.sleep(0.05)
+    writes = [e for e, _ in transport.sent[n:] if e != P.EV_JOIN]
+    assert writes[0] == P.EV_FUNCTION_RESPONSE and P.EV_STATE_PATCH in writes
+    assert runs == [1] and [r["id"] for r in relay.responses] == ["o1"]
+
+
+async def test_first_call_handler_time_excludes_the_argument_check(monkeypatch):
+    """Loading the schema validator before the first call is the widget's cost, not the handler's."""
+    import widget.client as client_module
+
+    relay, transport, client = await connected()
+    clock = [100.0]
+    client._clock = lambda: clock[0]
+    real_validate = client_module.validate_arguments
+
+    def slow_validate(schema, args):
+        clock[0] += 0.6  # what importing the validator costs on the first call in the browser
+        return real_validate(schema, args)
+
+    monkeypatch.setattr(client_module, "validate_arguments", slow_validate)
+
+    def handler(args, ctx):
+        clock[0] += 0.002
+        return "ok"
+
+    client.register_function(
+        "typed", handler, parameters={"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"]}
+    )
+    await client.sync_registered_functions()
+    relay.push(transport, "function_call.begin", {"id": "t1", "name": "typed", "arguments": {"n": 1}, "run": True})
+    await asyncio.sleep(0.02)
+    rec = client.get_function_call_history()[0]
+    assert rec["handlerMs"] == pytest.approx(2.0, abs=0.01)
+    assert relay.responses[0]["handler_ms"] == pytest.approx(2.0, abs=0.01)
+
+
+async def test_an_oversized_context_does_not_hold_function_responses():
+    relay, transport, client = await connected(sync_state_before_function_response_timeout_ms=5000)
+    client.set_context({"big": "x" * 70000})
+    await client.flush_context_sync()
+    relay.push(transport, "function_call.begin", {"id": "q1", "name": "echo", "arguments": {}, "run": True})
+    await asyncio.sleep(0.05)
+    assert [r["id"] for r in relay.responses] == ["q1"]  # not held for the state that cannot go

@@ -170,3 +170,21 @@ async def test_join_after_opens_the_socket_first_and_joins_with_what_was_registe
     finally:
         connecting.cancel()
         await client.disconnect()
+
+
+async def test_connect_again_after_disconnect_joins_once(relay_server, caplog):
+    """A client reconnected by ``connect()`` after ``disconnect()`` joins once; no background task fails."""
+    client = make_client(relay_server)
+    joins: list[str] = []
+    client.on("joined", lambda p: joins.append(p["conversation_id"]))
+    try:
+        await client.connect(relay_url=relay_server.url, app_id="demo")
+        await client.disconnect()
+        with caplog.at_level("ERROR", logger="widget"):
+            await client.connect(relay_url=relay_server.url, app_id="demo")
+            await asyncio.sleep(0.5)
+        assert len(joins) == 2 and joins[0] == joins[1]
+        assert client.connection_state == "connected"
+        assert not [r for r in caplog.records if "task failed" in r.getMessage()]
+    finally:
+        await client.disconnect()

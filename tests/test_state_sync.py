@@ -62,7 +62,9 @@ def test_oversized_state_is_skipped_and_base_kept():
         s.poll(3)
     assert info.value.code == "state_too_large"
     assert s.base["autopilot"]["context"] == {"ok": 1}
-    assert not s.has_pending()  # no endless retries of the same oversized state
+    assert s.next_deadline() is None  # no endless retries of the same oversized state ...
+    assert s.needs_sync() and s.unsent == {"context"}  # ... but it is still not on the relay
+    assert not s.is_dirty()  # and nothing waits on it: it cannot go until it changes
     # the local value is the page's; a later small change diffs from the synced base
     s.set_context({"ok": 2}, 4)
     out = s.poll(5)
@@ -129,3 +131,40 @@ def test_integers_json_cannot_carry_exactly_are_refused_in_state():
         s.set_context({"deep": [-(2**60)]}, 0)
     s.update_context({"ok": 2**53 - 1, "f": 1e25}, 0)
     assert s.local["context"]["ok"] == 2**53 - 1
+
+
+def test_a_part_not_sent_stays_marked_and_goes_with_the_next_flush():
+    """A function flushed together with an oversized context is sent alone; the context stays unsent and goes out
+    once it fits, without any other change to the functions."""
+    s = ready()
+    s.set_functions({"f": {"name": "f"}}, 0)
+    s.set_context({"big": "x" * MAX_STATE_BYTES}, 0)
+    out = s.flush()
+    assert out is not None and out.skipped is not None and out.skipped.code == "state_too_large"
+    assert [op["path"] for op in out.patch] == ["/autopilot/functions/f"]
+    s.ack(out.key, True)
+    assert s.unsent == {"context"} and s.needs_sync()
+    with pytest.raises(StateLimitError):
+        s.flush()  # still too large: nothing sent, still marked
+    assert s.unsent == {"context"}
+    s.set_context({"small": 1}, 1)
+    out = s.poll(2)
+    assert out.skipped is None and out.patch == [{"op": "add", "path": "/autopilot/context/small", "value": 1}]
+    s.ack(out.key, True)
+    assert not s.needs_sync() and s.unsent == set()
+
+
+def test_an_oversized_function_catalog_stays_unsent_until_the_context_shrinks():
+    """Neither part fits with the other's new value: nothing goes out, both stay marked; once the context
+    shrinks, the functions reach the relay with it."""
+    s = ready()
+    s.set_context({"big": "x" * (MAX_STATE_BYTES - 2000)}, 0)
+    out = s.flush()
+    s.ack(out.key, True)
+    s.set_functions({"f": {"name": "f", "description": "d" * 3000}}, 1)
+    with pytest.raises(StateLimitError):
+        s.poll(2)
+    assert s.unsent == {"functions"} and s.next_deadline() is None
+    s.set_context({}, 3)
+    out = s.poll(4)
+    assert sorted(op["path"] for op in out.patch) == ["/autopilot/context/big", "/autopilot/functions/f"]

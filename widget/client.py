@@ -13,6 +13,7 @@ import logging
 import secrets
 import time
 from collections.abc import Awaitable, MutableMapping
+from dataclasses import dataclass
 from typing import Any, Callable
 
 from . import protocol as P
@@ -42,6 +43,23 @@ IDLE, CONNECTING, CONNECTED_STATE, RECONNECTING, DISCONNECTED_STATE, ERROR = (
 )
 
 ConfirmationHandler = Callable[[dict[str, Any]], "str | Awaitable[str]"]
+
+#: Error codes of a ``function_response`` ack after which the response is sent again (the relay could not take it
+#: now); any other refusal is final.
+TRANSIENT_RESPONSE_ERRORS = frozenset({P.ERR_INTERNAL, P.ERR_RATE_LIMITED, P.ERR_BUSY})
+
+
+@dataclass
+class _OutboxEntry:
+    """A function response the relay has not taken yet, with what its history record and events need."""
+
+    payload: dict[str, Any]
+    record: dict[str, Any]
+    request: dict[str, Any]
+    #: Clock time the call was received (totalMs counts from it to the emit that the relay takes).
+    started: float
+    attempts: int = 0
+    retry: asyncio.TimerHandle | None = None
 
 
 class Navigate:
@@ -103,7 +121,7 @@ class AutopilotClient:
         self._started_calls: set[str] = set()
         self._ended_calls: dict[str, asyncio.Future[None]] = {}
         self._running: set[str] = set()
-        self._outbox: dict[str, dict[str, Any]] = {}
+        self._outbox: dict[str, _OutboxEntry] = {}
         self._patch_acks: dict[str, asyncio.Future[bool]] = {}
         self._resolutions: dict[int, str] = {}
         self._resolution_ids = itertools.count(1)
@@ -275,6 +293,8 @@ class AutopilotClient:
         self._schedule_flush()
 
     def _flush_now(self) -> asyncio.Future[bool]:
+        """Send every pending part now; resolves True once the relay acknowledged all of the state, False when a
+        part was skipped (over the limits), refused, or could not be sent."""
         if self._flush_handle is not None:
             self._flush_handle.cancel()
             self._flush_handle = None
@@ -282,30 +302,37 @@ class AutopilotClient:
         if not self._can_send():
             done.set_result(False)
             return done
-        self._send_outgoing(lambda: self.state.flush())
+        all_sent = self._send_outgoing(lambda: self.state.flush())
         waits = list(self._patch_acks.values())
         if not waits:
-            done.set_result(True)
+            done.set_result(all_sent)
             return done
 
         async def wait_all() -> bool:
             results = await asyncio.gather(*waits)
-            return all(results)
+            return all_sent and all(results)
 
         return asyncio.ensure_future(wait_all())
 
-    def _send_outgoing(self, build: Callable[[], Any]) -> None:
+    def _send_outgoing(self, build: Callable[[], Any]) -> bool:
+        """Emit the patch ``build`` makes; False when a part was left unsent by the limits (``stateError``)."""
         try:
             outgoing = build()
         except StateLimitError as exc:
-            log.warning("state sync skipped: %s", exc)
-            self.events.emit("stateError", {"code": exc.code, "message": str(exc)})
-            return
+            self._state_skipped(exc)
+            return False
         if outgoing is None:
-            return
+            return True
+        if outgoing.skipped is not None:
+            self._state_skipped(outgoing.skipped)
         fut: asyncio.Future[bool] = self._loop().create_future()
         self._patch_acks[outgoing.key] = fut
         self._spawn(self._emit_patch(outgoing.key, outgoing.patch, fut))
+        return outgoing.skipped is None
+
+    def _state_skipped(self, exc: StateLimitError) -> None:
+        log.warning("state sync skipped: %s", exc)
+        self.events.emit("stateError", {"code": exc.code, "message": str(exc)})
 
     async def _emit_patch(self, key: str, patch: list[dict[str, Any]], fut: asyncio.Future[bool]) -> None:
         ok = False
@@ -463,7 +490,6 @@ class AutopilotClient:
         args = call.get("arguments")
         if args is None:
             args = {}
-        t0 = self._clock()
         record: dict[str, Any] = {
             "id": call_id,
             "name": name,
@@ -477,7 +503,15 @@ class AutopilotClient:
         self._history.appendleft(record)
         request = {"id": call_id, "name": name, "arguments": args, "timestamp": record["startedAt"]}
         self.events.emit("functionCall", {"request": request})
-        status, result, error = await self._execute(request)
+        # Checking the arguments may first load the schema validator (a lazily fetched module in the browser):
+        # that is the widget's cost, not the handler's, so the clocks start once the call is ready to run.
+        refused = await self._check_call(request)
+        t0 = self._clock()
+        record["startedAt"] = self._wall() * 1000
+        if refused is not None:
+            status, result, error = refused
+        else:
+            status, result, error = await self._execute(request)
         navigate = None
         if status == P.STATUS_SUCCESS and isinstance(result, Navigate):
             navigate, result = result, None
@@ -492,20 +526,19 @@ class AutopilotClient:
         else:
             self.events.emit("functionError", {"request": request, "error": error, "durationMs": handler_ms})
         await self._withhold()
-        total_ms = (self._clock() - t0) * 1000
         payload: dict[str, Any] = {
             "id": call_id,
             "status": status,
             "idempotency_key": f"fr-{call_id}",
             "handler_ms": round(handler_ms, 3),
-            "total_ms": round(total_ms, 3),
         }
         if status == P.STATUS_SUCCESS:
             payload["result"] = result
         else:
             payload["error"] = error
-        self._outbox[call_id] = payload
-        acked = await self._send_response(payload, record, request, total_ms)
+        entry = _OutboxEntry(payload=payload, record=record, request=request, started=t0)
+        self._outbox[call_id] = entry
+        acked = await self._send_response(entry)
         if navigate is not None:
             await self._navigate_after_ack(call_id, navigate, acked)
 
@@ -522,30 +555,81 @@ class AutopilotClient:
             return
         self.env.navigate(navigate.url)
 
-    async def _send_response(
-        self, payload: dict[str, Any], record: dict[str, Any] | None, request: dict[str, Any] | None, total_ms: float
-    ) -> bool:
-        """Emit a function response; True once the relay acknowledged it (refused counts as delivered)."""
-        try:
-            if not self._joined:
-                # A socket that reconnected but has not joined yet would be refused: the rejoin resends it.
-                raise TransportError("not joined")
-            if record is not None:
-                record.update(respondedAt=self._wall() * 1000, totalMs=total_ms)
-            ack = await self.transport.emit(P.EV_FUNCTION_RESPONSE, payload)
-            if isinstance(ack, dict) and not ack.get("ok") and (ack.get("error") or {}).get("code") == P.ERR_NOT_JOINED:
-                raise TransportError("not joined")
-        except TransportError as exc:
-            if record is not None:
-                record.update(respondedAt=None, totalMs=None)
-            log.warning("function response %s kept for resend: %s", payload["id"], exc)
+    #: Seconds between resends of a response the relay could not take (``internal``, ``rate_limited``, ``busy``);
+    #: the last value repeats until the relay takes or refuses it, or the resend window below has passed.
+    RESEND_DELAYS_S: tuple[float, ...] = (0.25, 0.5, 1.0, 2.0, 5.0)
+    #: After this long since the call was received, a response the relay keeps refusing as transient is dropped
+    #: (the relay has long timed the call out by then).
+    RESEND_WINDOW_S: float = 4 * P.FUNCTION_CALL_TIMEOUT_S
+
+    async def _send_response(self, entry: _OutboxEntry) -> bool:
+        """Emit a function response; True once the relay took it or refused it for good. Until then it stays in
+        the outbox: a lost connection resends it after the rejoin, a transient refusal after a delay."""
+        payload = entry.payload
+        call_id = payload["id"]
+        if self._outbox.get(call_id) is not entry:
+            return True  # already delivered by another attempt
+        if entry.retry is not None:
+            entry.retry.cancel()
+            entry.retry = None
+        if not self._joined:
+            # A socket that reconnected but has not joined yet would be refused: the rejoin resends it.
+            log.warning("function response %s kept for resend: not joined", call_id)
             return False
-        self._outbox.pop(payload["id"], None)
-        if isinstance(ack, dict) and not ack.get("ok"):
-            log.warning("relay refused function response %s: %s", payload["id"], ack.get("error"))
-        if request is not None:
-            self.events.emit("functionResponseSent", {"request": request, "totalMs": total_ms, "ack": ack})
+        total_ms = (self._clock() - entry.started) * 1000
+        payload["total_ms"] = round(total_ms, 3)
+        entry.attempts += 1
+        try:
+            ack = await self.transport.emit(P.EV_FUNCTION_RESPONSE, payload)
+        except TransportError as exc:
+            log.warning("function response %s kept for resend: %s", call_id, exc)
+            return False
+        code = (ack.get("error") or {}).get("code") if isinstance(ack, dict) and not ack.get("ok") else None
+        if not isinstance(ack, dict):
+            code = P.ERR_INTERNAL
+        if code == P.ERR_NOT_JOINED:
+            log.warning("function response %s kept for resend: not joined", call_id)
+            return False
+        if code in TRANSIENT_RESPONSE_ERRORS:
+            self._schedule_resend(entry, code)
+            return False
+        if self._outbox.get(call_id) is not entry:
+            return True
+        self._outbox.pop(call_id, None)
+        if code is not None:
+            log.warning("relay refused function response %s: %s", call_id, ack.get("error"))
+        entry.record.update(respondedAt=self._wall() * 1000, totalMs=total_ms)
+        self.events.emit("functionResponseSent", {"request": entry.request, "totalMs": total_ms, "ack": ack})
         return True
+
+    def _schedule_resend(self, entry: _OutboxEntry, code: str | None) -> None:
+        call_id = entry.payload["id"]
+        if (self._clock() - entry.started) > self.RESEND_WINDOW_S:
+            log.error("function response %s dropped: the relay kept answering %s", call_id, code)
+            self._outbox.pop(call_id, None)
+            return
+        delay = self.RESEND_DELAYS_S[min(entry.attempts, len(self.RESEND_DELAYS_S)) - 1]
+        log.warning("function response %s refused (%s); resending in %g s", call_id, code, delay)
+        entry.retry = self._loop().call_later(delay, lambda: self._spawn(self._send_response(entry)))
+
+    def _resend_outbox(self) -> None:
+        for entry in list(self._outbox.values()):
+            self._spawn(self._send_response(entry))
+
+    async def _check_call(self, request: dict[str, Any]) -> tuple[str, Any, str | None] | None:
+        """Why the call cannot run (the error response), or None when it can."""
+        name = request["name"]
+        definition = self.registry.get(name)
+        if definition is None:
+            return P.STATUS_ERROR, None, f"Unknown function: {name!r} is not registered on this page."
+        if definition.kind != P.KIND_FUNCTION:
+            return None  # tools check their own arguments; actions are refused by _execute
+        if needs_validator(definition.parameters):
+            await _prefetch_modules(("jsonschema",))
+        problem = validate_arguments(definition.parameters, request["arguments"])
+        if problem is not None:
+            return P.STATUS_ERROR, None, f"Invalid arguments for {name!r}: {problem}"
+        return None
 
     async def _execute(self, request: dict[str, Any]) -> tuple[str, Any, str | None]:
         name = request["name"]
@@ -557,11 +641,6 @@ class AutopilotClient:
         if definition.kind == P.KIND_ACTION:
             return P.STATUS_ERROR, None, f"{name!r} is an action: the model may offer it, never call it."
         args = request["arguments"]
-        if needs_validator(definition.parameters):
-            await _prefetch_modules(("jsonschema",))
-        problem = validate_arguments(definition.parameters, args)
-        if problem is not None:
-            return P.STATUS_ERROR, None, f"Invalid arguments for {name!r}: {problem}"
         if definition.sensitive:
             if await self._confirm(request) != "allow":
                 return P.STATUS_ERROR, None, P.MSG_SENSITIVE_DENIED
@@ -822,6 +901,9 @@ class AutopilotClient:
         self._relay_url = relay_url.rstrip("/") if relay_url else None
         self._app_id = app_id
         self._closing = False
+        # A socket opened by connect() is joined by connect() itself; only a reconnection it did not ask for
+        # rejoins on its own.
+        self._joined_once = False
         self._set_connection_state(CONNECTING)
         try:
             if conversation_url is None:
@@ -902,7 +984,10 @@ class AutopilotClient:
 
     async def _join(self, info: dict[str, Any]) -> None:
         loop = self._loop()
-        self._state_waiter = loop.create_future()
+        if self._state_waiter is not None and not self._state_waiter.done():
+            self._state_waiter.cancel()  # a join still waiting is superseded by this one
+        waiter: asyncio.Future[Any] = loop.create_future()
+        self._state_waiter = waiter
         ack = await self._with_timeout(
             self.transport.emit(
                 P.EV_JOIN, {"token": info["token"], "version": P.PROTOCOL_VERSION, "last_seq": self.seq.last_seq}
@@ -912,8 +997,9 @@ class AutopilotClient:
         if not isinstance(ack, dict) or not ack.get("ok"):
             err = ack.get("error", {}) if isinstance(ack, dict) else {}
             raise ProtocolError(err.get("code", P.ERR_INTERNAL), err.get("message", "join refused"))
-        snapshot = await self._with_timeout(self._state_waiter, "The relay sent no state snapshot")
-        self._state_waiter = None
+        snapshot = await self._with_timeout(waiter, "The relay sent no state snapshot")
+        if self._state_waiter is waiter:
+            self._state_waiter = None
         self.active = bool(ack.get("active", True))
         self.state.snapshot(snapshot.get("functions"), snapshot.get("context"))
         self._joined_once = True
@@ -922,15 +1008,20 @@ class AutopilotClient:
         self._set_connection_state(CONNECTED_STATE)
         self.events.emit("joined", {"conversation_id": ack.get("conversation_id"), "active": self.active})
         if self.active:
+            # Results the relay has not taken go out first: after a relay restart they are what keeps a call
+            # from being run a second time.
+            self._resend_outbox()
             ok = await self._flush_now()
             if not ok and self.state.base is not None:
                 log.warning("initial state sync was not acknowledged")
-            for payload in list(self._outbox.values()):
-                self._spawn(self._send_response(payload, None, None, payload.get("total_ms", 0.0)))
-            for call in ack.get("pending_calls") or []:
-                if isinstance(call, dict):
-                    self._spawn(self._run_call(call))
+            self._run_pending_calls(ack)
         self.events.emit("ready", {"conversation": self.conversation})
+
+    def _run_pending_calls(self, ack: dict[str, Any]) -> None:
+        """Run the calls a join or an activate hands to this client (each at most once)."""
+        for call in ack.get("pending_calls") or []:
+            if isinstance(call, dict):
+                self._spawn(self._run_call(call))
 
     async def _rejoin(self) -> None:
         if self._closing or self.conversation_url is None:
@@ -945,6 +1036,12 @@ class AutopilotClient:
             err = _error_payload(exc)
             self._set_connection_state(ERROR, err)
             self.events.emit("error", err)
+
+    def _clear_outbox(self) -> None:
+        for entry in self._outbox.values():
+            if entry.retry is not None:
+                entry.retry.cancel()
+        self._outbox.clear()
 
     async def _quiet_disconnect(self) -> None:
         self._closing = True
@@ -965,6 +1062,10 @@ class AutopilotClient:
                 fut.set_result(False)
         for task in list(self._tasks):
             task.cancel()
+        for entry in self._outbox.values():
+            if entry.retry is not None:
+                entry.retry.cancel()
+                entry.retry = None
         self.state.disconnected()
         self.active = False
         self._set_connection_state(DISCONNECTED_STATE)
@@ -1082,11 +1183,13 @@ class AutopilotClient:
 
     async def activate(self) -> None:
         """Make this client the active one ("use here")."""
-        await self._emit_checked(P.EV_ACTIVATE, {})
+        ack = await self._emit_checked(P.EV_ACTIVATE, {})
         self.active = True
         self.events.emit("roleChanged", {"active": True})
-        self.state.due = {k: 0.0 for k in self.state.due}
+        self.state.mark_all_due()
         self._schedule_flush()
+        self._resend_outbox()
+        self._run_pending_calls(ack)
 
     async def _emit_checked(self, event: str, payload: dict[str, Any]) -> dict[str, Any]:
         if not self.transport.connected:
@@ -1141,7 +1244,7 @@ class AutopilotClient:
         self.storage.pop(storage_key(self._app_id), None)
         self._joined_once = False
         self._started_calls.clear()
-        self._outbox.clear()
+        self._clear_outbox()
         self.state.disconnected()
         return await self.connect(relay_url=self._relay_url, app_id=self._app_id, **self._connect_options)
 

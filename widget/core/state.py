@@ -3,8 +3,11 @@
 Rules:
 - Two debounced parts: ``functions`` (25 ms) and ``context`` (100 ms). Each change restarts its timer.
 - ``base`` is the document the relay has (its snapshot plus every patch we sent); patches are diffs against it.
-- At each flush the *projected* document is checked against the D4 limits; on failure nothing is sent, the
-  part's dirty flag clears, ``base`` stays as it was, and the caller reports ``stateError``.
+- At each flush the *projected* document is checked against the stored-state limits (64 KB, depth 32). When the
+  parts together do not fit, each part that fits on its own is still sent; a part that does not fit is not sent,
+  ``base`` keeps the relay's value, and the part stays *unsent*: it has no timer (no endless retries of the same
+  oversized value) but goes out with the next flush, so a function flushed together with an oversized context
+  reaches the relay as soon as the context fits again. The caller reports the refusal as ``stateError``.
 - A sent patch is in flight until acknowledged; the state is *dirty* while a part is pending or a patch is in
   flight (that is what the state-sync gate waits on).
 - A refused patch resets ``base`` to the last acknowledged document and marks both parts dirty, so the next
@@ -65,7 +68,7 @@ def to_state_value(value: Any, what: str) -> Any:
 
 
 def document(functions: dict[str, Any], context: dict[str, Any]) -> dict[str, Any]:
-    """The stored-state document of D4."""
+    """The stored-state document: ``{"autopilot": {"functions": ..., "context": ...}}``."""
     return {STATE_ROOT: {FUNCTIONS: functions, CONTEXT: context}}
 
 
@@ -74,7 +77,7 @@ def _canon(value: Any) -> str:
 
 
 def diff(base: dict[str, Any], projected: dict[str, Any]) -> list[dict[str, Any]]:
-    """The JSON Patch from ``base`` to ``projected`` (two D4 documents), checked before it is sent.
+    """The JSON Patch from ``base`` to ``projected`` (two stored-state documents), checked before it is sent.
 
     ``make_patch`` of jsonpatch 1.33 (what CPython clients may have) emits wrong array indexes and moves for
     some reorderings (tests/test_patch_fuzz.py): the patch is applied here to a copy of ``base`` and, when the
@@ -107,6 +110,8 @@ class Outgoing:
     key: str
     patch: list[dict[str, Any]]
     size: int
+    #: Parts left unsent because they would break the limits (the caller reports it); None when all fit.
+    skipped: StateLimitError | None = None
 
 
 class StateSync:
@@ -124,6 +129,8 @@ class StateSync:
         self.acked: dict[str, Any] | None = None
         self.due: dict[str, float | None] = {FUNCTIONS: None, CONTEXT: None}
         self.in_flight: dict[str, dict[str, Any]] = {}  # key -> projected document
+        #: Parts changed locally but refused by the limits: no timer, sent with the next flush.
+        self.unsent: set[str] = set()
         self._keys = itertools.count(1)
         self._key_prefix = key_prefix
 
@@ -155,6 +162,10 @@ class StateSync:
     def _touch(self, part: str, now: float) -> None:
         self.due[part] = now + self.debounce_s[part]
 
+    def mark_all_due(self) -> None:
+        """Every part is due now (this client just became the one that writes the state)."""
+        self.due = {FUNCTIONS: 0.0, CONTEXT: 0.0}
+
     # --- relay side -------------------------------------------------------------
     def snapshot(self, functions: Any, context: Any) -> None:
         """The relay's ``state`` after join becomes the diff base; everything local is due at once."""
@@ -163,6 +174,7 @@ class StateSync:
         self.base = document(functions, context)
         self.acked = copy.deepcopy(self.base)
         self.in_flight.clear()
+        self.unsent.clear()
         self.due = {FUNCTIONS: 0.0, CONTEXT: 0.0}
 
     def ack(self, key: str, ok: bool) -> None:
@@ -193,40 +205,69 @@ class StateSync:
         return min(times) if times else None
 
     def is_dirty(self) -> bool:
-        """Pending changes or unacknowledged patches exist."""
-        return any(t is not None for t in self.due.values()) or bool(self.in_flight)
+        """Changes waiting for their debounce or unacknowledged patches exist (what the state-sync gate waits
+        on; a part refused by the limits is not waited on: it cannot go until it changes)."""
+        return self.has_pending() or bool(self.in_flight)
+
+    def needs_sync(self) -> bool:
+        """Something local is not on the relay yet, including parts refused by the limits."""
+        return self.is_dirty() or bool(self.unsent)
 
     def has_pending(self) -> bool:
-        """Changes not yet sent exist."""
+        """Changes waiting for their debounce exist."""
         return any(t is not None for t in self.due.values())
 
     def poll(self, now: float) -> Outgoing | None:
-        """Build the patch for every part whose debounce has elapsed (raises StateLimitError)."""
+        """Build the patch for every part whose debounce has elapsed, with any unsent part.
+
+        Raises StateLimitError when nothing could be sent because of the limits."""
         parts = [p for p, t in self.due.items() if t is not None and t <= now]
-        return self._build(parts)
+        return self._build(parts + [p for p in self.unsent if p not in parts] if parts else [])
 
     def flush(self) -> Outgoing | None:
-        """Build the patch for every pending part now (raises StateLimitError)."""
-        return self._build([p for p, t in self.due.items() if t is not None])
+        """Build the patch for every pending or unsent part now (raises StateLimitError when none fits)."""
+        return self._build([p for p in (FUNCTIONS, CONTEXT) if self.due[p] is not None or p in self.unsent])
+
+    def _project(self, parts: list[str]) -> tuple[dict[str, Any], int]:
+        assert self.base is not None
+        root = dict(self.base[STATE_ROOT])
+        for part in parts:
+            root[part] = self.local[part]
+        projected = {STATE_ROOT: root}
+        return projected, check_state(projected)
 
     def _build(self, parts: list[str]) -> Outgoing | None:
         if self.base is None or not parts:
             return None
-        base_root = self.base[STATE_ROOT]
-        projected_root = dict(base_root)
+        parts = [p for p in (FUNCTIONS, CONTEXT) if p in parts]
         for part in parts:
-            projected_root[part] = self.local[part]
             self.due[part] = None
-        projected = {STATE_ROOT: projected_root}
+        skipped: StateLimitError | None = None
         try:
-            size = check_state(projected)
-        except StateLimitError:
-            raise
+            projected, size = self._project(parts)
+            sending = parts
+        except StateLimitError as exc:
+            # Together they do not fit: send each part that fits on its own, keep the others unsent.
+            skipped, sending = exc, []
+            for part in parts:
+                try:
+                    self._project([*sending, part])
+                    sending.append(part)
+                except StateLimitError as part_exc:
+                    skipped = part_exc
+            if not sending:
+                self.unsent.update(parts)
+                raise skipped from None
+            projected, size = self._project(sending)
+        self.unsent.difference_update(sending)
+        self.unsent.update(p for p in parts if p not in sending)
         projected = copy.deepcopy(projected)  # before diffing: the patch's values must not alias local state
         patch = diff(self.base, projected)
         if not patch:
+            if skipped is not None:
+                raise skipped
             return None
         key = f"{self._key_prefix}{next(self._keys)}"
         self.base = projected
         self.in_flight[key] = projected
-        return Outgoing(key=key, patch=patch, size=size)
+        return Outgoing(key=key, patch=patch, size=size, skipped=skipped)
