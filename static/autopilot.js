@@ -558,11 +558,31 @@
     if (hooked) return;
     hooked = true;
     var allDone = new Promise(function (res) { window.addEventListener("py:all-done", res, { once: true }); });
-    ps.hooks.main.onReady.add(function (wrap) { return bootOnPyScript(wrap.interpreter, allDone); });
+    ps.hooks.main.onReady.add(function (wrap) {
+      watchPyScriptErrors(wrap);
+      return bootOnPyScript(wrap.interpreter, allDone);
+    });
+    ps.hooks.main.onBeforeRun.add(pyBlockRuns);
+    ps.hooks.main.onBeforeRunAsync.add(pyBlockRuns);
     // A loader that came after PyScript had started: take the interpreter once the page's blocks ran.
     allDone.then(function () {
       if (!pyscriptBoot) ps.whenDefined("py").then(function (w) { bootOnPyScript(w.interpreter, null); });
     });
+  }
+  // A <script type="py"> block that raises: PyScript reports it on stderr; the bar shows it too (pageError).
+  var pyBlock = "<py script>", stderrWatched = false;
+  function pyBlockRuns(wrap, element) {
+    var all = document.querySelectorAll('script[type="py"], py-script');
+    pyBlock = "<py script " + (Array.prototype.indexOf.call(all, element) + 1) + ">";
+  }
+  function watchPyScriptErrors(wrap) {
+    if (stderrWatched || !wrap.io) return;
+    stderrWatched = true;
+    var stderr = wrap.io.stderr;
+    wrap.io.stderr = function (error) {
+      if (error && typeof error.message === "string") quiet(call("pageError", { source: pyBlock, traceback: error.message }));
+      return stderr.apply(this, arguments);
+    };
   }
   function bootOnPyScript(pyodide, allDone) {
     if (pyscriptBoot) return pyscriptBoot;

@@ -113,7 +113,7 @@ async def test_unknown_function_bad_args_and_throwing_handler_fail_cleanly():
     errors = {r["id"]: r["error"] for r in relay.responses}
     assert "not registered" in errors["e0"]
     assert "Invalid arguments" in errors["e1"] and "n" in errors["e1"]
-    assert errors["e2"] == "not allowed in incognito mode"
+    assert errors["e2"] == "RuntimeError: not allowed in incognito mode"  # the type reaches the model too
     assert "JSON-serializable" in errors["e3"]
     assert client.connection_state == "connected"
 

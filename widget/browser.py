@@ -7,21 +7,29 @@ import asyncio
 import inspect
 import json
 import logging
+import linecache
+import re
 import sys
 import traceback
+import types
 from collections.abc import MutableMapping
 from typing import Any, Iterator
 
 from .client import AutopilotClient
-from .errors import WidgetError
+from .errors import ConfigError, WidgetError
 from .page import set_client
 from .store import Store
 from .transports.browser import BrowserTransport
 
 log = logging.getLogger("widget")
 
-#: Globals shared by every page Python block (D9).
-PAGE_NAMESPACE: dict[str, Any] = {"__name__": "__page__"}
+#: The module page Python runs in: every inline block and ``data-python`` file shares its globals. It is in
+#: ``sys.modules`` like an imported .py file, so what looks a class or function up by its module works
+#: (dataclasses, ``typing.get_type_hints`` with forward references, pickle, ``inspect.getsource``).
+PAGE_MODULE_NAME = "__page__"
+PAGE_MODULE = types.ModuleType(PAGE_MODULE_NAME, "Page Python (the page's autopilot-python blocks and files).")
+sys.modules[PAGE_MODULE_NAME] = PAGE_MODULE
+PAGE_NAMESPACE: dict[str, Any] = PAGE_MODULE.__dict__
 
 
 class LocalStorage(MutableMapping[str, str]):
@@ -91,20 +99,62 @@ class ConsoleHandler(logging.Handler):
             js.console.debug(text)
 
 
+def page_error(source: str, exc: BaseException) -> dict[str, Any]:
+    """The ``pageError`` payload for page Python that raised: where (the block or file and its line), the
+    one-line ``message`` the bar shows the page's author, and the whole traceback."""
+    line = getattr(exc, "lineno", None) if isinstance(exc, SyntaxError) and exc.filename == source else None
+    if line is None:
+        frames = [f for f in traceback.extract_tb(exc.__traceback__) if f.filename == source]
+        line = frames[-1].lineno if frames else None
+    where = f"{source}, line {line}" if line else source
+    what = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+    tb = "".join(traceback.format_exception(exc))
+    return {"source": source, "line": line, "message": f"page Python failed: {where}: {what}", "traceback": tb}
+
+
+def page_error_text(source: str, tb: str) -> dict[str, Any]:
+    """``page_error`` for an exception known only by its traceback text (a PyScript block's)."""
+    lines = [ln for ln in tb.strip().splitlines() if ln.strip()]
+    what = lines[-1].strip() if lines else "error"
+    # PyScript runs a block as "<exec>"; its last frame there is the block's failing line.
+    numbers = [m.group(1) for m in (_EXEC_LINE.search(ln) for ln in lines) if m]
+    line = int(numbers[-1]) if numbers else None
+    where = f"{source}, line {line}" if line else source
+    return {"source": source, "line": line, "message": f"page Python failed: {where}: {what}", "traceback": tb}
+
+
+_EXEC_LINE = re.compile(r'File "<exec>", line (\d+)')
+
+
+def report_page_error(client: AutopilotClient, payload: dict[str, Any]) -> None:
+    """Page Python that failed: its traceback to the console, its one line to the bar (``pageError``)."""
+    log.error("%s\n%s", payload["message"], payload.get("traceback") or "")
+    client.events.emit("pageError", payload)
+
+
 async def run_page_python(sources: list[tuple[str, str]], client: AutopilotClient) -> list[str]:
-    """Run each page block in the shared namespace; a traceback goes to the console, the widget goes on."""
+    """Run each page block in the page module, in order; one that raises is reported and the next one runs."""
+    from .core.validation import prefetch_checker
+
     failures = []
+    if any("parameters" in source for source, _ in sources):
+        await prefetch_checker()  # explicit schemas are checked at registration: fetch the checker first
     for source, name in sources:
+        # The source in linecache: tracebacks and inspect.getsource show the page's lines.
+        linecache.cache[name] = (len(source), None, source.splitlines(True), name)
         try:
             code = compile(source, name, "exec", flags=ast.PyCF_ALLOW_TOP_LEVEL_AWAIT)
             result = eval(code, PAGE_NAMESPACE)  # noqa: S307 - the page author's own code, by design
             if asyncio.iscoroutine(result):
                 await result
-        except Exception:  # noqa: BLE001 - page code may raise anything
-            tb = traceback.format_exc()
-            failures.append(tb)
-            log.error("page Python %s raised:\n%s", name, tb)
-            client.events.emit("pageError", {"source": name, "traceback": tb})
+        except Exception as exc:  # noqa: BLE001 - page code may raise anything
+            payload = page_error(name, exc)
+            failures.append(payload["traceback"])
+            report_page_error(client, payload)
+    for fname, exc in await client.registry.check_pending():
+        client.unregister_function(fname)
+        report_page_error(client, {"source": fname, "line": None, "traceback": "",
+                                   "message": f"page Python failed: {exc}"})
     return failures
 
 
@@ -136,7 +186,7 @@ async def warm_first_answer() -> None:
 
 
 async def boot(config_json: str, page_sources: Any, loader: Any) -> Any:
-    """Create the client, mount the bar, run page Python, then connect (D9 order)."""
+    """Create the client, mount the bar, run page Python, then connect (in that order: the first state sync carries page Python's functions)."""
     import autopilot_bridge  # type: ignore[import-not-found]  # registered by the loader
 
     handler = ConsoleHandler()
@@ -182,7 +232,7 @@ async def boot(config_json: str, page_sources: Any, loader: Any) -> Any:
         if connect_after is not None:  # PyScript pages: after the page's own blocks ran
             await connect_after
         # The conversation is read and the socket opened while page Python runs; the join (and so the first
-        # state sync) waits for page Python, so its functions are in the initial patch (D9).
+        # state sync) waits for page Python, so its functions are in the initial patch.
         await connect(page_done)
 
     def retry() -> None:
@@ -358,7 +408,7 @@ class _Handle:
             raise WidgetError(_js_error_text(exc)) from None
         return json.loads(str(text))
 
-    def _op_registerFunction(self, d: Any) -> None:  # noqa: N802 - the JS name
+    def _op_registerFunction(self, d: Any) -> Any:  # noqa: N802 - the JS name
         if not isinstance(d, dict) or not isinstance(d.get("name"), str):
             raise WidgetError("registerFunction() needs {name, handler, ...}.")
         name = d["name"]
@@ -368,6 +418,29 @@ class _Handle:
 
         self.client.register_function(name, js_handler, description=str(d.get("description") or ""),
                                       parameters=d.get("parameters"), sensitive=bool(d.get("sensitive")))
+        if name in self.client.registry.unchecked:
+            return self._check_schema_later(name)
+        return None
+
+    async def _check_schema_later(self, name: str) -> None:
+        """The metaschema check of a schema registered before the checker was loaded: the JS promise
+        rejects with the ConfigError and the function is removed again."""
+        registry = self.client.registry
+        failed: ConfigError | None = None
+        for removed, exc in await registry.check_pending():
+            self.client.unregister_function(removed)
+            if removed == name:
+                failed = exc
+            else:
+                log.error("%s", exc)
+        if failed is not None:
+            raise failed
+
+    def _op_pageError(self, d: Any) -> None:  # noqa: N802 - the JS name
+        """A PyScript block that raised (the loader watches PyScript's stderr): reported like page Python."""
+        if isinstance(d, dict):
+            report_page_error(self.client, page_error_text(str(d.get("source") or "<py script>"),
+                                                           str(d.get("traceback") or "")))
 
     def _op_unregisterFunction(self, name: Any) -> bool:  # noqa: N802 - the JS name
         return self.client.unregister_function(str(name))

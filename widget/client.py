@@ -19,7 +19,7 @@ from typing import Any, Callable
 from . import protocol as P
 from .core.events import Emitter
 from .core.registry import FunctionDefinition, FunctionRegistry, Handler
-from .core.schema import parameters_from_signature
+from .core.pyfunctions import bind_function, handler_error
 from .core.sequence import DUPLICATE, GAP, SeqTracker
 from .core.state import StateSync, to_json_value
 from .core.streaming import StreamingSession
@@ -193,22 +193,12 @@ class AutopilotClient:
         sensitive: bool = False,
     ) -> Any:
         """Decorator: register a plain Python function; parameters come from its type hints, the description
-        from its docstring, and the model's arguments arrive as keyword arguments."""
+        from its docstring, and the model's arguments arrive as keyword arguments of the declared types."""
 
         def decorate(func: Callable[..., Any]) -> Callable[..., Any]:
-            params = parameters_from_signature(func)
-            doc = description if description is not None else inspect.getdoc(func) or ""
-
-            def call_with_kwargs(args: dict[str, Any], context: dict[str, Any]) -> Any:
-                return func(**args)
-
-            self.register_function(
-                name or func.__name__,
-                call_with_kwargs,
-                description=doc,
-                parameters=params,
-                sensitive=sensitive,
-            )
+            bound = bind_function(func, name, description)
+            self.register_function(bound.name, bound.handler, description=bound.description,
+                                   parameters=bound.parameters, sensitive=sensitive)
             return func
 
         return decorate(fn) if fn is not None else decorate
@@ -649,7 +639,7 @@ class AutopilotClient:
             if inspect.isawaitable(value):
                 value = await value
         except Exception as exc:  # noqa: BLE001 - a page handler may raise anything
-            return P.STATUS_ERROR, None, str(exc) or type(exc).__name__
+            return P.STATUS_ERROR, None, handler_error(name, exc)
         if isinstance(value, Navigate):
             return P.STATUS_SUCCESS, value, None
         try:

@@ -1,4 +1,4 @@
-"""The one accessor page Python uses to reach its client (D9)."""
+"""The one accessor page Python uses to reach its client."""
 
 from __future__ import annotations
 

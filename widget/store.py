@@ -327,12 +327,14 @@ class Store:
                 "id": f"page-{next(self._ids)}",
                 "name": f"Page Python {payload.get('source', '')}".strip(),
                 "status": "error",
-                "error": str(payload.get("traceback", "")),
+                "error": str(payload.get("traceback") or payload.get("message") or ""),
                 "started_at": time.time() * 1000,
             }
         )
         self._activity = None
         self._notify("activity")
+        if payload.get("message"):  # the page author's one line ("page Python failed: ..."), until dismissed
+            self._set("notice", {"code": "page_python", "message": str(payload["message"])})
 
     # --- derived state -------------------------------------------------------------------------
     def _refresh_messages(self) -> bool:

@@ -1,4 +1,9 @@
-"""Client-function storage and the descriptors the relay sees (seed 000 ``registerFunction``)."""
+"""Client-function storage and the descriptors the relay sees (``registerFunction``).
+
+An explicit ``parameters`` schema (from Python or JS) is checked against the JSON Schema metaschema when it is
+registered. In the browser jsonschema sits in a zip fetched on first use: when it is not there yet the check
+waits (``unchecked``) until ``check_pending`` has fetched it without blocking the page.
+"""
 
 from __future__ import annotations
 
@@ -8,6 +13,8 @@ from typing import Any, Callable
 
 from ..errors import ConfigError
 from ..protocol import KIND_FUNCTION
+from .schema import DerivedSchema
+from .validation import checker_ready, prefetch_checker, schema_problem
 
 #: The name rule every model provider accepts for tool names.
 _NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_-]{0,63}$")
@@ -25,7 +32,7 @@ class FunctionDefinition:
     parameters: dict[str, Any] = field(default_factory=lambda: {"type": "object", "properties": {}})
     sensitive: bool = False
     kind: str = KIND_FUNCTION
-    #: Extra descriptor fields (seed-002 tools and actions: ``handler``, ``confirm``, ``label``, ``title``).
+    #: Extra descriptor fields (tools and actions: ``handler``, ``confirm``, ``label``, ``title``).
     extra: dict[str, Any] = field(default_factory=dict)
 
     def descriptor(self) -> dict[str, Any]:
@@ -62,14 +69,24 @@ def validate_definition(
         raise ConfigError(f"Function {name!r}: sensitive must be True or False.")
 
 
+def check_schema(name: str, parameters: Any) -> None:
+    """ConfigError naming the path when ``parameters`` is not valid JSON Schema."""
+    problem = schema_problem(parameters)
+    if problem is not None:
+        raise ConfigError(f"Function {name!r}: parameters is not a valid JSON Schema: {problem}")
+
+
 class FunctionRegistry:
     """Name → definition, in registration order."""
 
     def __init__(self) -> None:
         self._functions: dict[str, FunctionDefinition] = {}
+        #: Functions whose explicit schema waits for the metaschema check (see the module docstring).
+        self.unchecked: dict[str, FunctionDefinition] = {}
 
     def register(self, definition: FunctionDefinition) -> None:
-        """Add or replace a function."""
+        """Add or replace a function; ConfigError for a bad definition or an explicit schema that is not JSON
+        Schema (checked now, or by ``check_pending`` when the checker is not loaded yet)."""
         validate_definition(
             definition.name,
             definition.handler,
@@ -77,15 +94,42 @@ class FunctionRegistry:
             definition.parameters,
             definition.sensitive,
         )
+        self.unchecked.pop(definition.name, None)
+        if definition.kind == KIND_FUNCTION and not isinstance(definition.parameters, DerivedSchema) \
+                and definition.parameters not in ({"type": "object", "properties": {}}, {}):
+            if checker_ready():
+                check_schema(definition.name, definition.parameters)
+            else:
+                self.unchecked[definition.name] = definition
         self._functions[definition.name] = definition
+
+    async def check_pending(self) -> list[tuple[str, ConfigError]]:
+        """Fetch the checker and check the schemas registered before it was there. Returns the functions whose
+        schema is not JSON Schema (still registered: the caller unregisters them, which syncs the removal)."""
+        if not self.unchecked:
+            return []
+        await prefetch_checker()
+        removed = []
+        for name, definition in list(self.unchecked.items()):
+            if self.unchecked.get(name) is not definition:
+                continue
+            del self.unchecked[name]
+            try:
+                check_schema(name, definition.parameters)
+            except ConfigError as exc:
+                if self._functions.get(name) is definition:
+                    removed.append((name, exc))
+        return removed
 
     def unregister(self, name: str) -> bool:
         """Remove ``name``; True when it existed."""
+        self.unchecked.pop(name, None)
         return self._functions.pop(name, None) is not None
 
     def clear(self) -> None:
         """Remove every function."""
         self._functions.clear()
+        self.unchecked.clear()
 
     def has(self, name: str) -> bool:
         """Whether ``name`` is registered."""

@@ -1,4 +1,4 @@
-"""Argument checks against a function's JSON Schema, the one validation module of client and relay (D6).
+"""Argument checks against a function's JSON Schema, the one validation module of client and relay.
 
 jsonschema is imported on first use: it is the slowest import of the bundle and most pages never need it
 before the first call. Any exception from the validator counts as "invalid" (known defects of 4.17.3).
@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import inspect
 import operator
+import sys
 from typing import Any
 
 _kwargs_cache: dict[type, str] = {}
@@ -97,7 +98,7 @@ def needs_validator(schema: Any) -> bool:
 def validate(schema: Any, instance: Any) -> str | None:
     """None when ``instance`` satisfies ``schema``; otherwise a short reason naming the failing path.
 
-    ``schema`` is any JSON Schema (D5): ``$schema`` picks the draft, 2020-12 otherwise; ``None`` means no schema.
+    ``schema`` is any JSON Schema: ``$schema`` picks the draft, 2020-12 otherwise; ``None`` means no schema.
     """
     if not needs_validator(schema):
         return None  # accepts everything; spares the jsonschema import
@@ -116,6 +117,45 @@ def validate(schema: Any, instance: Any) -> str | None:
     where = "/".join(str(p) for p in first.absolute_path) or "(root)"
     more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
     return f"{where}: {first.message}{more}"
+
+
+def checker_ready() -> bool:
+    """Whether importing jsonschema now is cheap: outside the browser build, or once its zip is there (in the
+    browser the first import of a lazily loaded zip would fetch it synchronously, blocking the page)."""
+    if "jsonschema" in sys.modules:
+        return True
+    try:
+        import _autopilot_stdlib  # type: ignore[import-not-found]  # the browser build's lazy-zip finder
+    except ImportError:
+        return True
+    groups = set(_autopilot_stdlib.state()["groups"])
+    return not (_autopilot_stdlib.groups_of("jsonschema") - groups)
+
+
+async def prefetch_checker() -> None:
+    """Fetch jsonschema's zip without blocking the page (nothing to do outside the browser build)."""
+    try:
+        import _autopilot_stdlib  # type: ignore[import-not-found]
+    except ImportError:
+        return
+    await _autopilot_stdlib.prefetch(("jsonschema",))
+
+
+def schema_problem(schema: Any) -> str | None:
+    """None when ``schema`` is valid JSON Schema (against its draft's metaschema, 2020-12 unless ``$schema``
+    says otherwise, patterns included); otherwise ``path: reason`` of the most relevant error."""
+    import jsonschema
+
+    draft = jsonschema.validators.validator_for(schema, default=jsonschema.Draft202012Validator)
+    checker = draft(draft.META_SCHEMA, format_checker=draft.FORMAT_CHECKER, **_offline(draft, draft.META_SCHEMA))
+    try:
+        error = jsonschema.exceptions.best_match(checker.iter_errors(schema))
+    except Exception as exc:  # noqa: BLE001 - a validator defect is reported, never a crash of the caller
+        return f"(root): could not be checked ({type(exc).__name__}: {exc})"
+    if error is None:
+        return None
+    where = "/".join(str(p) for p in error.absolute_path) or "(root)"
+    return f"{where}: {error.message}"
 
 
 def validate_arguments(schema: dict[str, Any] | None, args: Any) -> str | None:
