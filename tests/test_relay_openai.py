@@ -3,7 +3,9 @@ inside a relay turn."""
 
 from __future__ import annotations
 
+import asyncio
 import json
+import time
 from pathlib import Path
 from typing import Any, AsyncIterator
 
@@ -14,7 +16,8 @@ from aiohttp import web
 
 from relay_helpers import declare, info, joined, launch, register
 from widget.relay.config import AppConfig, ModelConfig
-from widget.relay.model import ModelError, ModelRequest, OpenAIAdapter, TextDelta, ToolCall
+from widget.relay.model import ModelError, ModelRequest, StreamLimits, TextDelta, ToolCall, guarded
+from widget.relay.openai_model import OpenAIAdapter
 
 
 def _chunk(delta: dict[str, Any], finish: str | None = None) -> bytes:
@@ -33,6 +36,10 @@ class FakeProvider:
         self.fail: Any = None
         #: deltas to stream for the next request instead of the default behaviour (then cleared)
         self.reply: list[dict[str, Any]] | None = None
+        #: ``"endless"``: stream a token every 20 ms until the client goes away; ``"garbage"``: an unreadable chunk
+        self.mode: str | None = None
+        #: requests whose response is still being written
+        self.open = 0
 
     async def handle(self, request: web.Request) -> web.StreamResponse:
         body = await request.json()
@@ -48,6 +55,21 @@ class FakeProvider:
         assert body["stream"] is True
         resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
         await resp.prepare(request)
+        if self.mode == "endless":
+            self.open += 1
+            try:
+                while True:
+                    await resp.write(_chunk({"content": "tok "}))
+                    await asyncio.sleep(0.02)
+            except (ConnectionError, RuntimeError, asyncio.CancelledError):
+                return resp
+            finally:
+                self.open -= 1
+        if self.mode == "garbage":
+            await resp.write(_chunk({"content": "ok "}))
+            await resp.write(b"data: {not json\n\n")
+            await resp.write(b"data: [DONE]\n\n")
+            return resp
         last = body["messages"][-1]
         if self.reply is not None:
             deltas, self.reply = self.reply, None
@@ -117,6 +139,46 @@ async def test_adapter_errors(provider: tuple[FakeProvider, str], status: int, c
         assert exc.value.code == code and exc.value.retryable is retryable
     finally:
         fake.fail = None
+        await adapter.aclose()
+
+
+async def test_stopping_a_stream_closes_the_provider_connection(provider: tuple[FakeProvider, str]) -> None:
+    """Stop during a fast stream, 50 times: no upstream connection outlives its turn."""
+    fake, base = provider
+    fake.mode = "endless"
+    adapter = OpenAIAdapter(_cfg(base))
+    try:
+        for _ in range(50):
+            got = asyncio.Event()
+
+            async def consume() -> None:
+                async for _c in guarded(adapter.stream(ModelRequest(messages=[{"role": "user", "content": "go"}])), StreamLimits()):
+                    got.set()
+
+            task = asyncio.ensure_future(consume())
+            await asyncio.wait_for(got.wait(), 10)
+            task.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await task
+        deadline = time.monotonic() + 5
+        while fake.open and time.monotonic() < deadline:  # the provider notices at its next write (20 ms)
+            await asyncio.sleep(0.02)
+        assert fake.open == 0
+    finally:
+        fake.mode = None
+        await adapter.aclose()
+
+
+async def test_an_unreadable_chunk_is_a_clear_model_error(provider: tuple[FakeProvider, str]) -> None:
+    fake, base = provider
+    fake.mode = "garbage"
+    adapter = OpenAIAdapter(_cfg(base))
+    try:
+        with pytest.raises(ModelError) as exc:
+            [c async for c in adapter.stream(ModelRequest(messages=[{"role": "user", "content": "hi"}]))]
+        assert exc.value.code == "model_bad_response"
+    finally:
+        fake.mode = None
         await adapter.aclose()
 
 

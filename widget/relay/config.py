@@ -195,7 +195,7 @@ class RelayConfig:
                     if not m.api_key:
                         raise ConfigError(f"model {name!r}: environment variable {m.api_key_env} is not set")
         if not cfg.apps:
-            cfg.apps[DEFAULT_APP] = AppConfig(model=DEMO_MODEL)
+            cfg.apps[DEFAULT_APP] = AppConfig(model=DEMO_MODEL, ask_user=True)  # the demo page shows "ask me"
         for app_id, app in cfg.apps.items():
             if not app_id or not all(c.isalnum() or c in "-_." for c in app_id):
                 raise ConfigError(f"app id {app_id!r} must be letters, digits, '-', '_' or '.'")

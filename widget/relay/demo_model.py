@@ -1,0 +1,322 @@
+"""The demo model: offline and deterministic, with a small documented grammar (docs/demo-model.md).
+
+It reads only the last message of the request. After a round of tool results it summarises them; on a
+reader's message it fails on request, asks the reader, calls the page functions the message names (with the
+arguments the message gives, or says which are missing), offers the page's actions, or answers in Markdown.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+from dataclasses import dataclass
+from typing import Any, AsyncIterator
+
+from .. import protocol as P
+from .model import ASK_USER_TOOL, Chunk, ModelAdapter, ModelError, ModelRequest, TextDelta, ToolCall
+from .tools import offer_names
+
+#: The question "ask me" asks (a radiolist, answered in the bar).
+DEMO_QUESTION: dict[str, Any] = {
+    "type": "radiolist",
+    "question": "Which colour do you prefer?",
+    "arguments": {"options": [
+        {"value": "blue", "label": "Blue"},
+        {"value": "green", "label": "Green"},
+        {"value": "red", "label": "Red"},
+    ]},
+}
+
+#: Openings of the Markdown answer, one per attempt (retry/regenerate), so a new answer looks new.
+_OPENINGS = (
+    "I am the **demo model**: offline and deterministic.",
+    "Here is another take from the **demo model** (answer {n}).",
+)
+
+
+def _chunks(text: str, words: int = 2) -> list[str]:
+    parts = re.findall(r"\s*\S+", text)
+    out = ["".join(parts[i : i + words]) for i in range(0, len(parts), words)]
+    tail = text[len("".join(parts)) :]
+    if tail and out:
+        out[-1] += tail
+    return out or ([text] if text else [])
+
+
+def _json_after(text: str, pos: int) -> dict[str, Any] | None:
+    """A JSON object starting right after ``pos`` (skipping spaces, ``:``, ``with``), if there is one."""
+    m = re.compile(r"\s*(?::|with)?\s*").match(text, pos)
+    start = m.end() if m else pos
+    if start < len(text) and text[start] == "{":
+        try:
+            value, _ = json.JSONDecoder().raw_decode(text, start)
+        except ValueError:
+            return None
+        if isinstance(value, dict):
+            return value
+    return None
+
+
+def _quote(value: Any, limit: int = 600) -> str:
+    text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, indent=2)
+    if len(text) > limit:
+        text = text[:limit] + "…"
+    return text
+
+
+def _types(schema: Any) -> list[str]:
+    """The JSON types a property schema allows (``anyOf`` branches included)."""
+    if not isinstance(schema, dict):
+        return []
+    t = schema.get("type")
+    out = [t] if isinstance(t, str) else [x for x in t if isinstance(x, str)] if isinstance(t, list) else []
+    for branch in schema.get("anyOf") or schema.get("oneOf") or []:
+        out += _types(branch)
+    return out
+
+
+def _coerce(raw: str, schema: Any) -> tuple[bool, Any]:
+    """A ``key=value`` value read as the property's type: ``(ok, value)``."""
+    kinds = [k for k in _types(schema) if k != "null"] or ["string"]
+    for kind in kinds:
+        if kind == "string":
+            return True, raw
+        if kind == "integer" and re.fullmatch(r"[+-]?\d+", raw):
+            return True, int(raw)
+        if kind == "number" and re.fullmatch(r"[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?", raw):
+            return True, float(raw) if any(c in raw for c in ".eE") else int(raw)
+        if kind == "boolean" and raw.lower() in ("true", "false", "yes", "no"):
+            return True, raw.lower() in ("true", "yes")
+        if kind in ("array", "object"):
+            try:
+                value = json.loads(raw)
+            except ValueError:
+                continue
+            if isinstance(value, list if kind == "array" else dict):
+                return True, value
+    return False, None
+
+
+_PAIR = r"(?<![\w-]){name}\s*[=:]\s*(\"[^\"]*\"|'[^']*'|\[[^\]]*\]|\{{[^}}]*\}}|[^\s,;]+)"
+
+
+@dataclass
+class Filled:
+    """Arguments read from the message for one function or action, and what is still missing."""
+
+    arguments: dict[str, Any]
+    missing: list[str]
+    wrong: list[str]
+
+    @property
+    def ok(self) -> bool:
+        return not self.missing and not self.wrong
+
+
+def fill(parameters: Any, text: str, explicit: dict[str, Any] | None) -> Filled:
+    """Arguments for a schema: the JSON object written after the name, else ``key=value`` pairs of the
+    message for the schema's properties; a required property the schema does not let be null and the
+    message does not give is missing."""
+    schema = parameters if isinstance(parameters, dict) else {}
+    props = schema.get("properties") if isinstance(schema.get("properties"), dict) else {}
+    args: dict[str, Any] = dict(explicit) if explicit is not None else {}
+    wrong: list[str] = []
+    if explicit is None:
+        for name, prop in props.items():
+            m = re.search(_PAIR.format(name=re.escape(name)), text)
+            if not m:
+                continue
+            raw = m.group(1)
+            if raw[:1] in "\"'" and raw[-1:] == raw[:1] and len(raw) >= 2:
+                raw = raw[1:-1]
+            ok, value = _coerce(raw, prop)
+            if ok:
+                args[name] = value
+            else:
+                wrong.append(f"`{name}` ({'/'.join(_types(prop)) or 'value'})")
+    missing = []
+    for name in schema.get("required") or []:
+        if name in args:
+            continue
+        prop = props.get(name)
+        if "null" in _types(prop):
+            continue  # a strict schema's optional property: absent means null
+        kinds = "/".join(k for k in _types(prop) if k != "null")
+        missing.append(f"`{name}`" + (f" ({kinds})" if kinds else ""))
+    return Filled(args, missing, wrong)
+
+
+def _needs(name: str, filled: Filled) -> str:
+    parts = []
+    if filled.missing:
+        parts.append("the missing " + ", ".join(filled.missing))
+    if filled.wrong:
+        parts.append("a valid " + ", ".join(filled.wrong))
+    return f"To call `{name}` I need {' and '.join(parts)}: write `{name} {{...}}` with JSON arguments, or `name=value`."
+
+
+class DemoModel(ModelAdapter):
+    """Deterministic and offline; its grammar is docs/demo-model.md."""
+
+    name = "demo"
+
+    def __init__(self, chunk_delay_ms: float = 15.0) -> None:
+        self.delay = max(0.0, chunk_delay_ms) / 1000.0
+
+    async def _text(self, text: str) -> AsyncIterator[Chunk]:
+        for i, piece in enumerate(_chunks(text)):
+            if i and self.delay:
+                await asyncio.sleep(self.delay)
+            yield TextDelta(piece)
+
+    async def stream(self, request: ModelRequest) -> AsyncIterator[Chunk]:  # type: ignore[override]
+        msgs = request.messages
+        tools = {t["name"]: t for t in request.tools}
+        last = msgs[-1] if msgs else {"role": "user", "content": ""}
+        if last["role"] == "tool":
+            async for c in self._text(self._results(msgs)):
+                yield c
+            return
+        text = str(last.get("content") or "")
+        lower = text.lower()
+        if "simulate model error" in lower and (request.attempt == 0 or "simulate model error always" in lower):
+            raise ModelError("model_error", "The demo model was asked to fail (\"simulate model error\").", retryable=True)
+        if "ask me" in lower and ASK_USER_TOOL in tools:
+            async for c in self._text("Let me ask you first."):
+                yield c
+            yield ToolCall(ASK_USER_TOOL, DEMO_QUESTION)
+            return
+        names = [n for n in tools if n not in (ASK_USER_TOOL, P.OFFER_ACTIONS_TOOL)]
+        calls, call_notes = self._calls(text, names, tools)
+        actions = offer_names(tools[P.OFFER_ACTIONS_TOOL]) if P.OFFER_ACTIONS_TOOL in tools else []
+        offers, offered, offer_notes = self._offers(text, actions, tools.get(P.OFFER_ACTIONS_TOOL))
+        notes = call_notes + offer_notes
+        if calls or offers:
+            lines = []
+            if calls:
+                lines.append(f"Calling {', '.join(f'`{c.name}`' for c in calls)} on the page.")
+            if offered:
+                lines.append(f"You can do that from here: I offered {', '.join(f'`{n}`' for n in offered)} below.")
+            async for c in self._text(" ".join(lines + notes)):
+                yield c
+            for c in calls:
+                yield c
+            if offers:
+                yield ToolCall(P.OFFER_ACTIONS_TOOL, {"actions": offers})
+            return
+        if notes:
+            async for c in self._text(" ".join(notes)):
+                yield c
+            return
+        async for c in self._text(self._answer(text, names, ASK_USER_TOOL in tools, actions, request.attempt)):
+            yield c
+
+    @staticmethod
+    def _calls(text: str, names: list[str], tools: dict[str, Any]) -> tuple[list[ToolCall], list[str]]:
+        """The calls a message asks for, in order, and a note for each it cannot make."""
+        if not names:
+            return [], []
+        calls, notes = [], []
+        pattern = re.compile(r"(?<![\w-])(" + "|".join(re.escape(n) for n in sorted(names, key=len, reverse=True)) + r")(?![\w-])")
+        for m in pattern.finditer(text):
+            name = m.group(1)
+            filled = fill(tools[name].get("parameters"), text, _json_after(text, m.end()))
+            if filled.ok:
+                calls.append(ToolCall(name, filled.arguments))
+            else:
+                notes.append(_needs(name, filled))
+        return calls, notes
+
+    @staticmethod
+    def _offers(text: str, actions: list[str], spec: Any) -> tuple[list[dict[str, Any]], list[str], list[str]]:
+        """``(offers sent, names announced, notes)``. Every "offer X" goes to the relay (which checks and
+        may drop it); the text announces only the offers that carry what their action requires."""
+        if not actions:
+            return [], [], []
+        schemas = _action_schemas(spec)
+        offers, announced, notes = [], [], []
+        pattern = re.compile(r"(?<![\w-])(?i:offer)\s+(" + "|".join(re.escape(n) for n in sorted(actions, key=len, reverse=True)) + r")(?![\w-])")
+        for m in pattern.finditer(text):
+            name = m.group(1)
+            explicit = _json_after(text, m.end())
+            filled = fill(schemas.get(name), text, explicit)
+            offers.append({"name": name, "arguments": filled.arguments})
+            if not filled.ok:
+                notes.append(_needs(name, filled).replace("To call", "To offer"))
+                continue
+            problem = _invalid(schemas.get(name), filled.arguments)
+            if problem:
+                notes.append(f"I could not offer `{name}`: {problem}.")
+            elif name not in announced:
+                announced.append(name)
+        return offers, announced, notes
+
+    @staticmethod
+    def _answer(text: str, names: list[str], ask: bool, actions: list[str], attempt: int) -> str:
+        quoted = " ".join(text.split())[:200] or "(nothing)"
+        heading = "### Demo answer" if attempt == 0 else f"### Demo answer {attempt + 1}"
+        lines = [heading, "", f"You wrote: *{quoted}*", "", "- " + _OPENINGS[min(attempt, 1)].format(n=attempt + 1)]
+        if names:
+            lines.append("- Name one of the page's functions and I will call it: " + ", ".join(f"`{n}`" for n in names[:12]) + ".")
+        else:
+            lines.append("- The page has registered no functions yet.")
+        if actions:
+            lines.append('- Say "offer <action>" and I will offer one of the page\'s actions: ' + ", ".join(f"`{n}`" for n in actions[:12]) + ".")
+        if ask:
+            lines.append('- Say "ask me" and I will ask you a question.')
+        return "\n".join(lines)
+
+    @staticmethod
+    def _results(msgs: list[dict[str, Any]]) -> str:
+        results = []
+        for m in reversed(msgs):
+            if m["role"] != "tool":
+                break
+            results.append(m)
+        results.reverse()
+        names = {}
+        for m in msgs:
+            for tc in m.get("tool_calls") or []:
+                names[tc["id"]] = tc["function"]["name"]
+        parts = ["### Result", ""]
+        for r in results:
+            name = names.get(r.get("tool_call_id"), "function")
+            content = r.get("content") or ""
+            try:
+                shown = _quote(json.loads(content))
+            except ValueError:
+                shown = _quote(content)
+            if name == ASK_USER_TOOL:
+                parts += [f"You answered: **{shown}**.", ""]
+            else:
+                parts += [f"`{name}` returned:", "", "```json", shown, "```", ""]
+        return "\n".join(parts).rstrip()
+
+
+def _invalid(schema: Any, arguments: dict[str, Any]) -> str | None:
+    """Why ``arguments`` do not fit an action's (strict) arguments schema, or None. Absent optional
+    properties count as null, as the relay reads them."""
+    if not isinstance(schema, dict):
+        return None
+    import jsonschema  # the relay's dependency; the demo model never ships to the browser
+
+    props = schema.get("properties") if isinstance(schema.get("properties"), dict) else {}
+    candidate = {**{k: None for k, v in props.items() if "null" in _types(v)}, **arguments}
+    error = jsonschema.exceptions.best_match(jsonschema.Draft202012Validator(schema).iter_errors(candidate))
+    if error is None:
+        return None
+    where = ".".join(str(x) for x in error.absolute_path)
+    return f"{where + ' ' if where else ''}{error.message}"
+
+
+def _action_schemas(spec: Any) -> dict[str, Any]:
+    """Each offerable action's arguments schema, from the ``offer_actions`` tool spec."""
+    out: dict[str, Any] = {}
+    try:
+        items = spec["parameters"]["properties"]["actions"]["items"]
+        for option in items.get("anyOf", [items]):
+            out[option["properties"]["name"]["enum"][0]] = option["properties"].get("arguments")
+    except (KeyError, IndexError, TypeError, AttributeError):
+        pass
+    return out
