@@ -38,9 +38,9 @@ ROUNDS = int(os.environ.get("CHAOS_ROUNDS", "5"))
 STATE = """
 from widget import get_client
 c = get_client()
-{"state": c.connection_state, "seq": c.seq.last_seq, "streaming": c.session.is_streaming,
+{"state": c.connection_state, "seq": c.seq.last_seq, "streaming": c.is_streaming,
  "history": [[h["id"], h["status"], h["respondedAt"] is not None] for h in c.get_function_call_history()],
- "ids": [m.get("id") for m in c.messages], "outbox": sorted(c._outbox)}
+ "ids": [m.get("id") for m in c.messages], "outbox": sorted(c.pending_responses)}
 """
 
 
@@ -87,8 +87,8 @@ async def test_relay_restarts_and_socket_cuts_with_calls_in_flight(browser, page
                     await ws.close()
                     await server.close()
             await page.wait_for_selector(f"{conn}[data-state='connected']", state="attached", timeout=20000)
-            await wait_py(page, "get_client().connection_state == 'connected' and not get_client()._outbox "
-                                "and not get_client().session.is_streaming", 30)
+            await wait_py(page, "get_client().connection_state == 'connected' and not get_client().pending_responses "
+                                "and not get_client().is_streaming", 30)
             if step % 2 == 0:
                 # The turn died with the relay: it is failed; Retry goes on without re-running finished work.
                 await wait_py(page, "any(m.get('role') == 'error' for m in get_client().messages[-2:])", 20)

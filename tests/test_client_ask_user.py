@@ -19,7 +19,7 @@ async def ask_relay(tmp_path):
 
 
 def backend_client(**kw) -> AutopilotClient:
-    # A site's backend creates conversations with the app secret (D2), not by Origin.
+    # A site's backend creates conversations with the app secret, not by Origin.
     return AutopilotClient(PythonSocketIOTransport(), headers={"Authorization": f"Bearer {ASK_SECRET}"}, **kw)
 
 

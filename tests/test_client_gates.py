@@ -1,6 +1,6 @@
-"""State-sync gate and context resolutions in the runtime, against the in-memory relay.
+"""State-sync gate and context resolutions in the asyncio driver, against the in-memory relay.
 
-Timeouts are configured in tens of milliseconds so the fallbacks are exercised without slow tests.
+The fallbacks' timing is tested without a clock in tests/test_client_session.py.
 """
 
 import asyncio
@@ -36,21 +36,6 @@ async def test_nothing_dirty_responds_without_waiting():
     assert rec["totalMs"] - rec["handlerMs"] < 5  # no patch round trip in between
 
 
-async def test_lost_ack_cannot_stall_a_call_gate_times_out():
-    relay, transport, client = await connected(sync_state_before_function_response_timeout_ms=60)
-    client.register_function("f", lambda a, c: client.update_context({"dirty": 1}) or "ok")
-    await client.sync_registered_functions()
-    relay.hold_patch_acks = asyncio.Event()
-    relay.push(transport, "function_call.begin", {"id": "x", "name": "f", "arguments": {}, "run": True})
-    await asyncio.sleep(0.03)
-    assert relay.responses == []  # withheld while the patch is unacknowledged
-    await asyncio.sleep(0.08)
-    assert [r["id"] for r in relay.responses] == ["x"]  # the fallback sent it anyway
-    rec = client.get_function_call_history()[0]
-    assert rec["totalMs"] >= 60
-    relay.hold_patch_acks.set()
-
-
 async def test_gate_can_be_turned_off():
     relay, transport, client = await connected(sync_state_before_function_response=False)
     client.register_function("f", lambda a, c: client.update_context({"dirty": 1}) or "ok")
@@ -60,23 +45,6 @@ async def test_gate_can_be_turned_off():
     await settle()
     assert [r["id"] for r in relay.responses] == ["x"]
     relay.hold_patch_acks.set()
-
-
-async def test_chained_resolutions_and_timeout_fallback():
-    relay, transport, client = await connected(context_resolution_timeout_ms=80)
-    holds = []
-    client.register_function("nav", lambda a, c: holds.append(client.begin_context_resolution("a")) or "went")
-    relay.push(transport, "function_call.begin", {"id": "n", "name": "nav", "arguments": {}, "run": True})
-    await asyncio.sleep(0.02)
-    second = client.begin_context_resolution("b")  # the destination acquires before releasing the first
-    holds[0]()
-    await asyncio.sleep(0.02)
-    assert relay.responses == [] and client.pending_context_resolutions == 1
-    await asyncio.sleep(0.1)  # never released: the fallback sends the response
-    assert [r["id"] for r in relay.responses] == ["n"]
-    second()
-    second()  # idempotent, harmless after the fact
-    assert client.pending_context_resolutions == 0
 
 
 async def test_resolutions_are_honoured_with_the_gate_off_and_flush_their_context():

@@ -10,6 +10,14 @@ from widget import protocol as P
 from widget.transports.memory import MemoryTransport
 
 
+async def until(predicate, timeout: float = 10.0) -> None:
+    """Wait (on the event loop) until ``predicate()`` holds; fail after ``timeout`` seconds."""
+    deadline = asyncio.get_running_loop().time() + timeout
+    while not predicate():
+        assert asyncio.get_running_loop().time() < deadline, "condition not met in time"
+        await asyncio.sleep(0.001)
+
+
 async def make(**connect):
     relay = FakeRelay()
     transport = MemoryTransport(relay)
@@ -123,7 +131,7 @@ async def test_sensitive_function_fails_closed_and_honours_the_handler():
     ran = []
     client.register_function("delete_account", lambda a, c: ran.append(1) or "gone", sensitive=True)
     relay.push(transport, "function_call.begin", {"id": "s1", "name": "delete_account", "arguments": {}, "run": True})
-    await asyncio.sleep(0.02)
+    await until(lambda: len(relay.responses) == 1)
     assert relay.responses[-1]["error"] == P.MSG_SENSITIVE_DENIED and ran == []
 
     def raising(req):
@@ -131,7 +139,7 @@ async def test_sensitive_function_fails_closed_and_honours_the_handler():
 
     client.set_confirmation_handler(raising)
     relay.push(transport, "function_call.begin", {"id": "s2", "name": "delete_account", "arguments": {}, "run": True})
-    await asyncio.sleep(0.02)
+    await until(lambda: len(relay.responses) == 2)
     assert relay.responses[-1]["error"] == P.MSG_SENSITIVE_DENIED and ran == []
 
     async def allow(req):
@@ -140,7 +148,7 @@ async def test_sensitive_function_fails_closed_and_honours_the_handler():
 
     client.set_confirmation_handler(allow)
     relay.push(transport, "function_call.begin", {"id": "s3", "name": "delete_account", "arguments": {}, "run": True})
-    await asyncio.sleep(0.02)
+    await until(lambda: len(relay.responses) == 3)
     assert relay.responses[-1]["result"] == "gone" and ran == [1]
 
 
@@ -264,7 +272,7 @@ async def test_confirmation_is_void_once_the_relay_ended_the_call():
     await asyncio.sleep(0.02)
     assert ran == []
     assert resolved[-1]["decision"] == "deny" and resolved[-1]["reason"] == "expired"
-    assert client._ended_calls == {} and client._running == set()
+    assert client._ended_calls == {} and not client.core.call_running("v1")
 
 
 async def test_confirmation_allows_only_its_own_call():
@@ -305,8 +313,8 @@ async def test_new_conversation_keeps_connect_options_and_functions():
     await client.new_conversation()
     assert relay.created == 2
     assert client.conversation_url.endswith("/c2")
-    assert client._opts["sync_state_before_function_response"] is False
-    assert client._history.maxlen == 7
+    assert client.core.options.sync_state_before_function_response is False
+    assert client.core.history.maxlen == 7
     assert "f" in relay.doc["autopilot"]["functions"]
 
 
@@ -328,10 +336,10 @@ async def test_response_finished_during_a_slow_rejoin_is_resent_not_lost():
     transport.restore()  # the socket is back, but the rejoin is stuck on its GET
     gate.set_result(None)
     await asyncio.sleep(0.05)
-    assert relay.responses == [] and "r1" in client._outbox  # not sent into a not-joined socket, not dropped
+    assert relay.responses == [] and "r1" in client.pending_responses  # not sent into a not-joined socket, not dropped
     relay.hold_gets.set()
     await asyncio.sleep(0.05)
-    assert [r["id"] for r in relay.responses] == ["r1"] and client._outbox == {}
+    assert [r["id"] for r in relay.responses] == ["r1"] and client.pending_responses == []
 
 
 async def test_function_flushed_with_an_oversized_context_reaches_the_relay():
@@ -389,30 +397,12 @@ async def test_response_resent_after_rejoin_updates_history_and_fires_the_event(
     assert relay.responses[0]["total_ms"] == pytest.approx(rec["totalMs"], abs=0.01)  # the total of the send that landed
 
 
-async def test_response_refused_as_internal_is_kept_and_resent():
-    relay, transport, client = await connected()
-    client.RESEND_DELAYS_S = (0.01, 0.02)
-    sent = []
-    client.on("functionResponseSent", sent.append)
-    relay.response_errors = [P.ERR_INTERNAL, P.ERR_INTERNAL, P.ERR_RATE_LIMITED]
-    relay.push(transport, "function_call.begin", {"id": "i1", "name": "echo", "arguments": {"n": 1}, "run": True})
-    await asyncio.sleep(0.01)
-    assert relay.responses == [] and "i1" in client._outbox and sent == []
-    for _ in range(50):
-        if relay.responses:
-            break
-        await asyncio.sleep(0.01)
-    assert [r["id"] for r in relay.responses] == ["i1"] and relay.responses[0]["result"] == {"n": 1}
-    assert client._outbox == {} and len(sent) == 1
-    assert client.get_function_call_history()[0]["respondedAt"] is not None
-
-
 async def test_response_refused_for_good_leaves_the_outbox():
     relay, transport, client = await connected()
     relay.response_errors = [P.ERR_CALL_NOT_PENDING]
     relay.push(transport, "function_call.begin", {"id": "g1", "name": "echo", "arguments": {}, "run": True})
     await asyncio.sleep(0.03)
-    assert relay.responses == [] and client._outbox == {}
+    assert relay.responses == [] and client.pending_responses == []
 
 
 async def test_activate_runs_the_calls_it_hands_over():
@@ -448,7 +438,7 @@ async def test_rejoin_sends_stored_results_before_anything_else():
     relay.joined = False
     gate.set_result(None)
     await asyncio.sleep(0.02)
-    assert runs == [1] and "o1" in client._outbox
+    assert runs == [1] and "o1" in client.pending_responses
     relay.pending_calls = [{"id": "o1", "name": "once", "arguments": {}}]
     client.update_context({"later": True})
     n = len(transport.sent)
@@ -461,7 +451,7 @@ async def test_rejoin_sends_stored_results_before_anything_else():
 
 async def test_first_call_handler_time_excludes_the_argument_check(monkeypatch):
     """Loading the schema validator before the first call is the widget's cost, not the handler's."""
-    import widget.client as client_module
+    import widget.client_calls as client_module
 
     relay, transport, client = await connected()
     clock = [100.0]
@@ -496,3 +486,14 @@ async def test_an_oversized_context_does_not_hold_function_responses():
     relay.push(transport, "function_call.begin", {"id": "q1", "name": "echo", "arguments": {}, "run": True})
     await asyncio.sleep(0.05)
     assert [r["id"] for r in relay.responses] == ["q1"]  # not held for the state that cannot go
+
+
+async def test_subscribing_to_an_unknown_event_is_a_clear_error():
+    relay, transport, client = await make()
+    with pytest.raises(ConfigError, match="'functionStart'.*functionCall"):
+        client.on("functionStart", lambda p: None)
+    with pytest.raises(ConfigError, match="callable"):
+        client.on("functionCall", "not a listener")  # type: ignore[arg-type]
+    off = client.on("completion.finished", lambda p: None)  # relay events re-emitted under their wire names
+    off()
+    client.on("*", lambda p: None)

@@ -1,4 +1,4 @@
-"""The CPython client against the real relay (subprocess) over real Socket.IO: seed 001 steps 1-4 and a turn."""
+"""The CPython client against the real relay (subprocess) over real Socket.IO: create, read, join, sync, and a turn."""
 
 from __future__ import annotations
 
@@ -63,7 +63,7 @@ async def test_connect_sync_and_a_function_call_turn(relay_server):
         assert "user" in roles and "assistant" in roles and "tool" in roles
         tool = next(m for m in again.messages if m["role"] == "tool")
         assert tool["result"] == {"city": "Oslo", "temp_c": 21}
-        assert tool["total_ms"] is not None  # the client's timings are stored with the result (D6)
+        assert tool["total_ms"] is not None  # the client's timings are stored with the result
     finally:
         await again.disconnect()
 
@@ -142,7 +142,7 @@ async def test_model_error_then_retry_and_regenerate(relay_server):
 
 async def test_join_after_opens_the_socket_first_and_joins_with_what_was_registered_meanwhile(relay_server):
     """``join_after``: the conversation is read and the socket opened at once; the join and the first state sync
-    wait, so a function registered meanwhile is in the initial patch (D9), and the relay already sees it."""
+    wait, so a function registered meanwhile is in the initial patch, and the relay already sees it."""
     client = make_client(relay_server)
     gate = asyncio.get_running_loop().create_future()
     connecting = asyncio.ensure_future(client.connect(relay_url=relay_server.url, app_id="demo", join_after=gate))

@@ -1,4 +1,4 @@
-"""The streaming state machine: the seed 001 sequence, and bad input ignored, never raised."""
+"""The streaming state machine: the relay's completion events in order, and bad input ignored, never raised."""
 
 from widget.core.streaming import StreamingSession
 

@@ -1,4 +1,5 @@
-"""Ask-user answers checked against their prompts before they are sent (seed 000 "Answer value by type")."""
+"""Ask-user answers checked against their prompts before they are sent (text: a string, bool: a
+boolean, radiolist: one option value, checklist: a list of option values)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Conversation helpers of seed 001: pair tool results onto calls, and the messages readers care about."""
+"""Conversation helpers: pair tool results onto calls, and the messages readers care about."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Per-conversation sequence numbers: duplicates dropped, gaps detected (D3)."""
+"""Per-conversation sequence numbers: duplicates dropped, gaps detected, so the client asks for a replay."""
 
 from __future__ import annotations
 

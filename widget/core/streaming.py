@@ -1,4 +1,4 @@
-"""The streaming-message state machine for seed 001's event sequence, as a transition table.
+"""The streaming-message state machine for the relay's completion events, as a transition table.
 
 Rules:
 - Two states: ``idle`` and ``streaming``. ``completion.started`` enters ``streaming`` with a fresh streaming

@@ -1,0 +1,333 @@
+"""The sans-I/O client session: inputs in, effects out, time passed in (no event loop, no sockets, no sleeps)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from widget import protocol as P
+from widget.core import session as S
+from widget.core.session import ClientSession, EndCall, Notify, Options, Rejoin, RunCall, Send
+from widget.protocol import MAX_STATE_BYTES
+
+INFO = {"conversation": {"id": "c1", "seq": 0}, "messages": [], "token": "tok"}
+OK = {"ok": True}
+
+
+def sends(effects: list[Any], event: str | None = None) -> list[Send]:
+    return [e for e in effects if isinstance(e, Send) and (event is None or e.event == event)]
+
+
+def notes(effects: list[Any], event: str) -> list[Any]:
+    return [e.payload for e in effects if isinstance(e, Notify) and e.event == event]
+
+
+def joined(ack: dict[str, Any] | None = None, now: float = 0.0, **options: Any) -> tuple[ClientSession, list[Any]]:
+    """A session through connect, join and its initial sync (acknowledged)."""
+    s = ClientSession(instance="t", options=Options(**options))
+    s.connecting()
+    s.load(INFO)
+    s.transport_connected(now)
+    ack = {"ok": True, "conversation_id": "c1", "active": True, **(ack or {})}
+    result = s.joined_relay(ack, {"functions": {}, "context": {}}, now)
+    effects = list(result.effects)
+    for send in sends(effects, P.EV_STATE_PATCH):
+        effects += s.acked(send.tag, OK, now)
+    effects += s.initial_sync_done(ack, INFO["conversation"], now)
+    return s, effects
+
+
+def begin(s: ClientSession, call_id: str, now: float, seq: int | None = None, name: str = "f") -> list[Any]:
+    seq = seq if seq is not None else s.seq.last_seq + 1
+    payload = {"id": call_id, "name": name, "arguments": {}, "run": True, "seq": seq}
+    return s.received(P.EV_FUNCTION_CALL_BEGIN, payload, now)
+
+
+def run(s: ClientSession, call_id: str, start: float, settle: float, status: str = "success") -> list[Any]:
+    """The driver's part of a call: received, ready, settled."""
+    s.call_received(call_id, "f", {}, wall_ms=1_000_000.0)
+    s.call_ready(call_id, start, wall_ms=1_000_000.0 + start * 1000)
+    return s.call_settled(call_id, status, "r" if status == "success" else None,
+                          None if status == "success" else "bad", settle)
+
+
+# --- join, rejoin, role ----------------------------------------------------------------------------------------
+def test_join_announces_connected_syncs_and_is_ready():
+    s, effects = joined()
+    states = [n["state"] for n in notes(effects, "connectionStateChanged")]
+    assert states[-1] == "connected" and notes(effects, "joined") == [{"conversation_id": "c1", "active": True}]
+    assert notes(effects, "ready") and s.joined and s.active
+
+
+def test_the_socket_connect_opens_is_no_rejoin_but_a_dropped_one_rejoins():
+    s, _ = joined()
+    s.closed()
+    s.connecting()  # connect() again after disconnect(): its own socket must not trigger a second join
+    assert s.transport_connected(1.0) == []
+    s, _ = joined()
+    effects = s.transport_disconnected(1.0)
+    assert notes(effects, "connectionStateChanged") == [{"state": "reconnecting", "error": None}]
+    assert not s.joined and not s.active
+    assert s.transport_connected(2.0) == [Rejoin()]
+
+
+def test_closed_session_does_not_rejoin_or_announce_reconnecting():
+    s, _ = joined()
+    s.closing = True
+    assert s.transport_disconnected(1.0) == []
+    assert s.transport_connected(2.0) == []
+
+
+def test_role_changes_follow_the_relay():
+    s, _ = joined()
+    assert s.received(P.EV_CLIENT_ROLE, {"active": False}, 1.0) == [Notify("roleChanged", {"active": False})]
+    assert not s.active and begin(s, "x", 1.0) == [
+        Notify(P.EV_FUNCTION_CALL_BEGIN, {"id": "x", "name": "f", "arguments": {}, "run": True, "seq": 1}),
+        Notify("messagesChanged", None),
+    ]  # a passive client never runs a call
+
+
+# --- sequence and replay -----------------------------------------------------------------------------------------
+def test_gap_asks_for_one_replay_and_duplicates_are_dropped():
+    s, _ = joined()
+    assert s.received(P.EV_MESSAGE, {"seq": 1, "message": {"id": "u1", "role": "user"}}, 0) != []
+    assert s.received(P.EV_MESSAGE, {"seq": 1, "message": {"id": "u1", "role": "user"}}, 0) == []
+    gap = s.received(P.EV_MESSAGE, {"seq": 3, "message": {"id": "u3", "role": "user"}}, 0)
+    assert [(e.event, e.payload) for e in sends(gap)] == [(P.EV_REPLAY, {"last_seq": 1})]
+    assert s.received(P.EV_MESSAGE, {"seq": 4, "message": {"id": "u4", "role": "user"}}, 0) == []  # one at a time
+    s.acked("replay", {"ok": True, "seq": 4}, 0)
+    assert sends(s.received(P.EV_MESSAGE, {"seq": 5, "message": {}}, 0), P.EV_REPLAY)
+
+
+# --- run once ----------------------------------------------------------------------------------------------------
+def test_a_call_runs_once_however_often_it_is_handed_over():
+    s, _ = joined()
+    assert [e for e in begin(s, "c1", 0) if isinstance(e, RunCall)] == [RunCall({"id": "c1", "name": "f", "arguments": {}})]
+    assert not [e for e in begin(s, "c1", 0) if isinstance(e, RunCall)]  # the same call under a new seq
+    assert not [e for e in s.activated({"ok": True, "pending_calls": [{"id": "c1", "name": "f"}]}, 0) if isinstance(e, RunCall)]
+
+
+def test_activate_runs_the_calls_it_hands_over():
+    s, _ = joined()
+    s.received(P.EV_CLIENT_ROLE, {"active": False}, 0)
+    effects = s.activated({"ok": True, "active": True, "pending_calls": [{"id": "h1", "name": "f", "arguments": {"a": 1}}]}, 0)
+    assert s.active and notes(effects, "roleChanged") == [{"active": True}]
+    assert [e for e in effects if isinstance(e, RunCall)] == [RunCall({"id": "h1", "name": "f", "arguments": {"a": 1}})]
+
+
+def test_join_runs_pending_calls_after_its_state_sync():
+    s, effects = joined(ack={"pending_calls": [{"id": "p1", "name": "f", "arguments": {}}]})
+    kinds = [type(e).__name__ for e in effects if isinstance(e, (RunCall, Notify)) and
+             (isinstance(e, RunCall) or e.event == "ready")]
+    assert kinds == ["RunCall", "Notify"]
+
+
+# --- responses: timings, outbox, resend ----------------------------------------------------------------------------
+def test_response_goes_out_at_once_with_its_timings_and_updates_history_on_ack():
+    s, _ = joined()
+    begin(s, "c1", 0)
+    effects = run(s, "c1", start=1.0, settle=1.25)
+    assert notes(effects, "functionSuccess")[0]["durationMs"] == pytest.approx(250)
+    [send] = sends(effects, P.EV_FUNCTION_RESPONSE)
+    assert send.payload["handler_ms"] == pytest.approx(250) and send.payload["total_ms"] == pytest.approx(250)
+    assert s.outbox == ["c1"]
+    done = s.acked(send.tag, OK, 1.3)
+    rec = s.history[0]
+    assert rec["respondedAt"] == pytest.approx(1_000_000.0 + 1000 + 250) and rec["totalMs"] == pytest.approx(250)
+    assert notes(done, "functionResponseSent")[0]["totalMs"] == pytest.approx(250) and s.outbox == []
+
+
+def test_response_finished_while_disconnected_is_resent_first_on_rejoin_with_its_real_total():
+    s, _ = joined()
+    begin(s, "c1", 0)
+    s.transport_disconnected(1.0)
+    assert sends(run(s, "c1", start=0.5, settle=1.5)) == []  # not into a socket that has not joined
+    s.state.update_context({"later": True}, 2.0)
+    s.transport_connected(3.0)
+    result = s.joined_relay({"ok": True, "active": True}, {"functions": {}, "context": {}}, 4.0)
+    order = [e.event for e in sends(result.effects)]
+    assert order == [P.EV_FUNCTION_RESPONSE, P.EV_STATE_PATCH]  # the stored result before anything else
+    [resp] = sends(result.effects, P.EV_FUNCTION_RESPONSE)
+    assert resp.payload["total_ms"] == pytest.approx(3500)
+    done = s.acked(resp.tag, OK, 4.1)
+    assert s.history[0]["totalMs"] == pytest.approx(3500) and notes(done, "functionResponseSent")
+
+
+def test_internal_refusal_is_resent_with_backoff_until_taken():
+    s, _ = joined()
+    begin(s, "c1", 0)
+    [send] = sends(run(s, "c1", 0.0, 0.1), P.EV_FUNCTION_RESPONSE)
+    assert s.acked(send.tag, P.error(P.ERR_INTERNAL, "disk full"), 0.2) == []
+    assert s.outbox == ["c1"] and s.next_deadline() == pytest.approx(0.2 + S.RESEND_DELAYS_S[0])
+    assert sends(s.tick(0.3)) == []
+    [again] = sends(s.tick(0.45), P.EV_FUNCTION_RESPONSE)
+    assert again.payload["idempotency_key"] == "fr-c1"
+    assert s.acked(send.tag, OK, 0.46) == []  # a stale attempt's ack decides nothing
+    s.acked(again.tag, P.error(P.ERR_RATE_LIMITED, "slow down"), 0.5)
+    assert s.next_deadline() == pytest.approx(0.5 + S.RESEND_DELAYS_S[1])
+    [third] = sends(s.tick(1.0), P.EV_FUNCTION_RESPONSE)
+    assert notes(s.acked(third.tag, OK, 1.1), "functionResponseSent") and s.outbox == []
+    assert s.history[0]["totalMs"] == pytest.approx(1000)
+
+
+def test_refusal_for_good_leaves_the_outbox_and_a_refusal_forever_is_dropped():
+    s, _ = joined()
+    begin(s, "c1", 0)
+    [send] = sends(run(s, "c1", 0.0, 0.1), P.EV_FUNCTION_RESPONSE)
+    s.acked(send.tag, P.error(P.ERR_CALL_NOT_PENDING, "gone"), 0.2)
+    assert s.outbox == [] and s.next_deadline() is None
+    begin(s, "c2", 0)
+    [send] = sends(run(s, "c2", 0.0, 0.1), P.EV_FUNCTION_RESPONSE)
+    s.acked(send.tag, P.error(P.ERR_INTERNAL, "down"), S.RESEND_WINDOW_S + 1)
+    assert s.outbox == []
+
+
+def test_not_joined_refusal_waits_for_the_rejoin():
+    s, _ = joined()
+    begin(s, "c1", 0)
+    [send] = sends(run(s, "c1", 0.0, 0.1), P.EV_FUNCTION_RESPONSE)
+    assert s.acked(send.tag, P.error(P.ERR_NOT_JOINED, "join first"), 0.2) == [] and s.outbox == ["c1"]
+    assert s.next_deadline() is None  # no timer: the next join resends it
+    assert s.send_failed(send.tag, 0.3) == [] and s.outbox == ["c1"]
+
+
+# --- the state-sync gate and context resolutions ------------------------------------------------------------------
+def test_gate_withholds_the_response_until_the_handlers_state_is_acknowledged():
+    s, _ = joined()
+    begin(s, "c1", 0)
+    s.call_received("c1", "f", {}, 0)
+    s.call_ready("c1", 1.0, 0)
+    s.state.update_context({"after": True}, 1.1)
+    effects = s.call_settled("c1", "success", "ok", None, 1.2)
+    [patch] = sends(effects)
+    assert patch.event == P.EV_STATE_PATCH  # flushed at once, response withheld
+    assert s.next_deadline() == pytest.approx(1.2 + P.SYNC_STATE_BEFORE_FUNCTION_RESPONSE_TIMEOUT_MS / 1000)
+    [resp] = sends(s.acked(patch.tag, OK, 1.3), P.EV_FUNCTION_RESPONSE)
+    assert resp.payload["total_ms"] == pytest.approx(300) and resp.payload["handler_ms"] == pytest.approx(200)
+
+
+def test_a_lost_patch_ack_cannot_stall_the_response():
+    s, _ = joined(sync_state_before_function_response_timeout_ms=60)
+    begin(s, "c1", 0)
+    s.call_received("c1", "f", {}, 0)
+    s.call_ready("c1", 1.0, 0)
+    s.state.update_context({"x": 1}, 1.0)
+    s.call_settled("c1", "success", "ok", None, 1.0)
+    assert sends(s.tick(1.05), P.EV_FUNCTION_RESPONSE) == []
+    assert [e.payload["id"] for e in sends(s.tick(1.06), P.EV_FUNCTION_RESPONSE)] == ["c1"]
+
+
+def test_gate_off_responds_with_dirty_state():
+    s, _ = joined(sync_state_before_function_response=False)
+    begin(s, "c1", 0)
+    s.state.update_context({"x": 1}, 0.5)
+    assert [e.event for e in sends(run(s, "c1", 0.5, 0.6))] == [P.EV_FUNCTION_RESPONSE]
+
+
+def test_resolutions_hold_responses_then_flush_what_they_wrote_even_with_the_gate_off():
+    s, _ = joined(sync_state_before_function_response=False, context_resolution_timeout_ms=10_000)
+    begin(s, "c1", 0)
+    rid, effects = s.begin_resolution("page")
+    assert notes(effects, "contextResolutionChanged") == [{"pending": 1}]
+    assert sends(run(s, "c1", 0.0, 0.1)) == []
+    rid2, _ = s.begin_resolution("next page")  # chained: acquired before the first is released
+    assert sends(s.end_resolution(rid, 0.2)) == []
+    s.state.update_context({"users": ["ada"]}, 0.3)
+    effects = s.end_resolution(rid2, 0.4)
+    assert s.end_resolution(rid2, 0.4) == []  # idempotent
+    [patch] = sends(effects)
+    assert patch.event == P.EV_STATE_PATCH
+    assert [e.event for e in sends(s.acked(patch.tag, OK, 0.5))] == [P.EV_FUNCTION_RESPONSE]
+
+
+def test_a_forgotten_resolution_times_out():
+    s, _ = joined(context_resolution_timeout_ms=80)
+    begin(s, "c1", 0)
+    s.begin_resolution("never released")
+    run(s, "c1", 0.0, 0.1)
+    assert s.next_deadline() == pytest.approx(0.18)
+    assert sends(s.tick(0.17)) == []
+    assert [e.event for e in sends(s.tick(0.18))] == [P.EV_FUNCTION_RESPONSE]
+
+
+# --- confirmation expiry ------------------------------------------------------------------------------------------
+def test_the_relay_ending_a_running_call_voids_its_confirmation_only_while_it_runs():
+    s, _ = joined()
+    begin(s, "c1", 0)
+    s.call_received("c1", "f", {}, 0)
+    end = s.received(P.EV_FUNCTION_CALL_END, {"id": "c1", "seq": 2, "status": "error"}, 1.0)
+    assert EndCall("c1") in end
+    s.call_ready("c1", 1.0, 0)
+    s.call_settled("c1", "error", None, P.MSG_SENSITIVE_DENIED, 1.1)
+    assert EndCall("c1") not in s.received(P.EV_FUNCTION_CALL_END, {"id": "c1", "seq": 3}, 1.2)
+
+
+# --- state sync -----------------------------------------------------------------------------------------------------
+def test_debounced_patches_come_from_tick_and_a_skipped_part_is_reported():
+    s, _ = joined()
+    s.state.set_functions({"f": {"name": "f"}}, 0.0)
+    assert s.next_deadline() == pytest.approx(P.FUNCTIONS_DEBOUNCE_MS / 1000)
+    assert [e.event for e in sends(s.tick(0.03))] == [P.EV_STATE_PATCH]
+    s.state.set_functions({"f": {"name": "f"}, "g": {"name": "g"}}, 1.0)
+    s.state.set_context({"big": "x" * MAX_STATE_BYTES}, 1.0)
+    result = s.flush(1.0)
+    assert not result.complete and notes(result.effects, "stateError")[0]["code"] == P.ERR_STATE_TOO_LARGE
+    [patch] = sends(result.effects)
+    assert [op["path"] for op in patch.payload["patch"]] == ["/autopilot/functions/g"]
+
+
+def test_a_refused_patch_reports_state_error():
+    s, _ = joined()
+    s.state.set_context({"a": 1}, 0.0)
+    [patch] = sends(s.flush(0.0).effects)
+    effects = s.acked(patch.tag, P.error(P.ERR_PATCH_FAILED, "no"), 0.1)
+    assert notes(effects, "stateError") == [{"code": P.ERR_PATCH_FAILED, "message": "no"}]
+    assert s.state.is_dirty()  # re-diffed from what the relay holds
+
+
+def test_nothing_goes_out_before_the_join():
+    s = ClientSession(instance="t")
+    s.state.set_context({"a": 1}, 0.0)
+    assert s.next_deadline() is None and s.flush(0.0).effects == [] and not s.flush(0.0).complete
+
+
+# --- offers, ask-user, history -----------------------------------------------------------------------------------
+def test_offers_are_recorded_and_an_outcome_from_any_tab_marks_them_done():
+    s, _ = joined()
+    s.received(P.EV_COMPLETION_STARTED, {"seq": 1, "turn_id": "t", "message_id": "a1"}, 0)
+    msg = {"id": "a1", "role": "assistant", "content": "x",
+           "actions": [{"id": "o1", "name": "open", "arguments": {}}, {"bad": 1}]}
+    effects = s.received(P.EV_COMPLETION_ENDED, {"seq": 2, "message": msg}, 0)
+    assert notes(effects, "actionsOffered") == [{"message_id": "a1"}]
+    assert [o["id"] for o in s.offers("a1")] == ["o1"]
+    s.received(P.EV_MESSAGE, {"seq": 3, "message": {"id": "m", "role": "action", "ok": True, "message_id": "a1",
+                                                      "action_id": "o1", "outcome": "Done."}}, 0)
+    assert s.offers("a1")[0]["status"] == "done"
+
+
+def test_ask_user_prompts_are_required_then_cleared():
+    s, _ = joined()
+    effects = s.received(P.EV_ASK_USER_REQUEST, {"seq": 1, "prompts": [{"id": "q", "type": "text", "question": "?"}]}, 0)
+    assert notes(effects, "askUserRequired")[0]["prompts"][0]["id"] == "q"
+    assert s.set_pending_ask_user([]) == [Notify("askUserCleared", None)]
+    assert s.set_pending_ask_user([]) == []
+
+
+def test_history_is_limited_and_kept_newest_first():
+    s, _ = joined()
+    s.set_history_limit(2)
+    for i in range(3):
+        begin(s, f"h{i}", 0)
+        run(s, f"h{i}", 0.0, 0.1)
+    assert [r["id"] for r in s.history] == ["h2", "h1"]
+
+
+def test_a_handler_that_sets_an_oversized_context_does_not_wait_for_the_gate():
+    s, _ = joined()
+    begin(s, "c1", 0)
+    s.call_received("c1", "f", {}, 0)
+    s.call_ready("c1", 1.0, 0)
+    s.state.set_context({"big": "x" * MAX_STATE_BYTES}, 1.0)
+    effects = s.call_settled("c1", "success", "ok", None, 1.1)
+    assert notes(effects, "stateError") and [e.event for e in sends(effects)] == [P.EV_FUNCTION_RESPONSE]

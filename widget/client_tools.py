@@ -1,0 +1,227 @@
+"""Declarative tools and offered actions of the client: declared from a config, run by a page handler or by the
+spec's ``run`` (fetch, href, event), and actions the model offers on an answer run when the reader presses them."""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import json
+import logging
+from typing import TYPE_CHECKING, Any, Callable
+
+from . import protocol as P
+from .core.registry import FunctionDefinition, FunctionRegistry
+from .core.state import to_json_value
+from .core.templates import expand
+from .core.tools import ToolSpec, check_tool_arguments, parse_tools
+from .env import PageEnv, Signal
+from .errors import ConfigError, WidgetError
+
+if TYPE_CHECKING:
+    from .core.events import Emitter
+    from .core.session import ClientSession
+
+log = logging.getLogger("widget")
+
+
+class ToolsMixin:
+    """Tools and actions of ``AutopilotClient`` (see ``widget.client``)."""
+
+    registry: FunctionRegistry
+    env: PageEnv | None
+    events: Emitter
+    core: ClientSession
+    _tools: dict[str, ToolSpec]
+    _tool_handlers: dict[str, Callable[..., Any]]
+
+    if TYPE_CHECKING:  # provided by the client
+
+        def _functions_changed(self) -> None: ...
+
+        async def _emit_checked(self, event: str, payload: dict[str, Any]) -> dict[str, Any]: ...
+
+        @property
+        def messages(self) -> list[dict[str, Any]]: ...
+
+    def tools(self, config: dict[str, Any]) -> list[str]:
+        """Declare tools and actions (``{name: {description, parameters, confirm, run, ...}}``);
+        returns warnings (also logged). Checked at once: ConfigError says what is wrong."""
+        specs, warnings = parse_tools(config)
+        for spec in specs:
+            existing = self.registry.get(spec.name)
+            if existing is not None and spec.name not in self._tools:
+                raise ConfigError(f"{spec.name!r} is already registered as a function; tools need their own names.")
+        for spec in specs:
+            self._tools[spec.name] = spec
+            self.registry.register(
+                FunctionDefinition(
+                    name=spec.name,
+                    handler=self._tool_placeholder,
+                    description=spec.description,
+                    parameters=spec.parameters,
+                    kind=spec.kind,
+                    extra=self._tool_extra(spec),
+                )
+            )
+        for w in warnings:
+            log.warning(w)
+        self._functions_changed()
+        return warnings
+
+    def register_tool(self, name: str, handler: Callable[..., Any]) -> Callable[[], None]:
+        """A page handler for tool/action ``name`` (wins over the relay config and the declarative run);
+        it gets the checked arguments and ``{question, page, signal}``. Returns a function that removes it."""
+        if not callable(handler):
+            raise ConfigError(f"register_tool({name!r}): handler must be callable.")
+        self._tool_handlers[name] = handler
+        self._refresh_tool(name)
+
+        def remove() -> None:
+            if self._tool_handlers.get(name) is handler:
+                del self._tool_handlers[name]
+                self._refresh_tool(name)
+
+        return remove
+
+    def _refresh_tool(self, name: str) -> None:
+        spec = self._tools.get(name)
+        definition = self.registry.get(name)
+        if spec is not None and definition is not None:
+            definition.extra = self._tool_extra(spec)
+            self._functions_changed()
+
+    def _tool_extra(self, spec: ToolSpec) -> dict[str, Any]:
+        base = spec.descriptor(spec.name in self._tool_handlers)
+        return {k: v for k, v in base.items() if k not in ("name", "kind", "description", "parameters", "sensitive", "source")}
+
+    @staticmethod
+    def _tool_placeholder(args: dict[str, Any], context: dict[str, Any]) -> Any:
+        raise WidgetError("tools run through their spec, not a function handler")
+
+    def _tool_context(self, signal: Signal) -> dict[str, Any]:
+        question = next((m.get("content") for m in reversed(self.messages) if m.get("role") == "user"), None)
+        page = self.env.page_info() if self.env is not None else None
+        return {"question": question, "page": page, "signal": signal}
+
+    async def _execute_tool(self, request: dict[str, Any], spec: ToolSpec) -> tuple[str, Any, str | None]:
+        args, problem = check_tool_arguments(spec.parameters, request["arguments"])
+        if problem is not None:
+            return P.STATUS_ERROR, None, f"Invalid arguments for {spec.name!r}: {problem}"
+        signal = Signal()
+        try:
+            value = await asyncio.wait_for(self._run_tool(spec, args, signal), P.TOOL_CALL_TIMEOUT_S)
+            return P.STATUS_SUCCESS, to_json_value(value, f"The reply of {spec.name!r}"), None
+        except asyncio.TimeoutError:
+            signal.abort("timeout")
+            return P.STATUS_ERROR, None, f"{spec.name!r} did not finish within {P.TOOL_CALL_TIMEOUT_S:g} s."
+        except Exception as exc:  # noqa: BLE001 - handlers, templates and fetches may fail in many ways
+            return P.STATUS_ERROR, None, str(exc) or type(exc).__name__
+
+    async def _run_tool(self, spec: ToolSpec, args: dict[str, Any], signal: Signal) -> Any:
+        context = self._tool_context(signal)
+        handler = self._tool_handlers.get(spec.name)
+        if handler is not None:
+            value = handler(args, context)
+            return await value if inspect.isawaitable(value) else value
+        run = spec.run or {}
+        if self.env is None:
+            raise WidgetError(f"{spec.name!r} has no page handler and no page to run it in.")
+        if "fetch" in run:
+            body = None
+            if run.get("method") == "POST":
+                body = {"tool": spec.name, "args": args, "context": {k: context[k] for k in ("question", "page")}}
+            status, content_type, text = await self.env.fetch(run["method"], expand(run["fetch"], args), body, signal)
+            if status >= 400:
+                raise WidgetError(f"{spec.name!r} failed: HTTP {status}" + (f": {text[:200]}" if text else ""))
+            if "json" in content_type:
+                try:
+                    return json.loads(text)
+                except ValueError:
+                    return text
+            return text
+        if "href" in run:
+            return {"opened": expand(run["href"], args), "how": self.env.navigate(expand(run["href"], args))}
+        if "event" in run:
+            self.env.dispatch_event(
+                run["event"], {"tool": spec.name, "args": args, "context": {k: context[k] for k in ("question", "page")}}
+            )
+            return None
+        raise WidgetError(f"{spec.name!r} has no page handler and no run.")
+
+    def get_offered_actions(self, message_id: str) -> list[dict[str, Any]]:
+        """Live action offers on an assistant message, with the page's label, schema and state."""
+        out = []
+        for offer in self.core.offers(message_id):
+            spec = self._tools.get(offer["name"])
+            if spec is None or spec.kind != P.KIND_ACTION:
+                continue
+            out.append({
+                **offer,
+                "label": spec.label or spec.title or spec.name,
+                "title": spec.title,
+                "confirm": spec.confirm,
+                "parameters": spec.parameters,
+            })
+        return out
+
+
+    async def run_action(
+        self, message_id: str, action_id: str, arguments: dict[str, Any] | None = None
+    ) -> dict[str, Any]:
+        """Run an offered action the reader pressed (button) or sent (form, with the reader's ``arguments``).
+
+        Returns ``{ok, outcome}``; the outcome is recorded with the relay for the model's next turn.
+        ConfigError when the offer is unknown, already done, or the form's values fail the schema.
+        """
+        offer = next((o for o in self.core.offers(message_id) if o["id"] == action_id), None)
+        spec = self._tools.get(offer["name"]) if offer else None
+        if offer is None or spec is None or spec.kind != P.KIND_ACTION:
+            raise ConfigError("That action is not on offer (a restored conversation has no live actions).")
+        if offer["status"] in ("done", "running"):
+            raise ConfigError(f"{spec.label or spec.name} is already {offer['status']}.")
+        given = arguments if (spec.confirm == "form" and arguments is not None) else offer["arguments"]
+        args, problem = check_tool_arguments(spec.parameters, given)
+        if problem is not None:
+            raise ConfigError(problem[0].upper() + problem[1:] + ".")
+        offer["status"] = "running"
+        self.events.emit("actionStarted", {"message_id": message_id, "action_id": action_id, "name": spec.name})
+        signal = Signal()
+        leave_to: str | None = None
+        try:
+            if "href" in (spec.run or {}) and spec.name not in self._tool_handlers:
+                # Leaving the page would lose the outcome: record it first, navigate after the ack.
+                leave_to = expand(spec.run["href"], args)
+                value: Any = None
+            else:
+                value = await asyncio.wait_for(self._run_tool(spec, args, signal), P.TOOL_CALL_TIMEOUT_S)
+            ok = True
+            if isinstance(value, str) and value.strip():
+                outcome = value.strip()
+            elif isinstance(value, dict) and isinstance(value.get("message"), str):
+                outcome = value["message"]
+            else:
+                outcome = "Done."
+        except asyncio.TimeoutError:
+            signal.abort("timeout")
+            ok, outcome = False, f"No answer within {P.TOOL_CALL_TIMEOUT_S:g} s."
+        except asyncio.CancelledError:
+            signal.abort("cancelled")
+            offer["status"] = "offered"  # nothing finished: the reader may press it again
+            raise
+        except Exception as exc:  # noqa: BLE001 - shown to the reader, who may retry
+            ok, outcome = False, str(exc) or type(exc).__name__
+        offer.update(status="done" if ok else "failed", outcome=outcome)
+        result = {"ok": ok, "outcome": outcome, "message_id": message_id, "action_id": action_id, "name": spec.name}
+        self.events.emit("actionOutcome", result)
+        payload = {
+            "message_id": message_id, "action_id": action_id, "name": spec.name, "arguments": args,
+            "ok": ok, "outcome": outcome, "idempotency_key": self.core.next_key("o"),
+        }
+        try:
+            await self._emit_checked(P.EV_ACTION_OUTCOME, payload)
+        except WidgetError as exc:
+            log.warning("action outcome not recorded by the relay: %s", exc)
+        if leave_to is not None and self.env is not None:
+            self.env.navigate(leave_to)
+        return {"ok": ok, "outcome": outcome}
+

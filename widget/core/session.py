@@ -1,0 +1,612 @@
+"""The client's protocol logic without I/O: inputs in, effects out, time passed in.
+
+``ClientSession`` decides everything the relay protocol asks of a client - the join and rejoin, the active role,
+sequence numbers and replay, running each call at most once, the outbox of function responses and their resend,
+the void of a confirmation once the relay ended its call, the state-sync gate and context resolutions, the call
+history, offered actions and ask-user prompts. It never awaits, sleeps or reads a clock: each input method takes
+``now`` (seconds, monotonic) and returns the effects the driver must perform, in order:
+
+- ``Send(event, payload, tag)``: emit to the relay and report the acknowledgement with ``acked(tag, ack, now)``
+  (or ``send_failed(tag, now)`` when the socket could not deliver it);
+- ``Notify(event, payload)``: tell page listeners (``client.on``);
+- ``RunCall(call)``: run a page function call, then report ``call_ready`` and ``call_settled``;
+- ``EndCall(call_id)``: the relay ended a call that is still running here (a pending confirmation is void);
+- ``Rejoin()``: the socket is back after a drop: read the conversation again and join.
+
+After every input the driver calls ``tick(now)`` no later than ``next_deadline()`` (debounces, gate fallbacks,
+resends). ``widget.client.AutopilotClient`` is the asyncio driver.
+"""
+
+from __future__ import annotations
+
+import collections
+import itertools
+import logging
+from dataclasses import dataclass, field
+from typing import Any, Union
+
+from .. import protocol as P
+from ..errors import StateLimitError
+from ..protocol import ConnectionState
+from .sequence import DUPLICATE, GAP, SeqTracker
+from .state import Outgoing, StateSync
+from .streaming import StreamingSession
+
+log = logging.getLogger("widget")
+
+# Connection states reported by ``connectionStateChanged`` (plain strings, as they travel to page code).
+IDLE = ConnectionState.IDLE.value
+CONNECTING = ConnectionState.CONNECTING.value
+CONNECTED = ConnectionState.CONNECTED.value
+RECONNECTING = ConnectionState.RECONNECTING.value
+DISCONNECTED = ConnectionState.DISCONNECTED.value
+ERROR = ConnectionState.ERROR.value
+
+#: Error codes of a ``function_response`` ack after which the response is sent again later (the relay could not
+#: take it now); any other refusal is final.
+TRANSIENT_RESPONSE_ERRORS = frozenset({P.ERR_INTERNAL, P.ERR_RATE_LIMITED, P.ERR_BUSY})
+#: Seconds between resends of a response refused as transient; the last value repeats.
+RESEND_DELAYS_S: tuple[float, ...] = (0.25, 0.5, 1.0, 2.0, 5.0)
+#: A response still refused as transient this long after its call was received is dropped (the relay timed the
+#: call out long before).
+RESEND_WINDOW_S = 4 * P.FUNCTION_CALL_TIMEOUT_S
+
+
+@dataclass(frozen=True)
+class Send:
+    """Emit ``event`` with ``payload``; report its acknowledgement under ``tag``."""
+
+    event: str
+    payload: dict[str, Any]
+    tag: str
+
+
+@dataclass(frozen=True)
+class Notify:
+    """Deliver a client event to page listeners."""
+
+    event: str
+    payload: Any = None
+
+
+@dataclass(frozen=True)
+class RunCall:
+    """Run this page function call (``{id, name, arguments}``)."""
+
+    call: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class EndCall:
+    """The relay ended a call still running here: a confirmation it waits on is void."""
+
+    call_id: str
+
+
+@dataclass(frozen=True)
+class Rejoin:
+    """The socket came back on its own: read the conversation again and join."""
+
+
+Effect = Union[Send, Notify, RunCall, EndCall, Rejoin]
+
+
+@dataclass
+class Options:
+    """The ``connect()`` options the protocol logic reads."""
+
+    sync_state_before_function_response: bool = True
+    sync_state_before_function_response_timeout_ms: float = P.SYNC_STATE_BEFORE_FUNCTION_RESPONSE_TIMEOUT_MS
+    context_resolution_timeout_ms: float = P.CONTEXT_RESOLUTION_TIMEOUT_MS
+
+
+@dataclass
+class _Call:
+    """One call run here, from its start to the relay taking its response."""
+
+    request: dict[str, Any]
+    record: dict[str, Any]
+    started: float = 0.0
+    payload: dict[str, Any] | None = None
+    #: Withheld: until when context resolutions / the state sync are waited on (None: not waiting on them yet).
+    resolutions_until: float | None = None
+    waited_resolutions: bool = False
+    state_until: float | None = None
+    withheld: bool = False
+    attempts: int = 0
+    resend_at: float | None = None
+    #: totalMs of the latest send (unrounded; the payload carries it rounded).
+    total_ms: float = 0.0
+
+
+@dataclass
+class FlushResult:
+    """What a forced flush did: the effects to perform, the patch tag to wait on, whether every part went."""
+
+    effects: list[Effect]
+    tag: str | None
+    complete: bool
+
+
+@dataclass
+class ClientSession:
+    """The sans-I/O client; see the module docstring."""
+
+    instance: str = "0"
+    options: Options = field(default_factory=Options)
+    history_limit: int = P.FUNCTION_CALL_HISTORY_LIMIT
+
+    def __post_init__(self) -> None:
+        self.state = StateSync(key_prefix=f"p{self.instance}-")
+        self.seq = SeqTracker()
+        self.stream = StreamingSession(on_ignored=lambda why: log.warning("stream: %s", why))
+        self.connection_state = IDLE
+        self.last_error: dict[str, Any] | None = None
+        self.active = False
+        #: The socket is up and the relay accepted our join (writes before that would be ``not_joined``).
+        self.joined = False
+        self.transport_up = False
+        #: A join succeeded on this conversation: a socket that comes back by itself rejoins.
+        self.rejoin_wanted = False
+        self.closing = False
+        self.pending_ask_user: list[dict[str, Any]] = []
+        self.history: collections.deque[dict[str, Any]] = collections.deque(maxlen=self.history_limit)
+        self._started: set[str] = set()
+        #: Calls handed to the driver whose handler has not settled (a confirmation may be waiting on them).
+        self._running: set[str] = set()
+        self._calls: dict[str, _Call] = {}
+        self._replay_pending = False
+        self._resolutions: dict[int, str] = {}
+        self._resolution_ids = itertools.count(1)
+        self._keys = itertools.count(1)
+        self._offers: dict[str, list[dict[str, Any]]] = {}
+
+    # ------------------------------------------------------------------ options and keys
+    def set_history_limit(self, limit: int) -> None:
+        """Keep the last ``limit`` call records (the older ones go)."""
+        if limit != self.history.maxlen:
+            self.history = collections.deque(self.history, maxlen=limit)
+        self.history_limit = limit
+
+    def next_key(self, kind: str) -> str:
+        """A fresh idempotency key for a write of ``kind`` (one letter)."""
+        return f"{kind}{self.instance}-{next(self._keys)}"
+
+    # ------------------------------------------------------------------ connection
+    def set_connection_state(self, state: str, error: dict[str, Any] | None = None) -> list[Effect]:
+        """Record the connection state; the ``connectionStateChanged`` notification."""
+        self.connection_state = state
+        if error is not None:
+            self.last_error = error
+        elif state == CONNECTED:
+            self.last_error = None
+        return [Notify("connectionStateChanged", {"state": state, "error": error})]
+
+    def connecting(self) -> list[Effect]:
+        """``connect()`` starts: it joins the socket it opens itself, so that socket's arrival is no rejoin."""
+        self.closing = False
+        self.rejoin_wanted = False
+        return self.set_connection_state(CONNECTING)
+
+    def failed(self, error: dict[str, Any]) -> list[Effect]:
+        """Connecting or rejoining failed for good."""
+        return [*self.set_connection_state(ERROR, error), Notify("error", error)]
+
+    def transport_connected(self, now: float) -> list[Effect]:
+        """The socket is up (first connect or reconnect)."""
+        self.transport_up = True
+        self.joined = False
+        if self.rejoin_wanted and not self.closing:
+            return [Rejoin()]
+        return []
+
+    def transport_disconnected(self, now: float) -> list[Effect]:
+        """The socket dropped; local state stays, the relay's copy is forgotten until the next snapshot."""
+        self.transport_up = False
+        self.joined = False
+        self.state.disconnected()
+        self.active = False
+        self._replay_pending = False
+        if self.closing:
+            return []
+        return self.set_connection_state(RECONNECTING)
+
+    def closed(self) -> list[Effect]:
+        """``disconnect()``: close for good (history and local state are kept)."""
+        self.closing = True
+        self.transport_up = False
+        self.joined = False
+        self.active = False
+        self.state.disconnected()
+        for call in self._calls.values():
+            call.resend_at = None
+        return self.set_connection_state(DISCONNECTED)
+
+    def load(self, info: dict[str, Any]) -> list[Effect]:
+        """A conversation GET: messages, sequence and pending prompts."""
+        conversation = info["conversation"]
+        self.stream.load(info.get("messages") or [])
+        self.seq.reset(int(conversation.get("seq") or 0))
+        return [
+            *self.set_pending_ask_user(info.get("pending_ask_user") or []),
+            Notify("conversationLoaded", {"conversation": conversation, "messages": self.stream.messages}),
+        ]
+
+    def join_payload(self, token: str) -> dict[str, Any]:
+        """The ``join`` to emit with the conversation's token."""
+        return {"token": token, "version": P.PROTOCOL_VERSION, "last_seq": self.seq.last_seq}
+
+    def joined_relay(self, ack: dict[str, Any], snapshot: dict[str, Any], now: float) -> FlushResult:
+        """The relay accepted the join and sent its state. Stored results go out first (after a relay restart they
+        are what keeps a call from running twice), then the initial state sync; wait on its tag, then call
+        ``initial_sync_done``."""
+        self.active = bool(ack.get("active", True))
+        self.state.snapshot(snapshot.get("functions"), snapshot.get("context"))
+        self.rejoin_wanted = True
+        self.joined = True
+        # The role is known before the state change is announced, so views never see "connected, read-only".
+        effects: list[Effect] = [
+            *self.set_connection_state(CONNECTED),
+            Notify("joined", {"conversation_id": ack.get("conversation_id"), "active": self.active}),
+        ]
+        if not self.active:
+            return FlushResult(effects, None, True)
+        effects += self._resend_all(now)
+        flush = self.flush(now)
+        return FlushResult(effects + flush.effects, flush.tag, flush.complete)
+
+    def initial_sync_done(self, ack: dict[str, Any], conversation: Any, now: float) -> list[Effect]:
+        """After the join's state sync: the calls handed to this client run, and the client is ready."""
+        effects = self._pending_calls(ack) if self.active else []
+        return [*effects, Notify("ready", {"conversation": conversation})]
+
+    def activated(self, ack: dict[str, Any], now: float) -> list[Effect]:
+        """``activate`` succeeded ("Use here"): write the state, resend stored results, run handed-over calls."""
+        self.active = True
+        self.state.mark_all_due()
+        return [Notify("roleChanged", {"active": True}), *self._resend_all(now), *self._pending_calls(ack)]
+
+    def new_conversation(self) -> None:
+        """Forget the conversation's calls before joining a new one (history stays)."""
+        self.rejoin_wanted = False
+        self._started.clear()
+        self._calls = {k: c for k, c in self._calls.items() if c.payload is None}
+        self.state.disconnected()
+
+    def _pending_calls(self, ack: dict[str, Any]) -> list[Effect]:
+        calls = ack.get("pending_calls")
+        return [e for call in (calls if isinstance(calls, list) else []) for e in self._run(call)]
+
+    # ------------------------------------------------------------------ incoming relay events
+    def received(self, event: str, data: Any, now: float) -> list[Effect]:
+        """A relay event other than the join's ``state``."""
+        if event == P.EV_CLIENT_ROLE:
+            self.active = bool(isinstance(data, dict) and data.get("active"))
+            return [Notify("roleChanged", {"active": self.active})]
+        if event in P.SEQUENCED_EVENTS:
+            return self._sequenced(event, data, now)
+        return []
+
+    def _sequenced(self, event: str, data: Any, now: float) -> list[Effect]:
+        if not isinstance(data, dict):
+            return []
+        verdict = self.seq.classify(data.get("seq"))
+        if verdict == DUPLICATE:
+            return []
+        if verdict == GAP:
+            if self._replay_pending or not self.transport_up:
+                return []
+            self._replay_pending = True
+            return [Send(P.EV_REPLAY, {"last_seq": self.seq.last_seq}, "replay")]
+        effects: list[Effect] = []
+        if event == P.EV_MESSAGE:
+            message = data.get("message")
+            if isinstance(message, dict):
+                self.stream.add_message(message)
+                self._action_recorded(message)
+        elif event == P.EV_MESSAGES_WITHDRAWN:
+            ids = data.get("message_ids")
+            self.stream.withdraw(ids if isinstance(ids, list) else [])
+        elif event == P.EV_ASK_USER_REQUEST:
+            prompts = data.get("prompts")
+            effects += self.set_pending_ask_user(prompts if isinstance(prompts, list) else [])
+        elif event != P.EV_USER_INPUT:
+            self.stream.handle(event, data)
+            if event == P.EV_COMPLETION_ENDED:
+                effects += self._record_offers(data.get("message"))
+        if event == P.EV_FUNCTION_CALL_BEGIN and data.get("run") is True and self.active:
+            effects += self._run(data)
+        elif event == P.EV_FUNCTION_CALL_END:
+            call_id = data.get("id")
+            if isinstance(call_id, str) and call_id in self._running:
+                effects.append(EndCall(call_id))
+        effects += [Notify(event, data), Notify("messagesChanged", None)]
+        return effects
+
+    # ------------------------------------------------------------------ calls
+    def _run(self, call: Any) -> list[Effect]:
+        call_id = call.get("id") if isinstance(call, dict) else None
+        if not isinstance(call_id, str) or call_id in self._started:
+            return []  # each call runs at most once here, however often it is handed over
+        self._started.add(call_id)
+        self._running.add(call_id)
+        name = call.get("name") if isinstance(call.get("name"), str) else ""
+        args = call.get("arguments")
+        return [RunCall({"id": call_id, "name": name, "arguments": {} if args is None else args})]
+
+    def call_received(self, call_id: str, name: str, arguments: Any, wall_ms: float) -> tuple[dict[str, Any], list[Effect]]:
+        """The driver starts a call: its history record and request, and the ``functionCall`` notification."""
+        record: dict[str, Any] = {
+            "id": call_id,
+            "name": name,
+            "status": "running",
+            "startedAt": wall_ms,
+            "settledAt": None,
+            "respondedAt": None,
+            "handlerMs": None,
+            "totalMs": None,
+        }
+        self.history.appendleft(record)
+        request = {"id": call_id, "name": name, "arguments": arguments, "timestamp": wall_ms}
+        self._calls[call_id] = _Call(request=request, record=record)
+        return request, [Notify("functionCall", {"request": request})]
+
+    def call_ready(self, call_id: str, now: float, wall_ms: float) -> None:
+        """The call's checks are done and its handler (or confirmation) starts: the clocks start here, so loading
+        the schema validator on a first call is not counted as the handler's time."""
+        call = self._calls[call_id]
+        call.started = now
+        call.record["startedAt"] = wall_ms
+
+    def call_settled(self, call_id: str, status: str, result: Any, error: str | None, now: float) -> list[Effect]:
+        """The handler settled: notify at once; the response is withheld by resolutions and the state-sync gate."""
+        self._running.discard(call_id)
+        call = self._calls[call_id]
+        handler_ms = (now - call.started) * 1000
+        call.record.update(status=status, settledAt=call.record["startedAt"] + handler_ms, handlerMs=handler_ms)
+        payload: dict[str, Any] = {
+            "id": call_id,
+            "status": status,
+            "idempotency_key": f"fr-{call_id}",
+            "handler_ms": round(handler_ms, 3),
+        }
+        if status == P.STATUS_SUCCESS:
+            payload["result"] = result
+            note = Notify("functionSuccess", {"request": call.request, "result": result, "durationMs": handler_ms})
+        else:
+            payload["error"] = error
+            note = Notify("functionError", {"request": call.request, "error": error, "durationMs": handler_ms})
+        call.payload = payload
+        call.withheld = True
+        if self._resolutions:
+            call.waited_resolutions = True
+            call.resolutions_until = now + self.options.context_resolution_timeout_ms / 1000
+        return [note, *self._pump(now)]
+
+    def _pump(self, now: float) -> list[Effect]:
+        """Release every withheld response whose conditions are met (or whose fallback has passed)."""
+        effects: list[Effect] = []
+        for call in list(self._calls.values()):
+            if not call.withheld:
+                continue
+            if call.resolutions_until is not None:
+                if self._resolutions and now < call.resolutions_until:
+                    continue
+                if self._resolutions:
+                    log.warning("context resolution timed out; sending the response of %s anyway", call.request["id"])
+                call.resolutions_until = None
+            # Resolutions are honoured with the gate off too: what they wrote is committed before the response.
+            gate = self.options.sync_state_before_function_response or call.waited_resolutions
+            if gate and self.state.is_dirty() and self.can_send():
+                if call.state_until is None:
+                    call.state_until = now + self.options.sync_state_before_function_response_timeout_ms / 1000
+                    effects += self.flush(now).effects
+                if self.state.is_dirty():  # the flush may have had nothing it could send
+                    if now < call.state_until:
+                        continue
+                    log.warning("state sync gate timed out; sending the response of %s anyway", call.request["id"])
+            call.withheld = False
+            effects += self._send_response(call, now)
+        return effects
+
+    def _send_response(self, call: _Call, now: float) -> list[Effect]:
+        call.resend_at = None
+        if not self.joined or call.payload is None:
+            return []  # a socket that has not joined would be refused: the next join resends it
+        call.total_ms = (now - call.started) * 1000
+        call.payload["total_ms"] = round(call.total_ms, 3)
+        call.attempts += 1
+        return [Send(P.EV_FUNCTION_RESPONSE, dict(call.payload), f"fr:{call.attempts}:{call.payload['id']}")]
+
+    def _resend_all(self, now: float) -> list[Effect]:
+        return [e for c in list(self._calls.values()) if c.payload is not None and not c.withheld
+                for e in self._send_response(c, now)]
+
+    def _response_acked(self, tag: str, ack: Any, now: float) -> list[Effect]:
+        _, attempt, call_id = tag.split(":", 2)
+        call = self._calls.get(call_id)
+        if call is None or call.payload is None or str(call.attempts) != attempt:
+            return []  # a stale attempt: a later one decides
+        code = None
+        if not isinstance(ack, dict):
+            code = P.ERR_INTERNAL
+        elif not ack.get("ok"):
+            err = ack.get("error")
+            code = err.get("code") if isinstance(err, dict) else P.ERR_INTERNAL
+        if code == P.ERR_NOT_JOINED:
+            return []  # kept: the rejoin resends it
+        if code in TRANSIENT_RESPONSE_ERRORS:
+            if now - call.started > RESEND_WINDOW_S:
+                del self._calls[call_id]
+                log.error("function response %s dropped: the relay kept answering %s", call_id, code)
+                return []
+            delay = RESEND_DELAYS_S[min(call.attempts, len(RESEND_DELAYS_S)) - 1]
+            call.resend_at = now + delay
+            log.warning("function response %s refused (%s); resending in %g s", call_id, code, delay)
+            return []
+        # Taken, or refused for good (the relay no longer waits for it): either way it leaves the outbox.
+        del self._calls[call_id]
+        if code is not None:
+            log.warning("relay refused function response %s: %s", call_id, ack.get("error"))
+        total_ms = call.total_ms
+        # Both stamps count from the same start, so the wall time of the send that landed is exact.
+        call.record.update(respondedAt=call.record["startedAt"] + total_ms, totalMs=total_ms)
+        return [Notify("functionResponseSent", {"request": call.request, "totalMs": total_ms, "ack": ack})]
+
+    def call_running(self, call_id: str) -> bool:
+        """Whether the call's handler (or its confirmation) is still running here."""
+        return call_id in self._running
+
+    def call_forgotten(self, call_id: str) -> None:
+        """The driver gave up on a call before it settled (cancelled by a disconnect)."""
+        self._running.discard(call_id)
+        call = self._calls.get(call_id)
+        if call is not None and call.payload is None:
+            del self._calls[call_id]
+
+    @property
+    def outbox(self) -> list[str]:
+        """Ids of calls whose response the relay has not taken yet."""
+        return [k for k, c in self._calls.items() if c.payload is not None]
+
+    # ------------------------------------------------------------------ acknowledgements and time
+    def acked(self, tag: str, ack: Any, now: float) -> list[Effect]:
+        """The relay acknowledged the ``Send`` with ``tag``."""
+        if tag == "replay":
+            self._replay_pending = False
+            return []
+        if tag.startswith("fr:"):
+            return self._response_acked(tag, ack, now)
+        if tag.startswith("patch:"):
+            ok = isinstance(ack, dict) and ack.get("ok") is True
+            effects: list[Effect] = []
+            if not ok:
+                err = ack.get("error") if isinstance(ack, dict) else None
+                err = err if isinstance(err, dict) else {}
+                effects.append(
+                    Notify("stateError", {"code": err.get("code", P.ERR_INTERNAL),
+                                          "message": err.get("message", "State patch refused.")})
+                )
+            self.state.ack(tag[len("patch:"):], ok)
+            return effects + self._pump(now)
+        return []
+
+    def send_failed(self, tag: str, now: float) -> list[Effect]:
+        """The socket could not deliver the ``Send`` with ``tag`` (no acknowledgement)."""
+        if tag == "replay":
+            self._replay_pending = False
+        # A response stays in the outbox for the next join; a patch stays in flight until the next snapshot.
+        return self._pump(now) if tag.startswith("patch:") else []
+
+    def next_deadline(self) -> float | None:
+        """When ``tick`` has work next, or None."""
+        times: list[float] = []
+        if self.can_send():
+            t = self.state.next_deadline()
+            if t is not None:
+                times.append(t)
+        for call in self._calls.values():
+            for t in (call.resolutions_until if call.withheld else None,
+                      call.state_until if call.withheld else None, call.resend_at):
+                if t is not None:
+                    times.append(t)
+        return min(times) if times else None
+
+    def tick(self, now: float) -> list[Effect]:
+        """Debounced state sync, gate fallbacks and resends that are due at ``now``."""
+        effects: list[Effect] = []
+        if self.can_send():
+            effects += self._emit_patch(lambda: self.state.poll(now))[0]
+        for call in list(self._calls.values()):
+            if call.resend_at is not None and now >= call.resend_at:
+                effects += self._send_response(call, now)
+        return effects + self._pump(now)
+
+    # ------------------------------------------------------------------ state sync
+    def can_send(self) -> bool:
+        """Whether state patches may go out now (joined, snapshot received, the active client)."""
+        return self.state.base is not None and self.joined and self.transport_up and self.active
+
+    def flush(self, now: float) -> FlushResult:
+        """Send every pending part now (a forced sync)."""
+        if not self.can_send():
+            return FlushResult([], None, False)
+        effects, tag, complete = self._emit_patch(self.state.flush)
+        return FlushResult(effects, tag, complete)
+
+    def _emit_patch(self, build: Any) -> tuple[list[Effect], str | None, bool]:
+        try:
+            outgoing: Outgoing | None = build()
+        except StateLimitError as exc:
+            return [_state_error(exc)], None, False
+        if outgoing is None:
+            return [], None, True
+        effects: list[Effect] = [_state_error(outgoing.skipped)] if outgoing.skipped is not None else []
+        tag = f"patch:{outgoing.key}"
+        effects.append(Send(P.EV_STATE_PATCH, {"patch": outgoing.patch, "idempotency_key": outgoing.key}, tag))
+        return effects, tag, outgoing.skipped is None
+
+    def patches_in_flight(self) -> list[str]:
+        """Tags of the state patches the relay has not acknowledged."""
+        return [f"patch:{k}" for k in self.state.in_flight]
+
+    # ------------------------------------------------------------------ context resolutions
+    def begin_resolution(self, label: str) -> tuple[int, list[Effect]]:
+        """Hold function responses until ``end_resolution`` (idempotent) of the returned id."""
+        rid = next(self._resolution_ids)
+        self._resolutions[rid] = label
+        return rid, [Notify("contextResolutionChanged", {"pending": len(self._resolutions)})]
+
+    def end_resolution(self, rid: int, now: float) -> list[Effect]:
+        """Release one resolution; harmless when already released."""
+        if self._resolutions.pop(rid, None) is None:
+            return []
+        return [Notify("contextResolutionChanged", {"pending": len(self._resolutions)}), *self._pump(now)]
+
+    @property
+    def pending_resolutions(self) -> int:
+        """How many resolutions are outstanding."""
+        return len(self._resolutions)
+
+    # ------------------------------------------------------------------ ask user
+    def set_pending_ask_user(self, prompts: list[Any]) -> list[Effect]:
+        """The prompts the model waits on now (empty: none)."""
+        had = bool(self.pending_ask_user)
+        self.pending_ask_user = [p for p in prompts if isinstance(p, dict)]
+        if self.pending_ask_user:
+            return [Notify("askUserRequired", {"prompts": [dict(p) for p in self.pending_ask_user]})]
+        return [Notify("askUserCleared", None)] if had else []
+
+    # ------------------------------------------------------------------ offered actions
+    def _record_offers(self, message: Any) -> list[Effect]:
+        if not isinstance(message, dict) or not isinstance(message.get("actions"), list):
+            return []
+        offers = [
+            {"id": a["id"], "name": a["name"], "arguments": a.get("arguments") or {}, "status": "offered", "outcome": None}
+            for a in message["actions"][: P.MAX_ACTIONS]
+            if isinstance(a, dict) and isinstance(a.get("id"), str) and isinstance(a.get("name"), str)
+        ]
+        if not offers or not isinstance(message.get("id"), str):
+            return []
+        self._offers[message["id"]] = offers
+        return [Notify("actionsOffered", {"message_id": message["id"]})]
+
+    def offers(self, message_id: str) -> list[dict[str, Any]]:
+        """The live offers on an assistant message (the session's own records: update them in place)."""
+        return self._offers.get(message_id, [])
+
+    def all_offers(self) -> dict[str, list[dict[str, Any]]]:
+        """Every live offer by message id."""
+        return self._offers
+
+    def _action_recorded(self, message: dict[str, Any]) -> None:
+        """An outcome recorded by any tab: a successful action is done here too, never run twice."""
+        if message.get("role") != "action" or message.get("ok") is not True:
+            return
+        for offer in self._offers.get(str(message.get("message_id")), []):
+            if offer["id"] == message.get("action_id"):
+                offer.update(status="done", outcome=message.get("outcome"))
+
+
+def _state_error(exc: StateLimitError) -> Notify:
+    return Notify("stateError", {"code": exc.code, "message": str(exc)})
