@@ -497,3 +497,18 @@ async def test_subscribing_to_an_unknown_event_is_a_clear_error():
     off = client.on("completion.finished", lambda p: None)  # relay events re-emitted under their wire names
     off()
     client.on("*", lambda p: None)
+
+
+async def test_tab_refused_by_the_join_rate_limit_after_a_restart_rejoins_by_itself(monkeypatch):
+    import widget.core.session as session_module
+
+    monkeypatch.setattr(session_module, "REJOIN_DELAYS_S", (0.01,))
+    relay, transport, client = await connected()
+    transport.drop()
+    relay.join_error = {"code": P.ERR_RATE_LIMITED, "message": "Too many joins from this address."}
+    transport.restore()
+    await until(lambda: client.last_error is not None)
+    assert client.connection_state == "reconnecting" and client.last_error["code"] == P.ERR_RATE_LIMITED
+    relay.join_error = None
+    await until(lambda: client.connection_state == "connected")
+    assert client.last_error is None

@@ -331,3 +331,28 @@ def test_a_handler_that_sets_an_oversized_context_does_not_wait_for_the_gate():
     s.state.set_context({"big": "x" * MAX_STATE_BYTES}, 1.0)
     effects = s.call_settled("c1", "success", "ok", None, 1.1)
     assert notes(effects, "stateError") and [e.event for e in sends(effects)] == [P.EV_FUNCTION_RESPONSE]
+
+
+def test_a_rejoin_refused_by_the_rate_limit_is_tried_again_with_backoff():
+    s, _ = joined()
+    s.transport_disconnected(1.0)
+    assert s.transport_connected(2.0) == [Rejoin()]
+    limited = {"code": P.ERR_RATE_LIMITED, "message": "Too many joins"}
+    effects = s.rejoin_failed(limited, 2.5)
+    assert notes(effects, "connectionStateChanged") == [{"state": "reconnecting", "error": limited}]
+    assert s.next_deadline() == pytest.approx(2.5 + S.REJOIN_DELAYS_S[0])
+    assert Rejoin() not in s.tick(3.0)
+    assert Rejoin() in s.tick(3.5)
+    s.rejoin_failed(limited, 4.0)
+    assert s.next_deadline() == pytest.approx(4.0 + S.REJOIN_DELAYS_S[1])
+    s.joined_relay({"ok": True, "active": True}, {}, 6.0)
+    assert s.next_deadline() is None and s.connection_state == "connected"
+
+
+def test_a_rejoin_refused_for_good_is_an_error():
+    s, _ = joined()
+    s.transport_disconnected(1.0)
+    s.transport_connected(2.0)
+    effects = s.rejoin_failed({"code": P.ERR_NOT_FOUND, "message": "gone"}, 2.5)
+    assert notes(effects, "error") == [{"code": P.ERR_NOT_FOUND, "message": "gone"}]
+    assert s.connection_state == "error" and s.next_deadline() is None

@@ -195,7 +195,7 @@ class ConnectionMixin:
             self.conversation = info["conversation"]
             await self._join(info)
         except WidgetError as exc:
-            self._apply(self.core.failed(_error_payload(exc)))
+            self._apply(self.core.rejoin_failed(_error_payload(exc), self._clock()))
 
     async def _quiet_disconnect(self) -> None:
         self.core.closing = True

@@ -50,6 +50,10 @@ RESEND_DELAYS_S: tuple[float, ...] = (0.25, 0.5, 1.0, 2.0, 5.0)
 #: A response still refused as transient this long after its call was received is dropped (the relay timed the
 #: call out long before).
 RESEND_WINDOW_S = 4 * P.FUNCTION_CALL_TIMEOUT_S
+#: A rejoin refused with one of these codes (many tabs rejoining a restarted relay at once, a relay still starting)
+#: is tried again after the next delay; the last value repeats. Any other refusal ends in the ``error`` state.
+RETRYABLE_REJOIN_ERRORS = frozenset({P.ERR_RATE_LIMITED, P.ERR_INTERNAL, P.ERR_BUSY, "connection_failed"})
+REJOIN_DELAYS_S: tuple[float, ...] = (1.0, 2.0, 4.0, 8.0, 15.0)
 
 
 @dataclass(frozen=True)
@@ -149,6 +153,8 @@ class ClientSession:
         #: A join succeeded on this conversation: a socket that comes back by itself rejoins.
         self.rejoin_wanted = False
         self.closing = False
+        self._rejoin_at: float | None = None
+        self._rejoin_attempts = 0
         self.pending_ask_user: list[dict[str, Any]] = []
         self.history: collections.deque[dict[str, Any]] = collections.deque(maxlen=self.history_limit)
         self._started: set[str] = set()
@@ -207,6 +213,7 @@ class ClientSession:
         self.state.disconnected()
         self.active = False
         self._replay_pending = False
+        self._rejoin_at = None  # the socket's return triggers the next rejoin
         if self.closing:
             return []
         return self.set_connection_state(RECONNECTING)
@@ -221,6 +228,17 @@ class ClientSession:
         for call in self._calls.values():
             call.resend_at = None
         return self.set_connection_state(DISCONNECTED)
+
+    def rejoin_failed(self, error: dict[str, Any], now: float) -> list[Effect]:
+        """A rejoin (after the socket came back) failed: try again later when the relay may accept it then,
+        otherwise the connection is in error."""
+        if error.get("code") in RETRYABLE_REJOIN_ERRORS and not self.closing and self.transport_up:
+            delay = REJOIN_DELAYS_S[min(self._rejoin_attempts, len(REJOIN_DELAYS_S) - 1)]
+            self._rejoin_attempts += 1
+            self._rejoin_at = now + delay
+            log.warning("rejoin refused (%s); trying again in %g s", error.get("code"), delay)
+            return self.set_connection_state(RECONNECTING, error)
+        return self.failed(error)
 
     def load(self, info: dict[str, Any]) -> list[Effect]:
         """A conversation GET: messages, sequence and pending prompts."""
@@ -244,6 +262,8 @@ class ClientSession:
         self.state.snapshot(snapshot.get("functions"), snapshot.get("context"))
         self.rejoin_wanted = True
         self.joined = True
+        self._rejoin_at = None
+        self._rejoin_attempts = 0
         # The role is known before the state change is announced, so views never see "connected, read-only".
         effects: list[Effect] = [
             *self.set_connection_state(CONNECTED),
@@ -500,7 +520,7 @@ class ClientSession:
 
     def next_deadline(self) -> float | None:
         """When ``tick`` has work next, or None."""
-        times: list[float] = []
+        times: list[float] = [self._rejoin_at] if self._rejoin_at is not None else []
         if self.can_send():
             t = self.state.next_deadline()
             if t is not None:
@@ -515,6 +535,9 @@ class ClientSession:
     def tick(self, now: float) -> list[Effect]:
         """Debounced state sync, gate fallbacks and resends that are due at ``now``."""
         effects: list[Effect] = []
+        if self._rejoin_at is not None and now >= self._rejoin_at:
+            self._rejoin_at = None
+            effects.append(Rejoin())
         if self.can_send():
             effects += self._emit_patch(lambda: self.state.poll(now))[0]
         for call in list(self._calls.values()):
