@@ -127,6 +127,9 @@ ERR_MESSAGE_TOO_LONG: Final = ErrorCode.MESSAGE_TOO_LONG.value
 ERR_BUSY: Final = ErrorCode.BUSY.value
 ERR_INTERNAL: Final = ErrorCode.INTERNAL.value
 ERR_NOTHING_TO_RETRY: Final = ErrorCode.NOTHING_TO_RETRY.value
+ERR_BODY_TOO_LARGE: Final = ErrorCode.BODY_TOO_LARGE.value
+ERR_UNAVAILABLE: Final = ErrorCode.UNAVAILABLE.value
+ERR_TOO_MANY_CONNECTIONS: Final = ErrorCode.TOO_MANY_CONNECTIONS.value
 
 #: Every ``ErrorCode`` value.
 ERROR_CODES: Final = frozenset(ErrorCode)

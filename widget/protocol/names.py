@@ -309,6 +309,13 @@ class ErrorCode(StrEnum):
     INTERNAL = "internal"
     #: ``retry`` without a failed turn, ``regenerate`` without a user message to answer.
     NOTHING_TO_RETRY = "nothing_to_retry"
+    #: An HTTP request body over its limit (413).
+    BODY_TOO_LARGE = "body_too_large"
+    #: The relay cannot serve this now: its store failed or did not answer in time, or it shuts down (HTTP 503
+    #: with ``Retry-After``; in a socket ack: reconnect, another relay process may answer).
+    UNAVAILABLE = "unavailable"
+    #: Too many connections from one address, or in all (HTTP 503, written before the request is read).
+    TOO_MANY_CONNECTIONS = "too_many_connections"
 
 
 class TurnErrorCode(StrEnum):

@@ -8,7 +8,12 @@ import logging
 import sys
 from pathlib import Path
 
+from typing import TYPE_CHECKING
+
 from ..errors import ConfigError
+
+if TYPE_CHECKING:
+    from .config import RelayConfig
 
 
 class _JsonFormatter(logging.Formatter):
@@ -40,7 +45,33 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--demo-chunk-delay-ms", dest="demo_chunk_delay_ms", type=float,
                    help="pause between the demo model's streamed chunks (default 15)")
     p.add_argument("--log-level", dest="log_level", help="debug, info, warning, error (default info)")
+    p.add_argument("--trusted-proxy", dest="trusted_proxies", action="append", metavar="ADDRESS",
+                   help="address of a reverse proxy in front (repeatable; env AUTOPILOT_TRUSTED_PROXIES, comma-separated)")
+    p.add_argument("--drain-timeout", dest="drain_timeout_s", type=float, metavar="SECONDS",
+                   help="on SIGTERM, how long running turns may finish (default 20; env AUTOPILOT_DRAIN_TIMEOUT_S)")
     return p
+
+
+def startup_banner(config: "RelayConfig") -> str:
+    """What the relay prints at start: where it listens, and only URLs that work (the demo page only when the demo
+    app is configured; else the apps, their origins and the tag to embed)."""
+    from .config import DEFAULT_APP
+
+    shown = "127.0.0.1" if config.host in ("0.0.0.0", "::") else config.host
+    base = config.public_url or f"http://{shown}:{config.port}"
+    models = sorted({a.model for a in config.apps.values()})
+    scale = "; store: postgresql" if config.database_url else ""
+    scale += ", redis" if config.redis_url else ""
+    lines = [f"Autopilot relay listening on http://{shown}:{config.port} (model: {', '.join(models)}{scale})"]
+    if DEFAULT_APP in config.apps:
+        lines[0] += f" — open {base}/ for the demo"
+    for app_id, app in sorted(config.apps.items()):
+        if app_id == DEFAULT_APP:
+            continue
+        origins = ", ".join(app.allowed_origins) or "none (a backend creates conversations with the app secret)"
+        lines.append(f"  app {app_id}: allowed origins {origins}")
+        lines.append(f'    embed: <script src="{base}/widget/autopilot.js" data-app="{app_id}"></script>')
+    return "\n".join(lines)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -54,7 +85,8 @@ def main(argv: list[str] | None = None) -> int:
             host=args.host, port=args.port, db_path=args.db_path, public_url=args.public_url,
             database_url=args.database_url, redis_url=args.redis_url,
             dist_dir=Path(args.dist_dir) if args.dist_dir else None, retention_days=args.retention_days,
-            log_level=args.log_level, apps=apps,
+            log_level=args.log_level, apps=apps, trusted_proxies=args.trusted_proxies,
+            drain_timeout_s=args.drain_timeout_s,
         )
         if args.demo_chunk_delay_ms is not None:
             if args.demo_chunk_delay_ms < 0:
@@ -64,28 +96,31 @@ def main(argv: list[str] | None = None) -> int:
         print(f"autopilot relay: bad config: {exc}", file=sys.stderr)
         return 2
 
-    import uvicorn
-
     from .app import create_app
+    from .drain import RelayServer
+    from .http_limits import LogStormFilter
+    from .server import descriptor_limit, uvicorn_config
 
+    # Every logger (the relay's, uvicorn's, asyncio's) writes JSON lines through one handler, at most one line
+    # per cause per interval.
     handler = logging.StreamHandler()
     handler.setFormatter(_JsonFormatter())
+    handler.addFilter(LogStormFilter(config.log_repeat_interval_s))
+    logging.getLogger().handlers[:] = [handler]
+    logging.getLogger().setLevel(logging.WARNING)
     root = logging.getLogger("widget")
-    root.handlers[:] = [handler]
+    root.handlers[:] = []
     root.setLevel(config.log_level.upper())
-    root.propagate = False
+    root.propagate = True
+    descriptor_limit(raise_soft=True)
     try:
         app = create_app(config)
     except ConfigError as exc:
         print(f"autopilot relay: bad config: {exc}", file=sys.stderr)
         return 2
-    shown = "127.0.0.1" if config.host in ("0.0.0.0", "::") else config.host
-    base = f"http://{shown}:{config.port}"
-    models = sorted({a.model for a in config.apps.values()})
-    scale = "; store: postgresql" if config.database_url else ""
-    scale += ", redis" if config.redis_url else ""
-    print(f"Autopilot relay listening on {base} (model: {', '.join(models)}{scale}) — open {base}/ for the demo", flush=True)
-    uvicorn.run(app, host=config.host, port=config.port, log_level="warning", access_log=False, lifespan="on")
+    print(startup_banner(config), flush=True)
+    ucfg = uvicorn_config(app, config, log_level="warning", host=config.host, port=config.port, log_config=None)
+    RelayServer(ucfg, app.hub, config.drain_timeout_s).run()
     return 0
 
 

@@ -10,18 +10,22 @@ from typing import Any, AsyncIterator
 
 import socketio
 from starlette.applications import Starlette
-from starlette.responses import JSONResponse
+from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import Route
 
 from .. import protocol as P
 from .api import Api
 from .config import RelayConfig
+from .http_limits import BodyLimit
 from .hub import Hub
 from .model import ModelAdapter
 from .static import DistFiles
 from .storage import SQLiteStore, Store
 
 log = logging.getLogger("widget.relay")
+
+#: Whether the requesting page's origin may use an app (readable from any origin; docs/security.md).
+ORIGIN_CHECK_PATH = "/api/apps/{app_id}/origin"
 
 
 async def sweep_retention(hub: Hub, retention_days: float) -> list[str]:
@@ -57,6 +61,7 @@ def create_app(
     config = (config or RelayConfig()).finalized()
     store = store or make_store(config)
     hub = Hub(config, store, models)
+    hub.sio.max_sockets_per_address = config.max_sockets_per_address
     api = Api(hub)
     dist = DistFiles(config.dist_dir, config.all_allowed_origins())
 
@@ -91,30 +96,19 @@ def create_app(
     create_path = P.HTTP_CREATE_CONVERSATION.replace("{app_id}", "{app_id:str}")
     conv_path = P.HTTP_CONVERSATION.replace("{conversation_id}", "{conversation_id:str}")
     ask_path = P.HTTP_ASK_USER.replace("{conversation_id}", "{conversation_id:str}")
+    origin_path = ORIGIN_CHECK_PATH.replace("{app_id}", "{app_id:str}")
     async def healthz(_request: Any) -> JSONResponse:
         """The process is up (a liveness probe: restart it when this fails)."""
         return JSONResponse({"ok": True, "protocol_version": P.PROTOCOL_VERSION, "instance": hub.instance})
 
+    probe = ReadinessProbe(hub, config.readiness_timeout_s)
+
     async def readyz(_request: Any) -> JSONResponse:
-        """The store (and Redis, when configured) answer: send traffic here (a readiness probe)."""
-        checks: dict[str, str] = {}
-
-        async def check(name: str, coro: Any) -> None:
-            try:
-                await asyncio.wait_for(coro, 2.0)
-                checks[name] = "ok"
-            except Exception as exc:  # noqa: BLE001 - reported, not raised
-                checks[name] = f"error: {type(exc).__name__}: {exc}"[:200]
-
-        await check("store", store.ping())
-        if hub.redis is not None:
-            await check("redis", hub.redis.ping())
-            if checks["redis"] == "ok" and not hub.redis.listening:
-                # Redis answers, but this process's subscription is still reconnecting (with backoff,
-                # after an outage): until it is back, other processes' events reach its sockets only by
-                # polling and a client.role sent to them is lost.
-                checks["redis"] = "error: not subscribed to the channel yet"
-        ok = all(v == "ok" for v in checks.values()) and not hub.closing
+        """The store takes a write and Redis (when configured) answers, each in time: send traffic here."""
+        checks = await probe.run()
+        if getattr(hub, "draining", False) or hub.closing:
+            checks["relay"] = "error: shutting down"
+        ok = all(v == "ok" for v in checks.values())
         body = {"ok": ok, "instance": hub.instance, "checks": checks}
         return JSONResponse(body, status_code=200 if ok else 503, headers={"Cache-Control": "no-store"})
 
@@ -126,6 +120,7 @@ def create_app(
         Route("/readyz", readyz, methods=["GET"]),
         Route(create_path, api.create, methods=["POST"]),
         Route(create_path, api.create_preflight, methods=["OPTIONS"]),
+        Route(origin_path, api.origin_check, methods=["GET"]),
         Route(conv_path, api.get, methods=["GET"]),
         Route(conv_path, api.delete, methods=["DELETE"]),
         Route(conv_path, api.conversation_preflight, methods=["OPTIONS"]),
@@ -137,10 +132,74 @@ def create_app(
         Route("/", dist.demo, methods=["GET", "HEAD"]),
         Route("/{path:path}", dist.demo, methods=["GET", "HEAD"]),
     ]
-    http_app = Starlette(routes=routes, lifespan=lifespan)
-    asgi = socketio.ASGIApp(hub.sio, other_asgi_app=http_app, socketio_path=config.relay_path.strip("/"))
-    asgi.hub = hub  # type: ignore[attr-defined]
-    asgi.config = config  # type: ignore[attr-defined]
-    asgi.store = store  # type: ignore[attr-defined]
-    asgi.api = api  # type: ignore[attr-defined]
-    return asgi
+    http_app = Starlette(routes=routes, lifespan=lifespan, exception_handlers={Exception: _json_500})
+    sio_app = socketio.ASGIApp(hub.sio, other_asgi_app=http_app, socketio_path=config.relay_path.strip("/"))
+    return RelayApp(sio_app, hub, config, store, api)
+
+
+class RelayApp:
+    """The relay's ASGI app: Socket.IO and the HTTP routes behind the body limit (``.hub``, ``.config``,
+    ``.store``, ``.api``)."""
+
+    def __init__(self, inner: Any, hub: Hub, config: RelayConfig, store: Store, api: Api) -> None:
+        self.hub, self.config, self.store, self.api = hub, config, store, api
+        sio_path = "/" + config.relay_path.strip("/") + "/"
+
+        def limit_for(path: str) -> int:
+            # Engine.IO long-polling POSTs carry up to its buffer (checked again by Engine.IO itself).
+            return P.ENGINEIO_MAX_BUFFER if path.startswith(sio_path) else config.max_body_bytes
+
+        self.inner = BodyLimit(inner, limit_for)
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        await self.inner(scope, receive, send)
+
+
+async def _json_500(request: Any, exc: Exception) -> Response:
+    """An unexpected failure outside the API's own handling: JSON under /api/, plain text elsewhere."""
+    if request.url.path.startswith("/api/") or "/api/" in request.url.path:
+        return JSONResponse(P.error(P.ERR_INTERNAL, "The relay failed to handle this request."), status_code=500)
+    return PlainTextResponse("Internal Server Error", status_code=500)
+
+
+class ReadinessProbe:
+    """``/readyz``'s checks, bounded: a write to the store (this instance's heartbeat row) and Redis, each within
+    ``timeout_s``. One probe runs at a time; callers meanwhile share its result, so the probe cannot be used to
+    pile work on a slow store."""
+
+    def __init__(self, hub: Hub, timeout_s: float) -> None:
+        self.hub = hub
+        self.timeout_s = timeout_s
+        self._running: asyncio.Task[dict[str, str]] | None = None
+        self._store_write: asyncio.Task[Any] | None = None
+
+    async def run(self) -> dict[str, str]:
+        if self._running is None or self._running.done():
+            self._running = asyncio.ensure_future(self._checks())
+        return dict(await asyncio.shield(self._running))
+
+    async def _checks(self) -> dict[str, str]:
+        checks: dict[str, str] = {}
+        if self._store_write is not None and not self._store_write.done():
+            # The write a previous probe started has not come back: the store is stuck, not ready.
+            checks["store"] = "error: the previous write probe has not finished"
+        else:
+            self._store_write = asyncio.ensure_future(self.hub.store.heartbeat(self.hub.instance))
+            checks["store"] = await self._bounded(asyncio.shield(self._store_write))
+        if self.hub.redis is not None:
+            checks["redis"] = await self._bounded(self.hub.redis.ping())
+            if checks["redis"] == "ok" and not self.hub.redis.listening:
+                # Redis answers, but this process's subscription is still reconnecting (with backoff,
+                # after an outage): until it is back, other processes' events reach its sockets only by
+                # polling and a client.role sent to them is lost.
+                checks["redis"] = "error: not subscribed to the channel yet"
+        return checks
+
+    async def _bounded(self, awaitable: Any) -> str:
+        try:
+            await asyncio.wait_for(awaitable, self.timeout_s)
+            return "ok"
+        except asyncio.TimeoutError:
+            return f"error: no answer within {self.timeout_s:g} s"
+        except Exception as exc:  # noqa: BLE001 - reported, not raised
+            return f"error: {type(exc).__name__}: {exc}"[:200]

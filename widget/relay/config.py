@@ -135,6 +135,34 @@ class RelayConfig:
     message_rate_per_minute: int = 60
     #: Socket.IO joins per client address per minute (0: unlimited).
     join_rate_per_minute: int = 600
+    #: Conversation GETs (and origin checks) per client address per minute (0: unlimited).
+    get_rate_per_minute: int = 240
+    #: Ask-user answers and deletes per client address per minute (0: unlimited).
+    ask_user_rate_per_minute: int = 60
+    #: The largest HTTP request body the API reads, bytes (over it: 413 ``body_too_large``).
+    max_body_bytes: int = 262_144
+    #: Request headers must arrive within this many seconds of the request's first byte (or of the connection).
+    http_header_timeout_s: float = 10.0
+    #: A request body must arrive within this many seconds after its headers.
+    http_body_timeout_s: float = 30.0
+    #: An idle kept-alive HTTP connection is closed after this many seconds.
+    http_idle_timeout_s: float = 5.0
+    #: Open connections (HTTP and WebSocket) per client address (0: no cap).
+    max_connections_per_address: int = 100
+    #: Socket.IO sessions (WebSocket or long-polling) per client address (0: no cap).
+    max_sockets_per_address: int = 100
+    #: Open connections in all (0: the descriptor limit less a reserve for the store and logs).
+    max_connections: int = 0
+    #: Addresses of reverse proxies in front: their ``X-Forwarded-For`` names the client, and their own
+    #: connections are not capped per address (the proxy caps its clients).
+    trusted_proxies: list[str] = field(default_factory=list)
+    #: On SIGTERM: how long running turns may go on before they end with ``turn_interrupted`` (then every
+    #: socket gets a Socket.IO disconnect and the process exits).
+    drain_timeout_s: float = 20.0
+    #: ``/readyz``: how long the store's write probe (and Redis) may take before the relay says not ready.
+    readiness_timeout_s: float = 2.0
+    #: A repeated log line (same cause) is written once per this many seconds, then a count (0: every line).
+    log_repeat_interval_s: float = 10.0
     #: History trimming budget, characters of message content sent to the model (see docs).
     max_history_chars: int = 60_000
     system_prompt: str = DEFAULT_SYSTEM_PROMPT
@@ -169,6 +197,17 @@ class RelayConfig:
         for name in ("function_call_timeout_s", "tool_call_timeout_s"):
             if getattr(cfg, name) <= 0:
                 raise ConfigError(f"{name} must be > 0")
+        for name in ("get_rate_per_minute", "ask_user_rate_per_minute", "create_rate_per_minute",
+                     "max_connections_per_address", "max_sockets_per_address", "max_connections",
+                     "http_idle_timeout_s", "drain_timeout_s", "log_repeat_interval_s"):
+            if getattr(cfg, name) < 0:
+                raise ConfigError(f"{name} must be >= 0")
+        for name in ("max_body_bytes", "http_header_timeout_s", "http_body_timeout_s", "readiness_timeout_s"):
+            if getattr(cfg, name) <= 0:
+                raise ConfigError(f"{name} must be > 0")
+        if not isinstance(cfg.trusted_proxies, list) or not all(isinstance(a, str) and a for a in cfg.trusted_proxies):
+            raise ConfigError("trusted_proxies must be a list of addresses, e.g. [\"127.0.0.1\"]")
+        cfg.trusted_proxies = list(cfg.trusted_proxies)
         if cfg.max_iterations < 1:
             raise ConfigError("max_iterations must be >= 1")
         if cfg.database_url is not None:
@@ -306,6 +345,19 @@ _TOP_KEYS = {
     "message_rate_per_minute": int,
     "join_rate_per_minute": int,
     "max_history_chars": int,
+    "get_rate_per_minute": int,
+    "ask_user_rate_per_minute": int,
+    "max_body_bytes": int,
+    "http_header_timeout_s": (int, float),
+    "http_body_timeout_s": (int, float),
+    "http_idle_timeout_s": (int, float),
+    "max_connections_per_address": int,
+    "max_sockets_per_address": int,
+    "max_connections": int,
+    "trusted_proxies": list,
+    "drain_timeout_s": (int, float),
+    "readiness_timeout_s": (int, float),
+    "log_repeat_interval_s": (int, float),
     "system_prompt": str,
     "log_level": str,
 }
@@ -381,6 +433,22 @@ _ENV = {
     "AUTOPILOT_DIST_DIR": ("dist_dir", Path),
     "AUTOPILOT_FUNCTION_CALL_TIMEOUT_S": ("function_call_timeout_s", float),
     "AUTOPILOT_LOG_LEVEL": ("log_level", str),
+    "AUTOPILOT_CREATE_RATE_PER_MINUTE": ("create_rate_per_minute", int),
+    "AUTOPILOT_MESSAGE_RATE_PER_MINUTE": ("message_rate_per_minute", int),
+    "AUTOPILOT_JOIN_RATE_PER_MINUTE": ("join_rate_per_minute", int),
+    "AUTOPILOT_GET_RATE_PER_MINUTE": ("get_rate_per_minute", int),
+    "AUTOPILOT_ASK_USER_RATE_PER_MINUTE": ("ask_user_rate_per_minute", int),
+    "AUTOPILOT_MAX_BODY_BYTES": ("max_body_bytes", int),
+    "AUTOPILOT_HTTP_HEADER_TIMEOUT_S": ("http_header_timeout_s", float),
+    "AUTOPILOT_HTTP_BODY_TIMEOUT_S": ("http_body_timeout_s", float),
+    "AUTOPILOT_HTTP_IDLE_TIMEOUT_S": ("http_idle_timeout_s", float),
+    "AUTOPILOT_MAX_CONNECTIONS_PER_ADDRESS": ("max_connections_per_address", int),
+    "AUTOPILOT_MAX_SOCKETS_PER_ADDRESS": ("max_sockets_per_address", int),
+    "AUTOPILOT_MAX_CONNECTIONS": ("max_connections", int),
+    "AUTOPILOT_TRUSTED_PROXIES": ("trusted_proxies", lambda raw: [a.strip() for a in raw.split(",") if a.strip()]),
+    "AUTOPILOT_DRAIN_TIMEOUT_S": ("drain_timeout_s", float),
+    "AUTOPILOT_READINESS_TIMEOUT_S": ("readiness_timeout_s", float),
+    "AUTOPILOT_LOG_REPEAT_INTERVAL_S": ("log_repeat_interval_s", float),
 }
 
 

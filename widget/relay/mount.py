@@ -13,6 +13,12 @@ Everything the relay writes carries the prefix: conversation URLs, the Socket.IO
 the PyScript config and the demo page's URLs. The relay's lifespan (storage, model loop) runs inside the host
 app's. A plain ``Mount("/copilot", create_app(...))`` is not enough: Starlette neither forwards lifespan events to
 mounted apps nor tells them their prefix in a way Socket.IO understands.
+
+The relay's paths bypass the host app's middleware: requests under the prefix go to the relay before the host's
+middleware stack sees them. A host ``CORSMiddleware`` would otherwise answer the relay's preflights with its own
+origins (``400 Disallowed CORS origin``) or override the relay's per-app policy with ``*``; the relay answers CORS
+for its apps' origins itself. Anything the host wants on the relay's paths (authentication, a proxy) goes in front
+of the whole app.
 """
 
 from __future__ import annotations
@@ -77,6 +83,41 @@ async def lifespan_of(app: Any) -> AsyncIterator[None]:
         await asyncio.gather(task, return_exceptions=True)
 
 
+class _PrefixFirst:
+    """ASGI: HTTP and WebSocket requests under ``prefix`` go to the relay; everything else (lifespan included) to
+    the host's middleware stack."""
+
+    def __init__(self, prefix: str, relay: Any, host_stack: Any) -> None:
+        self.prefix = prefix
+        self.relay = relay
+        self.host_stack = host_stack
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] in ("http", "websocket"):
+            base = str(scope.get("root_path") or "").rstrip("/") + self.prefix
+            path = scope.get("path", "")
+            if not path.startswith(base):  # servers that pass the path without the root path
+                base = self.prefix
+            if path == base or path.startswith(base + "/"):
+                await self.relay(scope, receive, send)
+                return
+        await self.host_stack(scope, receive, send)
+
+
+def _bypass_host_middleware(app: Any, prefix: str, prefixed: "PrefixedRelay") -> None:
+    """Put the relay's paths in front of the host's middleware stack (built now or at the first request)."""
+    build = getattr(app, "build_middleware_stack", None)
+    if build is None:
+        return  # not a Starlette app: its router routes the prefix
+
+    def build_with_relay_first() -> Any:
+        return _PrefixFirst(prefix, prefixed, build())
+
+    app.build_middleware_stack = build_with_relay_first
+    if getattr(app, "middleware_stack", None) is not None:  # already serving: rebuild with the relay in front
+        app.middleware_stack = build_with_relay_first()
+
+
 def mount(app: Any, prefix: str, config: Any = None, *, relay: Any = None) -> PrefixedRelay:
     """Mount a relay (``relay``, or ``create_app(config)``) under ``prefix`` of a Starlette or FastAPI ``app``;
     its lifespan joins ``app``'s. Returns the mounted relay (``.hub``, ``.config``, ``.store`` as usual)."""
@@ -91,8 +132,9 @@ def mount(app: Any, prefix: str, config: Any = None, *, relay: Any = None) -> Pr
     if router is None or not hasattr(router, "lifespan_context"):
         raise ConfigError("mount() needs a Starlette or FastAPI app; other ASGI servers can wrap PrefixedRelay and "
                           "run lifespan_of(relay) themselves.")
-    # In front of the host's own routes, so a catch-all route there does not shadow it.
+    # In front of the host's own routes, so a catch-all route there does not shadow it (url_for, route listings).
     router.routes.insert(0, Mount(prefix, app=prefixed))
+    _bypass_host_middleware(app, prefix, prefixed)
     outer = router.lifespan_context
 
     @contextlib.asynccontextmanager

@@ -14,8 +14,55 @@ import uvicorn
 
 from .app import create_app
 from .config import RelayConfig
+from .drain import RelayServer
+from .http_limits import ConnectionGuard, EdgeSettings, protocol_for
 from .model import ModelAdapter
 from .storage import Store
+
+
+#: Descriptors kept for the store, logs and outgoing connections when ``max_connections`` is 0 (automatic).
+DESCRIPTOR_RESERVE = 128
+
+
+def descriptor_limit(raise_soft: bool = False) -> int:
+    """The process's open-file limit (raised to the hard limit first when ``raise_soft``); 0 if unknown."""
+    try:
+        import resource
+
+        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        if raise_soft and hard != resource.RLIM_INFINITY and soft < hard:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+            soft = hard
+        return 0 if soft == resource.RLIM_INFINITY else int(soft)
+    except (ImportError, ValueError, OSError):
+        return 0
+
+
+def edge_settings(config: RelayConfig) -> EdgeSettings:
+    """The connection bounds of ``config`` (``max_connections`` 0: the descriptor limit less a reserve)."""
+    cap = config.max_connections
+    if cap == 0:
+        cap = max(0, descriptor_limit() - DESCRIPTOR_RESERVE)
+    return EdgeSettings(header_timeout_s=config.http_header_timeout_s, body_timeout_s=config.http_body_timeout_s,
+                        max_connections_per_address=config.max_connections_per_address, max_connections=cap,
+                        uncapped_addresses=frozenset(config.trusted_proxies))
+
+
+def uvicorn_config(app: Any, config: RelayConfig, log_level: str = "warning", **kwargs: Any) -> uvicorn.Config:
+    """uvicorn's settings for the relay: the guarded HTTP/1.1 protocol (caps and deadlines), the idle timeout,
+    forwarded headers only from ``trusted_proxies``, a bounded graceful stop."""
+    guard = ConnectionGuard(edge_settings(config))
+    ucfg = uvicorn.Config(
+        app, log_level=log_level, lifespan="on", access_log=False, ws="auto",
+        http=protocol_for(guard),  # type: ignore[arg-type]
+        timeout_keep_alive=config.http_idle_timeout_s,  # type: ignore[arg-type]
+        proxy_headers=bool(config.trusted_proxies),
+        forwarded_allow_ips=list(config.trusted_proxies) or None,
+        timeout_graceful_shutdown=5,
+        **kwargs,
+    )
+    ucfg.guard = guard  # type: ignore[attr-defined]
+    return ucfg
 
 
 def _bind(host: str, port: int) -> socket.socket:
@@ -36,7 +83,7 @@ class RelayHandle:
     port: int
     config: RelayConfig
     app: Any
-    server: uvicorn.Server
+    server: RelayServer
     task: asyncio.Task[Any] | None = None
     thread: threading.Thread | None = None
     loop: asyncio.AbstractEventLoop | None = None
@@ -70,8 +117,8 @@ def _prepare(config: RelayConfig | None, store: Store | None, models: dict[str, 
     port = sock.getsockname()[1]
     config = dataclasses.replace(config, port=port)
     app = create_app(config, store=store, models=models)
-    ucfg = uvicorn.Config(app, log_level=log_level, lifespan="on", access_log=False, ws="auto")
-    server = uvicorn.Server(ucfg)
+    ucfg = uvicorn_config(app, app.config, log_level=log_level)
+    server = RelayServer(ucfg, app.hub, app.config.drain_timeout_s)
     host = config.host if config.host not in ("0.0.0.0", "::", "") else "127.0.0.1"
     handle = RelayHandle(url=f"http://{host}:{port}", port=port, config=app.config, app=app, server=server, _sock=sock)
     return handle, sock

@@ -71,17 +71,47 @@ class _CheckedPacket(sio_packet.Packet):
 
 
 class RelaySocketServer(socketio.AsyncServer):
-    """``socketio.AsyncServer`` that closes a connection sending a malformed packet (see the module doc)."""
+    """``socketio.AsyncServer`` that closes a connection sending a malformed packet (see the module doc) and
+    refuses a new session from an address that already has ``max_sockets_per_address`` of them (WebSocket or
+    long-polling alike: a polling session holds no connection between its requests)."""
+
+    #: Engine.IO sessions per client address (0: no cap); set by the relay from its config.
+    max_sockets_per_address = 0
 
     def __init__(self, **kwargs: Any) -> None:
         kwargs.setdefault("serializer", _CheckedPacket)
         super().__init__(**kwargs)
+        self._sessions_of: dict[str, set[str]] = {}
+        self._address_of: dict[str, str] = {}
 
     async def _handle_eio_connect(self, eio_sid: str, environ: dict[str, Any]) -> Any:
+        client = (environ.get("asgi.scope") or {}).get("client")
+        address = str(client[0]) if client else "?"
+        mine = self._sessions_of.get(address, set())
+        if self.max_sockets_per_address > 0 and len(mine) >= self.max_sockets_per_address:
+            log.warning("refusing a Socket.IO session from %s: %d are open from it (max_sockets_per_address)",
+                        address, len(mine))
+            return False  # Engine.IO answers 401 and forgets the session
+        self._sessions_of.setdefault(address, set()).add(eio_sid)
+        self._address_of[eio_sid] = address
         s = self.eio.sockets.get(eio_sid)
         if s is not None and type(s) is eio_socket.AsyncSocket:
             s.__class__ = _StrictEioSocket  # before its transport loop reads any packet
         return await super()._handle_eio_connect(eio_sid, environ)
+
+    async def _handle_eio_disconnect(self, eio_sid: str, *args: Any) -> None:
+        address = self._address_of.pop(eio_sid, None)
+        if address is not None:
+            mine = self._sessions_of.get(address)
+            if mine is not None:
+                mine.discard(eio_sid)
+                if not mine:
+                    del self._sessions_of[address]
+        await super()._handle_eio_disconnect(eio_sid, *args)
+
+    def sessions_from(self, address: str) -> int:
+        """How many Engine.IO sessions are open from ``address``."""
+        return len(self._sessions_of.get(address, ()))
 
     async def _handle_eio_message(self, eio_sid: str, data: Any) -> None:
         # The packet is decoded (by _CheckedPacket) and its type checked synchronously in here; handlers run
