@@ -168,7 +168,7 @@ class Api:
         return HttpError(P.ERR_FORBIDDEN_ORIGIN, text[0].upper() + text[1:] + ".")
 
     def _draining(self) -> None:
-        if getattr(self.hub, "draining", False) or self.hub.closing:
+        if self.hub.draining or self.hub.closing:
             raise HttpError(ERR_UNAVAILABLE, "The relay is shutting down; retry (another relay process answers).",
                             headers={"Retry-After": "1"})
 

@@ -106,7 +106,7 @@ def create_app(
     async def readyz(_request: Any) -> JSONResponse:
         """The store takes a write and Redis (when configured) answers, each in time: send traffic here."""
         checks = await probe.run()
-        if getattr(hub, "draining", False) or hub.closing:
+        if hub.draining or hub.closing:
             checks["relay"] = "error: shutting down"
         ok = all(v == "ok" for v in checks.values())
         body = {"ok": ok, "instance": hub.instance, "checks": checks}

@@ -54,6 +54,9 @@ class Hub:
         #: held by the socket that left goes to the new active client (§3.1 pending_calls)
         self.leaving: dict[str, asyncio.Event] = {}
         self.closing = False
+        #: set by a graceful shutdown (widget.relay.drain): no new joins or turns, running turns end
+        #: with turn_interrupted when cancelled
+        self.draining = False
         self._loops: list[asyncio.Task[Any]] = []
         self._tasks: set[asyncio.Task[Any]] = set()
         self.fanout = Fanout(self)
@@ -109,6 +112,13 @@ class Hub:
             self.sio.manager.initialize()
         if self.store.shared:
             self._loops.append(asyncio.ensure_future(self.fanout.poll_forever()))
+
+    def refuse_new_work(self) -> None:
+        """While the relay drains for shutdown, a join or a new turn is refused ``unavailable``."""
+        if self.draining:
+            from ...errors import ProtocolError
+
+            raise ProtocolError(P.ERR_UNAVAILABLE, "The relay is shutting down; reconnect (another relay process answers).")
 
     async def shutdown(self) -> None:
         """Stop every task (running turns are left for the next open to recover) and close connections."""

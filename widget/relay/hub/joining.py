@@ -56,6 +56,7 @@ class Membership:
         events after ``last_seq``, then live events."""
         hub = self.hub
         sid = ctx.sid
+        hub.refuse_new_work()
         if not hub.join_limiter.allow(hub.addresses.get(sid, "?")):
             raise ProtocolError(P.ERR_RATE_LIMITED, "Too many joins from this address; wait a moment and join again.")
         if not isinstance(data, dict):

@@ -137,6 +137,11 @@ class TurnRunner:
                 # The relay is shutting down: leave the turn as it is; the next open of the
                 # conversation (here or in the next process) marks it failed with Retry.
                 status = "interrupted"
+            elif hub.draining:  # the drain deadline passed: end it now, Retry goes on elsewhere
+                status = "interrupted"
+                await self.abort(cid, turn_id, cur, "failed", {
+                    "content": "The answer was interrupted because the relay restarted. Try again.",
+                    "code": P.TurnErrorCode.TURN_INTERRUPTED.value, "retryable": True})
             else:
                 status = "cancelled"
                 await self.abort(cid, turn_id, cur, "cancelled", None)

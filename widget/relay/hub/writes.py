@@ -57,6 +57,7 @@ class Writes:
     async def user_message(self, ctx: Ctx, data: dict[str, Any]) -> Ack:
         """Store the reader's message and start a turn answering it."""
         hub = self.hub
+        hub.refuse_new_work()
         cid, rt = ctx.cid, ctx.conv_rt
         text = data.get("text")
         if not isinstance(text, str) or not text.strip():
@@ -104,6 +105,7 @@ class Writes:
         """Both withdraw the messages they replace with one ``messages.withdrawn`` event, stored with
         the new status and the ack, then run the turn."""
         hub = self.hub
+        hub.refuse_new_work()
         cid, rt = ctx.cid, ctx.conv_rt
         op = P.EV_REGENERATE if regenerate else P.EV_RETRY
         snap = await hub.store.snapshot(cid)
