@@ -2,7 +2,8 @@
 
 Scenarios (each prints one JSON line of numbers; all by default):
   body       an 800 MB create (Content-Length, then the bytes), the same chunked (no length), four concurrent
-             500 MB ask-user posts: the relay's peak RSS growth (VmHWM − VmRSS before), status, seconds
+             500 MB ask-user posts, after a 2 MB warm-up of each kind: the relay's peak RSS growth (VmHWM, reset
+             before each case, − VmRSS before), status, seconds
   slowloris  300 connections trickling one header line a second for --slow-s seconds, from 3 addresses
              (100 each), then 300 from one address: how many the relay closed, when, how many it refused
   sessions   8,000 Engine.IO long-polling sessions opened from one address: accepted, refused, RSS growth
@@ -76,6 +77,10 @@ class Relay:
                 out[line.split(":")[0]] = int(line.split()[1])
         return out
 
+    def reset_peak(self) -> None:
+        """Start VmHWM again from the current RSS (Linux: ``clear_refs`` 5)."""
+        Path(f"/proc/{self.proc.pid}/clear_refs").write_text("5")
+
     def stop(self) -> None:
         self.proc.terminate()
         try:
@@ -133,6 +138,11 @@ async def bench_body(root: Path, tmp: Path) -> dict[str, Any]:
         _, created = request(f"{relay.url}/api/apps/demo/conversations", "POST", b"{}",
                              {"Origin": origin, "Content-Type": "application/json"})
         path = created["url"].split(str(relay.port), 1)[1]
+        # Warm up (lazy imports, first-request allocations) with one small refused body of each kind.
+        await send_body(relay.port, f"POST {path}/ask_user HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                                    f"Content-Length: {2 * MB}\r\n\r\n", 2 * MB, False)
+        await send_body(relay.port, f"POST /api/apps/demo/conversations HTTP/1.1\r\nHost: x\r\nOrigin: {origin}\r\n"
+                                    "Transfer-Encoding: chunked\r\n\r\n", 2 * MB, True)
         cases = [
             ("create_800MB_length", [f"POST /api/apps/demo/conversations HTTP/1.1\r\nHost: x\r\nOrigin: {origin}\r\n"
                                      f"Content-Type: application/json\r\nContent-Length: {800 * MB}\r\n\r\n"], 800, False),
@@ -142,6 +152,8 @@ async def bench_body(root: Path, tmp: Path) -> dict[str, Any]:
                                   f"Content-Length: {500 * MB}\r\n\r\n"] * 4, 500, False),
         ]
         for name, heads, mb, chunked in cases:
+            await asyncio.sleep(1)
+            relay.reset_peak()
             before = relay.mem()
             t0 = time.monotonic()
             results = await asyncio.gather(*(send_body(relay.port, h, mb * MB, chunked) for h in heads))
@@ -238,7 +250,14 @@ async def bench_sessions(root: Path, tmp: Path, count: int = 8000) -> dict[str, 
 async def bench_fdlimit(root: Path, tmp: Path, seconds: float) -> dict[str, Any]:
     out = {}
     for label, toml in (("total_cap_off", "max_connections = 1000000\n"), ("total_cap_auto", "")):
-        relay = Relay(root, tmp, toml, nofile=1024)
+        try:
+            relay = Relay(root, tmp, toml, nofile=1024)
+        except RuntimeError as exc:
+            if "unknown key" not in str(exc):
+                raise
+            if label != "total_cap_off":
+                continue
+            relay = Relay(root, tmp, "", nofile=1024)  # a relay without the setting has no total cap
         held = []
         try:
             for i in range(1100):
