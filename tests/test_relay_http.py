@@ -410,3 +410,21 @@ def test_a_log_storm_is_one_line_per_cause_per_interval() -> None:
     now[0] = 10.5
     again = record("socket.accept() out of system resource", exc=accept)
     assert storm.filter(again) and "[999 more like this in the last 10 s]" in again.getMessage()
+
+
+async def test_a_cut_body_logs_nothing(tmp_path: Path, http: aiohttp.ClientSession, caplog: pytest.LogCaptureFixture) -> None:
+    """The route that was reading a body the limit cut (or a client that left mid-body) logs no traceback."""
+    relay = await launch(tmp_path, max_body_bytes=20_000)
+    try:
+        caplog.set_level(logging.INFO)
+
+        async def chunks() -> AsyncIterator[bytes]:
+            for _ in range(10):
+                yield b" " * 8192
+
+        async with http.post(f"{relay.url}/api/apps/demo/conversations", data=chunks(),
+                             headers={"Origin": relay.url, "Content-Type": "application/json"}) as r:
+            assert r.status == 413
+        assert [rec.getMessage() for rec in caplog.records if rec.levelno >= logging.WARNING] == []
+    finally:
+        await relay.stop()

@@ -18,7 +18,7 @@ import sqlite3
 from typing import Any, Awaitable, Callable
 from urllib.parse import urlsplit
 
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response
 
 from .. import protocol as P
@@ -99,6 +99,10 @@ def endpoint(fn: Handler) -> Handler:
                               {**request.state.cors, **exc.headers})
         except ProtocolError as exc:
             return self._json(STATUS.get(exc.code, 400), P.error(exc.code, exc.message), request.state.cors)
+        except ClientDisconnect:
+            # The client went away mid-body, or the body limit / body deadline ended the request (its answer,
+            # if any, is already out): nothing to say, nothing to log.
+            return Response(status_code=400)
         except Exception as exc:  # noqa: BLE001 - every answer of /api is JSON
             if is_store_failure(exc):
                 log.warning("%s %s: the store failed: %s: %s", request.method, request.url.path, type(exc).__name__, exc)

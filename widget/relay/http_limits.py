@@ -300,6 +300,8 @@ class LogStormFilter(logging.Filter):
             return False
         if len(self._seen) > 1000:  # causes are templates: few; forget the old ones if a caller formats its own
             self._seen = {k: v for k, v in self._seen.items() if now - v[0] < self.interval_s}
+            if len(self._seen) > 5000:  # a burst of distinct lines: start over rather than grow
+                self._seen = {}
         self._seen[cause] = (now, 0)
         if "out of system resource" in str(record.msg) and record.exc_info:
             exc = record.exc_info[1]
