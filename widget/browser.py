@@ -16,7 +16,7 @@ from collections.abc import MutableMapping
 from typing import Any, Iterator
 
 from .client import AutopilotClient
-from .errors import ConfigError, WidgetError
+from .errors import WidgetError
 from .page import set_client
 from .store import Store
 from .transports.browser import BrowserTransport
@@ -134,11 +134,7 @@ def report_page_error(client: AutopilotClient, payload: dict[str, Any]) -> None:
 
 async def run_page_python(sources: list[tuple[str, str]], client: AutopilotClient) -> list[str]:
     """Run each page block in the page module, in order; one that raises is reported and the next one runs."""
-    from .core.validation import prefetch_checker
-
     failures = []
-    if any("parameters" in source for source, _ in sources):
-        await prefetch_checker()  # explicit schemas are checked at registration: fetch the checker first
     for source, name in sources:
         # The source in linecache: tracebacks and inspect.getsource show the page's lines.
         linecache.cache[name] = (len(source), None, source.splitlines(True), name)
@@ -151,11 +147,17 @@ async def run_page_python(sources: list[tuple[str, str]], client: AutopilotClien
             payload = page_error(name, exc)
             failures.append(payload["traceback"])
             report_page_error(client, payload)
-    for fname, exc in await client.registry.check_pending():
+    return failures
+
+
+async def check_schemas_later(client: AutopilotClient, names: list[str]) -> None:
+    """The metaschema check of page Python's explicit schemas that waited for jsonschema (kept off the boot
+    path: its import is a long main-thread task): a function whose schema is not JSON Schema is removed and
+    the bar and console say why."""
+    for fname, exc in await client.registry.check_pending(names):
         client.unregister_function(fname)
         report_page_error(client, {"source": fname, "line": None, "traceback": "",
                                    "message": f"page Python failed: {exc}"})
-    return failures
 
 
 #: What the first answer imports, in an order where each import runs few modules (each one its own task).
@@ -255,6 +257,8 @@ async def boot(config_json: str, page_sources: Any, loader: Any) -> Any:
         await run_page_python(page, client)
     finally:
         page_done.set_result(None)
+    if client.registry.unchecked:
+        asyncio.ensure_future(check_schemas_later(client, list(client.registry.unchecked)))
     asyncio.ensure_future(warm_first_answer())
     handle = _Handle(client, store, bar, getattr(loader, "api", None))
     handle.connecting = connecting
@@ -425,16 +429,9 @@ class _Handle:
     async def _check_schema_later(self, name: str) -> None:
         """The metaschema check of a schema registered before the checker was loaded: the JS promise
         rejects with the ConfigError and the function is removed again."""
-        registry = self.client.registry
-        failed: ConfigError | None = None
-        for removed, exc in await registry.check_pending():
+        for removed, exc in await self.client.registry.check_pending([name]):
             self.client.unregister_function(removed)
-            if removed == name:
-                failed = exc
-            else:
-                log.error("%s", exc)
-        if failed is not None:
-            raise failed
+            raise exc
 
     def _op_pageError(self, d: Any) -> None:  # noqa: N802 - the JS name
         """A PyScript block that raised (the loader watches PyScript's stderr): reported like page Python."""

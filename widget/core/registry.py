@@ -1,8 +1,9 @@
 """Client-function storage and the descriptors the relay sees (``registerFunction``).
 
 An explicit ``parameters`` schema (from Python or JS) is checked against the JSON Schema metaschema when it is
-registered. In the browser jsonschema sits in a zip fetched on first use: when it is not there yet the check
-waits (``unchecked``) until ``check_pending`` has fetched it without blocking the page.
+registered. In the browser jsonschema sits in a zip fetched on first use, and importing it is a long task of
+the main thread: when it is not loaded yet the check waits (``unchecked``) until ``check_pending`` runs, after
+the boot (the browser boot calls it once page Python ran and the socket joins; the JS API before it answers).
 """
 
 from __future__ import annotations
@@ -103,23 +104,25 @@ class FunctionRegistry:
                 self.unchecked[definition.name] = definition
         self._functions[definition.name] = definition
 
-    async def check_pending(self) -> list[tuple[str, ConfigError]]:
-        """Fetch the checker and check the schemas registered before it was there. Returns the functions whose
-        schema is not JSON Schema (still registered: the caller unregisters them, which syncs the removal)."""
-        if not self.unchecked:
+    async def check_pending(self, names: list[str] | None = None) -> list[tuple[str, ConfigError]]:
+        """Fetch the checker and check the schemas registered before it was there (``names`` of them, or all).
+        Returns the functions whose schema is not JSON Schema (still registered: the caller unregisters them,
+        which syncs the removal)."""
+        names = list(self.unchecked) if names is None else [n for n in names if n in self.unchecked]
+        if not names:
             return []
         await prefetch_checker()
-        removed = []
-        for name, definition in list(self.unchecked.items()):
-            if self.unchecked.get(name) is not definition:
+        failed = []
+        for name in names:
+            definition = self.unchecked.pop(name, None)
+            if definition is None:  # checked meanwhile, replaced by a checked one, or removed
                 continue
-            del self.unchecked[name]
             try:
                 check_schema(name, definition.parameters)
             except ConfigError as exc:
                 if self._functions.get(name) is definition:
-                    removed.append((name, exc))
-        return removed
+                    failed.append((name, exc))
+        return failed
 
     def unregister(self, name: str) -> bool:
         """Remove ``name``; True when it existed."""
