@@ -302,3 +302,26 @@ def test_every_derived_schema_is_valid_json_schema():
     schema = parameters_from_signature(everything)
     assert schema_problem(dict(schema)) is None
     assert schema["properties"]["c"]["default"] is None and schema["required"] == ["a", "b"]
+
+
+def test_page_python_errors_name_the_block_and_line():
+    import linecache
+    import sys
+
+    from widget.browser import PAGE_MODULE_NAME, PAGE_NAMESPACE, page_error, page_error_text
+
+    assert sys.modules[PAGE_MODULE_NAME].__dict__ is PAGE_NAMESPACE
+    for source, want in [("x = 1\n\nraise KeyError('k')\n", "line 3: KeyError: 'k'"),
+                         ("def f(:\n", "line 1: SyntaxError: ")]:
+        try:
+            exec(compile(source, "<page script 4>", "exec"), {})
+        except Exception as exc:  # noqa: BLE001
+            payload = page_error("<page script 4>", exc)
+        assert payload["message"].startswith(f"page Python failed: <page script 4>, {want}"), payload["message"]
+        assert payload["source"] == "<page script 4>" and want.split()[2] in payload["traceback"]
+    linecache.cache.pop("<page script 4>", None)
+    # A PyScript block's error arrives as traceback text: its last "<exec>" frame is the block's line.
+    tb = ('Traceback (most recent call last):\n  File "/lib/python3.14/_pyodide/_base.py", line 597, in eval_code\n'
+          '  File "<exec>", line 7, in <module>\n  File "<exec>", line 3, in helper\nValueError: bad\n')
+    assert page_error_text("<py script 2>", tb)["message"] == "page Python failed: <py script 2>, line 3: ValueError: bad"
+    assert page_error_text("<py script 2>", "")["message"] == "page Python failed: <py script 2>: error"
