@@ -428,3 +428,20 @@ async def test_a_cut_body_logs_nothing(tmp_path: Path, http: aiohttp.ClientSessi
         assert [rec.getMessage() for rec in caplog.records if rec.levelno >= logging.WARNING] == []
     finally:
         await relay.stop()
+
+
+async def test_a_refused_origin_loading_the_widget_files_is_logged_once(tmp_path: Path, http: aiohttp.ClientSession,
+                                                                       caplog: pytest.LogCaptureFixture) -> None:
+    relay = await launch(tmp_path, apps={"my-site": AppConfig(allowed_origins=["http://127.0.0.1:9150"])})
+    try:
+        caplog.set_level(logging.WARNING, logger="widget.relay.static")
+        for origin in ("http://localhost:9150", "http://localhost:9150", "http://127.0.0.1:9150"):
+            async with http.get(f"{relay.url}/widget/b123/app.py", headers={"Origin": origin}) as r:
+                assert r.status == 200
+                assert (r.headers.get("Access-Control-Allow-Origin") == origin) == (origin == "http://127.0.0.1:9150")
+        lines = [rec.getMessage() for rec in caplog.records if rec.name == "widget.relay.static"]
+        assert lines == ["origin http://localhost:9150 is not allowed by any app on this relay; allowed: "
+                         "http://127.0.0.1:9150 (a page there cannot load the widget's modules: add the origin to "
+                         "its app's allowed origins)"]
+    finally:
+        await relay.stop()

@@ -32,6 +32,8 @@ from typing import Iterable
 from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, RedirectResponse, Response
 
+from .ratelimit import RateLimiter
+
 log = logging.getLogger("widget.relay.static")
 
 MIME = {
@@ -69,6 +71,8 @@ class DistFiles:
         self.allowed_origins = set(allowed_origins)
         self._gz: dict[tuple[str, int, int], bytes | None] = {}
         self._gz_locks: dict[tuple[str, int, int], asyncio.Lock] = {}
+        #: a refused origin is logged once a minute (per origin)
+        self._origin_notes = RateLimiter(1, 60.0)
         if not self.root.is_dir():
             log.warning("build output %s does not exist: static files and the demo page are unavailable "
                         "(run python build.py); the API works", self.root)
@@ -123,6 +127,10 @@ class DistFiles:
         headers = {"Vary": "Origin, Accept-Encoding", "Cross-Origin-Resource-Policy": "cross-origin"}
         if origin and origin in self.allowed_origins:
             headers["Access-Control-Allow-Origin"] = origin
+        elif origin and self._origin_notes.allow(origin):
+            log.warning("origin %s is not allowed by any app on this relay; allowed: %s (a page there cannot load "
+                        "the widget's modules: add the origin to its app's allowed origins)",
+                        origin, ", ".join(sorted(self.allowed_origins)) or "none")
         return headers
 
     @staticmethod
