@@ -29,6 +29,7 @@ from support import (  # noqa: E402
     py_eval,
     start_relay,
 )  # noqa: E402
+from protocol_traffic import checked_traffic  # noqa: E402,F401 - autouse: the relay tests' traffic meets the schemas
 
 
 @pytest.fixture(scope="session")

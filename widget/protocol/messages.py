@@ -157,10 +157,12 @@ class FunctionResponsePayload(TypedDict):
     id: str
     status: CallStatus
     result: NotRequired[JSON]
-    error: NotRequired[str | None]
+    #: A string; anything else (or an empty string) is stored as "The function failed.".
+    error: NotRequired[JSON]
     idempotency_key: str
-    handler_ms: NotRequired[float | None]
-    total_ms: NotRequired[float | None]
+    #: Numbers; anything else is stored as null.
+    handler_ms: NotRequired[JSON]
+    total_ms: NotRequired[JSON]
 
 
 class KeyOnlyPayload(TypedDict):
@@ -175,8 +177,8 @@ class ReplayPayload(TypedDict):
     last_seq: int | None
 
 
-class EmptyPayload(TypedDict):
-    """``activate``: no fields."""
+#: ``activate``: no fields are read; any payload is accepted.
+ActivatePayload = JSON
 
 
 class ActionOutcomePayload(TypedDict):
@@ -403,13 +405,23 @@ class AskUserOption(TypedDict):
     label: str
 
 
+class AskUserArguments(TypedDict):
+    """What a prompt's type takes: ``options`` (radiolist, checklist), button labels (bool), a text field's looks."""
+
+    options: NotRequired[list[AskUserOption]]
+    yes_label: NotRequired[str]
+    no_label: NotRequired[str]
+    placeholder: NotRequired[str]
+    multiline: NotRequired[bool]
+
+
 class AskUserPrompt(TypedDict):
-    """A question the model asks the reader (``arguments`` holds ``options``, labels, ``placeholder``...)."""
+    """A question the model asks the reader."""
 
     id: str
     type: AskUserType
     question: str
-    arguments: NotRequired[JSONObject]
+    arguments: NotRequired[AskUserArguments]
 
 
 class AskUserRequestEvent(Sequenced):

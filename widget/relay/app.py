@@ -17,6 +17,7 @@ from .. import protocol as P
 from .api import Api
 from .config import RelayConfig
 from .http_limits import BodyLimit
+from .contract import routes as contract_routes
 from .hub import Hub
 from .model import ModelAdapter
 from .static import DistFiles
@@ -126,6 +127,7 @@ def create_app(
         Route(conv_path, api.conversation_preflight, methods=["OPTIONS"]),
         Route(ask_path, api.ask_user, methods=["POST"]),
         Route(ask_path, api.conversation_preflight, methods=["OPTIONS"]),
+        *contract_routes(),  # GET /api/protocol/{asyncapi,openapi,protocol.schema}.json
         Route("/api/{path:path}", api_not_found, methods=["GET", "POST", "DELETE", "OPTIONS"]),
         Route("/widget/{path:path}", dist.widget, methods=["GET", "HEAD"]),
         Route("/widget/{path:path}", dist.preflight, methods=["OPTIONS"]),

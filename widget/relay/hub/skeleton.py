@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any, Awaitable, Callable
 
 from ... import protocol as P
 from ...errors import ProtocolError
+from ..contract import refusal
 from .runtime import ConvRuntime
 
 if TYPE_CHECKING:
@@ -126,6 +127,8 @@ def wrap(hub: Hub, owner: Any, spec: EventSpec, fn: Callable[[Ctx, Any], Awaitab
                 raise ProtocolError(P.ERR_BAD_REQUEST, spec.shape)
             if spec.idempotent:
                 ctx.key = key_of(data)
+            if refused := refusal(spec.event, data):  # the payload's schema (widget.relay.contract)
+                raise ProtocolError(*refused)
             if spec.before is not None:
                 await spec.before(owner, ctx)
             if not spec.locked:

@@ -1,0 +1,186 @@
+"""The machine-readable protocol: generated schemas, the AsyncAPI and OpenAPI documents, the checks, the served copies."""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import json
+import os
+import subprocess
+import tarfile
+from pathlib import Path
+from typing import Any, AsyncIterator, is_typeddict
+
+import aiohttp
+import jsonschema
+import pytest
+import pytest_asyncio
+from openapi_spec_validator import validate as validate_openapi
+from protocol_traffic import Traffic
+from relay_helpers import launch
+
+from widget.protocol import messages, names
+from widget.protocol import schemas as S
+from widget.relay import contract as C
+
+ROOT = Path(__file__).resolve().parent.parent
+CHECKED_IN = ROOT / "schemas"
+#: The AsyncAPI Initiative's JSON Schema of AsyncAPI documents (npm package), pinned by its tarball's hash.
+ASYNCAPI_SPECS = ("@asyncapi/specs", "6.11.1", "01af8744dc33c0c7eb2e908f6a955319ee58b70ecadc9387d1aeb16c0cd28928")
+
+
+def asyncapi_meta_schema() -> dict[str, Any]:
+    """The AsyncAPI 3.0.0 document schema, from the pinned npm tarball (fetched once into the build cache)."""
+    name, version, sha = ASYNCAPI_SPECS
+    cache = Path(os.environ.get("AUTOPILOT_BUILD_CACHE", ROOT / ".build-cache")) / "test-downloads"
+    cache.mkdir(parents=True, exist_ok=True)
+    tgz = cache / f"asyncapi-specs-{version}.tgz"
+    if not tgz.exists():
+        subprocess.run(["npm", "pack", f"{name}@{version}", "--pack-destination", str(cache)], check=True,
+                       capture_output=True, timeout=300)
+    assert hashlib.sha256(tgz.read_bytes()).hexdigest() == sha, f"{tgz} is not the pinned {name}@{version}"
+    with tarfile.open(tgz) as tar:
+        member = tar.extractfile("package/schemas/3.0.0-without-$id.json")
+        assert member is not None
+        return json.load(member)
+
+
+def test_checked_in_documents_are_the_generated_ones() -> None:
+    """``schemas/`` is what ``python -m widget.relay.contract schemas`` writes: regenerate after changing a TypedDict."""
+    for name, doc in C.documents().items():
+        assert (CHECKED_IN / name).read_text(encoding="utf-8") == C.dump(doc), f"schemas/{name} is stale"
+
+
+def test_bundle_is_a_valid_2020_12_schema_covering_every_type() -> None:
+    bundle = C.schema_bundle()
+    jsonschema.Draft202012Validator.check_schema(bundle)
+    assert bundle["$schema"] == "https://json-schema.org/draft/2020-12/schema"
+    typed = {v.__name__ for v in vars(messages).values() if is_typeddict(v) and v.__module__ == messages.__name__}
+    assert typed - {"FunctionCallRecord", "Sequenced"} <= set(bundle["$defs"])
+    assert set(bundle["x-events"]) == {e.value for e in names.Event}
+    for name, entry in bundle["x-events"].items():
+        assert ("ack" in entry) == (name in names.CLIENT_EVENTS), name
+    assert bundle["$defs"]["ErrorCode"]["enum"] == [e.value for e in names.ErrorCode]
+    assert bundle["$defs"]["ConversationStatus"]["enum"] == [e.value for e in names.ConversationStatus]
+    # What the relay sends says exactly what is documented; what clients send may carry more.
+    assert bundle["$defs"]["JoinAck"]["additionalProperties"] is False
+    assert "additionalProperties" not in bundle["$defs"]["JoinPayload"]
+    assert bundle["$defs"]["JoinPayload"]["required"] == ["token", "version"]
+
+
+def test_openapi_document_passes_its_validator() -> None:
+    doc = C.openapi()
+    validate_openapi(copy.deepcopy(doc))
+    assert doc["openapi"] == "3.1.0"
+    assert set(doc["paths"]) == {op.path for op in S.HTTP}
+    broken = copy.deepcopy(doc)
+    broken["paths"]["/healthz"]["get"]["responses"] = "none"
+    with pytest.raises(Exception):
+        validate_openapi(broken)
+
+
+def test_asyncapi_document_passes_its_validator() -> None:
+    validator = jsonschema.Draft7Validator(asyncapi_meta_schema())
+    doc = C.asyncapi()
+    assert [e.message for e in validator.iter_errors(doc)] == []
+    assert doc["asyncapi"] == "3.0.0"
+    assert set(doc["operations"]) == {e.value.replace(".", "_") for e in names.Event}
+    assert doc["operations"]["join"]["action"] == "receive" and "reply" in doc["operations"]["join"]
+    assert doc["operations"]["completion_ended"]["action"] == "send"
+    # The validator is not vacuous: a document without its required parts fails.
+    broken = copy.deepcopy(doc)
+    del broken["info"]
+    broken["operations"]["join"]["action"] = "publish"
+    assert len(list(validator.iter_errors(broken))) >= 2
+
+
+def test_every_local_ref_resolves() -> None:
+    for doc in (C.asyncapi(), C.openapi(), C.schema_bundle()):
+        text = json.dumps(doc)
+        for ref in {part.split('"')[0] for part in text.split('"$ref": "')[1:]}:
+            node: Any = doc
+            for key in ref.removeprefix("#/").split("/"):
+                node = node[key]
+            assert isinstance(node, dict), ref
+
+
+@pytest.mark.parametrize("event,payload,ok", [
+    ("join", {"token": "t", "version": 1, "last_seq": None}, True),
+    ("join", {"token": "t", "version": 1}, True),
+    ("join", {"token": "t"}, False),
+    ("state_patch", {"patch": [{"op": "add", "path": "/autopilot/context/a", "value": 1}], "idempotency_key": "k"}, True),
+    ("state_patch", {"patch": [{"op": "frobnicate", "path": "/a"}], "idempotency_key": "k"}, False),
+    ("user_message", {"text": "hi", "idempotency_key": "k", "extra": 1}, True),
+    ("user_message", {"text": 5, "idempotency_key": "k"}, False),
+    ("function_response", {"id": "c", "status": "success", "result": [1], "idempotency_key": "k"}, True),
+    ("function_response", {"id": "c", "status": "done", "idempotency_key": "k"}, False),
+    ("activate", {}, True),
+    ("replay", {"last_seq": 3}, True),
+    ("replay", {"last_seq": "3"}, False),
+    ("completion.finished", {"seq": 9, "turn_id": "t_1", "status": "done"}, True),
+    ("completion.finished", {"seq": 9, "turn_id": "t_1", "status": "over"}, False),
+    ("completion.finished", {"seq": 9, "turn_id": "t_1", "status": "done", "extra": 1}, False),
+    ("message", {"seq": 3, "message": {"id": "m", "role": "user", "content": "hi", "created_at": 1.0, "seq": 3}}, True),
+    ("message", {"seq": 3, "message": {"id": "m", "role": "robot", "content": "hi"}}, False),
+    ("no.such.event", {}, False),
+])
+def test_check_payload(event: str, payload: Any, ok: bool) -> None:
+    assert (C.check_payload(event, payload) == []) is ok
+
+
+def test_check_ack_and_refusal_codes() -> None:
+    assert C.check_ack("user_message", {"ok": True, "message_id": "m_1"}) == []
+    assert C.check_ack("user_message", {"ok": True}) != []
+    assert C.check_ack("user_message", {"ok": False, "error": {"code": "busy", "message": "A turn is running."}}) == []
+    [problem] = C.check_ack("user_message", {"ok": False, "error": {"code": "nope", "message": "x"}})
+    assert problem.path == "/error/code" and "nope" in problem.message
+    assert C.refusal("user_message", {"text": "hi", "idempotency_key": "k"}) is None
+    code, message = C.refusal("user_message", {"text": 5, "idempotency_key": "k"}) or ("", "")
+    assert code == "bad_request" and "/text" in message
+    assert (C.refusal("state_patch", {"patch": {}, "idempotency_key": "k"}) or ("",))[0] == "patch_failed"
+    assert (C.refusal("join", {"token": 1, "version": 1}) or ("",))[0] == "invalid_token"
+    assert (C.refusal("join", {"token": "t", "version": "1"}) or ("",))[0] == "version_mismatch"
+
+
+def test_check_http() -> None:
+    assert C.operation_for("GET", "/api/conversations/c_1") == "getConversation"
+    assert C.operation_for("POST", "/api/apps/demo/conversations") == "createConversation"
+    assert C.operation_for("GET", "/widget/autopilot.js") is None
+    assert C.check_http("createConversation", 201, {"ok": True, "id": "c_1", "url": "http://r/api/conversations/c_1"}) == []
+    assert C.check_http("createConversation", 201, {"ok": True, "id": "c_1"}) != []
+    assert C.check_http("createConversation", 418, {}) != []
+    assert C.check_http("deleteConversation", 204, None) == []
+    assert C.check_http("answerAskUser", 200, {"answers": {"id": "a", "result": True}}, request=True) == []
+
+
+def test_traffic_recorder_reports_what_breaks_the_schemas() -> None:
+    """The fixture that checks the relay tests' traffic is not vacuous."""
+    t = Traffic()
+    t.incoming("completion.started", ({"seq": 1, "turn_id": "t", "message_id": "m"},))
+    t.ack("user_message", {"text": "x", "idempotency_key": "k"}, {"ok": True, "message_id": "m"})
+    t.ack("user_message", {"text": 5}, {"ok": False, "error": {"code": "bad_request", "message": "m"}})  # refused
+    assert t.problems == [] and sum(t.checked.values()) == 4
+    t.incoming("completion.started", ({"seq": 1, "turn_id": "t"},))
+    t.incoming("completion.started", ({}, {}))
+    t.ack("user_message", {"text": 5, "idempotency_key": "k"}, {"ok": True, "message_id": "m"})  # accepted: checked
+    t.http("GET", "/api/conversations/c_1", 200, None, {"ok": True})
+    assert [p.split(":")[0].split(" ")[0] for p in t.problems[:3]] == ["event", "event", "payload"], t.problems
+    assert any(p.startswith("http getConversation 200") for p in t.problems)
+
+
+@pytest_asyncio.fixture(scope="module")
+async def relay(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Any]:
+    handle = await launch(tmp_path_factory.mktemp("contract-relay"))
+    yield handle
+    await handle.stop()
+
+
+async def test_relay_serves_the_documents(relay: Any) -> None:
+    async with aiohttp.ClientSession() as http:
+        for name, doc in C.documents().items():
+            r = await http.get(f"{relay.url}{C.DOCS_PATH}/{name}")
+            assert r.status == 200 and r.headers["Content-Type"].startswith("application/json")
+            assert r.headers["Access-Control-Allow-Origin"] == "*"
+            assert await r.text() == C.dump(doc)
+        r = await http.get(f"{relay.url}{C.DOCS_PATH}/nope.json")
+        assert r.status == 404 and (await r.json())["error"]["code"] == "not_found"
