@@ -74,16 +74,18 @@ class HttpOperation:
     responses: tuple[tuple[int, Any], ...] = ()
 
 
-_ERRORS = ((400, M.ErrorAck), (404, M.ErrorAck))
+#: Every API route may answer these: malformed (400), unknown (404), body over its limit (413), unavailable (503).
+_ERRORS = ((400, M.ErrorAck), (404, M.ErrorAck), (413, M.ErrorAck), (503, M.ErrorAck))
 HTTP: tuple[HttpOperation, ...] = (
     HttpOperation("post", "/api/apps/{app_id}/conversations", "createConversation", "Create a conversation.",
                   M.CreateConversationBody,
                   ((201, M.CreatedConversation), *_ERRORS, (401, M.ErrorAck), (403, M.ErrorAck), (429, M.ErrorAck))),
     HttpOperation("get", "/api/conversations/{conversation_id}", "getConversation",
                   "A conversation's messages and a fresh join token.", None,
-                  ((200, M.ConversationResponse), (404, M.ErrorAck))),
+                  ((200, M.ConversationResponse), (404, M.ErrorAck), (503, M.ErrorAck))),
     HttpOperation("delete", "/api/conversations/{conversation_id}", "deleteConversation",
-                  "Delete a conversation and disconnect its sockets.", None, ((204, None), (404, M.ErrorAck))),
+                  "Delete a conversation and disconnect its sockets.", None,
+                  ((204, None), (404, M.ErrorAck), (503, M.ErrorAck))),
     HttpOperation("post", "/api/conversations/{conversation_id}/ask_user", "answerAskUser",
                   "Answer pending ask-user prompts.", M.AskUserBody,
                   ((200, M.ConversationResponse), *_ERRORS)),

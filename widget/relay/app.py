@@ -16,8 +16,8 @@ from starlette.routing import Route
 from .. import protocol as P
 from .api import Api
 from .config import RelayConfig
-from .http_limits import BodyLimit
 from .contract import routes as contract_routes
+from .http_limits import BodyLimit
 from .hub import Hub
 from .model import ModelAdapter
 from .static import DistFiles

@@ -127,7 +127,8 @@ def openapi() -> dict[str, Any]:
         for status, ref in entry["responses"].items():
             desc = {"200": "OK", "201": "Created", "204": "Deleted", "400": "Malformed request",
                     "401": "Wrong app secret", "403": "Origin not allowed", "404": "Not found",
-                    "429": "Rate limited", "503": "Not ready"}[status]
+                    "413": "Body too large", "429": "Rate limited",
+                    "503": "Unavailable (shutting down, store down) or not ready"}[status]
             responses[status] = {"description": desc}
             if ref is not None:
                 responses[status]["content"] = {"application/json": {"schema": _components(ref)}}
