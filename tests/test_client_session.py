@@ -300,10 +300,10 @@ def test_offers_are_recorded_and_an_outcome_from_any_tab_marks_them_done():
            "actions": [{"id": "o1", "name": "open", "arguments": {}}, {"bad": 1}]}
     effects = s.received(P.EV_COMPLETION_ENDED, {"seq": 2, "message": msg}, 0)
     assert notes(effects, "actionsOffered") == [{"message_id": "a1"}]
-    assert [o["id"] for o in s.offers("a1")] == ["o1"]
+    assert [o["id"] for o in s.offers.of("a1")] == ["o1"]
     s.received(P.EV_MESSAGE, {"seq": 3, "message": {"id": "m", "role": "action", "ok": True, "message_id": "a1",
                                                       "action_id": "o1", "outcome": "Done."}}, 0)
-    assert s.offers("a1")[0]["status"] == "done"
+    assert s.offers.of("a1")[0]["status"] == "done"
 
 
 def test_ask_user_prompts_are_required_then_cleared():

@@ -19,6 +19,7 @@ from .client_calls import CallsMixin, ConfirmationHandler, Navigate
 from .client_connection import ConnectionMixin, _http_error, storage_key
 from .client_tools import ToolsMixin
 from .core.events import Emitter
+from .core.offers import Offer
 from .core.pyfunctions import bind_function
 from .core.registry import FunctionDefinition, FunctionRegistry, Handler
 from .core.sequence import SeqTracker
@@ -158,6 +159,11 @@ class AutopilotClient(ConnectionMixin, CallsMixin, ToolsMixin):
         return self.core.outbox
 
     @property
+    def _offers(self) -> dict[str, list[Offer]]:
+        """Old name of the live offers by message id (``get_offered_actions`` is the public reader)."""
+        return self.core.offers.all()
+
+    @property
     def _outbox(self) -> list[str]:
         """Old name of ``pending_responses`` (kept until every caller reads the public one)."""
         return self.core.outbox
@@ -184,7 +190,7 @@ class AutopilotClient(ConnectionMixin, CallsMixin, ToolsMixin):
                     delivered = self._delivered.get(payload["request"]["id"])
                     if delivered is not None and not delivered.done():
                         delivered.set_result(None)
-                self.events.emit(effect.event, payload)
+                self.events.emit(str(effect.event), payload)
             elif isinstance(effect, Send):
                 if effect.tag.startswith("patch:"):
                     self._patch_acks[effect.tag] = self._loop().create_future()
@@ -390,7 +396,7 @@ class AutopilotClient(ConnectionMixin, CallsMixin, ToolsMixin):
     def get_offered_actions(self, message_id: str) -> list[dict[str, Any]]:
         """Live action offers on an assistant message, with the page's label, schema and state."""
         out = []
-        for offer in self.core.offers(message_id):
+        for offer in self.core.offers.of(message_id):
             spec = self._tools.get(offer["name"])
             if spec is None or spec.kind != P.KIND_ACTION:
                 continue

@@ -151,7 +151,7 @@ class ToolsMixin:
     def get_offered_actions(self, message_id: str) -> list[dict[str, Any]]:
         """Live action offers on an assistant message, with the page's label, schema and state."""
         out = []
-        for offer in self.core.offers(message_id):
+        for offer in self.core.offers.of(message_id):
             spec = self._tools.get(offer["name"])
             if spec is None or spec.kind != P.KIND_ACTION:
                 continue
@@ -173,7 +173,7 @@ class ToolsMixin:
         Returns ``{ok, outcome}``; the outcome is recorded with the relay for the model's next turn.
         ConfigError when the offer is unknown, already done, or the form's values fail the schema.
         """
-        offer = next((o for o in self.core.offers(message_id) if o["id"] == action_id), None)
+        offer = self.core.offers.get(message_id, action_id)
         spec = self._tools.get(offer["name"]) if offer else None
         if offer is None or spec is None or spec.kind != P.KIND_ACTION:
             raise ConfigError("That action is not on offer (a restored conversation has no live actions).")

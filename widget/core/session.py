@@ -23,11 +23,23 @@ import collections
 import itertools
 import logging
 from dataclasses import dataclass, field
-from typing import Any, Union
+from typing import Any
 
 from .. import protocol as P
 from ..errors import StateLimitError
-from ..protocol import ConnectionState
+from ..protocol import CallStatus, ClientEvent, ConnectionState
+from ..protocol.messages import FunctionCallRecord, FunctionResponsePayload, JoinPayload
+from .effects import (
+    Effect,
+    EndCall,
+    FlushResult,
+    Notify,
+    Options,
+    Rejoin,
+    RunCall,
+    Send,
+)
+from .offers import OfferBook
 from .sequence import DUPLICATE, GAP, SeqTracker
 from .state import Outgoing, StateSync
 from .streaming import StreamingSession
@@ -56,62 +68,14 @@ RETRYABLE_REJOIN_ERRORS = frozenset({P.ERR_RATE_LIMITED, P.ERR_INTERNAL, P.ERR_B
 REJOIN_DELAYS_S: tuple[float, ...] = (1.0, 2.0, 4.0, 8.0, 15.0)
 
 
-@dataclass(frozen=True)
-class Send:
-    """Emit ``event`` with ``payload``; report its acknowledgement under ``tag``."""
-
-    event: str
-    payload: dict[str, Any]
-    tag: str
-
-
-@dataclass(frozen=True)
-class Notify:
-    """Deliver a client event to page listeners."""
-
-    event: str
-    payload: Any = None
-
-
-@dataclass(frozen=True)
-class RunCall:
-    """Run this page function call (``{id, name, arguments}``)."""
-
-    call: dict[str, Any]
-
-
-@dataclass(frozen=True)
-class EndCall:
-    """The relay ended a call still running here: a confirmation it waits on is void."""
-
-    call_id: str
-
-
-@dataclass(frozen=True)
-class Rejoin:
-    """The socket came back on its own: read the conversation again and join."""
-
-
-Effect = Union[Send, Notify, RunCall, EndCall, Rejoin]
-
-
-@dataclass
-class Options:
-    """The ``connect()`` options the protocol logic reads."""
-
-    sync_state_before_function_response: bool = True
-    sync_state_before_function_response_timeout_ms: float = P.SYNC_STATE_BEFORE_FUNCTION_RESPONSE_TIMEOUT_MS
-    context_resolution_timeout_ms: float = P.CONTEXT_RESOLUTION_TIMEOUT_MS
-
-
 @dataclass
 class _Call:
     """One call run here, from its start to the relay taking its response."""
 
     request: dict[str, Any]
-    record: dict[str, Any]
+    record: FunctionCallRecord
     started: float = 0.0
-    payload: dict[str, Any] | None = None
+    payload: FunctionResponsePayload | None = None
     #: Withheld: until when context resolutions / the state sync are waited on (None: not waiting on them yet).
     resolutions_until: float | None = None
     waited_resolutions: bool = False
@@ -121,15 +85,6 @@ class _Call:
     resend_at: float | None = None
     #: totalMs of the latest send (unrounded; the payload carries it rounded).
     total_ms: float = 0.0
-
-
-@dataclass
-class FlushResult:
-    """What a forced flush did: the effects to perform, the patch tag to wait on, whether every part went."""
-
-    effects: list[Effect]
-    tag: str | None
-    complete: bool
 
 
 @dataclass
@@ -156,7 +111,7 @@ class ClientSession:
         self._rejoin_at: float | None = None
         self._rejoin_attempts = 0
         self.pending_ask_user: list[dict[str, Any]] = []
-        self.history: collections.deque[dict[str, Any]] = collections.deque(maxlen=self.history_limit)
+        self.history: collections.deque[FunctionCallRecord] = collections.deque(maxlen=self.history_limit)
         self._started: set[str] = set()
         #: Calls handed to the driver whose handler has not settled (a confirmation may be waiting on them).
         self._running: set[str] = set()
@@ -165,7 +120,8 @@ class ClientSession:
         self._resolutions: dict[int, str] = {}
         self._resolution_ids = itertools.count(1)
         self._keys = itertools.count(1)
-        self._offers: dict[str, list[dict[str, Any]]] = {}
+        #: Actions the model offered on its answers, by message id.
+        self.offers = OfferBook()
 
     # ------------------------------------------------------------------ options and keys
     def set_history_limit(self, limit: int) -> None:
@@ -186,7 +142,7 @@ class ClientSession:
             self.last_error = error
         elif state == CONNECTED:
             self.last_error = None
-        return [Notify("connectionStateChanged", {"state": state, "error": error})]
+        return [Notify(ClientEvent.CONNECTION_STATE_CHANGED, {"state": state, "error": error})]
 
     def connecting(self) -> list[Effect]:
         """``connect()`` starts: it joins the socket it opens itself, so that socket's arrival is no rejoin."""
@@ -196,7 +152,7 @@ class ClientSession:
 
     def failed(self, error: dict[str, Any]) -> list[Effect]:
         """Connecting or rejoining failed for good."""
-        return [*self.set_connection_state(ERROR, error), Notify("error", error)]
+        return [*self.set_connection_state(ERROR, error), Notify(ClientEvent.ERROR, error)]
 
     def transport_connected(self, now: float) -> list[Effect]:
         """The socket is up (first connect or reconnect)."""
@@ -247,10 +203,10 @@ class ClientSession:
         self.seq.reset(int(conversation.get("seq") or 0))
         return [
             *self.set_pending_ask_user(info.get("pending_ask_user") or []),
-            Notify("conversationLoaded", {"conversation": conversation, "messages": self.stream.messages}),
+            Notify(ClientEvent.CONVERSATION_LOADED, {"conversation": conversation, "messages": self.stream.messages}),
         ]
 
-    def join_payload(self, token: str) -> dict[str, Any]:
+    def join_payload(self, token: str) -> JoinPayload:
         """The ``join`` to emit with the conversation's token."""
         return {"token": token, "version": P.PROTOCOL_VERSION, "last_seq": self.seq.last_seq}
 
@@ -267,7 +223,7 @@ class ClientSession:
         # The role is known before the state change is announced, so views never see "connected, read-only".
         effects: list[Effect] = [
             *self.set_connection_state(CONNECTED),
-            Notify("joined", {"conversation_id": ack.get("conversation_id"), "active": self.active}),
+            Notify(ClientEvent.JOINED, {"conversation_id": ack.get("conversation_id"), "active": self.active}),
         ]
         if not self.active:
             return FlushResult(effects, None, True)
@@ -278,13 +234,13 @@ class ClientSession:
     def initial_sync_done(self, ack: dict[str, Any], conversation: Any, now: float) -> list[Effect]:
         """After the join's state sync: the calls handed to this client run, and the client is ready."""
         effects = self._pending_calls(ack) if self.active else []
-        return [*effects, Notify("ready", {"conversation": conversation})]
+        return [*effects, Notify(ClientEvent.READY, {"conversation": conversation})]
 
     def activated(self, ack: dict[str, Any], now: float) -> list[Effect]:
         """``activate`` succeeded ("Use here"): write the state, resend stored results, run handed-over calls."""
         self.active = True
         self.state.mark_all_due()
-        return [Notify("roleChanged", {"active": True}), *self._resend_all(now), *self._pending_calls(ack)]
+        return [Notify(ClientEvent.ROLE_CHANGED, {"active": True}), *self._resend_all(now), *self._pending_calls(ack)]
 
     def new_conversation(self) -> None:
         """Forget the conversation's calls before joining a new one (history stays)."""
@@ -302,7 +258,7 @@ class ClientSession:
         """A relay event other than the join's ``state``."""
         if event == P.EV_CLIENT_ROLE:
             self.active = bool(isinstance(data, dict) and data.get("active"))
-            return [Notify("roleChanged", {"active": self.active})]
+            return [Notify(ClientEvent.ROLE_CHANGED, {"active": self.active})]
         if event in P.SEQUENCED_EVENTS:
             return self._sequenced(event, data, now)
         return []
@@ -323,7 +279,7 @@ class ClientSession:
             message = data.get("message")
             if isinstance(message, dict):
                 self.stream.add_message(message)
-                self._action_recorded(message)
+                self.offers.outcome_recorded(message)
         elif event == P.EV_MESSAGES_WITHDRAWN:
             ids = data.get("message_ids")
             self.stream.withdraw(ids if isinstance(ids, list) else [])
@@ -333,14 +289,16 @@ class ClientSession:
         elif event != P.EV_USER_INPUT:
             self.stream.handle(event, data)
             if event == P.EV_COMPLETION_ENDED:
-                effects += self._record_offers(data.get("message"))
+                offered = self.offers.record(data.get("message"))
+                if offered is not None:
+                    effects.append(Notify(ClientEvent.ACTIONS_OFFERED, {"message_id": offered}))
         if event == P.EV_FUNCTION_CALL_BEGIN and data.get("run") is True and self.active:
             effects += self._run(data)
         elif event == P.EV_FUNCTION_CALL_END:
             call_id = data.get("id")
             if isinstance(call_id, str) and call_id in self._running:
                 effects.append(EndCall(call_id))
-        effects += [Notify(event, data), Notify("messagesChanged", None)]
+        effects += [Notify(event, data), Notify(ClientEvent.MESSAGES_CHANGED, None)]
         return effects
 
     # ------------------------------------------------------------------ calls
@@ -356,7 +314,7 @@ class ClientSession:
 
     def call_received(self, call_id: str, name: str, arguments: Any, wall_ms: float) -> tuple[dict[str, Any], list[Effect]]:
         """The driver starts a call: its history record and request, and the ``functionCall`` notification."""
-        record: dict[str, Any] = {
+        record: FunctionCallRecord = {
             "id": call_id,
             "name": name,
             "status": "running",
@@ -369,7 +327,7 @@ class ClientSession:
         self.history.appendleft(record)
         request = {"id": call_id, "name": name, "arguments": arguments, "timestamp": wall_ms}
         self._calls[call_id] = _Call(request=request, record=record)
-        return request, [Notify("functionCall", {"request": request})]
+        return request, [Notify(ClientEvent.FUNCTION_CALL, {"request": request})]
 
     def call_ready(self, call_id: str, now: float, wall_ms: float) -> None:
         """The call's checks are done and its handler (or confirmation) starts: the clocks start here, so loading
@@ -383,19 +341,21 @@ class ClientSession:
         self._running.discard(call_id)
         call = self._calls[call_id]
         handler_ms = (now - call.started) * 1000
-        call.record.update(status=status, settledAt=call.record["startedAt"] + handler_ms, handlerMs=handler_ms)
-        payload: dict[str, Any] = {
+        call.record["status"] = status
+        call.record["settledAt"] = call.record["startedAt"] + handler_ms
+        call.record["handlerMs"] = handler_ms
+        payload: FunctionResponsePayload = {
             "id": call_id,
-            "status": status,
+            "status": CallStatus(status),
             "idempotency_key": f"fr-{call_id}",
             "handler_ms": round(handler_ms, 3),
         }
         if status == P.STATUS_SUCCESS:
             payload["result"] = result
-            note = Notify("functionSuccess", {"request": call.request, "result": result, "durationMs": handler_ms})
+            note = Notify(ClientEvent.FUNCTION_SUCCESS, {"request": call.request, "result": result, "durationMs": handler_ms})
         else:
             payload["error"] = error
-            note = Notify("functionError", {"request": call.request, "error": error, "durationMs": handler_ms})
+            note = Notify(ClientEvent.FUNCTION_ERROR, {"request": call.request, "error": error, "durationMs": handler_ms})
         call.payload = payload
         call.withheld = True
         if self._resolutions:
@@ -470,8 +430,9 @@ class ClientSession:
             log.warning("relay refused function response %s: %s", call_id, ack.get("error"))
         total_ms = call.total_ms
         # Both stamps count from the same start, so the wall time of the send that landed is exact.
-        call.record.update(respondedAt=call.record["startedAt"] + total_ms, totalMs=total_ms)
-        return [Notify("functionResponseSent", {"request": call.request, "totalMs": total_ms, "ack": ack})]
+        call.record["respondedAt"] = call.record["startedAt"] + total_ms
+        call.record["totalMs"] = total_ms
+        return [Notify(ClientEvent.FUNCTION_RESPONSE_SENT, {"request": call.request, "totalMs": total_ms, "ack": ack})]
 
     def call_running(self, call_id: str) -> bool:
         """Whether the call's handler (or its confirmation) is still running here."""
@@ -504,7 +465,7 @@ class ClientSession:
                 err = ack.get("error") if isinstance(ack, dict) else None
                 err = err if isinstance(err, dict) else {}
                 effects.append(
-                    Notify("stateError", {"code": err.get("code", P.ERR_INTERNAL),
+                    Notify(ClientEvent.STATE_ERROR, {"code": err.get("code", P.ERR_INTERNAL),
                                           "message": err.get("message", "State patch refused.")})
                 )
             self.state.ack(tag[len("patch:"):], ok)
@@ -578,13 +539,13 @@ class ClientSession:
         """Hold function responses until ``end_resolution`` (idempotent) of the returned id."""
         rid = next(self._resolution_ids)
         self._resolutions[rid] = label
-        return rid, [Notify("contextResolutionChanged", {"pending": len(self._resolutions)})]
+        return rid, [Notify(ClientEvent.CONTEXT_RESOLUTION_CHANGED, {"pending": len(self._resolutions)})]
 
     def end_resolution(self, rid: int, now: float) -> list[Effect]:
         """Release one resolution; harmless when already released."""
         if self._resolutions.pop(rid, None) is None:
             return []
-        return [Notify("contextResolutionChanged", {"pending": len(self._resolutions)}), *self._pump(now)]
+        return [Notify(ClientEvent.CONTEXT_RESOLUTION_CHANGED, {"pending": len(self._resolutions)}), *self._pump(now)]
 
     @property
     def pending_resolutions(self) -> int:
@@ -597,39 +558,8 @@ class ClientSession:
         had = bool(self.pending_ask_user)
         self.pending_ask_user = [p for p in prompts if isinstance(p, dict)]
         if self.pending_ask_user:
-            return [Notify("askUserRequired", {"prompts": [dict(p) for p in self.pending_ask_user]})]
-        return [Notify("askUserCleared", None)] if had else []
-
-    # ------------------------------------------------------------------ offered actions
-    def _record_offers(self, message: Any) -> list[Effect]:
-        if not isinstance(message, dict) or not isinstance(message.get("actions"), list):
-            return []
-        offers = [
-            {"id": a["id"], "name": a["name"], "arguments": a.get("arguments") or {}, "status": "offered", "outcome": None}
-            for a in message["actions"][: P.MAX_ACTIONS]
-            if isinstance(a, dict) and isinstance(a.get("id"), str) and isinstance(a.get("name"), str)
-        ]
-        if not offers or not isinstance(message.get("id"), str):
-            return []
-        self._offers[message["id"]] = offers
-        return [Notify("actionsOffered", {"message_id": message["id"]})]
-
-    def offers(self, message_id: str) -> list[dict[str, Any]]:
-        """The live offers on an assistant message (the session's own records: update them in place)."""
-        return self._offers.get(message_id, [])
-
-    def all_offers(self) -> dict[str, list[dict[str, Any]]]:
-        """Every live offer by message id."""
-        return self._offers
-
-    def _action_recorded(self, message: dict[str, Any]) -> None:
-        """An outcome recorded by any tab: a successful action is done here too, never run twice."""
-        if message.get("role") != "action" or message.get("ok") is not True:
-            return
-        for offer in self._offers.get(str(message.get("message_id")), []):
-            if offer["id"] == message.get("action_id"):
-                offer.update(status="done", outcome=message.get("outcome"))
-
+            return [Notify(ClientEvent.ASK_USER_REQUIRED, {"prompts": [dict(p) for p in self.pending_ask_user]})]
+        return [Notify(ClientEvent.ASK_USER_CLEARED, None)] if had else []
 
 def _state_error(exc: StateLimitError) -> Notify:
-    return Notify("stateError", {"code": exc.code, "message": str(exc)})
+    return Notify(ClientEvent.STATE_ERROR, {"code": exc.code, "message": str(exc)})
