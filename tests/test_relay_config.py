@@ -67,6 +67,12 @@ api_key_env = "MY_KEY"
         ('database_url = "postgresql://db/x"', "shared secret"),
         ('redis_url = "redis://r:6379/0"\nsecret = "0123456789abcdef"', "database_url"),
         ('redis_url = "http://r"\ndatabase_url = "postgresql://db/x"\nsecret = "0123456789abcdef"', "redis://"),
+        ("get_rate_per_minute = -1", "get_rate_per_minute must be >= 0"),
+        ("max_body_bytes = 0", "max_body_bytes must be > 0"),
+        ("http_header_timeout_s = 0", "http_header_timeout_s must be > 0"),
+        ('trusted_proxies = "127.0.0.1"', "trusted_proxies"),
+        ("trusted_proxies = [1]", "trusted_proxies must be a list"),
+        ("drain_timeout_s = -5", "drain_timeout_s must be >= 0"),
     ],
 )
 def test_bad_config_one_line_reason(tmp_path: Path, toml: str, needle: str) -> None:
@@ -130,3 +136,21 @@ def test_scale_settings_from_env() -> None:
     cfg = load_config(env={"AUTOPILOT_DATABASE_URL": "postgresql://relay@db:5432/a", "AUTOPILOT_REDIS_URL": "redis://r:6379/0",
                            "AUTOPILOT_SECRET": "0123456789abcdef0123", "AUTOPILOT_REDIS_CHANNEL": "ap"})
     assert (cfg.database_url, cfg.redis_url, cfg.redis_channel) == ("postgresql://relay@db:5432/a", "redis://r:6379/0", "ap")
+
+
+def test_edge_settings_from_toml_env_and_cli(tmp_path: Path) -> None:
+    f = tmp_path / "edge.toml"
+    f.write_text("max_body_bytes = 1000\nget_rate_per_minute = 7\nhttp_body_timeout_s = 2.5\n"
+                 'trusted_proxies = ["10.0.0.1"]\nmax_connections = 50\n')
+    cfg = load_config(f, env={"AUTOPILOT_ASK_USER_RATE_PER_MINUTE": "3", "AUTOPILOT_TRUSTED_PROXIES": "127.0.0.1, ::1",
+                              "AUTOPILOT_DRAIN_TIMEOUT_S": "4.5"})
+    assert (cfg.max_body_bytes, cfg.get_rate_per_minute, cfg.ask_user_rate_per_minute) == (1000, 7, 3)
+    assert (cfg.http_body_timeout_s, cfg.max_connections, cfg.drain_timeout_s) == (2.5, 50, 4.5)
+    assert cfg.trusted_proxies == ["127.0.0.1", "::1"]  # the environment wins over the file
+    defaults = load_config(env={})
+    assert (defaults.max_body_bytes, defaults.http_header_timeout_s, defaults.max_connections_per_address,
+            defaults.max_sockets_per_address, defaults.drain_timeout_s, defaults.trusted_proxies) == (262_144, 10.0, 100, 100, 20.0, [])
+    from widget.relay.__main__ import build_parser
+
+    args = build_parser().parse_args(["--trusted-proxy", "10.1.1.1", "--trusted-proxy", "10.1.1.2", "--drain-timeout", "9"])
+    assert args.trusted_proxies == ["10.1.1.1", "10.1.1.2"] and args.drain_timeout_s == 9.0

@@ -200,7 +200,7 @@ async def test_socketio_sessions_are_capped_per_address(edge: Any, http: aiohttp
     ws = socketio.AsyncClient(reconnection=False)
     await ws.connect(edge.url, headers={"Origin": edge.url}, transports=["websocket"])
     async with http.get(poll, headers={"Origin": edge.url}) as r:
-        assert r.status == 401
+        assert r.status == 401 and "Too many Socket.IO sessions from 127.0.0.1" in await r.text()
     extra = socketio.AsyncClient(reconnection=False)
     with pytest.raises(socketio.exceptions.ConnectionError):
         await extra.connect(edge.url, headers={"Origin": edge.url}, transports=["websocket"])

@@ -25,7 +25,6 @@ from .. import protocol as P
 from ..errors import ProtocolError
 from . import storage as S
 from .hub import Hub, empty_state
-ERR_BODY_TOO_LARGE, ERR_UNAVAILABLE = P.ERR_BODY_TOO_LARGE, P.ERR_UNAVAILABLE
 from .ratelimit import RateLimiter
 
 log = logging.getLogger("widget.relay.api")
@@ -35,10 +34,10 @@ STATUS = {
     P.ERR_UNAUTHORIZED: 401,
     P.ERR_FORBIDDEN_ORIGIN: 403,
     P.ERR_NOT_FOUND: 404,
-    ERR_BODY_TOO_LARGE: 413,
+    P.ERR_BODY_TOO_LARGE: 413,
     P.ERR_RATE_LIMITED: 429,
     P.ERR_INTERNAL: 500,
-    ERR_UNAVAILABLE: 503,
+    P.ERR_UNAVAILABLE: 503,
 }
 _CONV_ID = re.compile(r"^c_[A-Za-z0-9_-]{16,64}$")
 #: How long a refused origin is not logged again (per origin and app).
@@ -106,7 +105,7 @@ def endpoint(fn: Handler) -> Handler:
         except Exception as exc:  # noqa: BLE001 - every answer of /api is JSON
             if is_store_failure(exc):
                 log.warning("%s %s: the store failed: %s: %s", request.method, request.url.path, type(exc).__name__, exc)
-                return self._json(503, P.error(ERR_UNAVAILABLE, "The relay's storage is not answering; retry shortly."),
+                return self._json(503, P.error(P.ERR_UNAVAILABLE, "The relay's storage is not answering; retry shortly."),
                                   {**request.state.cors, "Retry-After": str(UNAVAILABLE_RETRY_S)})
             log.exception("%s %s failed", request.method, request.url.path)
             return self._json(500, P.error(P.ERR_INTERNAL, "The relay failed to handle this request."), request.state.cors)
@@ -173,7 +172,7 @@ class Api:
 
     def _draining(self) -> None:
         if self.hub.draining or self.hub.closing:
-            raise HttpError(ERR_UNAVAILABLE, "The relay is shutting down; retry (another relay process answers).",
+            raise HttpError(P.ERR_UNAVAILABLE, "The relay is shutting down; retry (another relay process answers).",
                             headers={"Retry-After": "1"})
 
     async def _body(self, request: Request, *, require_json: bool = False) -> Any:
@@ -187,7 +186,7 @@ class Api:
         async for chunk in request.stream():
             size += len(chunk)
             if size > limit:
-                raise HttpError(ERR_BODY_TOO_LARGE, f"The request body is over {limit} bytes.")
+                raise HttpError(P.ERR_BODY_TOO_LARGE, f"The request body is over {limit} bytes.")
             chunks.append(chunk)
         raw = b"".join(chunks)
         if not raw.strip():

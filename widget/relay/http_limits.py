@@ -29,10 +29,6 @@ from .. import protocol as P
 
 log = logging.getLogger("widget.relay.http")
 
-ERR_BODY_TOO_LARGE = P.ERR_BODY_TOO_LARGE
-ERR_UNAVAILABLE = P.ERR_UNAVAILABLE
-ERR_TOO_MANY_CONNECTIONS = P.ERR_TOO_MANY_CONNECTIONS
-
 Scope = dict[str, Any]
 Message = dict[str, Any]
 Receive = Callable[[], Awaitable[Message]]
@@ -107,7 +103,7 @@ def _content_length(scope: Scope) -> int | None:
 
 async def _send_too_large(send: Send, limit: int, declared: int | None) -> None:
     size = f"{declared} bytes" if declared is not None else "more"
-    body = json_error_bytes(ERR_BODY_TOO_LARGE, f"The request body is {size}; at most {limit} bytes are accepted here.")
+    body = json_error_bytes(P.ERR_BODY_TOO_LARGE, f"The request body is {size}; at most {limit} bytes are accepted here.")
     await send({"type": "http.response.start", "status": 413, "headers": [
         (b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
         (b"cache-control", b"no-store")]})
@@ -184,7 +180,7 @@ class GuardedH11Protocol(H11Protocol):
         self._counted = refused is None
         if refused is not None:
             log.warning("refusing a connection: %s", refused)
-            body = json_error_bytes(ERR_TOO_MANY_CONNECTIONS, f"Too many connections: {refused}. Close some and retry.")
+            body = json_error_bytes(P.ERR_TOO_MANY_CONNECTIONS, f"Too many connections: {refused}. Close some and retry.")
             transport.write(b"HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\n"
                             b"retry-after: 5\r\nconnection: close\r\ncontent-length: " + str(len(body)).encode()
                             + b"\r\n\r\n" + body)

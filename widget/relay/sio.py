@@ -91,7 +91,8 @@ class RelaySocketServer(socketio.AsyncServer):
         if self.max_sockets_per_address > 0 and len(mine) >= self.max_sockets_per_address:
             log.warning("refusing a Socket.IO session from %s: %d are open from it (max_sockets_per_address)",
                         address, len(mine))
-            return False  # Engine.IO answers 401 and forgets the session
+            # Engine.IO answers 401 with this message and forgets the session.
+            return f"Too many Socket.IO sessions from {address} ({len(mine)}, the limit per address); close some and retry."
         self._sessions_of.setdefault(address, set()).add(eio_sid)
         self._address_of[eio_sid] = address
         s = self.eio.sockets.get(eio_sid)
