@@ -188,3 +188,46 @@ async def test_connect_again_after_disconnect_joins_once(relay_server, caplog):
         assert not [r for r in caplog.records if "task failed" in r.getMessage()]
     finally:
         await client.disconnect()
+
+
+async def test_use_here_runs_the_call_the_activate_hands_over(relay_server):
+    """A call left pending by the active tab that went away is run by the tab that takes the role ("Use here")."""
+    here = make_client(relay_server)
+    runs: list[str] = []
+
+    @here.function
+    def stock_level(sku: str) -> dict:
+        """Stock of one product."""
+        runs.append(sku)
+        return {"sku": sku, "units": 7}
+
+    gone = make_client(relay_server)
+    started = asyncio.Event()
+    never = asyncio.get_running_loop().create_future()
+
+    @gone.function
+    async def stock_level(sku: str) -> dict:  # noqa: F811 - the same function on the other tab
+        """Stock of one product."""
+        started.set()
+        await never  # this tab goes away before it answers
+        return {}
+
+    finished = asyncio.Event()
+    here.on("completion.finished", lambda p: finished.set())
+    try:
+        await here.connect(relay_url=relay_server.url, app_id="demo")
+        gone.storage = here.storage
+        await gone.connect(relay_url=relay_server.url, app_id="demo")  # the newest tab is the active one
+        await wait_for(lambda: gone.active and not here.active)
+        await gone.send_message('stock_level {"sku": "A-1"}')
+        await asyncio.wait_for(started.wait(), 20)
+        await gone.disconnect()
+        await here.activate()
+        await asyncio.wait_for(finished.wait(), 20)
+        assert runs == ["A-1"]
+        record = here.get_function_call_history()[0]
+        assert record["status"] == "success" and record["respondedAt"] is not None
+    finally:
+        never.cancel()
+        await gone.disconnect()
+        await here.disconnect()
