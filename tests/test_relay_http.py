@@ -192,6 +192,22 @@ async def test_connections_are_capped_per_address(tmp_path: Path) -> None:
         await relay.stop()
 
 
+async def test_connections_are_capped_in_all(tmp_path: Path) -> None:
+    relay = await launch(tmp_path, max_connections=3, http_header_timeout_s=60)
+    try:
+        held = [await raw(relay, f"127.0.0.{2 + i}") for i in range(3)]
+        await guard_count(relay, "127.0.0.4", 1)
+        reader, writer = await raw(relay, "127.0.0.9")
+        status, headers, body = parse(await read_until_closed(reader))
+        assert status == 503 and body["error"]["code"] == P.ERR_TOO_MANY_CONNECTIONS and headers["retry-after"] == "5"
+        assert "max_connections" in body["error"]["message"]
+        writer.close()
+        for _, w in held:
+            w.close()
+    finally:
+        await relay.stop()
+
+
 async def test_socketio_sessions_are_capped_per_address(edge: Any, http: aiohttp.ClientSession) -> None:
     """Long-polling sessions (no connection held between polls) and WebSocket ones count alike."""
     poll = f"{edge.url}/socket.io/?EIO=4&transport=polling"
