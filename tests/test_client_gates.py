@@ -53,11 +53,11 @@ async def test_resolutions_are_honoured_with_the_gate_off_and_flush_their_contex
     client.register_function("nav", lambda a, c: release.append(client.begin_context_resolution()) or "ok")
     await client.sync_registered_functions()
     relay.push(transport, "function_call.begin", {"id": "n", "name": "nav", "arguments": {}, "run": True})
-    await asyncio.sleep(0.02)
+    await settle()
     assert relay.responses == []
     client.update_context({"users": ["ada"]})
     release[0]()
-    await asyncio.sleep(0.03)
+    await settle()
     assert relay.responses and relay.doc["autopilot"]["context"]["users"] == ["ada"]
 
 

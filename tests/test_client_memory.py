@@ -10,12 +10,19 @@ from widget import protocol as P
 from widget.transports.memory import MemoryTransport
 
 
+async def settle(n: int = 100) -> None:
+    """Let every task the client started run to its next real wait (the in-memory relay answers at once):
+    a number of event-loop turns, not wall-clock time, so a busy machine cannot make it too short."""
+    for _ in range(n):
+        await asyncio.sleep(0)
+
+
 async def until(predicate, timeout: float = 10.0) -> None:
     """Wait (on the event loop) until ``predicate()`` holds; fail after ``timeout`` seconds."""
     deadline = asyncio.get_running_loop().time() + timeout
     while not predicate():
         assert asyncio.get_running_loop().time() < deadline, "condition not met in time"
-        await asyncio.sleep(0.001)
+        await settle()
 
 
 async def make(**connect):
@@ -100,7 +107,7 @@ async def test_function_call_runs_once_and_responds_with_timings():
 async def test_replayed_or_not_run_begin_is_not_executed():
     relay, transport, client = await connected()
     relay.push(transport, "function_call.begin", {"id": "c9", "name": "echo", "arguments": {}, "run": False})
-    await asyncio.sleep(0.01)
+    await settle()
     assert relay.responses == []
 
 
@@ -117,7 +124,7 @@ async def test_unknown_function_bad_args_and_throwing_handler_fail_cleanly():
     client.register_function("bad_result", lambda a, c: object())
     for i, (name, args) in enumerate([("nope", {}), ("typed", {"n": "x"}), ("boom", {}), ("bad_result", {})]):
         relay.push(transport, "function_call.begin", {"id": f"e{i}", "name": name, "arguments": args, "run": True})
-    await asyncio.sleep(0.05)
+    await settle()
     errors = {r["id"]: r["error"] for r in relay.responses}
     assert "not registered" in errors["e0"]
     assert "Invalid arguments" in errors["e1"] and "n" in errors["e1"]
@@ -162,7 +169,7 @@ async def test_gate_withholds_response_until_dirty_state_is_acked():
     client.register_function("mutate", handler)
     await client.sync_registered_functions()
     relay.push(transport, "function_call.begin", {"id": "g1", "name": "mutate", "arguments": {}, "run": True})
-    await asyncio.sleep(0.05)  # far less than the 100 ms context debounce
+    await settle()  # far less than the 100 ms context debounce
     assert relay.responses and relay.responses[0]["id"] == "g1"
     # the patch with the handler's context reached the relay before the response
     order = [e for e, _ in transport.sent if e in (P.EV_STATE_PATCH, P.EV_FUNCTION_RESPONSE)]
@@ -182,12 +189,12 @@ async def test_context_resolution_holds_the_response_until_released():
 
     client.register_function("navigate", navigate)
     relay.push(transport, "function_call.begin", {"id": "n1", "name": "navigate", "arguments": {}, "run": True})
-    await asyncio.sleep(0.05)
+    await settle()
     assert relay.responses == []
     client.update_context({"users": [1, 2]})
     holder["release"]()
     holder["release"]()  # idempotent
-    await asyncio.sleep(0.05)
+    await settle()
     assert relay.responses[0]["result"] == "navigating"
     assert relay.doc["autopilot"]["context"]["users"] == [1, 2]
     assert [c["pending"] for c in changes] == [1, 0]
@@ -197,7 +204,7 @@ async def test_gap_in_sequence_asks_for_replay_and_fills_it():
     relay, transport, client = await connected()
     relay.push(transport, "message", {"message": {"id": "u1", "role": "user", "content": "a"}}, deliver=False)
     relay.push(transport, "message", {"message": {"id": "u2", "role": "user", "content": "b"}})
-    await asyncio.sleep(0.02)
+    await settle()
     assert [m["id"] for m in client.messages] == ["u1", "u2"]
     assert client.seq.last_seq == 2
 
@@ -209,7 +216,7 @@ async def test_reconnect_rejoins_and_resends_unacknowledged_response():
     assert client.connection_state == "reconnecting"
     relay.pending_calls = [{"id": "p1", "name": "slow", "arguments": {}}]
     transport.restore()
-    await asyncio.sleep(0.05)
+    await settle()
     assert client.connection_state == "connected"
     assert [r["id"] for r in relay.responses] == ["p1"]
     assert relay.doc["autopilot"]["functions"]["slow"]["name"] == "slow"
@@ -227,7 +234,7 @@ async def test_decorator_builds_schema_and_calls_with_kwargs():
     assert d["description"] == "Current weather of a city."
     assert d["parameters"]["required"] == ["city"]
     relay.push(transport, "function_call.begin", {"id": "w", "name": "weather", "arguments": {"city": "Oslo"}, "run": True})
-    await asyncio.sleep(0.02)
+    await settle()
     assert relay.responses[-1]["result"] == "Oslo:c"
 
 
@@ -263,13 +270,13 @@ async def test_confirmation_is_void_once_the_relay_ended_the_call():
     gate = asyncio.get_running_loop().create_future()
     client.set_confirmation_handler(lambda req: gate)
     relay.push(transport, "function_call.begin", {"id": "v1", "name": "wipe", "arguments": {}, "run": True})
-    await asyncio.sleep(0.01)
+    await settle()
     # The relay times the call out while the reader is still looking at the prompt ...
     relay.push(transport, "function_call.end", {"id": "v1", "name": "wipe", "status": "error", "error": "Timed out."})
-    await asyncio.sleep(0.01)
+    await settle()
     # ... the pending answer is withdrawn (a UI drops its prompt), and nothing runs.
     assert gate.cancelled()
-    await asyncio.sleep(0.02)
+    await settle()
     assert ran == []
     assert resolved[-1]["decision"] == "deny" and resolved[-1]["reason"] == "expired"
     assert client._ended_calls == {} and not client.core.call_running("v1")
@@ -288,7 +295,7 @@ async def test_confirmation_allows_only_its_own_call():
     client.set_confirmation_handler(handler)
     relay.push(transport, "function_call.begin", {"id": "a", "name": "pay", "arguments": {"amount": 1}, "run": True})
     relay.push(transport, "function_call.begin", {"id": "b", "name": "pay", "arguments": {"amount": 999}, "run": True})
-    await asyncio.sleep(0.05)
+    await settle()
     assert ran == [1]
     assert seen == [("a", {"amount": 1}), ("b", {"amount": 999})]
     by_id = {r["id"]: r for r in relay.responses}
@@ -329,16 +336,16 @@ async def test_response_finished_during_a_slow_rejoin_is_resent_not_lost():
     client.register_function("slow", slow)
     await client.sync_registered_functions()
     relay.push(transport, "function_call.begin", {"id": "r1", "name": "slow", "arguments": {}, "run": True})
-    await asyncio.sleep(0.01)
+    await settle()
     relay.hold_gets = asyncio.Event()
     transport.drop()
     relay.joined = False  # the relay forgot the old socket
     transport.restore()  # the socket is back, but the rejoin is stuck on its GET
     gate.set_result(None)
-    await asyncio.sleep(0.05)
+    await settle()
     assert relay.responses == [] and "r1" in client.pending_responses  # not sent into a not-joined socket, not dropped
     relay.hold_gets.set()
-    await asyncio.sleep(0.05)
+    await settle()
     assert [r["id"] for r in relay.responses] == ["r1"] and client.pending_responses == []
 
 
@@ -371,6 +378,8 @@ async def test_flush_reports_a_sync_skipped_entirely():
 
 async def test_response_resent_after_rejoin_updates_history_and_fires_the_event():
     relay, transport, client = await connected()
+    clock = [1000.0]
+    client._clock = lambda: clock[0]
     sent = []
     client.on("functionResponseSent", sent.append)
     gate = asyncio.get_running_loop().create_future()
@@ -382,17 +391,18 @@ async def test_response_resent_after_rejoin_updates_history_and_fires_the_event(
     client.register_function("slow", slow)
     await client.sync_registered_functions()
     relay.push(transport, "function_call.begin", {"id": "r2", "name": "slow", "arguments": {}, "run": True})
-    await asyncio.sleep(0.01)
+    await settle()
     transport.drop()
     relay.joined = False
     gate.set_result(None)
-    await asyncio.sleep(0.05)  # finished while disconnected: kept, not sent
+    await settle()  # finished while disconnected: kept, not sent
     assert client.get_function_call_history()[0]["respondedAt"] is None and sent == []
+    clock[0] += 5.0  # the socket comes back five seconds later
     transport.restore()
-    await asyncio.sleep(0.05)
+    await settle()
     rec = client.get_function_call_history()[0]
     assert [r["id"] for r in relay.responses] == ["r2"]
-    assert rec["respondedAt"] is not None and rec["totalMs"] >= 50
+    assert rec["respondedAt"] is not None and rec["totalMs"] == pytest.approx(5000)
     assert [s["request"]["id"] for s in sent] == ["r2"] and sent[0]["totalMs"] == rec["totalMs"]
     assert relay.responses[0]["total_ms"] == pytest.approx(rec["totalMs"], abs=0.01)  # the total of the send that landed
 
@@ -401,7 +411,7 @@ async def test_response_refused_for_good_leaves_the_outbox():
     relay, transport, client = await connected()
     relay.response_errors = [P.ERR_CALL_NOT_PENDING]
     relay.push(transport, "function_call.begin", {"id": "g1", "name": "echo", "arguments": {}, "run": True})
-    await asyncio.sleep(0.03)
+    await settle()
     assert relay.responses == [] and client.pending_responses == []
 
 
@@ -411,10 +421,10 @@ async def test_activate_runs_the_calls_it_hands_over():
     client.register_function("handover", lambda a, c: ran.append(a) or "ran here")
     relay.activate_calls = [{"id": "h1", "name": "handover", "arguments": {"k": 1}}]
     await client.activate()
-    await asyncio.sleep(0.02)
+    await settle()
     assert ran == [{"k": 1}] and [r["id"] for r in relay.responses] == ["h1"]
     await client.activate()  # handed over again: never run twice
-    await asyncio.sleep(0.02)
+    await settle()
     assert ran == [{"k": 1}]
 
 
@@ -433,17 +443,17 @@ async def test_rejoin_sends_stored_results_before_anything_else():
     client.register_function("once", once)
     await client.sync_registered_functions()
     relay.push(transport, "function_call.begin", {"id": "o1", "name": "once", "arguments": {}, "run": True})
-    await asyncio.sleep(0.01)
+    await settle()
     transport.drop()  # the relay crashed mid-call
     relay.joined = False
     gate.set_result(None)
-    await asyncio.sleep(0.02)
+    await settle()
     assert runs == [1] and "o1" in client.pending_responses
     relay.pending_calls = [{"id": "o1", "name": "once", "arguments": {}}]
     client.update_context({"later": True})
     n = len(transport.sent)
     transport.restore()
-    await asyncio.sleep(0.05)
+    await settle()
     writes = [e for e, _ in transport.sent[n:] if e != P.EV_JOIN]
     assert writes[0] == P.EV_FUNCTION_RESPONSE and P.EV_STATE_PATCH in writes
     assert runs == [1] and [r["id"] for r in relay.responses] == ["o1"]
@@ -473,7 +483,7 @@ async def test_first_call_handler_time_excludes_the_argument_check(monkeypatch):
     )
     await client.sync_registered_functions()
     relay.push(transport, "function_call.begin", {"id": "t1", "name": "typed", "arguments": {"n": 1}, "run": True})
-    await asyncio.sleep(0.02)
+    await settle()
     rec = client.get_function_call_history()[0]
     assert rec["handlerMs"] == pytest.approx(2.0, abs=0.01)
     assert relay.responses[0]["handler_ms"] == pytest.approx(2.0, abs=0.01)
@@ -484,7 +494,7 @@ async def test_an_oversized_context_does_not_hold_function_responses():
     client.set_context({"big": "x" * 70000})
     await client.flush_context_sync()
     relay.push(transport, "function_call.begin", {"id": "q1", "name": "echo", "arguments": {}, "run": True})
-    await asyncio.sleep(0.05)
+    await settle()
     assert [r["id"] for r in relay.responses] == ["q1"]  # not held for the state that cannot go
 
 
