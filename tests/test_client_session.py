@@ -356,3 +356,35 @@ def test_a_rejoin_refused_for_good_is_an_error():
     effects = s.rejoin_failed({"code": P.ERR_NOT_FOUND, "message": "gone"}, 2.5)
     assert notes(effects, "error") == [{"code": P.ERR_NOT_FOUND, "message": "gone"}]
     assert s.connection_state == "error" and s.next_deadline() is None
+
+
+def test_the_core_imports_no_io():
+    """widget.core decides and never performs: no event loop, socket, browser or relay module is imported there."""
+    import ast
+    from pathlib import Path
+
+    import widget.core
+
+    forbidden = ("asyncio", "js", "pyodide", "socketio", "aiohttp", "widget.client", "widget.transports",
+                 "widget.ui", "widget.browser", "widget.relay", "widget.store")
+    found = []
+    for path in sorted(Path(widget.core.__file__).parent.glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            names: list[str] = []
+            if isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:  # relative: widget.core.<x> (level 1) or widget.<x> (level 2)
+                    base = ".".join(["widget", "core"][: 3 - node.level] + ([base] if base else []))
+                names = [base]
+            found += [f"{path.name}: {n}" for n in names if any(n == f or n.startswith(f + ".") for f in forbidden)]
+    assert found == []
+
+
+def test_a_user_message_waits_for_dirty_state_only():
+    s, _ = joined()
+    assert s.flush_before_message(0.0) is None
+    s.state.set_functions({"late": {"name": "late"}}, 0.0)
+    result = s.flush_before_message(0.001)
+    assert result is not None and [e.event for e in sends(result.effects)] == [P.EV_STATE_PATCH]

@@ -33,6 +33,7 @@ from .core.session import (
     ClientSession,
     Effect,
     EndCall,
+    FlushResult,
     Notify,
     Rejoin,
     RunCall,
@@ -344,8 +345,10 @@ class AutopilotClient(ConnectionMixin, CallsMixin, ToolsMixin):
         part could not be sent."""
         return self._flush_now()
 
-    def _flush_now(self) -> asyncio.Future[bool]:
-        result = self.core.flush(self._clock())
+    def _flush_now(self, result: FlushResult | None = None) -> asyncio.Future[bool]:
+        """Perform a forced flush (the session's, or ``result``) and resolve once every patch in flight is
+        acknowledged: True when all of the state went and was taken."""
+        result = result if result is not None else self.core.flush(self._clock())
         self._apply(result.effects)
         waits = [self._patch_acks[t] for t in self.core.patches_in_flight() if t in self._patch_acks]
         complete = result.complete
@@ -438,12 +441,11 @@ class AutopilotClient(ConnectionMixin, CallsMixin, ToolsMixin):
                 P.ERR_MESSAGE_TOO_LONG,
                 f"The message is {len(text)} characters; the limit is {P.MAX_USER_MESSAGE_CHARS}.",
             )
-        if self.core.state.is_dirty() and self.core.can_send():
-            # The model answers from the state the page had when the reader sent the message: a function
-            # registered or context set just before must not lose the race against its debounce.
+        flush = self.core.flush_before_message(self._clock())
+        if flush is not None:
             timeout = self.core.options.sync_state_before_function_response_timeout_ms / 1000
             try:
-                await asyncio.wait_for(asyncio.shield(self._flush_now()), timeout)
+                await asyncio.wait_for(asyncio.shield(self._flush_now(flush)), timeout)
             except asyncio.TimeoutError:
                 log.warning("state not acknowledged before the message; sending it anyway")
         ack = await self._emit_checked(P.EV_USER_MESSAGE, {"text": text, "idempotency_key": self.core.next_key("m")})

@@ -518,6 +518,14 @@ class ClientSession:
         effects, tag, complete = self._emit_patch(self.state.flush)
         return FlushResult(effects, tag, complete)
 
+    def flush_before_message(self, now: float) -> FlushResult | None:
+        """The flush a user message waits for (up to the gate's timeout), or None: the model answers from the
+        state the page had when the reader sent it, so a function registered or context set just before must
+        not lose the race against its debounce."""
+        if not (self.state.is_dirty() and self.can_send()):
+            return None
+        return self.flush(now)
+
     def _emit_patch(self, build: Any) -> tuple[list[Effect], str | None, bool]:
         try:
             outgoing: Outgoing | None = build()
