@@ -1,0 +1,36 @@
+"""The protocol document stands alone, and every design decision the code cites is written down in the repo."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from widget.protocol import names
+
+ROOT = Path(__file__).resolve().parent.parent
+PROTOCOL = (ROOT / "docs" / "protocol.md").read_text(encoding="utf-8")
+DECISIONS = (ROOT / "docs" / "decisions.md").read_text(encoding="utf-8")
+
+
+def test_protocol_document_refers_to_nothing_outside_the_repository() -> None:
+    assert not re.search(r"\b[Ss]eed[ -]?\d|\bD\d{1,2}\b|[Ii]ssue \d", PROTOCOL)
+    for path in re.findall(r"\b((?:docs|widget|schemas|static|tests)/[\w./-]+\w)", PROTOCOL):
+        assert (ROOT / path).exists() or (ROOT / path.rstrip("/")).exists(), path
+
+
+def test_every_flow_section_names_its_packets_with_wire_names() -> None:
+    flows = PROTOCOL.split("## 10. Flows, packet by packet", 1)[1].split("## 11.", 1)[0]
+    used = set(re.findall(r"(?:C→R|R→C)\s+([a-z_.]+) ", flows))
+    known = {e.value for e in names.Event} | {"ack"}
+    assert used and used <= known, used - known
+    assert {e.value for e in names.Event} - {"state_patch"} <= set(re.findall(r"[a-z_.]+", flows))
+
+
+def test_every_cited_decision_is_defined() -> None:
+    defined = set(re.findall(r"^\*\*(D\d{1,2})\. ", DECISIONS, re.M))
+    assert defined == {f"D{i}" for i in range(1, 14)}
+    cited = set()
+    for path in [*ROOT.glob("widget/**/*.py"), *ROOT.glob("docs/*.md"), *ROOT.glob("static/*.js"), ROOT / "build.py"]:
+        if "_dist" not in path.parts:
+            cited |= set(re.findall(r"\bD(?:1[0-3]|[1-9])\b", path.read_text(encoding="utf-8", errors="replace")))
+    assert cited <= defined, cited - defined
