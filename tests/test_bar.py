@@ -383,7 +383,7 @@ async def test_model_error_has_retry_and_answers_have_regenerate(bar_page):
     page = bar_page.page
     await open_bar(page)
     n = await user_count(page)
-    await send(page, "please simulate model error")
+    await send(page, "please simulate model error always")
     error = await last_message(page, "error")
     assert "asked to fail" in await error.text_content()
     old = await error.get_attribute("data-key")

@@ -109,7 +109,7 @@ async def test_model_error_then_retry_and_regenerate(relay_server):
     client.on("completion.finished", finished.append)
     try:
         await client.connect(relay_url=relay_server.url, app_id="demo")
-        await client.send_message("simulate model error please")
+        await client.send_message("simulate model error always, please")
         await wait_for(lambda: finished and finished[-1]["status"] == "failed")
         errors = [m for m in client.messages if m["role"] == "error"]
         assert errors and errors[-1]["retryable"] is True

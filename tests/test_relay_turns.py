@@ -16,12 +16,12 @@ import aiohttp
 import pytest
 import pytest_asyncio
 
-from relay_helpers import STORE_KINDS, FUNC, Recorder, ScriptedModel, create, fold, info, joined, launch, register
+from relay_helpers import STORE_KINDS, FUNC, Recorder, ScriptedModel, create, declare, fold, info, joined, launch, register
 from relay_helpers import store_kind  # noqa: F401 - a fixture
 from widget import protocol as P
 from widget.relay.config import AppConfig, ModelConfig
 from widget.relay.hub import RateLimiter, _prompt_from
-from widget.relay.model import ModelError, TextDelta, ToolCall
+from widget.relay.model import ModelError, ModelRequest, TextDelta, ToolCall
 
 
 @pytest_asyncio.fixture(scope="module")
@@ -601,3 +601,61 @@ async def test_cancel_while_waiting_for_the_reader(relay: Any, model: ScriptedMo
     assert ack["ok"]
     await rec.call("cancel", {"idempotency_key": "c2"})
     await rec.disconnect()
+
+
+# ---------------------------------------------------------------------------------------------- turn bounds
+
+
+class Unbounded(ScriptedModel):
+    """Besides scripted rounds: ``endless`` streams one chunk forever, ``pause`` seconds apart."""
+
+    endless: Any = None
+    pause = 0.0
+
+    async def stream(self, request: ModelRequest) -> AsyncIterator[Any]:  # type: ignore[override]
+        if self.endless is None:
+            async for c in super().stream(request):
+                yield c
+            return
+        self.requests.append(request)
+        while True:
+            await asyncio.sleep(self.pause)
+            yield self.endless
+
+
+async def test_endless_stalled_and_overcalling_models_end_with_a_clear_error(tmp_path: Path, http: aiohttp.ClientSession) -> None:
+    """A model that streams forever is cut at the answer cap; one that sends only empty deltas ends at the
+    stall timeout; a response with too many tool calls runs none of them."""
+    model = Unbounded()
+    h = await launch(tmp_path, adapters={"script": model}, apps={"demo": AppConfig(model="script")},
+                     models={"demo": ModelConfig(chunk_delay_ms=0), "script": ModelConfig(chunk_delay_ms=0)},
+                     max_answer_chars=200, model_stall_timeout_s=0.5, max_tool_calls_per_response=3)
+    try:
+        rec, _, _ = await joined(http, h.url)
+        await declare(rec, {"count": {"description": "Count.", "parameters": {"type": "object", "properties": {}}}})
+        ran: list[Any] = []
+        rec.auto_answer = lambda call: ran.append(call) or {"ok": True}
+
+        model.endless = TextDelta("word ")
+        await rec.call("user_message", {"text": "go on forever", "idempotency_key": "m1"})
+        msg = await rec.wait("message", pred=lambda d: d["message"]["role"] == "error")
+        assert msg["message"]["code"] == "answer_too_long"
+        assert (await rec.wait("completion.finished"))["status"] == "failed"
+        assert len("".join(d["delta"] for e, d in rec.events if e == "completion_stream")) == 200
+
+        model.endless, model.pause = TextDelta(""), 0.02
+        n = len(rec.events)
+        await rec.call("user_message", {"text": "keep alive", "idempotency_key": "m2"})
+        msg = await rec.wait("message", start=n, pred=lambda d: d["message"]["role"] == "error")
+        assert msg["message"]["code"] == "model_timeout"
+
+        model.endless = None
+        model.script([ToolCall("count", {}) for _ in range(300)])
+        n = len(rec.events)
+        await rec.call("user_message", {"text": "count a lot", "idempotency_key": "m3"})
+        msg = await rec.wait("message", start=n, pred=lambda d: d["message"]["role"] == "error")
+        assert msg["message"]["code"] == "too_many_tool_calls"
+        assert ran == [] and not [e for e in rec.events[n:] if e[0] == "function_call.begin"]
+        await rec.disconnect()
+    finally:
+        await h.stop()

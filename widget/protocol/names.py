@@ -329,6 +329,14 @@ class TurnErrorCode(StrEnum):
     MODEL_UNAVAILABLE = "model_unavailable"
     #: The relay process running the turn went away.
     TURN_INTERRUPTED = "turn_interrupted"
+    #: The model sent nothing but keep-alives for too long, or the turn passed its deadline.
+    MODEL_TIMEOUT = "model_timeout"
+    #: The answer passed the relay's length cap; it is kept up to the cap.
+    ANSWER_TOO_LONG = "answer_too_long"
+    #: One model response asked for more tool calls than the relay allows; none were run.
+    TOO_MANY_TOOL_CALLS = "too_many_tool_calls"
+    #: The model's reply could not be read (malformed chunk).
+    MODEL_BAD_RESPONSE = "model_bad_response"
     INTERNAL = "internal"
 
 

@@ -129,6 +129,14 @@ class RelayConfig:
     function_call_timeout_s: float = FUNCTION_CALL_TIMEOUT_S
     tool_call_timeout_s: float = TOOL_CALL_TIMEOUT_S
     max_iterations: int = MAX_ITERATIONS
+    #: A turn's model answers must end within this many seconds of its start (``model_timeout``).
+    turn_timeout_s: float = 300.0
+    #: The longest a model may send nothing but keep-alives or empty deltas (``model_timeout``).
+    model_stall_timeout_s: float = 60.0
+    #: Characters of answer text one model response may stream; the answer is cut there (``answer_too_long``).
+    max_answer_chars: int = 100_000
+    #: Tool calls one model response may make; a response with more runs none (``too_many_tool_calls``).
+    max_tool_calls_per_response: int = 16
     #: Browser creates per client address per minute (D2 rate limit).
     create_rate_per_minute: int = 30
     #: User messages (and retries/regenerations) per conversation per minute.
@@ -210,6 +218,9 @@ class RelayConfig:
         cfg.trusted_proxies = list(cfg.trusted_proxies)
         if cfg.max_iterations < 1:
             raise ConfigError("max_iterations must be >= 1")
+        for name in ("turn_timeout_s", "model_stall_timeout_s", "max_answer_chars", "max_tool_calls_per_response"):
+            if getattr(cfg, name) <= 0:
+                raise ConfigError(f"{name} must be > 0")
         if cfg.database_url is not None:
             if urlsplit(cfg.database_url).scheme not in ("postgres", "postgresql"):
                 raise ConfigError(f"database_url must look like postgresql://user@host:5432/db, got {cfg.database_url!r}")
@@ -341,6 +352,10 @@ _TOP_KEYS = {
     "function_call_timeout_s": (int, float),
     "tool_call_timeout_s": (int, float),
     "max_iterations": int,
+    "turn_timeout_s": (int, float),
+    "model_stall_timeout_s": (int, float),
+    "max_answer_chars": int,
+    "max_tool_calls_per_response": int,
     "create_rate_per_minute": int,
     "message_rate_per_minute": int,
     "join_rate_per_minute": int,
@@ -447,6 +462,10 @@ _ENV = {
     "AUTOPILOT_MAX_CONNECTIONS": ("max_connections", int),
     "AUTOPILOT_TRUSTED_PROXIES": ("trusted_proxies", lambda raw: [a.strip() for a in raw.split(",") if a.strip()]),
     "AUTOPILOT_DRAIN_TIMEOUT_S": ("drain_timeout_s", float),
+    "AUTOPILOT_TURN_TIMEOUT_S": ("turn_timeout_s", float),
+    "AUTOPILOT_MODEL_STALL_TIMEOUT_S": ("model_stall_timeout_s", float),
+    "AUTOPILOT_MAX_ANSWER_CHARS": ("max_answer_chars", int),
+    "AUTOPILOT_MAX_TOOL_CALLS_PER_RESPONSE": ("max_tool_calls_per_response", int),
     "AUTOPILOT_READINESS_TIMEOUT_S": ("readiness_timeout_s", float),
     "AUTOPILOT_LOG_REPEAT_INTERVAL_S": ("log_repeat_interval_s", float),
 }

@@ -15,16 +15,17 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, AsyncIterator, Callable
 
+from ..protocol.names import TurnErrorCode
 from .config import ModelConfig
 from .tools import COMMON_KEYWORDS
 
 ASK_USER_TOOL = "ask_user"
 
-#: Model error codes the relay itself raises around a stream (docs/protocol.md, model errors).
-ERR_MODEL_TIMEOUT = "model_timeout"
-ERR_ANSWER_TOO_LONG = "answer_too_long"
-ERR_TOO_MANY_TOOL_CALLS = "too_many_tool_calls"
-ERR_MODEL_BAD_RESPONSE = "model_bad_response"
+#: Model error codes the relay itself raises around a stream.
+ERR_MODEL_TIMEOUT = TurnErrorCode.MODEL_TIMEOUT.value
+ERR_ANSWER_TOO_LONG = TurnErrorCode.ANSWER_TOO_LONG.value
+ERR_TOO_MANY_TOOL_CALLS = TurnErrorCode.TOO_MANY_TOOL_CALLS.value
+ERR_MODEL_BAD_RESPONSE = TurnErrorCode.MODEL_BAD_RESPONSE.value
 
 #: The relay's own ``ask_user`` tool (the prompt shape of the client's ask-user API; one call = one prompt).
 ASK_USER_SPEC: dict[str, Any] = {

@@ -20,7 +20,7 @@ from ... import protocol as P
 from ...core.tools import check_tool_arguments
 from .. import storage as S
 from ..config import AppConfig
-from ..model import ASK_USER_TOOL, ModelError, TextDelta, ToolCall
+from ..model import ASK_USER_TOOL, ModelError, StreamLimits, TextDelta, ToolCall, guarded
 from ..tools import check_offer
 from .ask_user import prompt_from
 from .prompts import RoundInfo, build_request
@@ -64,6 +64,17 @@ def cache_key(name: str, arguments: Any) -> str:
     return name + "\x00" + json.dumps(arguments, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
 
 
+async def answers_withdrawn(store: Any, cid: str) -> int:
+    """How many answers to the conversation's last user message were withdrawn by retry or regenerate
+    (the model request's ``attempt``)."""
+    snap = await store.snapshot(cid)
+    users = [m for m in (snap[1] if snap else []) if m.get("role") == "user"]
+    if not users:
+        return 0
+    events = await store.events_after(cid, int(users[-1].get("seq") or 0))
+    return sum(1 for _seq, name, _payload in events if name == P.EV_MESSAGES_WITHDRAWN)
+
+
 class TurnRunner:
     """Runs the hub's turns (one task per running turn, ``ConvRuntime.turn``)."""
 
@@ -87,6 +98,10 @@ class TurnRunner:
                 return
             app = hub.app_of(conv)
             model = hub.models[app.model]
+            cfg = hub.config
+            limits = StreamLimits(deadline=t0 + cfg.turn_timeout_s, stall_s=cfg.model_stall_timeout_s,
+                                  max_answer_chars=cfg.max_answer_chars, max_tool_calls=cfg.max_tool_calls_per_response)
+            attempt = await answers_withdrawn(hub.store, cid)
             if resume:
                 answers = await hub.store.take_answers(cid)
                 for prompt, answer in answers:
@@ -109,7 +124,8 @@ class TurnRunner:
                         cur.started = True
                         await hub.emit_event(cid, P.EV_COMPLETION_STARTED, {"turn_id": turn_id, "message_id": cur.message_id})
 
-                async for chunk in model.stream(request):
+                request.attempt = attempt
+                async for chunk in guarded(model.stream(request), limits):
                     await start()
                     if isinstance(chunk, TextDelta):
                         if chunk.text:
