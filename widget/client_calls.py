@@ -13,6 +13,7 @@ import logging
 from typing import TYPE_CHECKING, Any, Awaitable, Callable
 
 from . import protocol as P
+from .core.mcp_names import is_mcp_name
 from .core.pyfunctions import handler_error
 from .core.registry import FunctionRegistry
 from .core.state import to_json_value
@@ -170,6 +171,8 @@ class CallsMixin:
         """Why the call cannot run (the error response), or None when it can."""
         name = request["name"]
         definition = self.registry.get(name)
+        if definition is None and is_mcp_name(name):
+            return None  # the relay asks the reader to confirm a sensitive MCP server tool
         if definition is None:
             return P.STATUS_ERROR, None, f"Unknown function: {name!r} is not registered on this page."
         if definition.kind != P.KIND_FUNCTION:
@@ -184,6 +187,9 @@ class CallsMixin:
     async def _execute(self, request: dict[str, Any]) -> Outcome:
         name = request["name"]
         definition = self.registry.get(name)
+        if definition is None and is_mcp_name(name):  # the relay runs it once the reader allows it
+            allowed = await self._confirm(request) == "allow"
+            return (P.STATUS_SUCCESS, "allow", None) if allowed else (P.STATUS_ERROR, None, P.MSG_SENSITIVE_DENIED)
         if definition is None:
             return P.STATUS_ERROR, None, f"Unknown function: {name!r} is not registered on this page."
         if definition.kind == P.KIND_TOOL:

@@ -16,6 +16,7 @@ from typing import Any, Callable, Mapping
 from urllib.parse import urlsplit
 
 from ..errors import ConfigError
+from .mcp_config import McpServerConfig, finalize_servers, parse_servers
 from ..protocol import (
     DEFAULT_RELAY_PATH,
     FUNCTION_CALL_TIMEOUT_S,
@@ -99,6 +100,8 @@ class AppConfig:
     model: str = DEMO_MODEL
     #: Relay config functions by tool name (docs/protocol.md §8).
     tools: dict[str, ToolConfig] = field(default_factory=dict)
+    #: MCP servers whose allowed tools the model may call, by server name (``widget.relay.mcp_config``).
+    mcp: dict[str, McpServerConfig] = field(default_factory=dict)
 
 
 @dataclass
@@ -254,6 +257,7 @@ class RelayConfig:
             app.allowed_origins = [_check_origin_like(o, f"app {app_id!r} allowed origin") for o in app.allowed_origins]
             for name, tool in app.tools.items():
                 _bind_tool(f"app {app_id!r}: tool {name!r}", name, tool)
+            app.mcp = finalize_servers(f"app {app_id!r}", app.mcp, env)
         if DEFAULT_APP in cfg.apps:
             demo = cfg.apps[DEFAULT_APP]
             for origin in cfg.own_origins():
@@ -397,6 +401,8 @@ def _dataclass_from(cls: Any, data: Any, where: str) -> Any:
             if not isinstance(value, Mapping):
                 raise ConfigError(f"{where}.tools must be a table of tools")
             value = {n: _dataclass_from(ToolConfig, t, f"{where}.tools.{n}") for n, t in value.items()}
+        if cls is AppConfig and key == "mcp":
+            value = parse_servers(value, f"{where}.mcp")
         kwargs[key] = value
     try:
         obj = cls(**kwargs)

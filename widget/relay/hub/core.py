@@ -13,6 +13,7 @@ from typing import Any, Coroutine
 from ... import protocol as P
 from .. import storage as S
 from ..config import AppConfig, RelayConfig
+from ..mcp_servers import McpTools
 from ..model import ModelAdapter, make_adapter
 from ..ratelimit import RateLimiter
 from ..sio import RelaySocketServer
@@ -61,6 +62,7 @@ class Hub:
         self._tasks: set[asyncio.Task[Any]] = set()
         self.fanout = Fanout(self)
         self.dispatch = CallDispatch(self)
+        self.mcp = McpTools(config)  # the apps' MCP servers
         self.turns = TurnRunner(self)
         self.recovery = Lifecycle(self)
         self.membership = Membership(self)
@@ -141,6 +143,7 @@ class Hub:
             await self.redis.aclose()
         for m in self.models.values():
             await m.aclose()
+        await self.mcp.aclose()
 
     async def _heartbeat_forever(self) -> None:
         while True:

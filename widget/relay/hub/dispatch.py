@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 from ... import protocol as P
 from .. import storage as S
 from ..config import ToolConfig
+from ..mcp_servers import McpTool
 from ..tools import ToolError
 from .prompts import RoundInfo
 from .runtime import CALL_POLL_S, ConvRuntime
@@ -93,8 +94,9 @@ class CallDispatch:
                 payload = {**payload, "run": True}
             await hub.sio.emit(name, payload, to=sid, ignore_queue=True)
 
-    async def await_call(self, cid: str, rt: ConvRuntime, c: dict[str, Any]) -> tuple[dict[str, Any], float]:
-        """Wait for a call's response through the store (the in-process Event only wakes us early)."""
+    async def await_call(self, cid: str, rt: ConvRuntime, c: dict[str, Any], announce: bool = True) -> tuple[dict[str, Any], float]:
+        """Wait for a call's response through the store (the in-process Event only wakes us early);
+        ``announce``: emit its ``function_call.end`` (an MCP tool's confirmation emits its own)."""
         hub = self.hub
         config = hub.config
         timeout = config.tool_call_timeout_s if c["kind"] == P.KIND_TOOL else config.function_call_timeout_s
@@ -127,13 +129,16 @@ class CallDispatch:
         end.update(duration_ms=row["handler_ms"], total_ms=row["total_ms"])
         if row["status"] == S.CALL_CANCELLED:
             raise asyncio.CancelledError  # the turn is being cancelled; its abort emits the end events
-        await hub.emit_event(cid, P.EV_FUNCTION_CALL_END, end)
+        if announce:
+            await hub.emit_event(cid, P.EV_FUNCTION_CALL_END, end)
         return end, ms
 
     async def run_relay_tool(self, cid: str, c: dict[str, Any], info: RoundInfo) -> tuple[dict[str, Any], float]:
         """Run a relay config function (§8) with its checked arguments, within the tool timeout; an
         exception becomes an error result for the model (a ``ToolError``'s message, otherwise only
         the exception's type — the traceback goes to the log)."""
+        if isinstance(c["tool"], McpTool):  # an MCP server's tool has its own call path
+            return await c["tool"].run(self.hub, cid, c)
         tool: ToolConfig = c["tool"]
         func = tool.func
         assert func is not None

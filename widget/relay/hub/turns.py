@@ -115,6 +115,7 @@ class TurnRunner:
                                          conversation={"iteration": iteration, "status": S.RUNNING})
                 last_round = iteration >= hub.config.max_iterations - 1
                 request, info = await build_request(hub.store, hub.config, cid, conv, app, turn_id, with_tools=not last_round, model=model)
+                await hub.mcp.extend(app, info, request, model, with_tools=not last_round)
                 first = False
                 cur = Round(message_id=new_id("m_"))
                 raw_calls: list[ToolCall] = []
@@ -290,7 +291,7 @@ class TurnRunner:
                         continue
                     in_round[key] = call
                     if entry.get("relay") is not None:
-                        relay_calls.append({**call, "kind": kind, "tool": entry["relay"]})
+                        relay_calls.append({**call, "kind": kind, "tool": entry["relay"], "message_id": cur.message_id, "turn_id": turn_id})
                         continue
                 client_calls.append({**call, "kind": kind})
         if offered:
@@ -314,7 +315,7 @@ class TurnRunner:
                     {"id": c["id"], "name": c["name"], "kind": c["kind"], "arguments": c["arguments"],
                      "status": S.CALL_TIMED_OUT if end.get("timed_out") else S.CALL_ANSWERED,
                      "result": end.get("result"), "error": end.get("error"), "handler_ms": end["duration_ms"], "total_ms": end["total_ms"]}
-                    for c, (end, _ms) in zip(relay_calls, results[len(client_calls):])
+                    for c, (end, _ms) in zip(relay_calls, results[len(client_calls):]) if not end.get("stored")
                 ])
             by_id: dict[str, dict[str, Any]] = {}
             for c, (end, ms) in zip(client_calls + relay_calls, results):

@@ -1,0 +1,352 @@
+"""MCP servers' tools on the relay: connections, the model's catalogue, and the call path.
+
+Each relay process holds one connection per configured server (``McpLink``), made on the first turn that
+needs it (start, handshake and tool list within ``startup_timeout_s``) and made again after the server dies.
+A server that cannot start is retried after ``retry_after_s``; meanwhile each round's request tells the model
+the server is unavailable and why, so a turn never waits on it.
+
+A call (``McpTool.run``) shows in the bar like a page call - ``function_call.begin`` (never run by the page)
+and ``function_call.end`` with its timings - runs within the server's ``timeout_s``, and its result reaches
+the model as data cut to ``TOOL_REPLY_MAX_CHARS``. A sensitive tool is first sent to the active page as a
+call the page's client answers with the reader's decision in the bar (a denial gives the model the same
+message as a denied page function). The turn log records ``{tool, ok, ms}``; failures are logged with the
+server and the reason, never the arguments.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import tempfile
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from .. import protocol as P
+from ..core.mcp_names import mcp_tool_name
+from ..errors import ConfigError
+from . import storage as S
+from .config import AppConfig, RelayConfig
+from .mcp_config import McpServerConfig
+from .model import ASK_USER_TOOL
+from .tools import flat_parameters, strict_schema
+
+if TYPE_CHECKING:
+    from .hub.core import Hub
+    from .hub.prompts import RoundInfo
+    from .model import ModelAdapter, ModelRequest  # noqa: F401
+
+log = logging.getLogger("widget.relay")
+
+#: A server's stderr kept for the reason of a failed start (bytes, the tail).
+STDERR_TAIL = 400
+#: The stderr file is emptied when it grows past this (bytes).
+STDERR_MAX = 1_000_000
+
+
+class McpUnavailable(Exception):
+    """A server cannot be used now; the message says why (it goes to the model and the log)."""
+
+
+def _cut(text: str) -> str:
+    limit = P.TOOL_REPLY_MAX_CHARS
+    return text if len(text) <= limit else text[:limit] + " [cut]"
+
+
+def result_of(res: Any) -> tuple[bool, Any]:
+    """``(ok, value)`` of a ``CallToolResult``: the structured content when there is some, else the text
+    parts joined (other parts named, e.g. ``[image]``); cut to ``TOOL_REPLY_MAX_CHARS``."""
+    parts = []
+    for c in getattr(res, "content", None) or []:
+        kind = getattr(c, "type", "")
+        parts.append(getattr(c, "text", "") if kind == "text" else f"[{kind or 'content'}]")
+    text = "\n".join(parts)
+    if getattr(res, "is_error", False):
+        return False, _cut(text or "The tool failed.")
+    structured = getattr(res, "structured_content", None)
+    if structured is not None:
+        if isinstance(structured, dict) and set(structured) == {"result"}:
+            structured = structured["result"]  # a plain return value, wrapped by the server
+        if isinstance(structured, str):
+            return True, _cut(structured)
+        dumped = json.dumps(structured, ensure_ascii=False)
+        return True, structured if len(dumped) <= P.TOOL_REPLY_MAX_CHARS else _cut(dumped)
+    return True, _cut(text)
+
+
+class McpLink:
+    """One server of one app, as this relay process reaches it."""
+
+    def __init__(self, app_id: str, name: str, cfg: McpServerConfig) -> None:
+        self.app_id, self.name, self.cfg = app_id, name, cfg
+        self.session: Any = None
+        self.tools: list[Any] = []
+        self._task: asyncio.Task[None] | None = None
+        self._stop = asyncio.Event()
+        self._starting: asyncio.Future[list[Any]] | None = None
+        self._error: str | None = None
+        self._failed_at = 0.0
+        self._stderr: Any = None
+
+    async def ensure(self) -> list[Any]:
+        """The server's tools, starting it first when it is not running (McpUnavailable with the reason)."""
+        if self.session is not None and self._task is not None and not self._task.done():
+            return self.tools
+        if self._error is not None and time.monotonic() - self._failed_at < self.cfg.retry_after_s:
+            raise McpUnavailable(self._error)
+        if self._starting is None or self._starting.done():
+            self._starting = asyncio.ensure_future(self._start())
+        try:
+            return await asyncio.shield(self._starting)
+        except McpUnavailable:
+            raise
+
+    async def _start(self) -> list[Any]:
+        await self._teardown()
+        self._stop = asyncio.Event()
+        ready: asyncio.Future[list[Any]] = asyncio.get_running_loop().create_future()
+        self._task = asyncio.ensure_future(self._hold(ready))
+        limit = self.cfg.startup_timeout_s
+        try:
+            tools = await asyncio.wait_for(asyncio.shield(ready), limit)
+        except asyncio.TimeoutError:
+            reason = f"it did not start within {limit:g} s"
+        except Exception as exc:  # noqa: BLE001 - whatever the transport raised becomes the reason
+            reason = f"it failed to start ({self._describe(exc)})"
+        else:
+            self._error = None
+            log.info("MCP server %r of app %r started: %d tools", self.name, self.app_id, len(tools))
+            return tools
+        await self._teardown()
+        self._error, self._failed_at = f"The MCP server {self.name!r} is unavailable: {reason}.", time.monotonic()
+        log.warning(json.dumps({"event": "mcp_unavailable", "app": self.app_id, "server": self.name, "reason": reason}))
+        raise McpUnavailable(self._error)
+
+    def _describe(self, exc: BaseException) -> str:
+        while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
+            exc = exc.exceptions[0]
+        text = " ".join(str(exc).split()) or type(exc).__name__
+        tail = self._stderr_tail()
+        return f"{text}; its stderr ends: {tail}" if tail else text
+
+    def _stderr_tail(self) -> str:
+        f = self._stderr
+        if f is None:
+            return ""
+        try:
+            f.flush()
+            f.seek(0, 2)
+            size = f.tell()
+            f.seek(max(0, size - STDERR_TAIL))
+            return " ".join(f.read().split())
+        except (OSError, ValueError):
+            return ""
+
+    async def _hold(self, ready: asyncio.Future[list[Any]]) -> None:
+        """Open the transport and the session, list the tools, then keep them open until stopped."""
+        from mcp import ClientSession
+
+        try:
+            async with contextlib.AsyncExitStack() as stack:
+                if self.cfg.transport == "stdio":
+                    from mcp.client.stdio import StdioServerParameters, get_default_environment, stdio_client
+
+                    self._stderr = tempfile.TemporaryFile("w+", encoding="utf-8", errors="replace")
+                    params = StdioServerParameters(command=self.cfg.command[0], args=self.cfg.command[1:], cwd=self.cfg.cwd,
+                                                   env={**get_default_environment(), **self.cfg.resolved_env})
+                    read, write = await stack.enter_async_context(stdio_client(params, errlog=self._stderr))
+                else:
+                    from mcp.client.streamable_http import create_mcp_http_client, streamable_http_client
+
+                    client = await stack.enter_async_context(create_mcp_http_client(headers=dict(self.cfg.resolved_headers)))
+                    read, write = await stack.enter_async_context(streamable_http_client(self.cfg.url, http_client=client))
+                session = await stack.enter_async_context(ClientSession(read, write))
+                await session.initialize()
+                tools: list[Any] = []
+                cursor = None
+                while True:
+                    from mcp.types import PaginatedRequestParams
+
+                    page = await session.list_tools(params=PaginatedRequestParams(cursor=cursor) if cursor else None)
+                    tools += list(page.tools)
+                    cursor = getattr(page, "next_cursor", None)
+                    if not cursor or len(tools) > 1000:
+                        break
+                self.session, self.tools = session, tools
+                if not ready.done():
+                    ready.set_result(tools)
+                await self._stop.wait()
+        except BaseException as exc:
+            if not ready.done():
+                ready.set_exception(exc if isinstance(exc, Exception) else RuntimeError("cancelled"))
+            if not isinstance(exc, Exception):
+                raise
+            log.warning("MCP server %r of app %r closed: %s", self.name, self.app_id, self._describe(exc))
+        finally:
+            self.session = None
+
+    async def call(self, tool: str, arguments: dict[str, Any]) -> tuple[bool, Any]:
+        """Run one tool within ``timeout_s``: ``(ok, result or error text)``."""
+        if self._stderr is not None:
+            with contextlib.suppress(OSError, ValueError):
+                if self._stderr.tell() > STDERR_MAX:
+                    self._stderr.seek(0)
+                    self._stderr.truncate()
+        try:
+            await self.ensure()
+        except McpUnavailable as exc:
+            return False, str(exc)
+        session, limit = self.session, self.cfg.timeout_s
+        if session is None:
+            return False, f"The MCP server {self.name!r} is unavailable: it stopped."
+        try:
+            res = await asyncio.wait_for(session.call_tool(tool, arguments), limit)
+        except asyncio.TimeoutError:
+            return False, f"The tool did not answer within {limit:g} s."
+        except Exception as exc:  # noqa: BLE001 - the server or its connection failed mid-call
+            reason = self._describe(exc)
+            self._stop.set()  # the connection is not trusted any more: the next use starts the server again
+            return False, f"The MCP server {self.name!r} failed during the call ({reason})."
+        return result_of(res)
+
+    async def _teardown(self) -> None:
+        self._stop.set()
+        task, self._task = self._task, None
+        if task is not None and not task.done():
+            task.cancel()
+            with contextlib.suppress(BaseException):
+                await asyncio.wait_for(task, 5)
+        self.session = None
+        if self._stderr is not None:
+            with contextlib.suppress(OSError):
+                self._stderr.close()
+            self._stderr = None
+
+    async def aclose(self) -> None:
+        """Stop the server (or close the connection)."""
+        if self._starting is not None and not self._starting.done():
+            self._starting.cancel()
+        await self._teardown()
+
+
+@dataclass
+class McpTool:
+    """A server's tool in the catalogue (the ``relay`` of a catalogue entry)."""
+
+    link: McpLink
+    tool: str
+    sensitive: bool
+
+    async def run(self, hub: Hub, cid: str, c: dict[str, Any]) -> tuple[dict[str, Any], float]:
+        """Run a checked call of the model (``c``: id, name, arguments, message_id, turn_id): the pill,
+        the reader's confirmation when sensitive, the server's answer. Returns ``(end, ms)`` like the
+        relay's other tools; ``end["stored"]``: the call is in the store already."""
+        t0 = time.monotonic()
+        begin = {"id": c["id"], "name": c["name"], "arguments": c["arguments"], "message_id": c["message_id"]}
+        end: dict[str, Any] = {"id": c["id"], "name": c["name"]}
+        if self.sensitive:
+            denied = await self._confirm(hub, cid, c, begin)
+            end["stored"] = True
+        else:
+            await hub.emit_event(cid, P.EV_FUNCTION_CALL_BEGIN, {**begin, "kind": P.KIND_TOOL})
+            denied = None
+        t1 = time.monotonic()
+        if denied is not None:
+            ok, value = False, denied
+        else:
+            ok, value = await self.link.call(self.tool, c["arguments"])
+        handler_ms = round((time.monotonic() - t1) * 1000, 1)
+        ms = round((time.monotonic() - t0) * 1000, 1)
+        if ok:
+            end.update(status=P.STATUS_SUCCESS, result=value)
+        else:
+            end.update(status=P.STATUS_ERROR, error=value)
+            if denied is None:
+                log.warning(json.dumps({"event": "mcp_call_failed", "app": self.link.app_id, "server": self.link.name,
+                                        "tool": self.tool, "error": value}, ensure_ascii=False))
+            if value.startswith("The tool did not answer"):
+                end["timed_out"] = True
+        end.update(duration_ms=None if denied is not None else handler_ms, total_ms=ms)
+        await hub.emit_event(cid, P.EV_FUNCTION_CALL_END, {k: v for k, v in end.items() if k not in ("stored", "timed_out")})
+        return end, ms
+
+    async def _confirm(self, hub: Hub, cid: str, c: dict[str, Any], begin: dict[str, Any]) -> str | None:
+        """Send the call to the active page, whose client asks the reader (``widget.client_calls``); None when
+        allowed, else the error the model gets (the page's denial, or its silence within the function limit)."""
+        rt = hub.rt(cid)
+        await hub.store.add_calls(cid, c["turn_id"], [{"id": c["id"], "name": c["name"], "kind": P.KIND_FUNCTION,
+                                                       "arguments": c["arguments"]}])
+        rt.call_events[c["id"]] = asyncio.Event()
+        seq = await hub.emit_event(cid, P.EV_FUNCTION_CALL_BEGIN, {**begin, "kind": P.KIND_FUNCTION},
+                                   conversation={"status": S.WAITING_FOR_FUNCTION})
+        await hub.store.set_call_seq(cid, c["id"], seq)
+        answer, _ms = await hub.dispatch.await_call(cid, rt, {**c, "kind": P.KIND_FUNCTION}, announce=False)
+        await hub.store.update_conversation(cid, status=S.RUNNING)
+        if answer["status"] == P.STATUS_SUCCESS and answer.get("result") == "allow":
+            return None
+        return str(answer.get("error") or P.MSG_SENSITIVE_DENIED)
+
+
+class McpTools:
+    """Every app's MCP servers for one relay process (``Hub.mcp``)."""
+
+    def __init__(self, config: RelayConfig) -> None:
+        self.links: dict[tuple[str, str], McpLink] = {}
+        for app_id, app in config.apps.items():
+            for name, cfg in app.mcp.items():
+                self.links[(app_id, name)] = McpLink(app_id, name, cfg)
+        if self.links:
+            try:
+                import mcp  # noqa: F401
+            except ImportError:
+                raise ConfigError("MCP servers in the config need the official MCP SDK: "
+                                  "pip install 'autopilot-widget[mcp]'") from None
+
+    async def extend(self, app: AppConfig, info: RoundInfo, request: ModelRequest, model: ModelAdapter | None,
+                     with_tools: bool) -> None:
+        """Add the app's allowed MCP tools to a round's catalogue (and, ``with_tools``, to the model's tools);
+        tell the model which servers are unavailable and why. A page entry of the same name wins."""
+        links = [self.links[(info.app_id, n)] for n in app.mcp if (info.app_id, n) in self.links]
+        if not links:
+            return
+        listed = await asyncio.gather(*(link.ensure() for link in links), return_exceptions=True)
+        keywords = model.schema_keywords if model is not None else frozenset({"enum"})
+        formats = model.schema_formats if model is not None else frozenset()
+        notes, specs = [], []
+        for link, tools in zip(links, listed):
+            if isinstance(tools, BaseException):
+                notes.append(str(tools) if isinstance(tools, McpUnavailable) else f"The MCP server {link.name!r} is unavailable.")
+                continue
+            for t in tools:
+                if not link.cfg.allows(t.name):
+                    continue
+                name = mcp_tool_name(link.name, t.name)
+                if name is None or name in info.catalogue:
+                    log.info("MCP tool %r of server %r left out: %s", t.name, link.name,
+                             "its name is too long" if name is None else "the page has an entry of that name")
+                    continue
+                params, problem = flat_parameters(name, t.input_schema)
+                if params is None:
+                    log.info("MCP tool %r of server %r left out: %s", t.name, link.name, problem)
+                    continue
+                hints = t.annotations
+                marked = bool(hints and hints.destructive_hint and not hints.read_only_hint)
+                sensitive = link.cfg.sensitive.get(t.name, marked)
+                info.catalogue[name] = {"kind": P.KIND_TOOL, "parameters": params, "relay": McpTool(link, t.name, sensitive)}
+                desc = " ".join(str(t.description or t.title or t.name).split())
+                specs.append({"name": name, "description": f"{desc} (a tool of the MCP server {link.name!r})",
+                              "parameters": strict_schema(params, keywords, formats), "strict": True})
+        if with_tools and specs:
+            at = next((i for i, s in enumerate(request.tools) if s["name"] in (P.OFFER_ACTIONS_TOOL, ASK_USER_TOOL)),
+                      len(request.tools))
+            request.tools[at:at] = specs
+        if notes:
+            note = " ".join(notes) + " Its tools cannot be used in this answer; say so if the reader needs one."
+            at = next((i for i, m in enumerate(request.messages) if m.get("role") != "system"), len(request.messages))
+            request.messages.insert(at, {"role": "system", "content": note})
+
+    async def aclose(self) -> None:
+        """Stop every server."""
+        await asyncio.gather(*(link.aclose() for link in self.links.values()), return_exceptions=True)
