@@ -1,0 +1,59 @@
+"""The conformance suite against the scale-out deployment: two relay processes on one PostgreSQL and one Redis,
+the sockets of each conversation spread over both (every flow passes as against one process)."""
+
+from __future__ import annotations
+
+import uuid
+from typing import Iterator
+
+import pytest
+from relay_helpers import RelayProcess, pg_server, redis_server
+
+from widget.conformance import FLOWS, Options, run_suite
+
+ORIGIN = "https://conformance.invalid"
+ASK_SECRET = "conformance-ask-secret-0123456789"
+CONFIG = f"""
+function_call_timeout_s = 1.0
+tool_call_timeout_s = 1.0
+create_rate_per_minute = 10000
+message_rate_per_minute = 10000
+join_rate_per_minute = 10000
+
+[apps.demo]
+allowed_origins = ["{ORIGIN}"]
+
+[apps.ask]
+ask_user = true
+secret = "{ASK_SECRET}"
+
+[models.demo]
+adapter = "demo"
+chunk_delay_ms = 2
+"""
+
+
+@pytest.fixture(scope="module")
+def relays(tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[str]]:
+    """Two relay processes sharing a fresh PostgreSQL database and a Redis channel."""
+    workdir = tmp_path_factory.mktemp("conformance-scale")
+    config = workdir / "relay.toml"
+    config.write_text(CONFIG)
+    dsn = pg_server().database("conf_" + uuid.uuid4().hex[:8])
+    redis = redis_server()
+    extra = ["--config", str(config), "--log-level", "warning"]
+    procs = [RelayProcess(workdir, database_url=dsn, redis_url=redis.url, extra=extra) for _ in range(2)]
+    yield [p.url for p in procs]
+    for p in procs:
+        p.stop()
+
+
+@pytest.mark.parametrize("name", list(FLOWS))
+async def test_flow_on_two_processes(relays: list[str], name: str) -> None:
+    [result] = await run_suite(relays, "demo", origin=ORIGIN, only=[name],
+                               options=Options(call_timeout_s=1.0, ask_app="ask", ask_secret=ASK_SECRET))
+    assert result.ok, f"{name}: {result.detail}"
+
+
+def test_the_deployment_has_two_processes(relays: list[str]) -> None:
+    assert len(set(relays)) == 2
