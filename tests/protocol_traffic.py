@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import json
 from collections import Counter
+from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any, Iterator
+from typing import Any
 
 import aiohttp
 import pytest
@@ -86,7 +87,7 @@ def checked_traffic(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPa
         if callback is not None:
             inner = callback
 
-            def callback(*args: Any) -> Any:  # noqa: F811 - the checked wrapper
+            def callback(*args: Any) -> Any:
                 traffic.ack(event, data, args[0] if len(args) == 1 else list(args))
                 return inner(*args)
 

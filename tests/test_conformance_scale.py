@@ -4,7 +4,7 @@ the sockets of each conversation spread over both (every flow passes as against 
 from __future__ import annotations
 
 import uuid
-from typing import Iterator
+from collections.abc import Iterator
 
 import pytest
 from relay_helpers import RelayProcess, pg_server, redis_server

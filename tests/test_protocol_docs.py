@@ -27,7 +27,7 @@ def test_every_flow_section_names_its_packets_with_wire_names() -> None:
 
 
 def test_every_cited_decision_is_defined() -> None:
-    defined = set(re.findall(r"^\*\*(D\d{1,2})\. ", DECISIONS, re.M))
+    defined = set(re.findall(r"^\*\*(D\d{1,2})\. ", DECISIONS, re.MULTILINE))
     assert defined == {f"D{i}" for i in range(1, 14)}
     cited = set()
     for path in [*ROOT.glob("widget/**/*.py"), *ROOT.glob("docs/*.md"), *ROOT.glob("static/*.js"), ROOT / "build.py"]:

@@ -7,7 +7,13 @@ import pytest
 from widget import errors
 from widget.core.limits import check_state
 from widget.core.templates import TemplateError, expand
-from widget.errors import ConfigError, ConnectionFailed, ProtocolError, StateLimitError, WidgetError
+from widget.errors import (
+    ConfigError,
+    ConnectionFailed,
+    ProtocolError,
+    StateLimitError,
+    WidgetError,
+)
 from widget.transports.base import TransportError
 
 

@@ -12,8 +12,8 @@ over them. Server side only (it needs python-socketio and aiohttp).
 from __future__ import annotations
 
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Iterable
 
 from . import flows_more  # noqa: F401 - registers its flows
 from .flows import FLOWS, Options

@@ -7,14 +7,14 @@ not what the protocol says, and returns a note (or None). The relay's model must
 
 from __future__ import annotations
 
-import asyncio
 import json
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any, Awaitable, Callable
+from typing import Any
 
 from ..protocol import MAX_STATE_BYTES, MAX_STATE_DEPTH, MAX_USER_MESSAGE_CHARS, Event
-from .peer import Mismatch, Peer, Relay, accepted, check, refused
+from .peer import Peer, Relay, accepted, check, refused
 
 
 @dataclass
@@ -153,7 +153,6 @@ async def http_flow(r: Relay, o: Options) -> None:
     check(status == 204, f"DELETE: 204 expected, got {status}")
     status, err, _ = await r.request("GET", url)
     check(status == 404 and err["error"]["code"] == "not_found", f"GET after DELETE: {status} {err!r}")
-    return None
 
 
 # ----------------------------------------------------------------------------------------------- join

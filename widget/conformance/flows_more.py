@@ -138,6 +138,7 @@ async def tools_flow(r: Relay, o: Options) -> None:
         await send(peer, 'plan_limits {"plan": "gold"}')
         tid, mid, _ = await round_start(peer)
         ended = await peer.expect(Event.COMPLETION_ENDED)
+        check(ended["message"]["id"] == mid, f"completion.ended closes the streamed message: {ended!r}")
         [tm] = ended["tool_messages"]
         check(tm["status"] == "error" and tm["error"].startswith("Invalid arguments:"), f"refused arguments: {tm!r}")
         await peer.expect(Event.FUNCTION_CALL_ITERATION, turn_id=tid, iteration=1)
@@ -145,7 +146,7 @@ async def tools_flow(r: Relay, o: Options) -> None:
         await turn_end(peer, tid)
         # The same call twice in one round: one begin/end; the second tool message is answered from the first.
         await send(peer, 'plan_limits {"plan": "team"} and plan_limits {"plan": "team"}')
-        tid, mid, _ = await round_start(peer)
+        tid, _mid, _ = await round_start(peer)
         begin = await peer.expect(Event.FUNCTION_CALL_BEGIN, arguments={"plan": "team"})
         await peer.call(Event.FUNCTION_RESPONSE, {"id": begin["id"], "status": "success", "result": 1, "idempotency_key": key()})
         await peer.expect(Event.FUNCTION_CALL_END, id=begin["id"])
@@ -208,7 +209,7 @@ async def active_client_flow(r: Relay, o: Options) -> None:
         await send(a, "get_selection")  # any joined socket may send a message
         await b.expect(Event.MESSAGE)
         for peer, run in ((a, False), (b, True)):
-            _, mid, _ = await round_start(peer)
+            _, _mid, _ = await round_start(peer)
             begin = await peer.expect(Event.FUNCTION_CALL_BEGIN, run=run)
         refused(await a.call(Event.FUNCTION_RESPONSE, {"id": begin["id"], "status": "success", "result": 1,
                                                        "idempotency_key": key()}), "not_active", "an answer from a passive socket")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 from urllib.parse import urlsplit
 
 import aiohttp
@@ -27,7 +27,8 @@ def check(condition: bool, message: str) -> None:
 def error_code(ack: Any) -> str | None:
     """The ``error.code`` of a refusal, None for a success."""
     if isinstance(ack, dict) and ack.get("ok") is False and isinstance(ack.get("error"), dict):
-        return ack["error"].get("code")
+        code = ack["error"].get("code")
+        return code if isinstance(code, str) else None
     return None
 
 
@@ -41,7 +42,7 @@ def refused(ack: Any, code: str, what: str) -> None:
 def accepted(ack: Any, what: str) -> dict[str, Any]:
     """Check that ``ack`` is a success (``ok: true``); return it."""
     check(isinstance(ack, dict) and ack.get("ok") is True, f"{what}: expected ok: true, got {ack!r}")
-    return ack
+    return cast(dict[str, Any], ack)
 
 
 @dataclass
@@ -63,7 +64,7 @@ class Peer:
         self.events.append((event, data))
         self._changed.set()
 
-    async def connect(self) -> "Peer":
+    async def connect(self) -> Peer:
         """Open the socket (WebSocket transport)."""
         await self.sio.connect(self.relay_url, socketio_path=self.relay_path, transports=["websocket"])
         return self
@@ -92,7 +93,7 @@ class Peer:
             self._changed.clear()
             try:
                 await asyncio.wait_for(self._changed.wait(), remaining)
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 pass
         item = self.events[self.cursor]
         self.cursor += 1
@@ -105,11 +106,11 @@ class Peer:
         check(isinstance(data, dict), f"{name}: the payload must be an object, got {data!r}")
         for key, value in fields.items():
             check(data.get(key) == value, f"{name}: expected {key} = {value!r}, got {data.get(key)!r} in {data!r}")
-        return data
+        return cast(dict[str, Any], data)
 
     async def stream(self, message_id: str) -> str:
         """Read ``completion_stream`` events of one message up to (not including) the next other event; their text."""
-        text = []
+        text: list[str] = []
         while True:
             await self._peek()
             event, data = self.events[self.cursor]
@@ -183,16 +184,16 @@ class Relay:
         """Create a conversation; its URL."""
         status, body, _ = await self.request("POST", f"{self.base()}/api/apps/{app or self.app}/conversations",
                                              headers=self.create_headers(app, secret), json={})
-        check(status == 201, f"create: expected 201, got {status} {body!r}")
-        return body["url"]
+        check(status == 201 and isinstance(body, dict), f"create: expected 201, got {status} {body!r}")
+        return str(body["url"])
 
     async def get(self, url: str, base: str | None = None) -> dict[str, Any]:
         """GET a conversation (through ``base`` when given: another process of the deployment)."""
         if base is not None:
             url = base + urlsplit(url).path
         status, body, _ = await self.request("GET", url)
-        check(status == 200, f"GET conversation: expected 200, got {status} {body!r}")
-        return body
+        check(status == 200 and isinstance(body, dict), f"GET conversation: expected 200, got {status} {body!r}")
+        return cast(dict[str, Any], body)
 
     async def peer(self, url: str, last_seq: int | None = 0, *, expect_state: bool = True) -> tuple[Peer, dict[str, Any]]:
         """A socket joined to the conversation at ``url`` (through the next base URL); ``(peer, join ack)``."""

@@ -13,7 +13,7 @@ it as ``duration_ms``) and ``total_ms`` the time until the response left the cli
 
 # No ``from __future__ import annotations`` here: under Python 3.11 it hides ``NotRequired`` from TypedDict,
 # which then counts every key as required.
-from typing import Any, Literal, NotRequired, TypedDict, Union
+from typing import Any, Literal, NotRequired, TypedDict
 
 from .names import (
     ActionConfirm,
@@ -318,7 +318,7 @@ class ActionMessage(TypedDict):
 
 
 #: Any stored message, told apart by ``role``.
-Message = Union[UserMessage, AssistantMessage, CallRecord, ErrorMessage, ActionMessage]
+Message = UserMessage | AssistantMessage | CallRecord | ErrorMessage | ActionMessage
 
 
 # --- relay -> client sequenced events (each also carries ``seq``) --------------------------------

@@ -11,7 +11,16 @@ from __future__ import annotations
 import types
 from dataclasses import dataclass
 from enum import Enum
-from typing import Any, Literal, NotRequired, Union, get_args, get_origin, get_type_hints, is_typeddict
+from typing import (
+    Any,
+    Literal,
+    NotRequired,
+    Union,
+    get_args,
+    get_origin,
+    get_type_hints,
+    is_typeddict,
+)
 
 from . import messages as M
 from .names import PROTOCOL_VERSION, Event

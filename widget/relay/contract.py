@@ -17,7 +17,7 @@ import copy
 import json
 import sys
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import cache, lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -55,7 +55,8 @@ def _components(doc: Any) -> Any:
 
 
 def _component_schemas() -> dict[str, Any]:
-    return _components(schema_bundle()["$defs"])
+    defs: dict[str, Any] = _components(schema_bundle()["$defs"])
+    return defs
 
 
 @lru_cache(maxsize=1)
@@ -161,9 +162,11 @@ def dump(doc: dict[str, Any]) -> str:
 
 
 # --- checks -----------------------------------------------------------------------------------------
-@lru_cache(maxsize=None)
+@cache
 def _validator(kind: str, name: str, part: str) -> Any:
-    from jsonschema import Draft202012Validator  # server and tests only: the browser never imports this
+    from jsonschema import (
+        Draft202012Validator,  # server and tests only: the browser never imports this
+    )
 
     bundle = schema_bundle()
     if kind == "event":
