@@ -17,7 +17,7 @@ from .core.mcp_names import is_mcp_name
 from .core.pyfunctions import handler_error
 from .core.registry import FunctionRegistry
 from .core.state import to_json_value
-from .core.validation import needs_validator, validate_arguments
+from .core.validation import needs_validator, prefetch_checker, validate_arguments
 from .env import PageEnv
 from .errors import ConfigError
 
@@ -178,7 +178,7 @@ class CallsMixin:
         if definition.kind != P.KIND_FUNCTION:
             return None  # tools check their own arguments; actions are refused by _execute
         if needs_validator(definition.parameters):
-            await _prefetch_modules(("jsonschema",))
+            await prefetch_checker()
         problem = validate_arguments(definition.parameters, request["arguments"])
         if problem is not None:
             return P.STATUS_ERROR, None, f"Invalid arguments for {name!r}: {problem}"
@@ -212,13 +212,3 @@ class CallsMixin:
             return P.STATUS_SUCCESS, to_json_value(value, f"The result of {name!r}"), None
         except TypeError as exc:
             return P.STATUS_ERROR, None, str(exc)
-
-
-async def _prefetch_modules(names: tuple[str, ...]) -> None:
-    """In the browser build, fetch the lazily loaded zip holding these modules without blocking the page (the
-    import would otherwise fetch it synchronously); elsewhere nothing to do."""
-    try:
-        import _autopilot_stdlib  # written by the build into the browser's stdlib zip
-    except ImportError:
-        return
-    await _autopilot_stdlib.prefetch(names)
