@@ -70,7 +70,14 @@ export function connect(url, path, handler) {
       deliver("__connected__", null);
       if (!settled) { settled = true; resolve(true); }
     });
-    s.on("disconnect", (reason) => deliver("__disconnected__", reason));
+    s.on("disconnect", (reason) => {
+      deliver("__disconnected__", reason);
+      // A relay that shuts down sends a Socket.IO disconnect; socket.io-client does not reconnect after one by
+      // itself. Reconnect (the balancer picks a relay process that runs), after a short random pause.
+      if (reason === "io server disconnect") {
+        setTimeout(() => { if (socket === s && !s.connected) s.connect(); }, 250 + Math.random() * 750);
+      }
+    });
     s.on("connect_error", (err) => {
       if (!settled) {
         settled = true;

@@ -61,7 +61,9 @@ async def wait_py(page, expr: str, timeout_s: float = 30.0) -> None:
 
 
 async def test_relay_restarts_and_socket_cuts_with_calls_in_flight(browser, page_server, tmp_path):
-    relay = start_relay(tmp_path, extra=["--app", f"demo={page_server.origin}", "--demo-chunk-delay-ms", "5"])
+    # --drain-timeout 0: a restart stops at once (the turn in flight is interrupted), as a relay that dies does.
+    relay = start_relay(tmp_path, extra=["--app", f"demo={page_server.origin}", "--demo-chunk-delay-ms", "5",
+                                         "--drain-timeout", "0"])
     sockets: list = []
     try:
         url = page_server.add("/__test__/chaos.html", PAGE.replace("{relay}", relay.url))

@@ -86,3 +86,26 @@ async def test_a_turn_still_running_at_the_drain_deadline_ends_with_turn_interru
         assert "1 turn(s) still running after 0.5 s end with turn_interrupted" in relay.log.read_text()
     finally:
         stop_process(relay.proc)
+
+
+async def test_the_cpython_transport_reconnects_after_a_relay_disconnect(tmp_path: Path) -> None:
+    """A Socket.IO disconnect from the relay (its shutdown) does not leave the client's transport down."""
+    from relay_helpers import launch
+    from widget.transports.base import CONNECTED, DISCONNECTED
+    from widget.transports.python_socketio import PythonSocketIOTransport
+
+    relay = await launch(tmp_path)
+    transport = PythonSocketIOTransport()
+    seen: list[str] = []
+    transport.set_handler(lambda event, data: seen.append(event) if event in (CONNECTED, DISCONNECTED) else None)
+    try:
+        await transport.connect(relay.url, "/socket.io")
+        await _wait_for(lambda: seen == [CONNECTED])
+        for sid, _eio in list(relay.app.hub.sio.manager.get_participants("/", None)):
+            await relay.app.hub.sio.disconnect(sid)
+        await _wait_for(lambda: seen == [CONNECTED, DISCONNECTED, CONNECTED] and transport.connected)
+        await transport.disconnect()
+        assert not transport.connected and seen[-1] == DISCONNECTED
+    finally:
+        await transport.disconnect()
+        await relay.stop()

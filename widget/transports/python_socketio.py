@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import random
 from typing import Any
 
 import aiohttp
@@ -17,6 +18,10 @@ class PythonSocketIOTransport:
     def __init__(self, *, reconnection: bool = True, request_timeout: float = 10.0) -> None:
         self._handler: EventHandler = lambda event, data: None
         self._request_timeout = request_timeout
+        self._reconnection = reconnection
+        #: (url, path) of the socket while it should be open (None after disconnect())
+        self._target: tuple[str, str] | None = None
+        self._reconnecting: asyncio.Future[None] | None = None
         self._session: aiohttp.ClientSession | None = None
         self.sio = socketio.AsyncClient(
             reconnection=reconnection,
@@ -26,8 +31,24 @@ class PythonSocketIOTransport:
         )
         self.sio.on("*", self._on_any)
         self.sio.on("connect", lambda: self._handler(CONNECTED, None))
-        self.sio.on("disconnect", lambda *a: self._handler(DISCONNECTED, None))
+        self.sio.on("disconnect", self._on_disconnect)
         self.sio.on("connect_error", lambda data=None: self._handler(CONNECT_ERROR, data))
+
+    def _on_disconnect(self, reason: Any = None) -> None:
+        self._handler(DISCONNECTED, None)
+        # A relay that shuts down sends a Socket.IO disconnect, after which python-socketio does not reconnect by
+        # itself: reconnect here (a balancer picks a relay process that runs).
+        if reason == self.sio.reason.SERVER_DISCONNECT and self._reconnection and self._target is not None:
+            self._reconnecting = asyncio.ensure_future(self._reconnect(*self._target))
+
+    async def _reconnect(self, url: str, path: str) -> None:
+        delay = 0.25
+        while self._target is not None and not self.sio.connected:
+            await asyncio.sleep(delay * (0.5 + random.random()))
+            try:
+                await self.connect(url, path)
+            except TransportError:
+                delay = min(delay * 2, 5.0)
 
     def _on_any(self, event: str, data: Any = None) -> None:
         self._handler(event, data)
@@ -65,6 +86,7 @@ class PythonSocketIOTransport:
 
     async def connect(self, url: str, path: str) -> None:
         """Open the socket (WebSocket first, polling fallback)."""
+        self._target = (url, path)
         try:
             await self.sio.connect(
                 url,
@@ -88,6 +110,9 @@ class PythonSocketIOTransport:
 
     async def disconnect(self) -> None:
         """Close the socket and the HTTP session."""
+        self._target = None
+        if self._reconnecting is not None and self._reconnecting is not asyncio.current_task():
+            self._reconnecting.cancel()
         try:
             await self.sio.disconnect()
         finally:
