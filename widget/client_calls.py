@@ -23,6 +23,7 @@ from .errors import ConfigError
 
 if TYPE_CHECKING:
     from .core.events import Emitter
+    from .core.effects import CallToRun
     from .core.session import ClientSession, Effect
     from .core.tools import ToolSpec
 
@@ -93,8 +94,9 @@ class CallsMixin:
             try:
                 value = handler(request)
                 if inspect.isawaitable(value):
-                    answer = asyncio.ensure_future(value)
-                    done, _ = await asyncio.wait({answer, ended}, return_when=asyncio.FIRST_COMPLETED)
+                    answer: asyncio.Future[Any] = asyncio.ensure_future(value)
+                    waits: set[asyncio.Future[Any]] = {answer, ended}
+                    done, _ = await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
                     if answer not in done:
                         answer.cancel()
                         raise _CallEnded()
@@ -125,7 +127,7 @@ class CallsMixin:
             fut.set_result(None)
 
     # ------------------------------------------------------------------ running a call
-    async def _run_call(self, call: dict[str, Any]) -> None:
+    async def _run_call(self, call: CallToRun) -> None:
         call_id, name, args = call["id"], call["name"], call["arguments"]
         request, effects = self.core.call_received(call_id, name, args, self._wall() * 1000)
         self._apply(effects)

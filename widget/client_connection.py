@@ -135,8 +135,9 @@ class ConnectionMixin:
         status, body = await self._http("POST", url, {})
         if status != 201 or not isinstance(body, dict) or not isinstance(body.get("url"), str):
             raise _http_error(status, body, f"Creating a conversation at {url} failed")
-        self.storage[storage_key(self._app_id)] = body["url"]
-        return body["url"]
+        created: str = body["url"]
+        self.storage[storage_key(self._app_id)] = created
+        return created
 
     async def _get_conversation(self, url: str) -> dict[str, Any] | None:
         status, body = await self._http("GET", url)
@@ -151,9 +152,10 @@ class ConnectionMixin:
 
     async def _http(self, method: str, url: str, body: Any = None) -> tuple[int, Any]:
         try:
-            return await self._with_timeout(
+            answer: tuple[int, Any] = await self._with_timeout(
                 self.transport.request(method, url, body, self.headers or None), f"{method} {url}"
             )
+            return answer
         except TransportError as exc:
             raise ConnectionFailed(f"Cannot reach the relay: {exc}") from exc
 

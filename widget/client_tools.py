@@ -188,9 +188,10 @@ class ToolsMixin:
         signal = Signal()
         leave_to: str | None = None
         try:
-            if "href" in (spec.run or {}) and spec.name not in self._tool_handlers:
+            run = spec.run or {}
+            if "href" in run and spec.name not in self._tool_handlers:
                 # Leaving the page would lose the outcome: record it first, navigate after the ack.
-                leave_to = expand(spec.run["href"], args)
+                leave_to = expand(run["href"], args)
                 value: Any = None
             else:
                 value = await asyncio.wait_for(self._run_tool(spec, args, signal), P.TOOL_CALL_TIMEOUT_S)
@@ -210,7 +211,8 @@ class ToolsMixin:
             raise
         except Exception as exc:  # noqa: BLE001 - shown to the reader, who may retry
             ok, outcome = False, str(exc) or type(exc).__name__
-        offer.update(status="done" if ok else "failed", outcome=outcome)
+        offer["status"] = "done" if ok else "failed"
+        offer["outcome"] = outcome
         result = {"ok": ok, "outcome": outcome, "message_id": message_id, "action_id": action_id, "name": spec.name}
         self.events.emit("actionOutcome", result)
         payload = {

@@ -12,7 +12,7 @@ TYPES = ("text", "bool", "radiolist", "checklist")
 
 def _option_values(prompt: dict[str, Any]) -> list[str]:
     options = (prompt.get("arguments") or {}).get("options") or []
-    return [o.get("value") for o in options if isinstance(o, dict)]
+    return [o["value"] for o in options if isinstance(o, dict) and isinstance(o.get("value"), str)]
 
 
 def check_answer(prompt: dict[str, Any], result: Any) -> None:

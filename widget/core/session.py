@@ -46,6 +46,12 @@ from .streaming import StreamingSession
 
 log = logging.getLogger("widget")
 
+__all__ = [
+    "ClientSession", "Effect", "EndCall", "FlushResult", "Notify", "Options", "Rejoin", "RunCall", "Send",
+    "CallToRun", "IDLE", "CONNECTING", "CONNECTED", "RECONNECTING", "DISCONNECTED", "ERROR",
+    "TRANSIENT_RESPONSE_ERRORS", "RESEND_DELAYS_S", "RESEND_WINDOW_S", "RETRYABLE_REJOIN_ERRORS", "REJOIN_DELAYS_S",
+]
+
 # Connection states reported by ``connectionStateChanged`` (plain strings, as they travel to page code).
 IDLE = ConnectionState.IDLE.value
 CONNECTING = ConnectionState.CONNECTING.value

@@ -56,7 +56,7 @@ class BrowserTransport:
         self, method: str, url: str, body: Any = None, headers: dict[str, str] | None = None
     ) -> tuple[int, Any]:
         """One JSON HTTP request through ``fetch``."""
-        from pyodide.ffi import JsException
+        from pyodide.ffi import JsException  # type: ignore[import-not-found]  # only in the browser
 
         try:
             result = await self._bridge.request(method, url, None if body is None else json.dumps(body))

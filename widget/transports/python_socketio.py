@@ -7,7 +7,7 @@ import random
 from typing import Any
 
 import aiohttp
-import socketio
+import socketio  # type: ignore[import-untyped]
 
 from .base import CONNECT_ERROR, CONNECTED, DISCONNECTED, EventHandler, TransportError
 
