@@ -23,7 +23,7 @@ from widget.relay import contract as C
 
 #: Test modules whose traffic is checked (relay integration tests and the conformance suite).
 CHECKED_MODULES = {"test_relay", "test_relay_tools", "test_relay_turns", "test_relay_hardening",
-                   "test_client_relay", "test_conformance", "test_conformance_scale"}
+                   "test_client_relay", "test_conformance", "test_conformance_scale", "test_relay_mcp", "test_relay_store"}
 #: Socket.IO's own pseudo-events, not protocol messages.
 _INTERNAL = {"connect", "disconnect", "connect_error", "__disconnect_final"}
 

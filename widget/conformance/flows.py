@@ -36,7 +36,7 @@ def flow(name: str) -> Callable[[Flow], Flow]:
     """Register a flow under ``name`` (its docstring's first line is its summary)."""
 
     def mark(fn: Flow) -> Flow:
-        FLOWS[name] = (fn, (fn.__doc__ or "").strip().splitlines()[0])
+        FLOWS[name] = (fn, (fn.__doc__ or "").strip().splitlines()[0].replace("``", "`"))
         return fn
 
     return mark
