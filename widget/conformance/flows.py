@@ -2,7 +2,9 @@
 
 A flow gets the relay (``Relay``) and the suite's options; it raises ``Mismatch`` at the first packet that is
 not what the protocol says, and returns a note (or None). The relay's model must be the demo model
-(docs/demo-model.md): the flows drive it with its grammar.
+(docs/demo-model.md): the flows drive it with its grammar. Expected values (statuses, roles, codes) are written
+as the literal wire strings on purpose: a suite that took them from ``widget.protocol`` would follow a renamed
+value instead of catching it.
 """
 
 from __future__ import annotations

@@ -21,7 +21,7 @@ from functools import cache, lru_cache
 from pathlib import Path
 from typing import Any
 
-from ..protocol import PROTOCOL_VERSION
+from ..protocol import PROTOCOL_VERSION, ErrorCode, Event
 from ..protocol import schemas as S
 
 SCHEMA_FILE = "protocol.schema.json"
@@ -226,10 +226,10 @@ def check_http(operation_id: str, status: int, body: Any, *, request: bool = Fal
 
 #: The code a refused client payload gets when its first problem is at this (event, field): the code the
 #: protocol gives that mistake; every other schema problem is ``bad_request``.
-REFUSAL_CODES: dict[tuple[str, str], str] = {
-    ("state_patch", "/patch"): "patch_failed",
-    ("join", "/token"): "invalid_token",
-    ("join", "/version"): "version_mismatch",
+REFUSAL_CODES: dict[tuple[str, str], ErrorCode] = {
+    (Event.STATE_PATCH, "/patch"): ErrorCode.PATCH_FAILED,
+    (Event.JOIN, "/token"): ErrorCode.INVALID_TOKEN,
+    (Event.JOIN, "/version"): ErrorCode.VERSION_MISMATCH,
 }
 
 
@@ -240,7 +240,7 @@ def refusal(event: str, payload: Any) -> tuple[str, str] | None:
         return None
     first = problems[0]
     field = "/" + first.path.split("/")[1] if first.path else ""
-    code = REFUSAL_CODES.get((event, field), "bad_request")
+    code = REFUSAL_CODES.get((event, field), ErrorCode.BAD_REQUEST)
     return code, f"Invalid {event} payload: {first}."
 
 
