@@ -37,6 +37,8 @@ class FakeRelay:
         self.response_errors: list[str] = []
         #: Calls handed over by an ``activate`` ack ("Use here").
         self.activate_calls: list[dict[str, Any]] = []
+        #: Tokens a join is refused with (a relay restarted with a new secret).
+        self.refused_tokens: set[str] = set()
         self.requests: list[tuple[str, str]] = []
         self.joined = False
         self.created = 0
@@ -57,7 +59,7 @@ class FakeRelay:
                 "messages": [],
                 "relay_url": BASE,
                 "relay_path": "/socket.io",
-                "token": "tok",
+                "token": f"tok{len(self.requests)}",
             }
         return 404, P.error(P.ERR_NOT_FOUND, "nope")
 
@@ -75,6 +77,8 @@ class FakeRelay:
         if event == P.EV_JOIN:
             if self.join_error:
                 return {"ok": False, "error": self.join_error}
+            if data.get("token") in self.refused_tokens:
+                return P.error(P.ERR_INVALID_TOKEN, "Join token is invalid.")
             if data.get("version") != P.PROTOCOL_VERSION:
                 return P.error(P.ERR_VERSION_MISMATCH, "bad version")
             self.joined = True

@@ -339,7 +339,8 @@ async def test_response_finished_during_a_slow_rejoin_is_resent_not_lost():
     await settle()
     relay.hold_gets = asyncio.Event()
     transport.drop()
-    relay.joined = False  # the relay forgot the old socket
+    relay.joined = False  # the relay forgot the old socket ...
+    relay.refused_tokens = {client.core.reusable_token(client._clock())}  # ... and its tokens: the rejoin reads again
     transport.restore()  # the socket is back, but the rejoin is stuck on its GET
     gate.set_result(None)
     await settle()
@@ -522,3 +523,42 @@ async def test_tab_refused_by_the_join_rate_limit_after_a_restart_rejoins_by_its
     relay.join_error = None
     await until(lambda: client.connection_state == "connected")
     assert client.last_error is None
+
+
+async def test_rejoin_with_a_fresh_token_joins_before_reading_the_conversation():
+    """After a relay restart the stored result reaches the relay before any conversation GET (a GET may make the
+    relay give up on the call)."""
+    relay, transport, client = await connected()
+    gate = asyncio.get_running_loop().create_future()
+
+    async def slow(args, ctx):
+        await gate
+        return "done"
+
+    client.register_function("slow", slow)
+    await client.sync_registered_functions()
+    relay.push(transport, "function_call.begin", {"id": "t1", "name": "slow", "arguments": {}, "run": True})
+    await settle()
+    transport.drop()
+    relay.joined = False
+    gate.set_result(None)
+    await settle()
+    gets = len(relay.requests)
+    transport.restore()
+    await until(lambda: relay.responses)
+    assert len(relay.requests) == gets  # no GET before the result went out
+    assert [r["id"] for r in relay.responses] == ["t1"] and client.connection_state == "connected"
+
+
+async def test_rejoin_reads_the_conversation_when_the_token_is_refused_or_old():
+    relay, transport, client = await connected()
+    transport.drop()
+    relay.refused_tokens = {client.core.reusable_token(client._clock())}
+    gets = len(relay.requests)
+    transport.restore()
+    await until(lambda: client.connection_state == "connected" and len(relay.requests) == gets + 1)
+    clock = [client._clock() + 1000.0]
+    client._clock = lambda: clock[0]  # far past the token's reuse window
+    transport.drop()
+    transport.restore()
+    await until(lambda: client.connection_state == "connected" and len(relay.requests) == gets + 2)

@@ -103,15 +103,18 @@ def test_gap_asks_for_one_replay_and_duplicates_are_dropped():
 # --- run once ----------------------------------------------------------------------------------------------------
 def test_a_call_runs_once_however_often_it_is_handed_over():
     s, _ = joined()
-    assert [e for e in begin(s, "c1", 0) if isinstance(e, RunCall)] == [RunCall({"id": "c1", "name": "f", "arguments": {}})]
+    runs = [e for e in begin(s, "c1", 0) if isinstance(e, RunCall)]
+    assert runs == [RunCall({"id": "c1", "name": "f", "arguments": {}})]
     assert not [e for e in begin(s, "c1", 0) if isinstance(e, RunCall)]  # the same call under a new seq
-    assert not [e for e in s.activated({"ok": True, "pending_calls": [{"id": "c1", "name": "f"}]}, 0) if isinstance(e, RunCall)]
+    handed = s.activated({"ok": True, "pending_calls": [{"id": "c1", "name": "f"}]}, 0)
+    assert not [e for e in handed if isinstance(e, RunCall)]
 
 
 def test_activate_runs_the_calls_it_hands_over():
     s, _ = joined()
     s.received(P.EV_CLIENT_ROLE, {"active": False}, 0)
-    effects = s.activated({"ok": True, "active": True, "pending_calls": [{"id": "h1", "name": "f", "arguments": {"a": 1}}]}, 0)
+    pending = [{"id": "h1", "name": "f", "arguments": {"a": 1}}]
+    effects = s.activated({"ok": True, "active": True, "pending_calls": pending}, 0)
     assert s.active and notes(effects, "roleChanged") == [{"active": True}]
     assert [e for e in effects if isinstance(e, RunCall)] == [RunCall({"id": "h1", "name": "f", "arguments": {"a": 1}})]
 
@@ -308,7 +311,8 @@ def test_offers_are_recorded_and_an_outcome_from_any_tab_marks_them_done():
 
 def test_ask_user_prompts_are_required_then_cleared():
     s, _ = joined()
-    effects = s.received(P.EV_ASK_USER_REQUEST, {"seq": 1, "prompts": [{"id": "q", "type": "text", "question": "?"}]}, 0)
+    prompts = [{"id": "q", "type": "text", "question": "?"}]
+    effects = s.received(P.EV_ASK_USER_REQUEST, {"seq": 1, "prompts": prompts}, 0)
     assert notes(effects, "askUserRequired")[0]["prompts"][0]["id"] == "q"
     assert s.set_pending_ask_user([]) == [Notify("askUserCleared", None)]
     assert s.set_pending_ask_user([]) == []
@@ -388,3 +392,14 @@ def test_a_user_message_waits_for_dirty_state_only():
     s.state.set_functions({"late": {"name": "late"}}, 0.0)
     result = s.flush_before_message(0.001)
     assert result is not None and [e.event for e in sends(result.effects)] == [P.EV_STATE_PATCH]
+
+
+def test_a_young_join_token_is_reused_for_a_rejoin_and_an_old_one_is_not():
+    s = ClientSession(instance="t")
+    assert s.reusable_token(0.0) is None
+    s.token_received("tok", 10.0)
+    assert s.reusable_token(10.0 + S.TOKEN_REUSE_S - 1) == "tok"
+    assert s.reusable_token(10.0 + S.TOKEN_REUSE_S) is None
+    assert S.TOKEN_REUSE_S < P.JOIN_TOKEN_TTL_S
+    s.new_conversation()
+    assert s.reusable_token(10.0) is None

@@ -148,6 +148,8 @@ class ConnectionMixin:
         for key in ("relay_url", "token", "conversation"):
             if key not in body:
                 raise ProtocolError(P.ERR_BAD_REQUEST, f"The relay's conversation response lacks {key!r}.")
+        if isinstance(body["token"], str):
+            self.core.token_received(body["token"], self._clock())
         return body
 
     async def _http(self, method: str, url: str, body: Any = None) -> tuple[int, Any]:
@@ -191,6 +193,17 @@ class ConnectionMixin:
         if self.core.closing or self.conversation_url is None:
             return
         try:
+            token = self.core.reusable_token(self._clock())
+            if token is not None:
+                # Straight to the join: reading the conversation first could make a restarted relay give up on
+                # a call whose result this client holds before the join delivers it.
+                try:
+                    await self._join({"token": token})
+                    return
+                except ProtocolError as exc:
+                    if exc.code not in (P.ERR_INVALID_TOKEN, P.ERR_TOKEN_EXPIRED):
+                        raise
+                    log.info("join token refused on rejoin (%s); reading the conversation again", exc.code)
             info = await self._get_conversation(self.conversation_url)
             if info is None:
                 raise ProtocolError(P.ERR_NOT_FOUND, "The conversation no longer exists.")

@@ -92,7 +92,8 @@ class ToolsMixin:
 
     def _tool_extra(self, spec: ToolSpec) -> dict[str, Any]:
         base = spec.descriptor(spec.name in self._tool_handlers)
-        return {k: v for k, v in base.items() if k not in ("name", "kind", "description", "parameters", "sensitive", "source")}
+        own = ("name", "kind", "description", "parameters", "sensitive", "source")
+        return {k: v for k, v in base.items() if k not in own}
 
     @staticmethod
     def _tool_placeholder(args: dict[str, Any], context: dict[str, Any]) -> Any:
@@ -143,7 +144,8 @@ class ToolsMixin:
             return {"opened": expand(run["href"], args), "how": self.env.navigate(expand(run["href"], args))}
         if "event" in run:
             self.env.dispatch_event(
-                run["event"], {"tool": spec.name, "args": args, "context": {k: context[k] for k in ("question", "page")}}
+                run["event"],
+                {"tool": spec.name, "args": args, "context": {k: context[k] for k in ("question", "page")}},
             )
             return None
         raise WidgetError(f"{spec.name!r} has no page handler and no run.")

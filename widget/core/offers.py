@@ -29,7 +29,8 @@ class OfferBook:
         if not isinstance(message, dict) or not isinstance(message.get("actions"), list):
             return None
         offers: list[Offer] = [
-            {"id": a["id"], "name": a["name"], "arguments": a.get("arguments") or {}, "status": "offered", "outcome": None}
+            {"id": a["id"], "name": a["name"], "arguments": a.get("arguments") or {},
+             "status": "offered", "outcome": None}
             for a in message["actions"][: P.MAX_ACTIONS]
             if isinstance(a, dict) and isinstance(a.get("id"), str) and isinstance(a.get("name"), str)
         ]

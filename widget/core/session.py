@@ -48,8 +48,9 @@ log = logging.getLogger("widget")
 
 __all__ = [
     "ClientSession", "Effect", "EndCall", "FlushResult", "Notify", "Options", "Rejoin", "RunCall", "Send",
-    "CallToRun", "IDLE", "CONNECTING", "CONNECTED", "RECONNECTING", "DISCONNECTED", "ERROR",
-    "TRANSIENT_RESPONSE_ERRORS", "RESEND_DELAYS_S", "RESEND_WINDOW_S", "RETRYABLE_REJOIN_ERRORS", "REJOIN_DELAYS_S",
+    "IDLE", "CONNECTING", "CONNECTED", "RECONNECTING", "DISCONNECTED", "ERROR",
+    "TRANSIENT_RESPONSE_ERRORS", "RESEND_DELAYS_S", "RESEND_WINDOW_S",
+    "RETRYABLE_REJOIN_ERRORS", "REJOIN_DELAYS_S", "TOKEN_REUSE_S",
 ]
 
 # Connection states reported by ``connectionStateChanged`` (plain strings, as they travel to page code).
@@ -72,6 +73,10 @@ RESEND_WINDOW_S = 4 * P.FUNCTION_CALL_TIMEOUT_S
 #: is tried again after the next delay; the last value repeats. Any other refusal ends in the ``error`` state.
 RETRYABLE_REJOIN_ERRORS = frozenset({P.ERR_RATE_LIMITED, P.ERR_INTERNAL, P.ERR_BUSY, "connection_failed"})
 REJOIN_DELAYS_S: tuple[float, ...] = (1.0, 2.0, 4.0, 8.0, 15.0)
+#: A join token this young is used again for a rejoin without reading the conversation first: after a relay
+#: restart the stored results then go out before anything else reaches the relay (half the token's lifetime, so
+#: a clock or a slow join cannot make it expire on the way).
+TOKEN_REUSE_S = P.JOIN_TOKEN_TTL_S / 2
 
 
 @dataclass
@@ -115,6 +120,8 @@ class ClientSession:
         self.rejoin_wanted = False
         self.closing = False
         self._rejoin_at: float | None = None
+        self._token: str | None = None
+        self._token_at = 0.0
         self._rejoin_attempts = 0
         self.pending_ask_user: list[dict[str, Any]] = []
         self.history: collections.deque[FunctionCallRecord] = collections.deque(maxlen=self.history_limit)
@@ -212,6 +219,16 @@ class ClientSession:
             Notify(ClientEvent.CONVERSATION_LOADED, {"conversation": conversation, "messages": self.stream.messages}),
         ]
 
+    def token_received(self, token: str, now: float) -> None:
+        """The conversation GET gave a join token at ``now``."""
+        self._token, self._token_at = token, now
+
+    def reusable_token(self, now: float) -> str | None:
+        """The last join token while it is young enough to rejoin with it directly, else None."""
+        if self._token is None or now - self._token_at >= TOKEN_REUSE_S:
+            return None
+        return self._token
+
     def join_payload(self, token: str) -> JoinPayload:
         """The ``join`` to emit with the conversation's token."""
         return {"token": token, "version": P.PROTOCOL_VERSION, "last_seq": self.seq.last_seq}
@@ -251,6 +268,7 @@ class ClientSession:
     def new_conversation(self) -> None:
         """Forget the conversation's calls before joining a new one (history stays)."""
         self.rejoin_wanted = False
+        self._token = None
         self._started.clear()
         self._calls = {k: c for k, c in self._calls.items() if c.payload is None}
         self.state.disconnected()
@@ -318,7 +336,9 @@ class ClientSession:
         args = call.get("arguments")
         return [RunCall({"id": call_id, "name": name, "arguments": {} if args is None else args})]
 
-    def call_received(self, call_id: str, name: str, arguments: Any, wall_ms: float) -> tuple[dict[str, Any], list[Effect]]:
+    def call_received(
+        self, call_id: str, name: str, arguments: Any, wall_ms: float
+    ) -> tuple[dict[str, Any], list[Effect]]:
         """The driver starts a call: its history record and request, and the ``functionCall`` notification."""
         record: FunctionCallRecord = {
             "id": call_id,
@@ -358,10 +378,12 @@ class ClientSession:
         }
         if status == P.STATUS_SUCCESS:
             payload["result"] = result
-            note = Notify(ClientEvent.FUNCTION_SUCCESS, {"request": call.request, "result": result, "durationMs": handler_ms})
+            note = Notify(ClientEvent.FUNCTION_SUCCESS,
+                          {"request": call.request, "result": result, "durationMs": handler_ms})
         else:
             payload["error"] = error
-            note = Notify(ClientEvent.FUNCTION_ERROR, {"request": call.request, "error": error, "durationMs": handler_ms})
+            note = Notify(ClientEvent.FUNCTION_ERROR,
+                          {"request": call.request, "error": error, "durationMs": handler_ms})
         call.payload = payload
         call.withheld = True
         if self._resolutions:
