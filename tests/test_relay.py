@@ -486,7 +486,7 @@ async def test_second_joiner_becomes_active(relay: Any, http: aiohttp.ClientSess
     first, data, url = await joined(http, relay.url)
     second, _, _ = await joined(http, relay.url, url=url, last_seq=None)
     role = await first.wait("client.role")
-    assert role == {"active": False}
+    assert role == {"active": False, "conversation_id": data["conversation"]["id"]}
     patch = {"patch": [{"op": "add", "path": "/autopilot/context/x", "value": 1}], "idempotency_key": "p1"}
     assert err(await first.call("state_patch", patch)) == "not_active"
     assert (await second.call("state_patch", {**patch, "idempotency_key": "p2"})) == {"ok": True}
@@ -503,7 +503,7 @@ async def test_second_joiner_becomes_active(relay: Any, http: aiohttp.ClientSess
     await second.wait("user_input")
     ack = await first.call("activate", {})
     assert ack["ok"] and ack["active"] is True and ack["pending_calls"] == []
-    assert await second.wait("client.role") == {"active": False}
+    assert await second.wait("client.role") == {"active": False, "conversation_id": data["conversation"]["id"]}
     assert (await first.call("state_patch", {**patch, "idempotency_key": "p3"})) == {"ok": True}
     await first.disconnect()
     await second.disconnect()
@@ -558,7 +558,9 @@ async def test_restart_keeps_everything(http: aiohttp.ClientSession, tmp_path: A
         assert after["messages"][-1]["role"] == "error" and after["messages"][-1]["retryable"] is True
         again = await Recorder(h2.url).connect()
         ack = await again.join(after["token"], 0)
-        assert ack["ok"] and ack["pending_calls"] == []
+        # the call that was running is not cancelled (its answer may still come; a retry resumes from it)
+        interrupted = [d["id"] for e, d in events_before if e == "function_call.begin"][-1]
+        assert ack["ok"] and [c["id"] for c in ack["pending_calls"]] == [interrupted]
         state = await again.wait("state")
         assert state["context"] == {"page": "/p"} and "get_selection" in state["functions"]
         await again.wait("user_input", pred=lambda d: d["seq"] == ack["seq"])
@@ -571,6 +573,9 @@ async def test_restart_keeps_everything(http: aiohttp.ClientSession, tmp_path: A
         assert [d["seq"] for _, d in replayed] == list(range(1, ack["seq"] + 1))
         assert (await again.call("user_message", {"text": "hello", "idempotency_key": "m3"}))["ok"]
         await again.wait("completion.finished", pred=lambda d: d["status"] == "done")
+        # a new message instead of a retry: the interrupted turn's call is ended, never to be run
+        assert (await again.wait("function_call.end", pred=lambda d: d["id"] == interrupted))["status"] == "error"
+        assert (await h2.hub.store.get_call(after["conversation"]["id"], interrupted))["status"] == "cancelled"
         # idempotency keys survive the restart too
         assert (await again.call("user_message", {"text": "call get_selection", "idempotency_key": "m1"}))["ok"]
         await again.disconnect()

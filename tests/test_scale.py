@@ -80,7 +80,7 @@ async def two_tabs(cluster: Cluster, http: aiohttp.ClientSession, client: Autopi
     await client.connect(url)
     assert client.active and client.conversation["id"] in url
     # A tells the tab on B that it is read-only now: through Redis
-    assert await tab.wait("client.role", timeout=5) == {"active": False}
+    assert await tab.wait("client.role", timeout=5) == {"active": False, "conversation_id": client.conversation["id"]}
     return url, tab
 
 
@@ -255,21 +255,22 @@ async def test_cancel_on_a_stops_the_turn_b_runs(cluster: Cluster, http: aiohttp
 
 async def test_a_dead_relay_s_turn_is_failed_by_the_survivor(cluster: Cluster, http: aiohttp.ClientSession,
                                                               tmp_path: Path) -> None:
-    """C runs a turn and is killed: A, holding the client, fails the turn (Retry) once C's heartbeat
-    expires, without a reload; Retry then runs on A."""
+    """C runs a turn and is killed while the page runs a call: A, holding the client, fails the turn (Retry)
+    once C's heartbeat expires, without a reload, and does not cancel the call; Retry then runs on A and
+    finishes the interrupted round with the call's result when the page sends it (it runs once)."""
     c = RelayProcess(tmp_path, database_url=cluster.dsn, redis_url=cluster.redis.url, extra=["--demo-chunk-delay-ms", "30", "--log-level", "info"])
     client = client_for(cluster)
     started = asyncio.Event()
-    answer: list[str] = []
+    release = asyncio.Event()
+    runs: list[str] = []
 
     @client.function
     async def hang() -> str:
-        """Answers only the second time."""
-        if not answer:
-            answer.append("x")
-            started.set()
-            await asyncio.sleep(60)
-        return "second time"
+        """Answers once released."""
+        runs.append("run")
+        started.set()
+        await release.wait()
+        return "first run"
 
     finished: list[dict[str, Any]] = []
     client.on("completion.finished", finished.append)
@@ -291,13 +292,14 @@ async def test_a_dead_relay_s_turn_is_failed_by_the_survivor(cluster: Cluster, h
         errors = [m for m in client.messages if m["role"] == "error"]
         assert errors and errors[-1]["code"] == "turn_interrupted" and errors[-1]["retryable"] is True
         await client.retry()
+        release.set()  # the page's answer arrives only now, after the relay that sent the call died
         deadline = time.monotonic() + 20
         while (len(finished) < 2 or finished[-1]["status"] != "done") and time.monotonic() < deadline:
             await asyncio.sleep(0.05)
         assert finished[-1]["status"] == "done"
         body = await settled(cluster, http, url, client)
         assert [m["role"] for m in body["messages"]] == ["user", "assistant", "tool", "assistant"]
-        assert body["messages"][2]["result"] == "second time"
+        assert body["messages"][2]["result"] == "first run" and runs == ["run"], (body["messages"], runs)
         print(f"\nscale: dead relay's turn failed {time.monotonic() - t0:.1f} s after the kill")
     finally:
         await client.disconnect()

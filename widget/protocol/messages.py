@@ -39,10 +39,12 @@ JSONObject = dict[str, Any]
 
 # --- acks and errors -------------------------------------------------------------------------
 class ErrorDetail(TypedDict):
-    """``error`` of a refusal: a machine code and a sentence for people."""
+    """``error`` of a refusal: a machine code and a sentence for people (``rate_limited``: and the seconds to
+    wait before the same request would be accepted)."""
 
     code: ErrorCode
     message: str
+    retry_after: NotRequired[float]
 
 
 class ErrorAck(TypedDict):
@@ -109,10 +111,11 @@ class CancelAck(TypedDict):
 
 
 class ReplayAck(TypedDict):
-    """``replay`` done: the conversation's current ``seq``."""
+    """``replay`` done: the conversation's current ``seq``, and the pending calls dispatched to this socket."""
 
     ok: Literal[True]
     seq: int
+    pending_calls: list[PendingCall]
 
 
 # --- client -> relay payloads ----------------------------------------------------------------
@@ -219,9 +222,16 @@ class StatePayload(TypedDict):
 
 
 class ClientRolePayload(TypedDict):
-    """``client.role``: this socket is (no longer) the conversation's active client."""
+    """``client.role``: this socket is (no longer) the active client of conversation ``conversation_id``."""
 
     active: bool
+    conversation_id: str
+
+
+class ReplayDonePayload(TypedDict):
+    """``replay.done``: a join's replay is over; ``last_seq`` is the last seq it sent."""
+
+    last_seq: int
 
 
 # --- stored messages ---------------------------------------------------------------------------

@@ -35,6 +35,8 @@ class Event(StrEnum):
     # relay -> client, not sequenced
     STATE = "state"
     CLIENT_ROLE = "client.role"
+    #: A join's replay is over (``{"last_seq"}``: the last seq it sent); live events follow.
+    REPLAY_DONE = "replay.done"
     # relay -> client, sequenced (carry ``seq``; replayed on join)
     COMPLETION_STARTED = "completion.started"
     COMPLETION_STREAM = "completion_stream"
@@ -84,7 +86,7 @@ SEQUENCED_EVENTS: Final = frozenset(
 )
 
 #: Events the relay sends.
-RELAY_EVENTS: Final = SEQUENCED_EVENTS | {Event.STATE, Event.CLIENT_ROLE}
+RELAY_EVENTS: Final = SEQUENCED_EVENTS | {Event.STATE, Event.CLIENT_ROLE, Event.REPLAY_DONE}
 
 #: Client writes that carry an ``idempotency_key`` (required on the socket).
 IDEMPOTENT_EVENTS: Final = frozenset(
@@ -316,6 +318,10 @@ class ErrorCode(StrEnum):
     UNAVAILABLE = "unavailable"
     #: Too many connections from one address, or in all (HTTP 503, written before the request is read).
     TOO_MANY_CONNECTIONS = "too_many_connections"
+    #: An idempotency key already used by another kind of write in the conversation; nothing was done.
+    IDEMPOTENCY_KEY_REUSED = "idempotency_key_reused"
+    #: The conversation holds ``max_events_per_conversation`` events; no new turn starts in it.
+    CONVERSATION_FULL = "conversation_full"
 
 
 class TurnErrorCode(StrEnum):

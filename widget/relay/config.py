@@ -181,6 +181,18 @@ class RelayConfig:
     #: sees it (programmatic only, not from TOML).
     context_redactor: Callable[[str, dict[str, Any]], dict[str, Any]] | None = None
     log_level: str = "info"
+    #: ``replay`` requests per socket per minute (0: unlimited); over it: ``rate_limited``.
+    replay_rate_per_minute: int = 30
+    #: ``state_patch`` writes per conversation per minute (0: unlimited); over it: ``rate_limited``.
+    state_patch_rate_per_minute: int = 1200
+    #: Bytes queued for one socket that does not read them; past it the socket is disconnected (0: no bound).
+    socket_send_queue_bytes: int = 4_000_000
+    #: A socket that has not joined a conversation this many seconds after connecting is disconnected (0: never).
+    unjoined_socket_timeout_s: float = 20.0
+    #: Stored idempotency acks are forgotten this many seconds after their write (0: kept with the conversation).
+    idempotency_retention_s: float = 86_400.0
+    #: Sequenced events one conversation may store; past it new turns are refused ``conversation_full`` (0: no cap).
+    max_events_per_conversation: int = 50_000
 
     # ------------------------------------------------------------------------------------
     def finalized(self, env: Mapping[str, str] | None = None) -> "RelayConfig":
@@ -224,6 +236,10 @@ class RelayConfig:
         for name in ("turn_timeout_s", "model_stall_timeout_s", "max_answer_chars", "max_tool_calls_per_response"):
             if getattr(cfg, name) <= 0:
                 raise ConfigError(f"{name} must be > 0")
+        for name in ("replay_rate_per_minute", "state_patch_rate_per_minute", "socket_send_queue_bytes",
+                     "unjoined_socket_timeout_s", "idempotency_retention_s", "max_events_per_conversation"):
+            if getattr(cfg, name) < 0:
+                raise ConfigError(f"{name} must be >= 0")
         if cfg.database_url is not None:
             if urlsplit(cfg.database_url).scheme not in ("postgres", "postgresql"):
                 raise ConfigError(f"database_url must look like postgresql://user@host:5432/db, got {cfg.database_url!r}")
@@ -379,6 +395,12 @@ _TOP_KEYS = {
     "log_repeat_interval_s": (int, float),
     "system_prompt": str,
     "log_level": str,
+    "replay_rate_per_minute": int,
+    "state_patch_rate_per_minute": int,
+    "socket_send_queue_bytes": int,
+    "unjoined_socket_timeout_s": (int, float),
+    "idempotency_retention_s": (int, float),
+    "max_events_per_conversation": int,
 }
 
 
@@ -442,6 +464,8 @@ def _apply_mapping(cfg: RelayConfig, data: Mapping[str, Any], where: str) -> Non
 
 
 _ENV = {
+    "AUTOPILOT_UNJOINED_SOCKET_TIMEOUT_S": ("unjoined_socket_timeout_s", float),
+    "AUTOPILOT_SOCKET_SEND_QUEUE_BYTES": ("socket_send_queue_bytes", int),
     "AUTOPILOT_HOST": ("host", str),
     "AUTOPILOT_PORT": ("port", int),
     "AUTOPILOT_PUBLIC_URL": ("public_url", str),

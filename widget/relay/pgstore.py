@@ -148,6 +148,10 @@ CREATE TABLE instances (
     heartbeat_at DOUBLE PRECISION NOT NULL
 );
 """),
+    (3, """
+ALTER TABLE idempotency ADD COLUMN kind TEXT;
+CREATE INDEX idempotency_created ON idempotency(created_at);
+"""),
 ]
 SCHEMA_VERSION = MIGRATIONS[-1][0]
 _MIGRATION_LOCK = 0x6175746F  # pg_advisory_xact_lock key while migrating ("auto")
@@ -176,7 +180,7 @@ POSTGRES = Dialect(
     same="IS NOT DISTINCT FROM",
     any_of="= ANY(?::text[])",
     array=list,
-    put_ack="INSERT INTO idempotency (conversation_id, key, ack, created_at) VALUES (?,?,?,?) ON CONFLICT DO NOTHING",
+    put_ack="INSERT INTO idempotency (conversation_id, key, ack, created_at, kind) VALUES (?,?,?,?,?) ON CONFLICT DO NOTHING",
     put_offer="INSERT INTO offers (conversation_id, message_id, call_id, actions, note) VALUES (?,?,?,?,?)"
               " ON CONFLICT (conversation_id, message_id) DO UPDATE SET call_id = excluded.call_id,"
               " actions = excluded.actions, note = excluded.note",

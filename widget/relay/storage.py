@@ -33,7 +33,9 @@ from typing import Any, Callable, ClassVar, Iterable, TypeVar
 from .sql import READ, SNAPSHOT, WRITE, Body, Dialect, Q, drive, execute, executemany, fetch, fetchrow, fetchval
 
 T = TypeVar("T")
-Ack = tuple[str, dict[str, Any]]
+#: ``(idempotency key, ack)`` or ``(key, ack, kind)``: the ack stored under the key, for writes of one kind
+#: (the client → relay event name; a key reused by a write of another kind is ``IdempotencyConflict``).
+Ack = tuple[str, dict[str, Any]] | tuple[str, dict[str, Any], str]
 
 #: Conversation statuses (docs/protocol.md §2.2).
 IDLE = "idle"
@@ -65,6 +67,23 @@ class StatusConflict(Exception):
     def __init__(self, status: str | None) -> None:
         super().__init__(status)
         self.status = status
+
+
+class IdempotencyConflict(Exception):
+    """An idempotency key already acknowledges a write of another kind (``kind``: that write's event)."""
+
+    def __init__(self, kind: str) -> None:
+        super().__init__(kind)
+        self.kind = kind
+
+
+def _ack_of(row: Any, kind: str | None) -> dict[str, Any] | None:
+    """The stored ack of an ``(ack, kind)`` row for a write of ``kind`` (None: any), or None for no row."""
+    if row is None:
+        return None
+    if kind is not None and row[1] and row[1] != kind:
+        raise IdempotencyConflict(row[1])
+    return json.loads(row[0])
 
 
 class NotActive(Exception):
@@ -210,8 +229,8 @@ class Store(abc.ABC):
 
         return await self._perform(go, mode)
 
-    def _put_ack(self, conversation_id: str, key: str, ack: dict[str, Any]) -> Q:
-        return execute(self.dialect.put_ack, conversation_id, key, _dumps(ack), time.time())
+    def _put_ack(self, conversation_id: str, key: str, ack: dict[str, Any], kind: str | None = None) -> Q:
+        return execute(self.dialect.put_ack, conversation_id, key, _dumps(ack), time.time(), kind)
 
     # -- signals ------------------------------------------------------------------------------
     def add_listener(self, fn: Callable[[dict[str, Any]], None]) -> None:
@@ -395,36 +414,43 @@ class Store(abc.ABC):
         """Atomically: the ack already stored under the idempotency key (nothing written), or
         ``NotActive`` when ``active_sid`` is given and is not the active client, or the state replaced
         by ``fn(state)`` (which may raise: nothing written) with the ack stored; None then."""
-        key, ack = idempotency
+        key, ack = idempotency[0], idempotency[1]
+        kind = idempotency[2] if len(idempotency) > 2 else None  # type: ignore[misc]
         now = time.time()
 
         def go() -> Body[dict[str, Any] | None]:
             # The row first: its lock makes a second process with the same key wait, then see the ack.
             row = yield fetchrow(f"SELECT state, active_sid FROM conversations WHERE id = ?{self.dialect.lock}", conversation_id)
-            stored = yield fetchval("SELECT ack FROM idempotency WHERE conversation_id = ? AND key = ?", conversation_id, key)
+            stored = _ack_of((yield fetchrow("SELECT ack, kind FROM idempotency WHERE conversation_id = ? AND key = ?",
+                                             conversation_id, key)), kind)
             if stored is not None:
-                return json.loads(stored)
+                return stored
             if row is None:
                 raise KeyError(conversation_id)
             if active_sid is not None and row[1] != active_sid:
                 raise NotActive(conversation_id)
             new = fn(json.loads(row[0]))
             yield execute("UPDATE conversations SET state = ?, updated_at = ? WHERE id = ?", _dumps(new), now, conversation_id)
-            yield self._put_ack(conversation_id, key, ack)
+            yield self._put_ack(conversation_id, key, ack, kind)
             return None
 
         return await self._perform(go)
 
     # -- idempotency --------------------------------------------------------------------------
-    async def get_ack(self, conversation_id: str, key: str) -> dict[str, Any] | None:
-        """The ack stored under an idempotency key, or None."""
-        text = await self._one(fetchval("SELECT ack FROM idempotency WHERE conversation_id = ? AND key = ?",
-                                        conversation_id, key), READ)
-        return json.loads(text) if text is not None else None
+    async def get_ack(self, conversation_id: str, key: str, kind: str | None = None) -> dict[str, Any] | None:
+        """The ack stored under an idempotency key, or None; ``IdempotencyConflict`` when it acknowledges a
+        write of another ``kind`` (None: any kind)."""
+        row = await self._one(fetchrow("SELECT ack, kind FROM idempotency WHERE conversation_id = ? AND key = ?",
+                                       conversation_id, key), READ)
+        return _ack_of(row, kind)
 
-    async def put_ack(self, conversation_id: str, key: str, ack: dict[str, Any]) -> None:
+    async def put_ack(self, conversation_id: str, key: str, ack: dict[str, Any], kind: str | None = None) -> None:
         """Store an ack under an idempotency key (the first one stored stays)."""
-        await self._one(self._put_ack(conversation_id, key, ack))
+        await self._one(self._put_ack(conversation_id, key, ack, kind))
+
+    async def expire_acks(self, before: float) -> int:
+        """Forget the acks stored before ``before`` (a timestamp); how many."""
+        return await self._one(execute("DELETE FROM idempotency WHERE created_at < ?", before))
 
     # -- function calls -----------------------------------------------------------------------
     async def add_calls(self, conversation_id: str, turn_id: str, calls: list[dict[str, Any]]) -> None:
@@ -631,6 +657,11 @@ class Store(abc.ABC):
 
         await self._perform(go)
 
+    async def release_active(self, conversation_id: str, sid: str) -> None:
+        """``sid`` left the conversation for another one: it is no longer its active client."""
+        await self._one(execute("UPDATE conversations SET active_sid = NULL WHERE id = ? AND active_sid = ?",
+                                conversation_id, sid))
+
     async def set_active(self, conversation_id: str, sid: str) -> str | None:
         """Make ``sid`` the active client; the previous one."""
         def go() -> Body[str | None]:
@@ -645,7 +676,8 @@ class Store(abc.ABC):
     async def claim_call(self, conversation_id: str, call_id: str, sid: str | None = None) -> str | None:
         """Dispatch a pending call to ``sid`` (None: to the active client) unless it is dispatched to
         another socket that is still joined on a live instance. Returns the socket the call is
-        dispatched to afterwards (None: to nobody, or the call is not pending)."""
+        dispatched to afterwards (None: to nobody, or the call is not pending). A socket that joined
+        another conversation since holds none of this one's calls."""
         since = time.time() - INSTANCE_TTL_S
 
         def go() -> Body[str | None]:
@@ -658,8 +690,9 @@ class Store(abc.ABC):
             if want is None:
                 want = yield fetchval("SELECT active_sid FROM conversations WHERE id = ?", conversation_id)
             if owner is not None and (owner == want or (yield fetchval(
-                    "SELECT 1 FROM members m JOIN instances i ON i.id = m.instance WHERE m.sid = ? AND i.heartbeat_at > ?",
-                    owner, since)) is not None):
+                    "SELECT 1 FROM members m JOIN instances i ON i.id = m.instance"
+                    " WHERE m.sid = ? AND m.conversation_id = ? AND i.heartbeat_at > ?",
+                    owner, conversation_id, since)) is not None):
                 return owner
             if want is None:
                 return None
@@ -767,6 +800,10 @@ CREATE TABLE IF NOT EXISTS instances (
     id TEXT PRIMARY KEY,
     heartbeat_at REAL NOT NULL
 );
+"""),
+    (3, """
+ALTER TABLE idempotency ADD COLUMN kind TEXT;
+CREATE INDEX IF NOT EXISTS idempotency_created ON idempotency(created_at);
 """),
 ]
 SCHEMA_VERSION = _MIGRATIONS[-1][0]
@@ -903,7 +940,7 @@ SQLITE = Dialect(
     same="IS",
     any_of="IN (SELECT value FROM json_each(?))",  # one parameter, however many values (no variable limit)
     array=_dumps,
-    put_ack="INSERT OR IGNORE INTO idempotency (conversation_id, key, ack, created_at) VALUES (?,?,?,?)",
+    put_ack="INSERT OR IGNORE INTO idempotency (conversation_id, key, ack, created_at, kind) VALUES (?,?,?,?,?)",
     put_offer="INSERT OR REPLACE INTO offers (conversation_id, message_id, call_id, actions, note) VALUES (?,?,?,?,?)",
     put_member="INSERT OR REPLACE INTO members (sid, conversation_id, instance, joined_at) VALUES (?,?,?,?)",
     action_ok="SELECT 1 FROM messages WHERE conversation_id = ? AND json_extract(data, '$.role') = 'action'"

@@ -8,11 +8,13 @@ from typing import TYPE_CHECKING, Any
 from ... import protocol as P
 from ...errors import ProtocolError
 from .. import storage as S
-from .skeleton import unstorable
+from .skeleton import key_reused_message, unstorable
 
 if TYPE_CHECKING:
     from .core import Hub
 
+#: The kind an ask-user answer's idempotency key is stored for (the other kinds are socket event names).
+ASK_USER_WRITE = "ask_user"
 PROMPT_TYPES = ("text", "bool", "radiolist", "checklist")
 #: Bounds on an ask-user prompt the model writes (a prompt over them is refused to the model).
 PROMPT_MAX_QUESTION_CHARS = 2000
@@ -118,10 +120,15 @@ async def answer_prompts(hub: Hub, cid: str, answers: list[dict[str, Any]], idem
     if problem is not None:  # the HTTP entry point: the same check the socket handlers get
         raise ProtocolError(P.ERR_BAD_REQUEST, problem)
     store = hub.store
+    if idempotency is not None:
+        idempotency = (idempotency[0], idempotency[1], ASK_USER_WRITE)
     with hub.runtimes.using(cid) as rt:
         async with rt.lock:
-            if idempotency is not None and await store.get_ack(cid, idempotency[0]) is not None:
-                return  # a repeat of a POST already applied
+            try:
+                if idempotency is not None and await store.get_ack(cid, idempotency[0], ASK_USER_WRITE) is not None:
+                    return  # a repeat of a POST already applied
+            except S.IdempotencyConflict as exc:
+                raise ProtocolError(P.ERR_IDEMPOTENCY_KEY_REUSED, key_reused_message(exc.kind, ASK_USER_WRITE)) from None
             conv = await store.get_conversation(cid)
             if conv is None:
                 raise ProtocolError(P.ERR_NOT_FOUND, "Unknown conversation.")

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from typing import Any, Coroutine
 
 from ... import protocol as P
@@ -25,11 +26,15 @@ from .joining import Membership
 from .lifecycle import Lifecycle
 from .prompts import history
 from .runtime import HEARTBEAT_S, ConvRuntime, Runtimes, new_id
+from .sendqueue import SendQueues
 from .skeleton import handlers_of, wrap
 from .turns import TurnRunner
 from .writes import Writes
 
 log = logging.getLogger("widget.relay")
+
+#: How often a relay forgets the idempotency acks past their retention window.
+ACK_SWEEP_S = 300.0
 
 
 class Hub:
@@ -50,6 +55,8 @@ class Hub:
         self.addresses: dict[str, str] = {}  # sid -> client address
         self.message_limiter = RateLimiter(config.message_rate_per_minute)
         self.join_limiter = RateLimiter(config.join_rate_per_minute)
+        self.replay_limiter = RateLimiter(config.replay_rate_per_minute)  # per socket
+        self.patch_limiter = RateLimiter(config.state_patch_rate_per_minute)  # per conversation
         #: sockets of this process that disconnected and whose leaving the store is still recording
         #: (set when it is recorded): a join or activate racing that write waits for it, so a call
         #: held by the socket that left goes to the new active client (§3.1 pending_calls)
@@ -66,6 +73,7 @@ class Hub:
         self.turns = TurnRunner(self)
         self.recovery = Lifecycle(self)
         self.membership = Membership(self)
+        self.send_queues = SendQueues(self)
         self.writes = Writes(self)
         self.redis: Any = None
         if config.redis_url:
@@ -146,12 +154,23 @@ class Hub:
         await self.mcp.aclose()
 
     async def _heartbeat_forever(self) -> None:
+        last_sweep = time.monotonic()
         while True:
             await asyncio.sleep(HEARTBEAT_S)
             try:
                 await self.store.heartbeat(self.instance)
+                if time.monotonic() - last_sweep >= ACK_SWEEP_S:
+                    last_sweep = time.monotonic()
+                    await self.expire_acks()
             except Exception as exc:  # noqa: BLE001 - the store reconnects; try again next beat
                 log.warning("heartbeat failed: %s", exc)
+
+    async def expire_acks(self, now: float | None = None) -> int:
+        """Forget the idempotency acks older than ``idempotency_retention_s``; how many."""
+        window = self.config.idempotency_retention_s
+        if window <= 0:
+            return 0
+        return await self.store.expire_acks((time.time() if now is None else now) - window)
 
     # ------------------------------------------------------------------ sequenced events
     async def emit_event(self, cid: str, name: str, payload: dict[str, Any], **store_kw: Any) -> int:

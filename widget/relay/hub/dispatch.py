@@ -82,17 +82,30 @@ class CallDispatch:
             return True
         return sid == active and await store.claim_call(cid, call_id, sid) == sid
 
-    async def emit_stored(self, cid: str, sid: str, events: list[Event], *, run_after: int = 0, active: Any = ...) -> None:
+    async def emit_stored(self, cid: str, sid: str, events: list[Event], *, run_after: int = 0, active: Any = ...,
+                          replayed: bool = False, paced: bool = False) -> bool:
         """Send stored events to one socket of this process, a call's ``run`` decided per socket for
-        those after ``run_after`` (those up to it went with the join ack's ``pending_calls``)."""
+        those after ``run_after`` (those up to it went with the join ack's ``pending_calls``);
+        ``replayed``: copies the socket asked for again, which never say ``run: true``. ``paced``: wait
+        while the socket has not read what it was sent (False: the socket is gone, nothing more sent)."""
         hub = self.hub
-        if active is ...:
+        if active is ... and not replayed:
             conv = await hub.store.get_conversation(cid)
             active = conv["active_sid"] if conv else None
+        limit = hub.config.socket_send_queue_bytes
         for seq, name, payload in events:
-            if name == P.EV_FUNCTION_CALL_BEGIN and seq > run_after and await self.run_flag(cid, payload["id"], sid, active):
+            if paced and limit and hub.send_queues.queued(sid) > limit // 4 and not await hub.send_queues.drained(sid):
+                return False
+            if (name == P.EV_FUNCTION_CALL_BEGIN and not replayed and seq > run_after
+                    and await self.run_flag(cid, payload["id"], sid, active)):
                 payload = {**payload, "run": True}
             await hub.sio.emit(name, payload, to=sid, ignore_queue=True)
+        return True
+
+    async def dispatched_to(self, cid: str, sid: str) -> list[dict[str, Any]]:
+        """The pending calls already dispatched to ``sid`` (none is claimed for it here)."""
+        return [{"id": c["id"], "name": c["name"], "arguments": c["arguments"], "seq": c["seq"], "kind": c["kind"]}
+                for c in await self.hub.store.pending_calls(cid) if c["dispatched_to"] == sid]
 
     async def await_call(self, cid: str, rt: ConvRuntime, c: dict[str, Any], announce: bool = True) -> tuple[dict[str, Any], float]:
         """Wait for a call's response through the store (the in-process Event only wakes us early);

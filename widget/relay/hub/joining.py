@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 from ... import protocol as P
 from ...errors import ProtocolError
 from .runtime import MAX_SEQ
-from .skeleton import Ack, Ctx, socket_event
+from .skeleton import Ack, Ctx, check_rate, socket_event
 
 if TYPE_CHECKING:
     from .core import Hub
@@ -29,17 +29,37 @@ class Membership:
 
     def __init__(self, hub: Hub) -> None:
         self.hub = hub
+        #: sockets not joined yet -> the timer that closes them
+        self._unjoined: dict[str, asyncio.TimerHandle] = {}
+        #: sockets closed for not joining in time (since start)
+        self.closed_unjoined = 0
 
     async def on_connect(self, sid: str, environ: dict[str, Any], auth: Any = None) -> bool:
-        """A socket connected: remember its address (the join rate limit is per address)."""
+        """A socket connected: remember its address (the join rate limit is per address) and close it if
+        it has not joined a conversation within ``unjoined_socket_timeout_s``."""
+        hub = self.hub
         client = (environ.get("asgi.scope") or {}).get("client")
-        self.hub.addresses[sid] = str(client[0]) if client else str(environ.get("REMOTE_ADDR") or "?")
+        hub.addresses[sid] = str(client[0]) if client else str(environ.get("REMOTE_ADDR") or "?")
+        hub.send_queues.bound(sid)
+        timeout = hub.config.unjoined_socket_timeout_s
+        if timeout > 0:
+            self._unjoined[sid] = asyncio.get_running_loop().call_later(timeout, self._close_unjoined, sid)
         return True
+
+    def _close_unjoined(self, sid: str) -> None:
+        self._unjoined.pop(sid, None)
+        if sid not in self.hub.clients and sid in self.hub.addresses:
+            self.closed_unjoined += 1
+            self.hub.spawn(self.hub.sio.disconnect(sid))
 
     async def on_disconnect(self, sid: str, *args: Any) -> None:
         """A socket left: record it in the store (a call it held goes to the next active client)."""
         hub = self.hub
         hub.addresses.pop(sid, None)
+        hub.replay_limiter.forget(sid)
+        timer = self._unjoined.pop(sid, None)
+        if timer is not None:
+            timer.cancel()
         if hub.runtimes.leave(sid) is not None:
             recorded = hub.leaving[sid] = asyncio.Event()
             try:
@@ -57,8 +77,7 @@ class Membership:
         hub = self.hub
         sid = ctx.sid
         hub.refuse_new_work()
-        if not hub.join_limiter.allow(hub.addresses.get(sid, "?")):
-            raise ProtocolError(P.ERR_RATE_LIMITED, "Too many joins from this address; wait a moment and join again.")
+        check_rate(hub.join_limiter, hub.addresses.get(sid, "?"), "Too many joins from this address; wait a moment and join again.")
         if not isinstance(data, dict):
             raise ProtocolError(P.ERR_BAD_REQUEST, "join expects {token, version, last_seq}")
         version = data.get("version")
@@ -77,7 +96,9 @@ class Membership:
         if old is not None:  # a socket re-joining: it gets its replay before live events again
             await hub.sio.leave_room(sid, old)
             if old != cid:
+                # One conversation per socket: it leaves the first (no more of its events, calls or role).
                 hub.runtimes.leave(sid)
+                await hub.store.release_active(old, sid)
         rt = hub.rt(cid)
         async with rt.lock:
             fresh = not rt.sids
@@ -97,36 +118,67 @@ class Membership:
                 rt.seen_seq = max(rt.seen_seq, seq)
             pending = await hub.dispatch.pending_for(rt, cid, sid)
         if previous is not None and previous != sid:
-            await hub.sio.emit(P.EV_CLIENT_ROLE, {"active": False}, to=previous)
+            await hub.sio.emit(P.EV_CLIENT_ROLE, {"active": False, "conversation_id": cid}, to=previous)
+        timer = self._unjoined.pop(sid, None)
+        if timer is not None:
+            timer.cancel()
         # Runs after this handler returns, i.e. after the ack is queued: ack, state, replay.
         hub.spawn(self.finish_join(sid, cid, last_seq, seq))
         return P.ok(conversation_id=cid, seq=seq, active=True, client_id=sid, pending_calls=pending)
 
     async def finish_join(self, sid: str, cid: str, last_seq: int, ack_seq: int) -> None:
-        """After the join ack: the state, the events after ``last_seq``, then the socket enters the room."""
+        """After the join ack: the state, the events after ``last_seq``, ``replay.done``, then live
+        events. The bulk of the replay goes at the socket's pace without holding the conversation; what
+        was stored meanwhile follows under its lock, and the socket enters the room."""
         hub = self.hub
-        rt = hub.rt(cid)
-        async with rt.lock:
+        with hub.runtimes.using(cid) as rt:
             if hub.clients.get(sid) != cid:
                 return
             try:
                 doc = await hub.store.get_state(cid)
             except KeyError:
                 return
-            root = doc.get(P.STATE_ROOT, {})
-            await hub.sio.emit(P.EV_STATE, {"functions": root.get("functions", {}), "context": root.get("context", {})},
-                               to=sid, ignore_queue=True)
+            await self._emit_state(sid, doc)
             # Events emitted after the join ack are live for this client: a call among them runs here
             # if still pending; those before went with the ack's pending_calls.
             events = await hub.store.events_after(cid, last_seq)
-            await hub.dispatch.emit_stored(cid, sid, events, run_after=ack_seq)
-            await hub.sio.enter_room(sid, cid)
-            rt.ready.add(sid)
-            if hub.store.shared:
-                # Another process may have emitted an event after the read above and before this socket
-                # entered the room: read again (what it already has, it drops by seq).
-                after = events[-1][0] if events else last_seq
-                await hub.dispatch.emit_stored(cid, sid, await hub.store.events_after(cid, after), run_after=ack_seq)
+            if not await hub.dispatch.emit_stored(cid, sid, events, run_after=ack_seq, paced=True):
+                return
+            sent = events[-1][0] if events else last_seq
+            async with rt.lock:
+                if hub.clients.get(sid) != cid:
+                    return
+                events = await hub.store.events_after(cid, sent)
+                await hub.dispatch.emit_stored(cid, sid, events, run_after=ack_seq)
+                sent = events[-1][0] if events else sent
+                await hub.sio.enter_room(sid, cid)
+                rt.ready.add(sid)
+                if hub.store.shared:
+                    # Another process may have emitted an event after the read above and before this socket
+                    # entered the room: read again (what it already has, it drops by seq).
+                    more = await hub.store.events_after(cid, sent)
+                    await hub.dispatch.emit_stored(cid, sid, more, run_after=ack_seq)
+                    sent = more[-1][0] if more else sent
+                await hub.sio.emit(P.EV_REPLAY_DONE, {"last_seq": sent}, to=sid, ignore_queue=True)
+
+    async def _emit_state(self, sid: str, doc: dict[str, Any]) -> None:
+        root = doc.get(P.STATE_ROOT, {})
+        await self.hub.sio.emit(P.EV_STATE, {"functions": root.get("functions", {}), "context": root.get("context", {})},
+                                to=sid, ignore_queue=True)
+
+    async def state_after_activate(self, sid: str, cid: str) -> None:
+        """After an activate ack: the stored state, so the new active client can put its own functions
+        back (another tab may have written them meanwhile)."""
+        hub = self.hub
+        with hub.runtimes.using(cid) as rt:
+            async with rt.lock:
+                if hub.clients.get(sid) != cid:
+                    return
+                try:
+                    doc = await hub.store.get_state(cid)
+                except KeyError:
+                    return
+                await self._emit_state(sid, doc)
 
     @socket_event(P.EV_ACTIVATE)
     async def activate(self, ctx: Ctx, data: Any) -> Ack:
@@ -137,15 +189,19 @@ class Membership:
             previous = await hub.store.set_active(ctx.cid, ctx.sid)
             pending = await hub.dispatch.pending_for(rt, ctx.cid, ctx.sid)
         if previous is not None and previous != ctx.sid:
-            await hub.sio.emit(P.EV_CLIENT_ROLE, {"active": False}, to=previous)
+            await hub.sio.emit(P.EV_CLIENT_ROLE, {"active": False, "conversation_id": ctx.cid}, to=previous)
+        hub.spawn(self.state_after_activate(ctx.sid, ctx.cid))  # runs after the ack is queued
         return P.ok(active=True, pending_calls=pending)
 
-    @socket_event(P.EV_REPLAY, locked=True)
+    @socket_event(P.EV_REPLAY)
     async def replay(self, ctx: Ctx, data: Any) -> Ack:
-        """Send the stored events after ``last_seq`` to this socket again."""
+        """Send the stored events after ``last_seq`` to this socket again (every ``function_call.begin``
+        copy with ``run: false``), then ack with the current ``seq`` and the pending calls this socket
+        is to run."""
         hub = self.hub
         last_seq = _last_seq(data.get("last_seq") if isinstance(data, dict) else None, "replay expects {last_seq: integer}")
+        check_rate(hub.replay_limiter, ctx.sid, "Too many replays from this socket; wait a moment.")
         events = await hub.store.events_after(ctx.cid, last_seq)
-        await hub.dispatch.emit_stored(ctx.cid, ctx.sid, events)
+        await hub.dispatch.emit_stored(ctx.cid, ctx.sid, events, replayed=True, paced=True)
         conv = await hub.store.get_conversation(ctx.cid)
-        return P.ok(seq=conv["seq"] if conv else last_seq)
+        return P.ok(seq=conv["seq"] if conv else last_seq, pending_calls=await hub.dispatch.dispatched_to(ctx.cid, ctx.sid))

@@ -10,13 +10,17 @@ from typing import TYPE_CHECKING, Any
 
 from ... import protocol as P
 from .. import storage as S
-from .runtime import LIVE_STATUSES, new_id
+from .runtime import LIVE_STATUSES, ConvRuntime, new_id
 from .turns import tool_message
 
 if TYPE_CHECKING:
     from .core import Hub
 
 log = logging.getLogger("widget.relay")
+
+NEVER_SENT = "The relay restarted before the call was sent to the page."
+#: A call of an interrupted turn still pending when the reader moves on (a new message, regenerate).
+ABANDONED = "Cancelled: the interrupted turn it belonged to was not retried."
 
 
 class Lifecycle:
@@ -81,6 +85,16 @@ class Lifecycle:
             await hub.emit_locked(rt, cid, P.EV_USER_INPUT, {"reason": "message"})
             return True
 
+    async def close_leftover_calls(self, rt: ConvRuntime, cid: str) -> None:
+        """End the calls an interrupted turn left pending (caller holds ``rt.lock``): the reader moved on
+        without retrying it, so their results are no longer wanted."""
+        hub = self.hub
+        for c in await hub.store.pending_calls(cid):
+            if await hub.store.finish_call(cid, c["id"], S.CALL_CANCELLED, error=ABANDONED):
+                end = {"id": c["id"], "name": c["name"], "status": P.STATUS_ERROR, "error": ABANDONED,
+                       "duration_ms": None, "total_ms": None}
+                await hub.emit_locked(rt, cid, P.EV_FUNCTION_CALL_END, end)
+
     async def runner_alive(self, conv: dict[str, Any]) -> bool:
         """Whether the relay instance running the conversation's turn is alive (this process: its
         task is running; another: its heartbeat is recent)."""
@@ -126,10 +140,15 @@ class Lifecycle:
                     text.append(p.get("delta") or "")
                 elif name == P.EV_FUNCTION_CALL_BEGIN:
                     calls.append({"id": p["id"], "name": p["name"], "arguments": p.get("arguments")})
+            # A call sent to the page stays pending: the page may have run it and will resend its answer
+            # (stored, and used by a retry of the turn). One never sent cannot have run: it is cancelled.
+            begun = {c["id"] for c in calls}
             tools = []
             for c in await store.pending_calls(cid):
-                if await store.finish_call(cid, c["id"], S.CALL_CANCELLED, error="The relay restarted during the call."):
-                    end = {"id": c["id"], "name": c["name"], "status": P.STATUS_ERROR, "error": "The relay restarted during the call.",
+                if c["seq"] or c["id"] in begun:
+                    continue
+                if await store.finish_call(cid, c["id"], S.CALL_CANCELLED, error=NEVER_SENT):
+                    end = {"id": c["id"], "name": c["name"], "status": P.STATUS_ERROR, "error": NEVER_SENT,
                            "duration_ms": None, "total_ms": None}
                     await hub.emit_locked(rt, cid, P.EV_FUNCTION_CALL_END, end)
                     tools.append(tool_message(c["id"], c["name"], c.get("kind", "function"), end))

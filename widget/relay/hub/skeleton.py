@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any, Awaitable, Callable
 from ... import protocol as P
 from ...errors import ProtocolError
 from ..contract import refusal
+from .. import storage as S
 from .runtime import ConvRuntime
 
 if TYPE_CHECKING:
@@ -49,6 +50,26 @@ def key_of(data: dict[str, Any]) -> str:
     return key
 
 
+class RateLimited(ProtocolError):
+    """``rate_limited``, with how long to wait (the ack's ``error.retry_after``, seconds)."""
+
+    def __init__(self, message: str, retry_after: float) -> None:
+        super().__init__(P.ERR_RATE_LIMITED, message)
+        self.retry_after = retry_after
+
+
+def check_rate(limiter: Any, key: str, message: str) -> None:
+    """Count a hit on ``limiter`` for ``key``, or raise ``RateLimited`` (nothing counted)."""
+    if not limiter.allow(key):
+        raise RateLimited(message, round(max(limiter.retry_after(key), 0.001), 3))
+
+
+def key_reused_message(stored: str, event: str) -> str:
+    """The message of ``idempotency_key_reused``."""
+    return (f"This idempotency_key was already used for a {stored} in this conversation; a {event} needs a key "
+            "of its own. Nothing was done.")
+
+
 @dataclass
 class Ctx:
     """One incoming event: the socket, and (for a joined socket) its conversation and idempotency key."""
@@ -59,6 +80,10 @@ class Ctx:
     cid: str = ""
     rt: ConvRuntime | None = None
     key: str = ""
+
+    def idempotency(self, ack: Ack) -> S.Ack:
+        """What the store keeps with this write: the ack under the event's key, for this kind of event."""
+        return (self.key, ack, self.event)
 
     @property
     def conv_rt(self) -> ConvRuntime:
@@ -133,18 +158,24 @@ def wrap(hub: Hub, owner: Any, spec: EventSpec, fn: Callable[[Ctx, Any], Awaitab
                 await spec.before(owner, ctx)
             if not spec.locked:
                 if spec.idempotent:
-                    stored = await hub.store.get_ack(ctx.cid, ctx.key)
+                    stored = await hub.store.get_ack(ctx.cid, ctx.key, spec.event)
                     if stored is not None:
                         return stored
                 return await fn(ctx, data)
             async with ctx.conv_rt.lock:
                 if spec.idempotent:
-                    stored = await hub.store.get_ack(ctx.cid, ctx.key)
+                    stored = await hub.store.get_ack(ctx.cid, ctx.key, spec.event)
                     if stored is not None:
                         return stored
                 return await fn(ctx, data)
+        except RateLimited as exc:
+            ack = P.error(exc.code, exc.message)
+            ack["error"]["retry_after"] = exc.retry_after  # type: ignore[index]
+            return ack
         except ProtocolError as exc:
             return P.error(exc.code, exc.message)
+        except S.IdempotencyConflict as exc:
+            return P.error(P.ERR_IDEMPOTENCY_KEY_REUSED, key_reused_message(exc.kind, spec.event))
         except Exception:  # noqa: BLE001 - one bad event never kills the socket
             log.exception("relay handler failed")
             return P.error(P.ERR_INTERNAL, "The relay failed to handle this event.")

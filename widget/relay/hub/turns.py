@@ -28,6 +28,7 @@ from .runtime import ConvRuntime, new_id
 
 if TYPE_CHECKING:
     from .core import Hub
+    from .resume import ResumePlan
 
 log = logging.getLogger("widget.relay")
 turn_log = logging.getLogger("widget.relay.turns")
@@ -81,10 +82,12 @@ class TurnRunner:
     def __init__(self, hub: Hub) -> None:
         self.hub = hub
 
-    async def run_turn(self, cid: str, turn_id: str, iteration: int, resume: bool = False, announce: bool = True) -> None:
+    async def run_turn(self, cid: str, turn_id: str, iteration: int, resume: bool = False, announce: bool = True,
+                       resume_from: ResumePlan | None = None) -> None:
         """Run (or resume) a turn from round ``iteration``. ``resume``: feed the ask-user answers
         first. ``announce``: start with ``function_call_iteration`` when ``iteration > 0`` (a retry
-        does not: its ``messages.withdrawn`` starts it)."""
+        does not: its ``messages.withdrawn`` starts it). ``resume_from``: round ``iteration`` was
+        interrupted after its calls were sent; it is finished from their results, not asked again."""
         hub = self.hub
         rt = hub.rt(cid)
         rt.users += 1
@@ -109,6 +112,13 @@ class TurnRunner:
                     tm = tool_message(prompt["id"], ASK_USER_TOOL, "relay", end)
                     await hub.emit_event(cid, P.EV_MESSAGE, {"message": tm}, messages=[tm])
             first = True
+            if resume_from is not None:
+                from .resume import resume_round
+
+                cur = await resume_round(hub, cid, rt, turn_id, resume_from, log_calls)
+                await self.end_message(cid, cur)
+                iteration += 1
+                first = False  # the next round is announced
             while True:
                 if iteration > 0 and (announce or not first):
                     await hub.emit_event(cid, P.EV_FUNCTION_CALL_ITERATION, {"turn_id": turn_id, "iteration": iteration},

@@ -12,8 +12,9 @@ from ...core.tools import check_tool_arguments
 from ...errors import ProtocolError, StateLimitError
 from .. import storage as S
 from .patching import PatchFailed, apply_patch_atomic
+from .resume import ResumePlan, resume_plan
 from .runtime import BUSY_STATUSES, IDLE_STATUSES, ConvRuntime, new_id
-from .skeleton import Ack, Ctx, socket_event
+from .skeleton import Ack, Ctx, check_rate, socket_event
 
 if TYPE_CHECKING:
     from .core import Hub
@@ -25,6 +26,14 @@ def _busy(conv: dict[str, Any], rt: ConvRuntime) -> bool:
     return conv["status"] in BUSY_STATUSES or (rt.turn is not None and not rt.turn.done())
 
 
+def _check_room(hub: Hub, conv: dict[str, Any]) -> None:
+    """A new turn needs room in the conversation's event log (``max_events_per_conversation``)."""
+    cap = hub.config.max_events_per_conversation
+    if cap and conv["seq"] >= cap:
+        raise ProtocolError(P.ERR_CONVERSATION_FULL, f"This conversation holds its maximum of {cap} events; "
+                            "start a new conversation.")
+
+
 class Writes:
     """The conversation-changing socket events (one per hub)."""
 
@@ -34,6 +43,7 @@ class Writes:
     @socket_event(P.EV_STATE_PATCH, shape="state_patch expects {patch, idempotency_key}", idempotent=True, locked=True)
     async def state_patch(self, ctx: Ctx, data: dict[str, Any]) -> Ack:
         """Apply an RFC 6902 patch to the state, all or nothing (active client only)."""
+        check_rate(self.hub.patch_limiter, ctx.cid, "Too many state patches in this conversation; wait a moment.")
         patch = data.get("patch")
 
         def patched(doc: dict[str, Any]) -> dict[str, Any]:
@@ -48,7 +58,7 @@ class Writes:
 
         ack = P.ok()
         try:  # read, patch and write in one transaction: no lost update across processes
-            stored = await self.hub.store.update_state(ctx.cid, patched, (ctx.key, ack), active_sid=ctx.sid)
+            stored = await self.hub.store.update_state(ctx.cid, patched, ctx.idempotency(ack), active_sid=ctx.sid)
         except S.NotActive:
             raise ProtocolError(P.ERR_NOT_ACTIVE, "Another tab is the active client; send activate to use this one.") from None
         return stored if stored is not None else ack
@@ -69,8 +79,10 @@ class Writes:
             raise ProtocolError(P.ERR_NOT_FOUND, "The conversation no longer exists.")
         if _busy(conv, rt):
             raise ProtocolError(P.ERR_BUSY, BUSY_MESSAGE)
-        if not hub.message_limiter.allow(cid):
-            raise ProtocolError(P.ERR_RATE_LIMITED, "Too many messages; wait a moment.")
+        _check_room(hub, conv)
+        check_rate(hub.message_limiter, cid, "Too many messages; wait a moment.")
+        if conv["status"] == S.FAILED:
+            await hub.recovery.close_leftover_calls(rt, cid)
         message = {"id": new_id("m_"), "role": "user", "content": text, "created_at": time.time()}
         turn_id = new_id("t_")
         ack = P.ok(message_id=message["id"])
@@ -78,7 +90,7 @@ class Writes:
             await hub.emit_locked(
                 rt, cid, P.EV_MESSAGE, {"message": message}, messages=[message],
                 conversation={"status": S.RUNNING, "turn_id": turn_id, "iteration": 0, "runner": hub.instance},
-                idempotency=(ctx.key, ack), require_status=IDLE_STATUSES,
+                idempotency=ctx.idempotency(ack), require_status=IDLE_STATUSES,
             )
         except S.StatusConflict:
             raise ProtocolError(P.ERR_BUSY, BUSY_MESSAGE) from None
@@ -114,10 +126,12 @@ class Writes:
         conv, messages = snap
         if _busy(conv, rt):
             raise ProtocolError(P.ERR_BUSY, BUSY_MESSAGE)
+        _check_room(hub, conv)
         users = [i for i, m in enumerate(messages) if m.get("role") == "user"]
         if not users:
             raise ProtocolError(P.ERR_NOTHING_TO_RETRY, "There is no user message to answer yet.")
         after = messages[users[-1] + 1:]
+        plan: ResumePlan | None = None
         if regenerate:
             turn_id, iteration = new_id("t_"), 0
             withdraw = after
@@ -132,19 +146,21 @@ class Writes:
                 if name == P.EV_FUNCTION_CALL_ITERATION and payload.get("turn_id") == turn_id:
                     boundary, iteration = seq, int(payload.get("iteration") or 0)
             withdraw = [m for m in after if m.get("seq", 0) > boundary]
-        if not hub.message_limiter.allow(cid):
-            raise ProtocolError(P.ERR_RATE_LIMITED, "Too many messages; wait a moment.")
+            plan = await resume_plan(hub.store, cid, turn_id, withdraw)
+        check_rate(hub.message_limiter, cid, "Too many messages; wait a moment.")
         ack = P.ok(turn_id=turn_id)
         ids = [m["id"] for m in withdraw]
         try:
             await hub.emit_locked(
                 rt, cid, P.EV_MESSAGES_WITHDRAWN, {"message_ids": ids, "reason": op, "turn_id": turn_id},
-                withdraw=ids, idempotency=(ctx.key, ack), require_status=[conv["status"]],
+                withdraw=ids, idempotency=ctx.idempotency(ack), require_status=[conv["status"]],
                 conversation={"status": S.RUNNING, "turn_id": turn_id, "iteration": iteration, "runner": hub.instance},
             )
         except S.StatusConflict:
             raise ProtocolError(P.ERR_BUSY, BUSY_MESSAGE) from None
-        rt.turn = hub.spawn(hub.turns.run_turn(cid, turn_id, iteration, announce=False))
+        if regenerate and conv["status"] == S.FAILED:
+            await hub.recovery.close_leftover_calls(rt, cid)
+        rt.turn = hub.spawn(hub.turns.run_turn(cid, turn_id, iteration, announce=False, resume_from=plan))
         return ack
 
     @socket_event(P.EV_FUNCTION_RESPONSE, shape="function_response expects {id, status, result | error, idempotency_key}",
@@ -170,9 +186,9 @@ class Writes:
         if status == P.STATUS_ERROR:
             err = data.get("error")
             err = err if isinstance(err, str) and err else "The function failed."
-            done = await store.finish_call(cid, call_id, S.CALL_ANSWERED, error=err, idempotency=(ctx.key, ack), **timings)
+            done = await store.finish_call(cid, call_id, S.CALL_ANSWERED, error=err, idempotency=ctx.idempotency(ack), **timings)
         else:
-            done = await store.finish_call(cid, call_id, S.CALL_ANSWERED, result=data.get("result"), idempotency=(ctx.key, ack), **timings)
+            done = await store.finish_call(cid, call_id, S.CALL_ANSWERED, result=data.get("result"), idempotency=ctx.idempotency(ack), **timings)
         if not done:
             call = await store.get_call(cid, call_id)
             reason = f"call is {call['status']}" if call else "unknown call"
@@ -222,12 +238,11 @@ class Writes:
         if await hub.store.action_succeeded(cid, str(action_id)):
             await hub.store.record_refused(cid, "action_outcome", data, "already succeeded")
             raise ProtocolError(P.ERR_BAD_REQUEST, f"Action {action_id!r} already succeeded; it is done.")
-        if not hub.message_limiter.allow(cid):
-            raise ProtocolError(P.ERR_RATE_LIMITED, "Too many messages; wait a moment.")
+        check_rate(hub.message_limiter, cid, "Too many messages; wait a moment.")
         msg = {"id": new_id("m_"), "role": "action", "message_id": message_id, "action_id": action_id, "name": name,
                "arguments": clean, "ok": ok, "outcome": outcome, "created_at": time.time()}
         ack = P.ok(message_id=msg["id"])
-        await hub.emit_locked(ctx.conv_rt, cid, P.EV_MESSAGE, {"message": msg}, messages=[msg], idempotency=(ctx.key, ack))
+        await hub.emit_locked(ctx.conv_rt, cid, P.EV_MESSAGE, {"message": msg}, messages=[msg], idempotency=ctx.idempotency(ack))
         return ack
 
     @socket_event(P.EV_CANCEL, shape="cancel expects {idempotency_key}", idempotent=True)
@@ -235,5 +250,5 @@ class Writes:
         """Stop the running turn (or the wait for ask-user answers)."""
         cancelled = await self.hub.recovery.cancel_turn(ctx.cid)
         ack = P.ok(cancelled=cancelled)
-        await self.hub.store.put_ack(ctx.cid, ctx.key, ack)
+        await self.hub.store.put_ack(ctx.cid, ctx.key, ack, ctx.event)
         return ack
