@@ -521,3 +521,35 @@ async def test_a_socket_that_stops_reading_is_disconnected(tight: Any, http: aio
         hub.replay_limiter.limit = 3
         await raw.ws.close()
         await rec.disconnect()
+
+
+async def test_hub_entries_of_conversations_are_dropped_when_unused(gated: tuple[Any, GatedModel],
+                                                                   http: aiohttp.ClientSession) -> None:
+    """Opening conversations, and a socket that leaves while its turn runs, leave no per-conversation
+    entry behind in the hub once the turn is over."""
+    relay, model = gated
+    hub = relay.hub
+    before = set(hub.convs)
+    for _ in range(5):
+        await info(http, await create(http, relay.url))  # the GET runs the recovery check
+    model.reset()
+    go = asyncio.Event()
+    model.script([go, TextDelta("late answer")])
+    rec, data, url = await joined(http, relay.url)
+    cid = data["conversation"]["id"]
+    assert (await rec.call("user_message", {"text": "hello", "idempotency_key": "m1"}))["ok"]
+    await rec.wait("message")
+    sid = rec.sio.get_sid()
+    assert hub.clients.get(sid) == cid
+    await rec.disconnect()  # the turn still runs
+    t0 = time.monotonic()
+    while sid in hub.clients:
+        assert time.monotonic() - t0 < 5
+        await asyncio.sleep(0.02)
+    assert cid in hub.convs  # its turn keeps it
+    go.set()
+    while cid in hub.convs:
+        assert time.monotonic() - t0 < 10, "the conversation's entry stayed after its turn ended"
+        await asyncio.sleep(0.02)
+    assert (await info(http, url))["conversation"]["status"] == "idle"
+    assert set(hub.convs) <= before

@@ -1,0 +1,163 @@
+"""Kill -9 of the relay while a page function runs, then Retry: does any request run its function twice or
+lose its result?
+
+Each request is a fresh conversation with the real Python client (its outbox, run-once and rejoin): the
+message makes the demo model call ``place_order``; while the function runs (or just after it answered) the
+relay gets SIGKILL and is started again on the same port and store. The client reconnects by itself; once the
+turn shows as failed the bench sends Retry and waits for the answer. Counted per request: how many times the
+function ran, and whether the result it returned is the one the conversation stored.
+
+    python bench/kill_midcall.py [-n 30]                      # SQLite, one relay
+    python bench/kill_midcall.py -n 12 --scale                # PostgreSQL + Redis, two relays (the killed one
+                                                              # holds the turn; the client is on the other)
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import random
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+
+from relay_helpers import Recorder, RelayProcess, info, joined  # noqa: E402
+from widget.client import AutopilotClient  # noqa: E402
+from widget.transports.python_socketio import PythonSocketIOTransport  # noqa: E402
+
+TURN_S = 30.0
+
+
+async def wait_for(pred: Any, timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not pred():
+        if time.monotonic() > deadline:
+            raise TimeoutError(what)
+        await asyncio.sleep(0.02)
+
+
+async def one_request(i: int, http: aiohttp.ClientSession, front: RelayProcess, victim: RelayProcess,
+                      rng: random.Random, scale: bool) -> dict[str, Any]:
+    """One request: message, kill the relay running the turn mid-call, restart it, Retry. Its counts."""
+    client = AutopilotClient(PythonSocketIOTransport(), headers={"Origin": front.url})
+    runs: list[float] = []
+    started = asyncio.Event()
+    work_s = rng.uniform(0.05, 0.6)
+    result = f"order-{i}-{rng.randrange(10**9)}"
+
+    @client.function
+    async def place_order() -> str:
+        """Places the order."""
+        runs.append(time.monotonic())
+        started.set()
+        await asyncio.sleep(work_s)
+        return result
+
+    finished: list[dict[str, Any]] = []
+    client.on("completion.finished", finished.append)
+    tab = None
+    out: dict[str, Any] = {"request": i, "ran": 0, "lost": False, "error": None}
+    try:
+        r = await http.post(f"{front.url}/api/apps/demo/conversations", headers={"Origin": front.url})
+        url = (await r.json())["url"]
+        if scale:  # the message goes through the victim, so the victim runs the turn
+            tab, _, _ = await joined(http, victim.url, url=url.replace(front.url, victim.url), last_seq=None)
+        await client.connect(url)
+        if scale:
+            assert tab is not None
+            await tab.call("user_message", {"text": "call place_order", "idempotency_key": f"m{i}"})
+        else:
+            await client.send_message("call place_order")
+        await asyncio.wait_for(started.wait(), TURN_S)
+        await asyncio.sleep(rng.uniform(0.0, work_s + 0.1))  # mid-call, or just after the answer
+        assert victim.proc is not None
+        victim.proc.kill()
+        victim.proc.wait()
+        if tab is not None:
+            await tab.disconnect()
+        victim.start()
+        # The client reconnects by itself; opening the conversation recovers the turn (failed, Retry), or
+        # the surviving relay notices the dead one's turn.
+        deadline = time.monotonic() + TURN_S
+        while True:
+            body = await info(http, url)
+            status = body["conversation"]["status"]
+            if status in ("failed", "idle") and client.connection_state == "connected":
+                break
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"the turn stayed {status}")
+            await asyncio.sleep(0.1)
+        if status == "failed":
+            for _ in range(50):
+                try:
+                    await client.retry()
+                    break
+                except Exception:  # noqa: BLE001 - not reconnected yet, or busy: try again
+                    await asyncio.sleep(0.1)
+        await wait_for(lambda: (finished and finished[-1]["status"] == "done"
+                                and client.conversation is not None), TURN_S, "no answer after Retry")
+        body = await info(http, url)
+        tools = [m for m in body["messages"] if m["role"] == "tool" and m.get("name") == "place_order"]
+        out["ran"] = len(runs)
+        out["lost"] = not any(m.get("status") == "success" and m.get("result") == result for m in tools)
+        out["stored"] = [(m.get("status"), m.get("result") if m.get("status") == "success" else m.get("error")) for m in tools]
+    except Exception as exc:  # noqa: BLE001 - counted, the run goes on
+        out["error"] = f"{type(exc).__name__}: {exc}"
+        out["ran"] = len(runs)
+        out["lost"] = True
+    finally:
+        await client.disconnect()
+    return out
+
+
+async def main(n: int, scale: bool, seed: int) -> int:
+    rng = random.Random(seed)
+    work = Path(tempfile.mkdtemp(prefix="kill-midcall-"))
+    procs: list[RelayProcess] = []
+    if scale:
+        from relay_helpers import pg_server, redis_server
+
+        dsn = pg_server().fresh_database("kill")
+        redis = redis_server().url
+        front = RelayProcess(work, database_url=dsn, redis_url=redis)
+        victim = RelayProcess(work, database_url=dsn, redis_url=redis)
+        procs = [front, victim]
+    else:
+        front = victim = RelayProcess(work)
+        procs = [front]
+    results = []
+    t0 = time.monotonic()
+    try:
+        async with aiohttp.ClientSession() as http:
+            for i in range(n):
+                res = await one_request(i, http, front, victim, rng, scale)
+                results.append(res)
+                flag = "" if res["ran"] == 1 and not res["lost"] else "  <-- " + str(res)
+                print(f"request {i + 1:3d}/{n}: ran {res['ran']}, lost {res['lost']}{flag}", flush=True)
+    finally:
+        for p in procs:
+            p.stop()
+    twice = sum(1 for r in results if r["ran"] > 1)
+    lost = sum(1 for r in results if r["lost"])
+    errors = sum(1 for r in results if r["error"])
+    kind = "PostgreSQL + Redis, two relays" if scale else "SQLite, one relay"
+    load = os.getloadavg()[0]
+    print(f"\nkill -9 mid-call x{n} ({kind}), {time.monotonic() - t0:.0f} s, load {load:.1f}: "
+          f"{twice} requests ran the function twice, {lost} lost results, {errors} errors")
+    return 0 if twice == 0 and lost == 0 else 1
+
+
+if __name__ == "__main__":
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("-n", type=int, default=30)
+    ap.add_argument("--scale", action="store_true", help="PostgreSQL + Redis, two relay processes")
+    ap.add_argument("--seed", type=int, default=1)
+    args = ap.parse_args()
+    sys.exit(asyncio.run(main(args.n, args.scale, args.seed)))
