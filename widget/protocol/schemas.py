@@ -54,6 +54,7 @@ EVENTS: tuple[SocketEvent, ...] = (
     SocketEvent(Event.ACTION_OUTCOME, M.ActionOutcomePayload, M.MessageAck, summary="Record what an offered action did."),
     SocketEvent(Event.STATE, M.StatePayload, from_relay=True, summary="The stored functions and context, after join."),
     SocketEvent(Event.CLIENT_ROLE, M.ClientRolePayload, from_relay=True, summary="This socket lost (or got) the active role."),
+    SocketEvent(Event.REPLAY_DONE, M.ReplayDonePayload, from_relay=True, summary="A join's replay is over; live events follow."),
     SocketEvent(Event.MESSAGE, M.MessageEvent, from_relay=True, summary="A stored message that is not an assistant completion."),
     SocketEvent(Event.COMPLETION_STARTED, M.CompletionStartedEvent, from_relay=True, summary="An assistant message begins."),
     SocketEvent(Event.COMPLETION_STREAM, M.CompletionStreamEvent, from_relay=True, summary="A chunk of the assistant's text."),
