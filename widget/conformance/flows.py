@@ -160,7 +160,7 @@ async def http_flow(r: Relay, o: Options) -> None:
 # ----------------------------------------------------------------------------------------------- join
 @flow("join")
 async def join_flow(r: Relay, o: Options) -> None:
-    """Join: the ack, then exactly one ``state``; refusals (version, token, not joined, malformed events)."""
+    """Join: the ack, then exactly one ``state`` and ``replay.done``; refusals (version, token, not joined, malformed events)."""
     url = await r.create()
     info = await r.get(url)
     peer = await Peer(info["relay_url"], info["relay_path"], r.timeout).connect()
@@ -180,6 +180,11 @@ async def join_flow(r: Relay, o: Options) -> None:
               and ack["pending_calls"] == [] and isinstance(ack["client_id"], str), f"join ack: {ack!r}")
         state = await peer.expect(Event.STATE)
         check(state == {"functions": {}, "context": {}}, f"state of a new conversation: {state!r}")
+        deadline = time.monotonic() + r.timeout
+        while not peer.replay_done and time.monotonic() < deadline:
+            await asyncio.sleep(0.01)
+        check(peer.replay_done == [(peer.cursor, {"last_seq": 0})],
+              f"the join's replay ends with one replay.done {{last_seq: 0}} after state: {peer.replay_done!r}")
         refused(await peer.call(Event.USER_MESSAGE, ({"text": "a", "idempotency_key": key()}, 2)), "bad_request",
                 "an event with two arguments")
         refused(await peer.call(Event.USER_MESSAGE, {"text": "\ud800", "idempotency_key": key()}), "bad_request",
@@ -286,7 +291,7 @@ async def message_turn_flow(r: Relay, o: Options) -> None:
         await whole.close()
         before = len(a.events)
         ack = accepted(await a.call(Event.REPLAY, {"last_seq": first["seq"]}), "replay")
-        check(ack == {"ok": True, "seq": live[-1][1]["seq"]}, f"replay ack: {ack!r}")
+        check(ack == {"ok": True, "seq": live[-1][1]["seq"], "pending_calls": []}, f"replay ack: {ack!r}")
         replayed = [ev for ev in a.events[before:] if ev[0] in {e for e, _ in live}]
         check(replayed == live[1:], f"replay re-sends the events after last_seq, in order: {[e for e, _ in replayed]}")
         refused(await a.call(Event.REPLAY, {"last_seq": "3"}), "bad_request", "replay with a string last_seq")

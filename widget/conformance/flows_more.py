@@ -204,7 +204,7 @@ async def active_client_flow(r: Relay, o: Options) -> None:
         await declare(a, FUNC)
         b, ack_b = await r.peer(url)
         check(ack_a["active"] is True and ack_b["active"] is True, "each join makes its socket active")
-        await a.expect(Event.CLIENT_ROLE, active=False)
+        await a.expect(Event.CLIENT_ROLE, active=False, conversation_id=ack_a["conversation_id"])
         refused(await a.call(Event.STATE_PATCH, {"patch": [], "idempotency_key": key()}), "not_active", "a passive socket's patch")
         await send(a, "get_selection")  # any joined socket may send a message
         await b.expect(Event.MESSAGE)
@@ -216,7 +216,8 @@ async def active_client_flow(r: Relay, o: Options) -> None:
         ack = await a.call(Event.ACTIVATE, {})
         check(ack.get("ok") is True and ack.get("active") is True, f"activate: {ack!r}")
         pending: list[dict[str, Any]] = ack.get("pending_calls") or []
-        await b.expect(Event.CLIENT_ROLE, active=False)
+        await a.expect(Event.STATE)  # after an activate: the stored state, so the page can put its functions back
+        await b.expect(Event.CLIENT_ROLE, active=False, conversation_id=ack_a["conversation_id"])
         # The call was sent to b with run: true and b is still connected: it stays b's (a call runs at most once).
         check(all(c["id"] != begin["id"] for c in pending), f"a call another live socket runs is not handed over: {pending!r}")
         ack = await b.call(Event.FUNCTION_RESPONSE, {"id": begin["id"], "status": "success", "result": 2, "idempotency_key": key()})

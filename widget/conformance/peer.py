@@ -54,6 +54,9 @@ class Peer:
     timeout: float = 10.0
     events: list[tuple[str, Any]] = field(default_factory=list)
     cursor: int = 0
+    #: ``replay.done`` payloads, each with the number of events received before it (kept out of ``events``:
+    #: the flows read the conversation's events; ``replay_done`` says where each join's replay ended)
+    replay_done: list[tuple[int, Any]] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         self.sio = socketio.AsyncClient(reconnection=False)
@@ -61,7 +64,10 @@ class Peer:
         self.sio.on("*", self._record)
 
     async def _record(self, event: str, data: Any = None) -> None:
-        self.events.append((event, data))
+        if event == Event.REPLAY_DONE:
+            self.replay_done.append((len(self.events), data))
+        else:
+            self.events.append((event, data))
         self._changed.set()
 
     async def connect(self) -> Peer:
