@@ -9,6 +9,7 @@ value instead of catching it.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
 from collections.abc import Awaitable, Callable
