@@ -627,7 +627,9 @@ async def bench(args: argparse.Namespace) -> int:
         urls: dict[str, str] = {}
         if "ours" in targets:
             cfg = work / "relay.toml"
-            cfg.write_text("create_rate_per_minute = 0\nmessage_rate_per_minute = 0\njoin_rate_per_minute = 0\n")
+            cfg.write_text("create_rate_per_minute = 0\nmessage_rate_per_minute = 0\njoin_rate_per_minute = 0\n"
+                           "get_rate_per_minute = 0\nask_user_rate_per_minute = 0\nmax_connections_per_address = 0\n"
+                           "max_sockets_per_address = 0\n")
             extra = ["--demo-chunk-delay-ms", "0", "--config", str(cfg)]
             if args.dist:
                 extra += ["--dist", args.dist]

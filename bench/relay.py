@@ -207,7 +207,9 @@ class Bench:
         port = free_port()
         self.base = f"http://127.0.0.1:{port}"
         cfg = self.tmp / "bench.toml"
-        cfg.write_text("create_rate_per_minute = 0\nmessage_rate_per_minute = 0\njoin_rate_per_minute = 0\nretention_days = 0\n")
+        cfg.write_text("create_rate_per_minute = 0\nmessage_rate_per_minute = 0\njoin_rate_per_minute = 0\n"
+                       "get_rate_per_minute = 0\nask_user_rate_per_minute = 0\nmax_connections_per_address = 0\n"
+                       "max_sockets_per_address = 0\nretention_days = 0\n")
         cmd = [sys.executable, "-m", "widget.relay", "--port", str(port), "--db", str(self.tmp / "relay.sqlite3"),
                "--config", str(cfg), "--demo-chunk-delay-ms", "0", "--log-level", "warning"]
         self.relay = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=open(self.tmp / "relay.log", "wb"))
