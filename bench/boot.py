@@ -21,7 +21,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
-from support import CHROMIUM, CHROMIUM_ARGS, start_relay, wait_mark  # noqa: E402
+from support import CHROMIUM, CHROMIUM_ARGS, start_relay, wait_mark
 
 LONGTASK_SCRIPT = """
 window.__longtasks = [];

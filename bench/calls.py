@@ -78,7 +78,7 @@ async def cpython_calls(relay_url: str, n: int) -> dict[str, list[float]]:
     from widget.transports.python_socketio import PythonSocketIOTransport
 
     ns: dict = {}
-    exec(DRIVER, ns)
+    exec(DRIVER, ns)  # noqa: S102 - our own driver source, the one the browser runs too
     client = AutopilotClient(PythonSocketIOTransport(), headers={"Origin": relay_url})
     # new_conversation() re-creates the client's registered functions on the relay, nothing to redo here.
     await client.connect(relay_url=relay_url, app_id="demo", function_call_history_limit=5)

@@ -33,9 +33,9 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 
+import test_patch_fuzz as F  # noqa: E402
 from hypothesis import HealthCheck, Phase, given, seed, settings  # noqa: E402
 
-import test_patch_fuzz as F  # noqa: E402
 from widget.core import state as state_mod  # noqa: E402
 
 
@@ -62,7 +62,7 @@ def same_values(a: Any, b: Any) -> bool:
     if isinstance(a, (int, float)) and isinstance(b, (int, float)):
         return a == b
     if isinstance(a, list) and isinstance(b, list):
-        return len(a) == len(b) and all(same_values(x, y) for x, y in zip(a, b))
+        return len(a) == len(b) and all(same_values(x, y) for x, y in zip(a, b, strict=True))
     if isinstance(a, dict) and isinstance(b, dict):
         return a.keys() == b.keys() and all(same_values(a[k], b[k]) for k in a)
     return type(a) is type(b) and a == b

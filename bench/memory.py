@@ -61,7 +61,15 @@ sys.path.insert(0, str(BENCH))
 
 import peer  # noqa: E402  (bench/peer.py: Chromium flags, Chainlit, host page server, one measured run)
 from peer import (  # noqa: E402
-    BROWSER_ARGS, CHAINLIT_PAGE, CHAINLIT_VERSION, TARGETS, Chainlit, PageServer, Run, Tab, chainlit_venv,
+    BROWSER_ARGS,
+    CHAINLIT_PAGE,
+    CHAINLIT_VERSION,
+    TARGETS,
+    Chainlit,
+    PageServer,
+    Run,
+    Tab,
+    chainlit_venv,
     new_context,
 )
 from support import CHROMIUM, DIST, start_relay  # noqa: E402  (tests/support.py, on sys.path through peer)
@@ -283,13 +291,13 @@ async def send_and_wait(tab: Tab, target: str, token: str, timeout_ms: float) ->
                 try:  # a turn that had not quite ended, or a composer re-rendered under the bench: type it again
                     await page.wait_for_function(SENT, arg=[cfg, tok], timeout=5000, polling=20)
                     break
-                except Exception:  # noqa: BLE001 - playwright's TimeoutError
+                except Exception:
                     log(f"{target}: {tok} not taken (attempt {attempt + 1}); again")
                     if attempt == 4:
                         raise
             await reply
             break
-        except Exception:  # noqa: BLE001 - no reply in time: say what the widget shows, send again
+        except Exception:
             reply.cancel()
             with contextlib.suppress(Exception):
                 log(f"{target}: no reply with {tok}; the widget shows: {await page.evaluate(SHOWN, cfg)}")
@@ -695,7 +703,7 @@ def main() -> int:
         args.messages, args.cycles, args.reloads, args.every, args.reload_every = 20, 20, 4, 5, 2
     try:
         return asyncio.run(asyncio.wait_for(bench(args), args.timeout))
-    except asyncio.TimeoutError:
+    except TimeoutError:
         print(f"bench/memory.py: stopped after {args.timeout:.0f} s (--timeout)", file=sys.stderr)
         return 1
 

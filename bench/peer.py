@@ -63,7 +63,6 @@ import json
 import os
 import platform
 import shutil
-import socket
 import statistics
 import subprocess
 import sys
@@ -303,7 +302,7 @@ class PageServer:
         class Handler(http.server.BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"
 
-            def do_GET(self) -> None:  # noqa: N802
+            def do_GET(self) -> None:
                 path = self.path.split("?", 1)[0]
                 if path in pages:
                     self._send(200, pages[path], "text/html; charset=utf-8", "no-cache", None)
@@ -390,7 +389,7 @@ class Tab:
         return total
 
     @classmethod
-    async def open(cls, ctx: Any, foreign: list[str]) -> "Tab":
+    async def open(cls, ctx: Any, foreign: list[str]) -> Tab:
         page = await ctx.new_page()
         cdp = await ctx.new_cdp_session(page)
         tab = cls(page, cdp)
@@ -661,7 +660,7 @@ def main() -> int:
     args = ap.parse_args()
     try:
         asyncio.run(asyncio.wait_for(bench(args), args.timeout))
-    except asyncio.TimeoutError:
+    except TimeoutError:
         print(f"bench/peer.py: stopped after {args.timeout:.0f} s (--timeout)", file=sys.stderr)
         return 1
     return 0

@@ -29,14 +29,12 @@ from __future__ import annotations
 import argparse
 import asyncio
 import datetime
-import json
 import os
 import platform
 import resource
 import shutil
 import signal
 import socket
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -100,7 +98,7 @@ def cpu_model() -> str:
 class Client:
     """One simulated page."""
 
-    def __init__(self, bench: "Bench", index: int) -> None:
+    def __init__(self, bench: Bench, index: int) -> None:
         self.bench = bench
         self.index = index
         self.sio = socketio.AsyncClient(reconnection=False, request_timeout=60)
@@ -338,7 +336,7 @@ async def main_async(args: argparse.Namespace) -> int:
     bench.start_relay()
     try:
         await asyncio.wait_for(bench.run(), args.timeout)
-    except asyncio.TimeoutError:
+    except TimeoutError:
         print(f"benchmark stopped after --timeout {args.timeout:g} s", file=sys.stderr)
         return 1
     finally:

@@ -20,12 +20,12 @@ import random
 import statistics
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from widget.core.markdown import StreamingRenderer, render_markdown  # noqa: E402
+from widget.core.markdown import StreamingRenderer, render_markdown
 
 WORDS = ("the widget renders model output as markdown and keeps every link visible so readers can check where "
          "it goes before they follow it while the relay streams tokens to the page").split()
@@ -187,8 +187,9 @@ def browser_bench(text: str, ends: list[int], repeat: int) -> int:
     root = Path(__file__).resolve().parent.parent
     sys.path.insert(0, str(root / "tests"))
     sys.path.insert(0, str(root))
-    from build import build  # noqa: E402
-    from support import CHROMIUM, CHROMIUM_ARGS, DIST, start_relay  # noqa: E402
+    from support import CHROMIUM, CHROMIUM_ARGS, DIST, start_relay
+
+    from build import build
 
     build(quiet=True)
     bid = json.loads((DIST / "manifest.json").read_text())["build_id"]
@@ -264,7 +265,7 @@ def main() -> int:
     tails = []
     for end in ends:
         r.feed(text[:end])
-        tails.append(end - len(r._stable_text))  # noqa: SLF001 - benchmark introspection
+        tails.append(end - len(r._stable_text))
     print(f"CPython {sys.version.split()[0]}; answer {len(text):,} chars (~{args.tokens:,} tokens), "
           f"{len(ends)} chunks of ~{chars_per_chunk} chars ({tokens_per_chunk:g} tokens) "
           f"= {args.tokens_per_second:g} tokens/s at {args.chunks_per_second:g} chunks/s; best of {args.repeat}")

@@ -266,7 +266,7 @@ async def run(args: argparse.Namespace) -> int:
             await page.evaluate("() => console.timeStamp('bench-end')")
             trace = json.loads(await browser.stop_tracing())
             if args.save_trace:
-                Path(args.save_trace).write_text(json.dumps(trace))
+                await asyncio.to_thread(Path(args.save_trace).write_text, json.dumps(trace))
             t_after = await page.evaluate("performance.timeOrigin + performance.now()")
             stats = json.loads(await page.evaluate(run_py, "json.dumps(STATS)"))
             if stats_events is not None:

@@ -36,7 +36,7 @@ import aiohttp
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
-from relay_helpers import Recorder, RelayProcess, info, pg_server, redis_server  # noqa: E402
+from relay_helpers import Recorder, RelayProcess, info, pg_server, redis_server
 
 
 def pct(values: list[float], p: float) -> float:

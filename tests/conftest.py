@@ -1,23 +1,31 @@
-"""Shared fixtures (D11): one relay and one browser per test session, one booted page per module.
+"""Shared fixtures: one relay and one browser per test session, one booted page per module; and the tiers.
 
 The relay runs as a real subprocess (``python -m widget.relay``) on a free loopback port with its own
 SQLite file; the browser is Debian's Chromium driven by Playwright. Helpers live in tests/support.py.
+
+Every test has one tier, marked here (``python -m pytest -m unit`` runs one): by file, ``browser`` (a test of
+the file uses Chromium), ``build`` (the asset build, packaging, or what the build cache holds) and ``relay`` (it
+starts or talks to a relay, in-process or as a subprocess); in the other files, ``fuzz`` for property-based
+tests (hypothesis) and ``unit`` for the rest: pure logic, seconds for the whole tier.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import sys
+from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, AsyncIterator, Iterator
+from typing import Any
 
 import pytest
 import pytest_asyncio
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from support import (  # noqa: E402
+from protocol_traffic import checked_traffic  # noqa: F401 - autouse: the relay tests' traffic meets the schemas
+from support import (
     CHROMIUM,
     CHROMIUM_ARGS,
     DIST,
@@ -28,8 +36,7 @@ from support import (  # noqa: E402
     open_page,
     py_eval,
     start_relay,
-)  # noqa: E402
-from protocol_traffic import checked_traffic  # noqa: E402,F401 - autouse: the relay tests' traffic meets the schemas
+)
 
 
 @pytest.fixture(scope="session")
@@ -76,7 +83,7 @@ async def browser() -> AsyncIterator[Any]:
     """Debian's Chromium under Playwright, once per session."""
     from playwright.async_api import async_playwright
 
-    if not Path(CHROMIUM).exists():
+    if not os.path.exists(CHROMIUM):  # noqa: ASYNC240 - one stat, before anything runs
         pytest.fail(f"{CHROMIUM} is missing: install Debian's chromium (bash dev test does it)")
     pw = await async_playwright().start()
     b = await pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
@@ -120,3 +127,39 @@ async def fresh_demo(demo_page: BootedPage) -> AsyncIterator[BootedPage]:
     """The module's page, reset before the test."""
     await demo_page.reset()
     yield demo_page
+
+
+TIERS = ("unit", "fuzz", "relay", "browser", "build")
+_BUILD_FILES = {"test_build.py", "test_packaging.py"}
+#: Words that show a test file starts or talks to a relay, or reads the build's cache.
+_RELAY_WORDS = ("relay_helpers", "relay_server", "start_relay", "RelayProcess", "widget.relay")
+_BUILD_WORDS = ("default_cache_dir",)
+
+
+def _tier_of(path: Path, items: list[pytest.Item]) -> str | None:
+    """The file's tier, or None when it is decided test by test (unit or fuzz)."""
+    if any("browser" in getattr(item, "fixturenames", ()) for item in items):
+        return "browser"
+    text = path.read_text()
+    if path.name in _BUILD_FILES or any(word in text for word in _BUILD_WORDS):
+        return "build"
+    return "relay" if any(word in text for word in _RELAY_WORDS) else None
+
+
+def _is_property_test(item: pytest.Item) -> bool:
+    return bool(getattr(getattr(item, "obj", None), "is_hypothesis_test", False))
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    for tier in TIERS:
+        config.addinivalue_line("markers", f"{tier}: a test of the {tier} tier (set in tests/conftest.py)")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    by_file: dict[Path, list[pytest.Item]] = {}
+    for item in items:
+        by_file.setdefault(Path(str(item.path)), []).append(item)
+    for path, file_items in by_file.items():
+        tier = _tier_of(path, file_items)
+        for item in file_items:
+            item.add_marker(getattr(pytest.mark, tier or ("fuzz" if _is_property_test(item) else "unit")))

@@ -3,12 +3,23 @@
 from __future__ import annotations
 
 import asyncio
+import atexit
+import glob
+import hashlib
+import os
+import shutil
+import socket
+import subprocess
+import tempfile
 import time
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
-from typing import Any, AsyncIterator, Callable
+from typing import Any
 
 import aiohttp
+import pytest
 import socketio
+from support import stop_process
 
 from widget.relay import AppConfig, ModelConfig, RelayConfig, start_relay
 from widget.relay.model import ModelAdapter, ModelRequest, TextDelta
@@ -59,7 +70,8 @@ def relay_config(tmp: Path, store: str = "sqlite", **overrides: Any) -> RelayCon
     return cfg
 
 
-async def launch(tmp: Path, adapters: dict[str, ModelAdapter] | None = None, store: str = "sqlite", **overrides: Any) -> Any:
+async def launch(tmp: Path, adapters: dict[str, ModelAdapter] | None = None, store: str = "sqlite",
+                 **overrides: Any) -> Any:
     """A relay in this loop; ``adapters`` replace model adapters by name (e.g. a ScriptedModel);
     ``store``: ``sqlite`` or ``postgres`` (STORE_KINDS)."""
     return await start_relay(relay_config(tmp, store, **overrides), models=adapters)
@@ -135,7 +147,7 @@ class Recorder:
                 "idempotency_key": "fr-" + data["id"], "handler_ms": 1.25, "total_ms": 1.5,
             })
 
-    async def connect(self) -> "Recorder":
+    async def connect(self) -> Recorder:
         await self.sio.connect(self.url, socketio_path=self.path, transports=["websocket"])
         return self
 
@@ -155,7 +167,8 @@ class Recorder:
     def seqd(self) -> list[tuple[str, Any]]:
         return [(e, d) for e, d in self.events if isinstance(d, dict) and "seq" in d]
 
-    async def wait(self, event: str, pred: Callable[[Any], bool] | None = None, timeout: float = 5.0, start: int = 0) -> Any:
+    async def wait(self, event: str, pred: Callable[[Any], bool] | None = None, timeout: float = 5.0,
+                   start: int = 0) -> Any:
         deadline = time.monotonic() + timeout
         while True:
             for e, d in self.events[start:]:
@@ -167,13 +180,15 @@ class Recorder:
             self._changed.clear()
             try:
                 await asyncio.wait_for(self._changed.wait(), remaining)
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 pass
 
 
 async def create(http: aiohttp.ClientSession, base: str, app: str = "demo") -> str:
-    """Create a conversation: the ``demo`` app by Origin, ``ask`` and any other app by the ``ask`` or ``shop`` secret."""
-    headers = {"Origin": base} if app == "demo" else {"Authorization": f"Bearer {ASK_SECRET if app == 'ask' else SHOP_SECRET}"}
+    """Create a conversation: the ``demo`` app by Origin, ``ask`` and any other app by the ``ask`` or ``shop``
+    secret."""
+    secret = ASK_SECRET if app == "ask" else SHOP_SECRET
+    headers = {"Origin": base} if app == "demo" else {"Authorization": f"Bearer {secret}"}
     r = await http.post(f"{base}/api/apps/{app}/conversations", headers=headers)
     assert r.status == 201, await r.text()
     return (await r.json())["url"]
@@ -202,7 +217,8 @@ FUNC = {"name": "get_selection", "description": "Returns the selected text.",
 
 async def declare(rec: Recorder, entries: dict[str, dict[str, Any]], key: str = "decl") -> None:
     """Put catalogue entries (functions, tools, actions; ``name`` filled in) into the state, as a page does."""
-    patch = [{"op": "add", "path": f"/autopilot/functions/{n}", "value": {"name": n, "sensitive": False, "source": "client", **d}}
+    patch = [{"op": "add", "path": f"/autopilot/functions/{n}",
+              "value": {"name": n, "sensitive": False, "source": "client", **d}}
              for n, d in entries.items()]
     ack = await rec.call("state_patch", {"patch": patch, "idempotency_key": key})
     assert ack == {"ok": True}, ack
@@ -219,18 +235,6 @@ async def register(rec: Recorder, *names: str, key: str = "reg") -> None:
 # that needs one starts it; atexit stops it). `bash dev test` installs both; a missing binary skips a
 # developer's run but fails CI (CI=true), loudly.
 
-import atexit
-import glob
-import hashlib
-import os
-import shutil
-import socket
-import subprocess
-import tempfile
-
-import pytest
-
-from support import stop_process
 
 
 def _free_port() -> int:
@@ -247,8 +251,11 @@ def _missing(what: str) -> None:
 
 
 def pg_bindir() -> str | None:
-    for d in sorted(glob.glob("/usr/lib/postgresql/*/bin"), key=lambda p: int(p.split("/")[-2]) if p.split("/")[-2].isdigit() else 0,
-                    reverse=True):
+    def version(path: str) -> int:
+        part = path.split("/")[-2]
+        return int(part) if part.isdigit() else 0
+
+    for d in sorted(glob.glob("/usr/lib/postgresql/*/bin"), key=version, reverse=True):
         if os.path.exists(os.path.join(d, "postgres")):
             return d
     found = shutil.which("postgres") or shutil.which("pg_ctl")
@@ -279,12 +286,14 @@ class PgServer:
         self._created: set[str] = set()
         self.proc: subprocess.Popen[bytes] | None = None
         t0 = time.monotonic()
-        self._run("initdb", "-D", self.data, "-A", "trust", "-U", "postgres", "-E", "UTF8", "--no-sync", "--no-instructions")
+        self._run("initdb", "-D", self.data, "-A", "trust", "-U", "postgres", "-E", "UTF8", "--no-sync",
+                  "--no-instructions")
         self.start()
         self.startup_s = time.monotonic() - t0
 
     def _run(self, tool: str, *args: str) -> str:
-        out = subprocess.run([os.path.join(self.bindir, tool), *args], user=self.user, capture_output=True, text=True, timeout=120)
+        out = subprocess.run([os.path.join(self.bindir, tool), *args], user=self.user, capture_output=True, text=True,
+                             timeout=120)
         if out.returncode != 0:
             raise RuntimeError(f"{tool} failed: {out.stderr or out.stdout}")
         return out.stdout
@@ -298,11 +307,12 @@ class PgServer:
             user=self.user, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
         deadline = time.monotonic() + 30
         while True:
-            ok = subprocess.run([os.path.join(self.bindir, "pg_isready"), "-h", "127.0.0.1", "-p", str(self.port), "-q"]).returncode == 0
-            if ok:
+            ready = [os.path.join(self.bindir, "pg_isready"), "-h", "127.0.0.1", "-p", str(self.port), "-q"]
+            if subprocess.run(ready).returncode == 0:
                 return
             if self.proc.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError("postgres did not start: " + open(os.path.join(self.data, "server.log")).read()[-2000:])
+                text = Path(self.data, "server.log").read_text()
+                raise RuntimeError("postgres did not start: " + text[-2000:])
             time.sleep(0.05)
 
     def dsn(self, db: str = "postgres") -> str:
@@ -311,7 +321,8 @@ class PgServer:
     def database(self, name: str) -> str:
         """A database of that name (created once, empty at first); its DSN."""
         if name not in self._created:
-            self._run("psql", "-h", "127.0.0.1", "-p", str(self.port), "-U", "postgres", "-q", "-c", f'CREATE DATABASE "{name}"')
+            self._run("psql", "-h", "127.0.0.1", "-p", str(self.port), "-U", "postgres", "-q",
+                      "-c", f'CREATE DATABASE "{name}"')
             self._created.add(name)
         return self.dsn(name)
 
@@ -331,7 +342,9 @@ class RedisServer:
     """redis-server on a loopback port, no persistence; ``restart()`` keeps the port."""
 
     def __init__(self) -> None:
-        binary = shutil.which("redis-server") or ("/usr/bin/redis-server" if os.path.exists("/usr/bin/redis-server") else None)
+        binary = shutil.which("redis-server")
+        if binary is None and os.path.exists("/usr/bin/redis-server"):
+            binary = "/usr/bin/redis-server"
         if binary is None:
             _missing("redis-server")
         self.binary = binary
@@ -434,7 +447,8 @@ class RelayProcess:
         self.workdir = workdir
         self.log = workdir / f"relay-{self.port}.log"
         cmd = [sys.executable, "-m", "widget.relay", "--host", "127.0.0.1", "--port", str(self.port),
-               "--db", str(workdir / f"relay-{self.port}.sqlite3"), "--dist", str(workdir / "nodist"), "--log-level", "warning"]
+               "--db", str(workdir / f"relay-{self.port}.sqlite3"), "--dist", str(workdir / "nodist"),
+               "--log-level", "warning"]
         if database_url:
             cmd += ["--database-url", database_url]
         if redis_url:
@@ -451,7 +465,8 @@ class RelayProcess:
         import urllib.request
 
         root = Path(__file__).resolve().parent.parent
-        self.proc = subprocess.Popen(self.cmd, cwd=root, stdout=self.log.open("ab"), stderr=subprocess.STDOUT, env=self.env)
+        self.proc = subprocess.Popen(self.cmd, cwd=root, stdout=self.log.open("ab"), stderr=subprocess.STDOUT,
+                                     env=self.env)
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:

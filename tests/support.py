@@ -186,7 +186,7 @@ class PageServer:
                 path = path.split("?", 1)[0]
                 return super().translate_path(path[len("/widget"):] if path.startswith("/widget/") else "/__none__")
 
-            def do_GET(self) -> None:  # noqa: N802 - http.server's naming
+            def do_GET(self) -> None:
                 path = self.path.split("?", 1)[0]
                 if path in pages:
                     text, content_type = pages[path]

@@ -11,6 +11,7 @@ import os
 import re
 
 from support import py_eval, start_relay, wait_mark
+
 from widget.relay.storage import SQLiteStore
 
 PAGE = """<!doctype html><html><head><link rel="icon" href="data:,"><title>chaos</title></head><body>
@@ -79,8 +80,8 @@ async def test_relay_restarts_and_socket_cuts_with_calls_in_flight(browser, page
         await wait_mark(page, "autopilot:joined")
         conn = "#autopilot-bar-host >> .connection"
         for step in range(ROUNDS):
-            await py_eval(page, f"import asyncio\nfrom widget import get_client\n"
-                                f"asyncio.ensure_future(get_client().send_message('slow_step {{\"i\": {step}}}'))\nTrue")
+            send = f"get_client().send_message('slow_step {{\"i\": {step}}}')"
+            await py_eval(page, f"import asyncio\nfrom widget import get_client\nasyncio.ensure_future({send})\nTrue")
             await wait_py(page, f"{step} in RUNS")  # the call is running in the page now
             if step % 2 == 0:
                 relay.restart()  # the relay dies mid-call and comes back on the same port and database

@@ -12,7 +12,6 @@ import re
 import shutil
 import subprocess
 import sys
-import time
 import zipfile
 from pathlib import Path
 
@@ -107,7 +106,7 @@ def test_precompiled_zips(out):
     assert not any(n.startswith(("jsonschema/", "attr/", "attrs/", "pyrsistent/")) for n in names)
     # metadata stays at boot (importlib.metadata reads it), type stubs are dropped
     dist_infos = {n.split("/")[0] for n in names if ".dist-info/" in n}
-    assert {f"jsonschema-4.17.3.dist-info", "markdown-3.11.3.dist-info"} <= dist_infos
+    assert {"jsonschema-4.17.3.dist-info", "markdown-3.11.3.dist-info"} <= dist_infos
     assert not any(n.endswith(".pyi") or "-stubs/" in n for n in names | schema)
     assert not any(n.startswith("jsonschema/tests/") for n in schema)
     # our package, minus the server-only parts, all compiled
@@ -150,15 +149,12 @@ def test_lock_records_every_download(manifest):
 def test_second_run_is_cached(dist, manifest, capsys):
     """An input touched (same content): every step runs and is served from the cache."""
     os.utime(ROOT / "build.lock.json")
-    t0 = time.perf_counter()
     again = buildmod.build()
-    elapsed = time.perf_counter() - t0
     text = capsys.readouterr().out
     assert again == dist
     assert json.loads((dist / "manifest.json").read_text())["build_id"] == manifest["build_id"]
     assert "[6/7] precompile ... cached" in text
     assert "[2/7] npm packages ... cached" in text and "[3/7] wheels ... cached" in text
-    assert elapsed < 10, f"cached build took {elapsed:.1f}s"
 
 
 def test_nothing_changed_is_done_at_once_and_a_changed_output_is_rebuilt(dist, manifest, capsys):

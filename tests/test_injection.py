@@ -11,11 +11,12 @@ from __future__ import annotations
 import asyncio
 import json
 import re
-from typing import Any, AsyncIterator
+from collections.abc import AsyncIterator
+from typing import Any
 
 import pytest
-
 from relay_helpers import SHOP_ORIGIN, SHOP_SECRET, relay_config
+
 from widget import AutopilotClient
 from widget import protocol as P
 from widget.env import MemoryEnv

@@ -33,15 +33,16 @@ from __future__ import annotations
 
 import copy
 import json
+from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any, AsyncIterator
+from typing import Any
 
 import aiohttp
 import pytest
 import pytest_asyncio
-
 from relay_helpers import joined, launch
 from test_patch_fuzz import canon, client_jsonpatch, diff_libraries
+
 from widget.core.limits import check_state
 from widget.core.state import StateSync, document
 from widget.relay.hub import _PatchFailed, apply_patch_atomic
@@ -143,7 +144,8 @@ async def test_relay_state_patch_handler(relay: Any) -> None:
             if "expected" in case:
                 if ack != {"ok": True} or canon(after) != canon(wrap_doc(case["expected"])):
                     failures.append((case_id, ack, after))
-            elif not (ack.get("ok") is False and ack["error"]["code"] == "patch_failed" and canon(after) == canon(before)):
+            elif not (ack.get("ok") is False and ack["error"]["code"] == "patch_failed"
+                      and canon(after) == canon(before)):
                 failures.append((case_id, ack, after))
         await rec.disconnect()
     assert failures == [], f"{len(failures)} of {len(CASES)} failed: {failures[:5]}"
@@ -177,7 +179,8 @@ def test_client_diff_reaches_expected(lib: str) -> None:
 
 ATOMIC = [
     ("later op fails", {"a": 1}, [{"op": "add", "path": "/b", "value": 2}, {"op": "remove", "path": "/missing"}]),
-    ("move then fail", {"a": [1, 2]}, [{"op": "move", "from": "/a/0", "path": "/c"}, {"op": "test", "path": "/c", "value": 2}]),
+    ("move then fail", {"a": [1, 2]},
+     [{"op": "move", "from": "/a/0", "path": "/c"}, {"op": "test", "path": "/c", "value": 2}]),
     ("copy then bad op", {"a": {"b": 1}}, [{"op": "copy", "from": "/a", "path": "/z"}, {"op": "nope", "path": "/a"}]),
     ("not an object", {"a": 1}, [{"op": "add", "path": "/b", "value": 1}, "remove /a"]),
 ]

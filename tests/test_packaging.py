@@ -1,6 +1,6 @@
-"""Packaging: ``python -m build`` in a clean copy of the sources builds the browser assets (build.py runs
-first) and then a wheel that ships them; installed into a fresh venv, its ``autopilot-relay`` command
-serves a working widget with no npm and no source tree around.
+"""Packaging: ``python -m build`` in a clean copy of the sources builds the browser assets (the in-tree build
+backend runs the asset build first) and then a wheel that ships them; installed into a fresh venv, its
+``autopilot-relay`` command serves a working widget with no npm and no source tree around.
 
 The new venv sees the site-packages of the Python running the tests (through a ``.pth`` file: when that Python
 is itself a venv, ``--system-site-packages`` would show the base Python's instead), behind its own, and the wheel
@@ -17,20 +17,21 @@ import shutil
 import site
 import subprocess
 import sys
+import tarfile
 import time
 import urllib.request
 import zipfile
 from pathlib import Path
+from typing import Any
 
 import pytest
-
 from support import ROOT, free_port, open_page
 
 
 def _source_copy(dest: Path) -> Path:
     """What a clean clone has (tracked and new, not ignored, files), without widget/_dist or caches."""
     names = subprocess.run(["git", "ls-files", "-co", "--exclude-standard", "pyproject.toml", "README.md", "build.py",
-                            "build.lock.json", "widget", "static"],
+                            "MANIFEST.in", "build.lock.json", "buildtools", "widget", "static"],
                            cwd=ROOT, capture_output=True, text=True, check=True).stdout.split()
     for name in names:
         src = ROOT / name
@@ -45,6 +46,11 @@ def _run(cmd: list[str], cwd: Path, env: dict[str, str] | None = None, timeout: 
     proc = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
     assert proc.returncode == 0, f"{' '.join(map(str, cmd))} failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
     return proc.stdout + proc.stderr
+
+
+def _get(url: str) -> tuple[int, Any, bytes]:
+    with urllib.request.urlopen(url, timeout=10) as r:
+        return r.status, r.headers, r.read()
 
 
 def _see_our_site_packages(py: Path) -> None:
@@ -87,7 +93,7 @@ async def test_wheel_built_by_python_m_build_serves_the_widget_from_a_fresh_venv
                  f"widget/_dist/{bid}/pyodide/pyodide.asm.wasm", f"widget/_dist/{bid}/pyscript/core.js",
                  f"widget/_dist/{bid}/demo/index.html", "widget/relay/__main__.py"):
         assert need in names, need
-    assert not [n for n in names if n.startswith(("tests/", "static/", "bench/")) or n == "build.py"]
+    assert not [n for n in names if n.startswith(("tests/", "static/", "bench/", "buildtools/")) or n == "build.py"]
     # The installed package is the venv's, not this checkout's.
     where = _run([str(venv / "bin" / "python"), "-c", "import widget; print(widget.__file__)"], cwd=tmp_path).strip()
     assert where.startswith(str(venv)), where
@@ -95,21 +101,22 @@ async def test_wheel_built_by_python_m_build_serves_the_widget_from_a_fresh_venv
     port = free_port()
     base = f"http://127.0.0.1:{port}"
     log = tmp_path / "relay.log"
-    proc = subprocess.Popen([str(venv / "bin" / "autopilot-relay"), "--host", "127.0.0.1", "--port", str(port),
-                             "--db", str(tmp_path / "relay.sqlite3"), "--demo-chunk-delay-ms", "2"],
-                            cwd=tmp_path, stdout=log.open("wb"), stderr=subprocess.STDOUT)
+    proc = await asyncio.create_subprocess_exec(
+        str(venv / "bin" / "autopilot-relay"), "--host", "127.0.0.1", "--port", str(port),
+        "--db", str(tmp_path / "relay.sqlite3"), "--demo-chunk-delay-ms", "2",
+        cwd=tmp_path, stdout=log.open("wb"), stderr=subprocess.STDOUT)
     try:
         for _ in range(200):
             try:
-                with urllib.request.urlopen(base + "/healthz", timeout=1):
-                    break
+                await asyncio.to_thread(_get, base + "/healthz")
+                break
             except OSError:
-                assert proc.poll() is None, log.read_text()
+                assert proc.returncode is None, log.read_text()
                 await asyncio.sleep(0.1)
-        with urllib.request.urlopen(base + "/widget/autopilot.js") as r:
-            assert r.status == 200 and bid.encode() in r.read()
-        with urllib.request.urlopen(f"{base}/widget/{bid}/pyodide/pyodide.mjs") as r:
-            assert r.status == 200 and "immutable" in r.headers["Cache-Control"]
+        status, headers, body = await asyncio.to_thread(_get, base + "/widget/autopilot.js")
+        assert status == 200 and bid.encode() in body
+        status, headers, body = await asyncio.to_thread(_get, f"{base}/widget/{bid}/pyodide/pyodide.mjs")
+        assert status == 200 and "immutable" in headers["Cache-Control"]
         # The demo page, booted and joined, from the installed package alone.
         ctx, page, plog = await open_page(browser, base + "/")
         try:
@@ -124,5 +131,21 @@ async def test_wheel_built_by_python_m_build_serves_the_widget_from_a_fresh_venv
             await ctx.close()
     finally:
         proc.terminate()
-        proc.wait(10)
+        await asyncio.wait_for(proc.wait(), 10)
     print(f"wheel {wheel.stat().st_size / 1e6:.1f} MB, build + install + serve in {time.monotonic() - t0:.1f} s")
+
+
+def test_sdist_carries_what_a_wheel_built_from_it_needs(tmp_path):
+    """``python -m build`` makes the wheel from the sdist: the asset build, its programs and inputs go in; no
+    build output does."""
+    src = _source_copy(tmp_path / "src")
+    _run([sys.executable, "-m", "build", "--sdist", "--no-isolation", "--skip-dependency-check",
+          "--outdir", str(tmp_path / "dist")], cwd=src)
+    (sdist,) = (tmp_path / "dist").glob("autopilot?widget-*.tar.gz")
+    with tarfile.open(sdist) as tf:
+        names = {n.split("/", 1)[1] for n in tf.getnames() if "/" in n}
+    for need in ("pyproject.toml", "MANIFEST.in", "build.py", "build.lock.json", "buildtools/backend.py",
+                 "buildtools/programs/_autopilot_stdlib.py", "buildtools/programs/precompile.mjs",
+                 "static/autopilot.js", "widget/relay/__main__.py"):
+        assert need in names, need
+    assert not [n for n in names if n.startswith("widget/_dist")]

@@ -16,7 +16,8 @@ Two diff libraries are fuzzed: the jsonpatch installed here (the CPython client'
 bundle ships (``build.lock.json``), loaded side by side from ``.build-cache`` — the browser's client diffs with it
 while the relay applies with its own. The relay side always uses the installed jsonpatch, as in production.
 
-CI runs 170 sequences (~550 documents) through both libraries in ~6 s; ``python bench/fuzz.py`` runs the full ≥ 10,000 documents.
+CI runs 170 sequences (~550 documents) through both libraries in ~6 s; ``python bench/fuzz.py`` runs the full
+≥ 10,000 documents.
 """
 
 from __future__ import annotations
@@ -25,8 +26,9 @@ import contextlib
 import copy
 import json
 import sys
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, assume, given, settings
@@ -75,7 +77,7 @@ def browser_jsonpatch() -> Any:
     saved = {n: sys.modules.pop(n, None) for n in names}
     sys.path[:0] = wheels
     try:
-        import jsonpatch as pinned  # noqa: PLC0415 - on purpose, from the wheels
+        import jsonpatch as pinned
 
         assert pinned.__file__.startswith(wheels[0]), pinned.__file__
     finally:
@@ -322,7 +324,8 @@ CASES = [
     # minimal cases where jsonpatch 1.33's make_patch is wrong (state.diff falls back to sending the part whole)
     ({"k": [False, 0]}, {"k": [0, False]}),  # 1.33: empty patch (False == 0), a silent divergence
     ({"k": [[], [None], None]}, {"k": [None, [], [None]]}),  # 1.33: a move out of null
-    ({"k": {"": None, "0": None, "~": [None, {}, {"": None}, []]}}, {"k": {"0": None, "~": [[], {"": None}, {}, None]}}),
+    ({"k": {"": None, "0": None, "~": [None, {}, {"": None}, []]}},
+     {"k": {"0": None, "~": [[], {"": None}, {}, None]}}),
     ({"-": None}, {"-": []}),  # replace of member "-": jsonpatch 1.33 (the relay's) refuses it; sent as add
 ]
 

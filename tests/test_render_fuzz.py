@@ -8,8 +8,8 @@ import os
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-
 from test_markdown import corpus_payloads, html_violations
+
 from widget.core.markdown import StreamingRenderer, render_markdown
 
 MARKDOWN_BITS = [

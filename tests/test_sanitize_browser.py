@@ -18,9 +18,9 @@ from typing import Any
 
 import pytest
 import pytest_asyncio
-
 from support import DIST
 from test_markdown import corpus_payloads, html_violations
+
 from widget.core.markdown import StreamingRenderer, render_markdown
 
 NONCE = "t3st-n0nce"

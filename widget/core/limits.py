@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from typing import Any
 
 from ..errors import StateLimitError
@@ -23,6 +24,7 @@ def depth(value: Any, limit: int = MAX_STATE_DEPTH) -> int:
     stack: list[tuple[Any, int]] = [(value, 0)]
     while stack:
         node, level = stack.pop()
+        children: Iterable[Any]
         if isinstance(node, dict):
             children = node.values()
         elif isinstance(node, list):

@@ -86,7 +86,8 @@ def render_markdown(text: str) -> str:
     """HTML for Markdown ``text`` (model output): raw HTML escaped, no images, only http(s)/mailto links."""
     md = _instance()
     md.reset()
-    return md.convert(_canonical(text))
+    html: str = md.convert(_canonical(text))
+    return html
 
 
 def _instance() -> Any:
@@ -108,7 +109,7 @@ def _build() -> Any:
     global _placeholder_re
     _placeholder_re = re.compile(re.escape(util.HTML_PLACEHOLDER).replace("%s", "([0-9]+)"))
 
-    class BareUrlProcessor(InlineProcessor):
+    class BareUrlProcessor(InlineProcessor):  # type: ignore[misc]  # python-markdown ships no types
         """``https://…`` in running text becomes a link (never inside another link)."""
 
         ANCESTOR_EXCLUDES = ("a",)
@@ -131,7 +132,7 @@ def _build() -> Any:
             el.text = util.AtomicString(url)
             return el, m.start(1), m.start(1) + len(url)
 
-    class StashFilter(Postprocessor):
+    class StashFilter(Postprocessor):  # type: ignore[misc]
         """Only entities and fenced code blocks of the expected shape come back from the raw-HTML stash."""
 
         def run(self, text: str) -> str:
@@ -150,7 +151,7 @@ def _build() -> Any:
                     blocks[i] = _html.escape(s, quote=False)
             return text
 
-    class SafetyTree(Treeprocessor):
+    class SafetyTree(Treeprocessor):  # type: ignore[misc]
         """Tag/attribute allowlist; images to links; links checked, marked and made to show their URL."""
 
         def run(self, root: Any) -> None:
@@ -257,7 +258,7 @@ def _build() -> Any:
 
 def _etree() -> Any:
     """The ElementTree module python-markdown builds its tree with."""
-    import xml.etree.ElementTree as etree
+    import xml.etree.ElementTree as etree  # noqa: N813 - the name python-markdown gives it
 
     return etree
 

@@ -1,0 +1,27 @@
+import importlib
+import sys
+import zipfile
+
+BUNDLE = "__BUNDLE__"
+if BUNDLE not in sys.path:
+    sys.path.insert(0, BUNDLE)
+import _autopilot_stdlib
+
+_autopilot_stdlib.install(None)  # the loader sets the URL after the restore
+names = sorted({n[:-4].replace("/", ".").removesuffix(".__init__") for n in zipfile.ZipFile(BUNDLE).namelist()
+                if n.startswith("widget/") and n.endswith(".pyc")})
+for name in names:
+    try:
+        importlib.import_module(name)
+    except Exception:  # noqa: BLE001 - server-side transports and the like: not imported in the browser either
+        pass
+for name in ("jsonpatch", "markdown"):  # jsonschema is a lazy group: imported on the first argument check
+    importlib.import_module(name)
+try:
+    from widget.core.markdown import render_markdown
+    render_markdown("# a\n\n*b* `c` [d](https://e.f)\n\n- g\n\n```\nh\n```\n\n|i|j|\n|-|-|\n|1|2|\n")
+except ImportError:
+    pass
+import gc
+
+gc.collect()
