@@ -9,7 +9,7 @@ import jsonpatch
 import jsonpointer
 
 from ... import protocol as P
-from ...core.limits import check_state, encode_compact
+from ...core.limits import check_state, depth, encode_compact
 from ...errors import StateLimitError
 
 
@@ -38,6 +38,9 @@ def apply_patch_atomic(doc: dict[str, Any], patch: Any) -> dict[str, Any]:
         try:
             if not isinstance(op, dict):
                 raise ValueError("an operation must be an object")
+            if depth(op.get("value"), P.MAX_STATE_DEPTH) > P.MAX_STATE_DEPTH:  # refused before any library recurses
+                raise StateLimitError(P.ERR_STATE_TOO_DEEP,
+                                      f"{desc}: State nesting depth exceeds {P.MAX_STATE_DEPTH} levels.")
             if op.get("op") == "copy" and isinstance(op.get("from"), str):
                 if bound < 0:
                     bound = check_state(work)
