@@ -74,6 +74,30 @@ def finish(relay: Relay, t: MemoryTransport, mid: str, content: str, status: str
     relay.push(t, "completion.finished", {"turn_id": "t1", "status": status})
 
 
+async def test_the_revision_moves_with_every_change_and_derived_lists_follow_it():
+    relay, t, client, store, changes = await connected()
+    relay.push(t, "message", {"message": {"id": "u1", "role": "user", "content": "hi"}})
+    first, rev = store.messages, store.revision
+    # A message that is already there changes nothing: same revision, same list.
+    relay.push(t, "message", {"message": {"id": "u1", "role": "user", "content": "hi"}})
+    assert store.revision == rev and store.messages is first
+    # A change of the list in place of one message (the same length) is seen too: a withdrawal and a new message.
+    relay.push(t, "messages.withdrawn", {"message_ids": ["u1"]})
+    relay.push(t, "message", {"message": {"id": "u2", "role": "user", "content": "hello"}})
+    assert store.revision > rev and [m["id"] for m in store.messages] == ["u2"]
+    # A change made by the store itself (a local error) moves it as well, and is shown.
+    rev, before = store.revision, store.messages
+    relay.refuse_messages = {"code": "busy", "message": "Busy."}
+    assert await store.send("again") is False
+    assert store.revision > rev and store.messages is not before
+    assert [m.get("content") for m in store.messages][-1] == "Busy."
+    # Chunks do not move it: the activity log is not rebuilt per chunk either.
+    activity = store.activity
+    rev = store.revision
+    stream(relay, t, "a1", "one", "two")
+    assert store.revision == rev and store.activity is activity
+
+
 async def test_connection_state_and_role_are_announced():
     relay, t, client, store, changes = await connected()
     assert store.connection_state == "connected" and store.connection_error is None

@@ -31,6 +31,8 @@ class StreamingSession:
     calls: dict[str, dict[str, Any]] = field(default_factory=dict)
     #: Receives a one-line reason for each ignored event.
     on_ignored: Callable[[str], None] | None = None
+    #: Bumped whenever ``messages`` changes (a view compares it instead of the list).
+    revision: int = 0
 
     @property
     def is_streaming(self) -> bool:
@@ -40,6 +42,7 @@ class StreamingSession:
     def load(self, messages: list[dict[str, Any]]) -> None:
         """Replace committed messages (a conversation GET) and forget any stream."""
         self.messages = [copy.deepcopy(m) for m in messages]
+        self.revision += 1
         self.streaming_message = None
         self.state = IDLE
         self.iteration = 0
@@ -142,6 +145,7 @@ class StreamingSession:
             mid = message.get("id")
             if mid is None or all(m.get("id") != mid for m in self.messages):
                 self.messages.append(message)
+                self.revision += 1
         self.streaming_message = None
 
     def withdraw(self, message_ids: list[Any]) -> int:
@@ -149,6 +153,8 @@ class StreamingSession:
         ids = {m for m in message_ids if isinstance(m, str)}
         before = len(self.messages)
         self.messages = [m for m in self.messages if m.get("id") not in ids]
+        if len(self.messages) != before:
+            self.revision += 1
         return before - len(self.messages)
 
     def add_message(self, message: dict[str, Any]) -> None:
@@ -156,6 +162,7 @@ class StreamingSession:
         mid = message.get("id")
         if mid is None or all(m.get("id") != mid for m in self.messages):
             self.messages.append(message)
+            self.revision += 1
 
 
 def _new_message(message_id: Any) -> dict[str, Any]:

@@ -1,0 +1,509 @@
+"""The ``Store`` class: client events in, plain state and change announcements out (see the package doc)."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+import time
+from typing import Any, Callable
+
+from ..client import AutopilotClient
+from ..core.conversation import visible_messages
+from .actions import OfferedActions
+from .activity import build_activity, call_timing, cancelled, error_entry
+from .confirm import ConfirmationQueue
+from .forms import message_of
+from .local import LocalErrors
+
+log = logging.getLogger("widget")
+
+Subscriber = Callable[[str], None]
+
+#: ``waiting_for`` values (None: nothing; the reader may type).
+WAIT_ASK_USER = "ask_user"
+WAIT_CONFIRMATION = "confirmation"
+WAIT_FUNCTION = "function"
+
+class Store:
+    """Reactive-by-subscription state of one client's conversation."""
+
+    def __init__(self, client: AutopilotClient) -> None:
+        self.client = client
+        self.connection_state: str = client.connection_state
+        self.connection_error: dict[str, Any] | None = client.last_error
+        #: Kept for compatibility: every connection/state error seen, oldest first.
+        self.errors: list[dict[str, Any]] = []
+        self.pending_ask_user: list[dict[str, Any]] = client.get_pending_ask_user()
+        #: Why the last ask-user submission failed (None when it did not).
+        self.ask_user_error: str | None = None
+        self.ask_user_sending = False
+        self.context_resolutions = 0
+        #: A problem that is not a message of the conversation: ``{"code", "message"}`` or None.
+        self.notice: dict[str, Any] | None = None
+        #: Message ids of answers the reader stopped.
+        self.stopped: set[str] = set()
+        self.waiting_for: str | None = None
+        self._subscribers: list[Subscriber] = []
+        self._confirmations = ConfirmationQueue(self._confirmations_changed)
+        self._ids = itertools.count(1)
+        self._local_errors = LocalErrors()
+        self._page_events: list[dict[str, Any]] = []
+        self._streaming_id: str | None = None
+        self._stopping = False
+        self._closed = False
+        self._own = 0  # changes made here (see ``revision``)
+        #: Bumped (with ``revision``) when what is shown with the committed messages changed here (stopped marks,
+        #: local errors, offers, call results); the client's session counts changes of the list itself.
+        self._committed = 0
+        self._announced: tuple[int, int] = (-1, -1)  # the messages key last announced as "messages"
+        self._messages: list[dict[str, Any]] = []
+        self._messages_at: tuple[int, int] = (-1, -1)
+        self._activity: list[dict[str, Any]] = []
+        self._activity_at = -1
+        self.offers = OfferedActions(self, self._actions_changed)
+        on = client.on
+        self._unsubscribe = [
+            on("connectionStateChanged", self._on_connection),
+            on("roleChanged", lambda p: self._notify("role")),
+            on("conversationLoaded", self._on_loaded),
+            on("messagesChanged", self._on_messages_changed),
+            on("completion.started", self._on_started),
+            on("completion.finished", self._on_finished),
+            on("function_call.begin", lambda p: self._calls_changed()),
+            on("function_call.end", lambda p: self._calls_changed()),
+            on("user_input", lambda p: self._update_waiting()),
+            on("askUserRequired", self._on_ask_user),
+            on("askUserCleared", self._on_ask_user),
+            on("contextResolutionChanged", lambda p: self._set("context_resolutions", p["pending"], "waiting")),
+            on("functionCall", lambda p: self._calls_changed()),
+            on("functionSuccess", lambda p: self._calls_changed()),
+            on("functionError", lambda p: self._calls_changed()),
+            on("functionResponseSent", lambda p: self._calls_changed(messages=True)),
+            on("functionConfirmationResolved", self._on_confirmation_resolved),
+            on("stateError", self._on_state_error),
+            on("pageError", self._on_page_error),
+            on("actionsOffered", self._on_actions_offered),
+            on("actionOutcome", lambda p: self._actions_changed()),
+        ]
+        self._update_waiting(notify=False)
+
+    # --- reading -----------------------------------------------------------------------------
+    @property
+    def messages(self) -> list[dict[str, Any]]:
+        """Committed user/assistant/error messages, tool results paired onto calls, plus local send errors.
+
+        Do not mutate: the list is shared until the next ``messages`` change.
+        """
+        key = self._messages_key()
+        if self._messages_at != key:
+            self._messages = self._build_messages()
+            self._messages_at = key
+        return self._messages
+
+    @property
+    def visible_messages(self) -> list[dict[str, Any]]:
+        """Alias of ``messages`` (the client API's ``visibleMessages``)."""
+        return self.messages
+
+    @property
+    def active(self) -> bool:
+        """Whether this tab is the conversation's active client (False: read-only, offer "Use here")."""
+        return self.client.active
+
+    @property
+    def streaming_message(self) -> dict[str, Any] | None:
+        """The assistant message being streamed (``{id, role, content, function_calls}``), if any."""
+        return self.client.session.streaming_message
+
+    @property
+    def is_streaming(self) -> bool:
+        """Whether a completion is in progress."""
+        return self.client.session.is_streaming
+
+    @property
+    def stopping(self) -> bool:
+        """Whether the reader pressed Stop and the turn has not finished yet."""
+        return self._stopping
+
+    def call_stopped(self, call: dict[str, Any]) -> bool:
+        """Whether a call shows as stopped: ended by the relay because the reader stopped its turn."""
+        return bool(call.get("stopped")) or (self._stopping and cancelled(call))
+
+    @property
+    def can_send(self) -> bool:
+        """Whether a new user message may be sent now."""
+        return (
+            self.connection_state == "connected"
+            and self.active
+            and not self.is_streaming
+            and self.waiting_for is None
+        )
+
+    @property
+    def function_calls(self) -> list[dict[str, Any]]:
+        """Every call of the conversation, newest first, with timings: ``{id, name, arguments, status, result,
+        error, duration_ms, total_ms, started_at}``."""
+        return [e for e in self.activity if e["kind"] == "call"]
+
+    @property
+    def activity(self) -> list[dict[str, Any]]:
+        """The activity log, newest first: calls (``kind: "call"``) and page/state errors (``kind: "error"``)."""
+        if self._activity_at != self.revision:
+            self._activity = build_activity(self.messages, self.streaming_message, self._history(), self._page_events)
+            self._activity_at = self.revision
+        return self._activity
+
+    def call_timing(self, call: dict[str, Any]) -> tuple[float | None, float | None]:
+        """``(duration_ms, total_ms)`` of a call record: the relay's copy, else this tab's own measurement."""
+        return call_timing(call, self._history())
+
+    def last_user_text(self, before_id: Any = None) -> str | None:
+        """The text of the last user message (before message ``before_id`` when given)."""
+        last = None
+        for m in self.client.messages:
+            if before_id is not None and m.get("id") == before_id:
+                break
+            if m.get("role") == "user" and isinstance(m.get("content"), str):
+                last = m["content"]
+        return last
+
+    # --- subscribing -------------------------------------------------------------------------
+    def subscribe(self, fn: Subscriber) -> Callable[[], None]:
+        """Call ``fn(what)`` after each change; returns an unsubscribe function."""
+        self._subscribers.append(fn)
+
+        def off() -> None:
+            if fn in self._subscribers:
+                self._subscribers.remove(fn)
+
+        return off
+
+    def _notify(self, what: str) -> None:
+        for fn in list(self._subscribers):
+            try:
+                fn(what)
+            except Exception as exc:  # noqa: BLE001 - one broken view must not break the others
+                log.error("store subscriber raised on %r: %r", what, exc)
+
+    @property
+    def revision(self) -> int:
+        """Moves on every change of what the store shows (the client's messages included); derived lists are
+        rebuilt on the first read after it moved."""
+        return self.client.session.revision + self._own
+
+    def _messages_key(self) -> tuple[int, int]:
+        """Changes when the shown messages may have: the client's list, or what the store shows with it."""
+        return (self.client.session.revision, self._committed)
+
+    def _bump(self, *, committed: bool = False) -> None:
+        self._own += 1
+        if committed:
+            self._committed += 1
+
+    def _messages_changed(self) -> None:
+        """The shown messages changed by the store's own doing (local errors, stopped marks, offers)."""
+        self._bump(committed=True)
+        self._announced = self._messages_key()
+        self._notify("messages")
+
+    def _set(self, attr: str, value: Any, what: str | None = None) -> None:
+        setattr(self, attr, value)
+        self._notify(what or attr)
+
+    # --- client events -----------------------------------------------------------------------
+    def _on_connection(self, payload: dict[str, Any]) -> None:
+        self.connection_state = payload["state"]
+        error = payload.get("error")
+        if error:
+            self.errors.append(error)
+        if payload["state"] == "connected":
+            self.connection_error = None
+        elif error:
+            self.connection_error = error
+        self._notify("connection")
+        self._update_waiting()
+
+    def _on_loaded(self, payload: Any) -> None:
+        # A (new) conversation: what was shown for the previous one goes (offers included: never restored).
+        self._local_errors.clear()
+        self.stopped.clear()
+        self.offers.forget()
+        self._bump(committed=True)
+        self._announced = self._messages_key()
+        self._notify("messages")
+        self._notify("streaming")
+        self._notify("activity")
+        self._notify("actions")
+
+    def _on_messages_changed(self, payload: Any) -> None:
+        key = self._messages_key()
+        if key != self._announced:
+            self._announced = key
+            self._notify("messages")
+            self._notify("activity")
+            self._notify("actions")
+        self._notify("streaming")
+
+    def _on_actions_offered(self, payload: Any) -> None:
+        mid = payload.get("message_id") if isinstance(payload, dict) else None
+        if isinstance(mid, str) and mid not in self.offers.offered_ids:
+            self.offers.offered_ids.append(mid)
+        self._messages_changed()  # where the offers are shown is decided with the message list
+        self._actions_changed()
+
+    def _actions_changed(self) -> None:
+        self._bump()
+        self._notify("actions")
+
+    def _on_started(self, payload: Any) -> None:
+        if isinstance(payload, dict) and isinstance(payload.get("message_id"), str):
+            self._streaming_id = payload["message_id"]
+        self._update_waiting()
+
+    def _on_finished(self, payload: Any) -> None:
+        if isinstance(payload, dict) and payload.get("status") == "cancelled" and self._streaming_id:
+            self.stopped.add(self._streaming_id)
+            self._bump(committed=True)  # re-render that message with its "stopped" mark
+        self._streaming_id = None
+        self._stopping = False
+        self._update_waiting()
+
+    def _calls_changed(self, *, messages: bool = False) -> None:
+        if messages:
+            self._messages_changed()
+        else:
+            self._bump()
+        self._notify("calls")
+        self._notify("activity")
+        self._update_waiting()
+
+    def _on_ask_user(self, payload: Any) -> None:
+        self.pending_ask_user = self.client.get_pending_ask_user()
+        self.ask_user_error = None
+        self._notify("ask_user")
+        self._update_waiting()
+
+    def _on_state_error(self, payload: dict[str, Any]) -> None:
+        self.errors.append(payload)
+        self._page_events.append(error_entry("state", next(self._ids), "State sync", str(payload.get("message", "")),
+                                             time.time() * 1000, payload.get("code")))
+        self._bump()
+        self._notify("activity")
+
+    def _on_page_error(self, payload: dict[str, Any]) -> None:
+        name = f"Page Python {payload.get('source', '')}".strip()
+        error = str(payload.get("traceback") or payload.get("message") or "")
+        self._page_events.append(error_entry("page", next(self._ids), name, error, time.time() * 1000))
+        self._bump()
+        self._notify("activity")
+        if payload.get("message"):  # the page author's one line ("page Python failed: ..."), until dismissed
+            self._set("notice", {"code": "page_python", "message": str(payload["message"])})
+
+    # --- derived state -------------------------------------------------------------------------
+    def _build_messages(self) -> list[dict[str, Any]]:
+        """Committed user/assistant/error messages as shown: stopped marks, offers placed, local errors merged."""
+        raw = self.client.messages
+        shown = visible_messages(raw)
+        for m in shown:
+            if m.get("id") in self.stopped:
+                m["stopped"] = True
+                # Its calls that the stop ended show "Stopped", not "Failed".
+                m["function_calls"] = [{**c, "stopped": True} if isinstance(c, dict) and cancelled(c) else c
+                                       for c in m.get("function_calls") or []]
+        shown = self.offers.place(raw, shown)
+        return self._local_errors.merge(shown)
+
+    def _history(self) -> dict[Any, dict[str, Any]]:
+        return {r["id"]: r for r in self.client.get_function_call_history()}
+
+    def _update_waiting(self, payload: Any = None, *, notify: bool = True) -> None:
+        waiting = None
+        if self.pending_ask_user:
+            waiting = WAIT_ASK_USER
+        elif self.pending_confirmations:
+            waiting = WAIT_CONFIRMATION
+        elif self.is_streaming and any(
+            isinstance(c, dict) and c.get("status") == "running"
+            for c in (self.streaming_message or {}).get("function_calls") or []
+        ):
+            waiting = WAIT_FUNCTION
+        if waiting != self.waiting_for:
+            self.waiting_for = waiting
+            if notify:
+                self._notify("waiting")
+
+    # --- actions -------------------------------------------------------------------------------
+    async def send(self, text: str) -> bool:
+        """Send a user message; on failure a local error message with Retry appears. True when sent."""
+        if not isinstance(text, str) or not text.strip():
+            return False
+        try:
+            await self.client.send_message(text)
+        except Exception as exc:  # noqa: BLE001 - shown in the conversation, with Retry
+            self._add_local_error(message_of(exc), retry_text=text, code=getattr(exc, "code", "not_sent"))
+            return False
+        return True
+
+    async def stop(self) -> bool:
+        """Stop the streaming answer (relay ``cancel``); True when a turn was cancelled."""
+        self._stopping = True  # calls the relay now ends were stopped by the reader: no "expired" notice
+        try:
+            return await self.client.cancel()
+        except Exception as exc:  # noqa: BLE001
+            self._stopping = False
+            self._set("notice", {"code": getattr(exc, "code", "cancel_failed"), "message": message_of(exc)})
+            return False
+
+    async def retry(self, error_id: Any = None) -> bool:
+        """Retry after an error: a local send error sends its text again; a failed turn goes on (relay ``retry``,
+        which withdraws the failed round and runs it again)."""
+        local = self._local_errors.find(error_id)
+        if local is not None:
+            self.dismiss_error(local["id"])
+            return await self.send(local["retry_text"]) if local.get("retry_text") else False
+        return await self._relay_op(self.client.retry, "retry_failed")
+
+    async def regenerate(self) -> bool:
+        """Replace the last answer with a new one (relay ``regenerate``)."""
+        return await self._relay_op(self.client.regenerate, "regenerate_failed")
+
+    async def _relay_op(self, op: Callable[[], Any], code: str) -> bool:
+        try:
+            await op()
+            return True
+        except Exception as exc:  # noqa: BLE001 - shown in the conversation
+            self._add_local_error(message_of(exc), code=getattr(exc, "code", code))
+            return False
+
+    async def new_chat(self) -> bool:
+        """Start a fresh conversation ("New chat")."""
+        self._confirmations.deny_all()
+        try:
+            await self.client.new_conversation()
+            return True
+        except Exception as exc:  # noqa: BLE001
+            self._set("notice", {"code": getattr(exc, "code", "new_chat_failed"), "message": message_of(exc)})
+            return False
+
+    async def use_here(self) -> bool:
+        """Make this tab the active client ("Use here")."""
+        try:
+            await self.client.activate()
+            return True
+        except Exception as exc:  # noqa: BLE001
+            self._set("notice", {"code": getattr(exc, "code", "activate_failed"), "message": message_of(exc)})
+            return False
+
+    def dismiss_notice(self) -> None:
+        """Hide the notice."""
+        self._set("notice", None)
+
+    def dismiss_error(self, error_id: Any) -> None:
+        """Remove a local error message."""
+        if self._local_errors.remove(error_id):
+            self._messages_changed()
+
+    def dismiss_errors(self) -> None:
+        """Forget shown errors (compatibility)."""
+        self.errors = []
+        self._set("notice", None)
+
+    def _add_local_error(self, text: str, *, retry_text: str | None = None, code: str = "error") -> None:
+        self._local_errors.add(self.messages, text, retry_text=retry_text, code=code)
+        self._messages_changed()
+
+    # --- confirmations -------------------------------------------------------------------------
+    @property
+    def pending_confirmations(self) -> list[dict[str, Any]]:
+        """``[{"id": int, "request": {id, name, arguments, timestamp}}]`` waiting for Allow / Deny."""
+        return self._confirmations.pending
+
+    def confirmation_handler(self, request: dict[str, Any]) -> asyncio.Future[str]:
+        """A confirmation handler that waits for the UI to call ``resolve_confirmation``.
+
+        When the client gives up waiting (the relay ended the call), the prompt disappears by itself.
+        """
+        return self._confirmations.handler(request)
+
+    def resolve_confirmation(self, cid: int, decision: str) -> None:
+        """The reader's answer: 'allow' or anything else (deny). Single use."""
+        self._confirmations.resolve(cid, decision)
+
+    def _confirmations_changed(self) -> None:
+        self._notify("confirmations")
+        self._update_waiting()
+
+    def _on_confirmation_resolved(self, payload: dict[str, Any]) -> None:
+        if payload.get("reason") == "expired" and not self._stopping:
+            name = (payload.get("request") or {}).get("name", "")
+            self._set(
+                "notice",
+                {"code": "confirmation_expired", "message": f"The request to run {name} expired before you answered."},
+            )
+
+    # --- ask user ------------------------------------------------------------------------------
+    async def submit_ask_user(self, answers: list[dict[str, Any]]) -> bool:
+        """Post the answers to every pending prompt; on failure ``ask_user_error`` says why. True when accepted."""
+        self.ask_user_error = None
+        self.ask_user_sending = True
+        self._notify("ask_user")
+        try:
+            await self.client.respond_to_ask_user(answers)
+            return True
+        except Exception as exc:  # noqa: BLE001 - shown next to the prompts
+            self.ask_user_error = message_of(exc)
+            return False
+        finally:
+            self.ask_user_sending = False
+            self._notify("ask_user")
+
+    # --- offered actions ----------------------------------------------------------------------------
+    @property
+    def actions(self) -> dict[str, list[dict[str, Any]]]:
+        """Live offers by the id of the shown message they go under (see ``actions_for``)."""
+        return self.offers.by_message
+
+    def actions_for(self, message_id: Any) -> list[dict[str, Any]]:
+        """The offers shown under message ``message_id`` (``[]`` for most messages, and after a reload)."""
+        return self.offers.by_message.get(message_id, [])
+
+    async def press_action(self, message_id: Any, action_id: Any) -> bool:
+        """The reader pressed an offer's button: a button action runs; a form action opens its form.
+
+        True when the action ran and succeeded (or the form opened). A failure is shown as the offer's
+        ``error`` and the offer stays pressable (a retry).
+        """
+        return await self.offers.press(message_id, action_id)
+
+    def open_action_form(self, message_id: Any, action_id: Any) -> bool:
+        """Open the form of a form action (prefilled with the reader's last values, else the model's)."""
+        return self.offers.open_form(message_id, action_id)
+
+    def cancel_action_form(self, message_id: Any, action_id: Any) -> None:
+        """Close an action's form without sending; its field errors go, the offer stays."""
+        self.offers.cancel_form(message_id, action_id)
+
+    def clear_action_field_error(self, message_id: Any, action_id: Any, name: str) -> None:
+        """Forget the error of one form field (the reader changed it)."""
+        self.offers.clear_field_error(message_id, action_id, name)
+
+    async def submit_action_form(self, message_id: Any, action_id: Any, values: dict[str, Any]) -> bool:
+        """Send a form action with the reader's ``values`` (strings from form fields or typed values).
+
+        Every field is checked against the action's schema first (``form_arguments``): a problem becomes that
+        field's entry in ``field_errors`` and nothing is sent. True when the action ran and succeeded.
+        """
+        return await self.offers.submit_form(message_id, action_id, values)
+
+    # --- teardown --------------------------------------------------------------------------------
+    def close(self) -> None:
+        """Unsubscribe from the client; pending confirmations are denied (fail closed)."""
+        if self._closed:
+            return
+        self._closed = True
+        for off in self._unsubscribe:
+            off()
+        self._unsubscribe = []
+        self._confirmations.deny_all()
+        self._subscribers.clear()
