@@ -66,7 +66,7 @@ if NAIVE:
         BAR.sanitizer.setSafeHTML(view.stable, render_markdown(text))
         view.tail.textContent = ""
         view.text = text
-    BAR._render_answer = naive_render
+    BAR.messages._answer = naive_render
 
 def event(name, payload):
     t0 = time.perf_counter()

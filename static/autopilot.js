@@ -185,7 +185,7 @@
   button.setAttribute("part", "toggle");
   button.setAttribute("aria-label", L("open"));
   button.setAttribute("aria-expanded", "false");
-  button.innerHTML = '<svg viewBox="0 0 24 24" fill="none" stroke="currentColor" stroke-width="2" aria-hidden="true"><path d="M21 15a2 2 0 0 1-2 2H7l-4 4V5a2 2 0 0 1 2-2h14a2 2 0 0 1 2 2z"/></svg>';
+  button.innerHTML = '<svg part="toggle-icon" viewBox="0 0 24 24" fill="none" stroke="currentColor" stroke-width="2" aria-hidden="true"><path d="M21 15a2 2 0 0 1-2 2H7l-4 4V5a2 2 0 0 1 2-2h14a2 2 0 0 1 2 2z"/></svg>';
   var status = document.createElement("div");
   status.className = "status";
   status.setAttribute("role", "status");
@@ -203,7 +203,9 @@
   // ---- pre-boot state ---------------------------------------------------------------------------
   var phase = "waiting"; // waiting | booting | ready | failed | destroyed
   var mode = "pyodide"; // pyodide (our own boot) | pyscript (PyScript's interpreter)
-  var wantOpen = config.open;
+  // The bar's open state survives a navigation within the site, per tab (the bar writes it).
+  var OPEN_KEY = "autopilot:open:" + config.app;
+  var wantOpen = config.open || (function () { try { return sessionStorage.getItem(OPEN_KEY) === "1"; } catch (e) { return false; } })();
   var readyResolve, readyReject;
   var ready = new Promise(function (res, rej) { readyResolve = res; readyReject = rej; });
   ready.catch(function () {});
@@ -489,6 +491,7 @@
       toggleButton: button,
       statusEl: status,
       wantOpen: function () { return wantOpen; },
+      openKey: OPEN_KEY,
       skinCss: function () { return cssP; },
       handover: function () {
         phase = "ready";
@@ -824,7 +827,7 @@
   }
   if (detectPyScript()) {
     // PyScript starts the interpreter; the widget boots in its onReady hook.
-  } else if (config.boot === "eager" || config.open) {
+  } else if (config.boot === "eager" || wantOpen) {
     startBoot(false);
   } else if (config.boot === "intent") {
     button.addEventListener("pointerenter", onIntent);

@@ -96,6 +96,8 @@ class _Call:
     resend_at: float | None = None
     #: totalMs of the latest send (unrounded; the payload carries it rounded).
     total_ms: float = 0.0
+    #: The relay ended the call while it ran here (a Stop): its refusal of the late response is expected.
+    ended_by_relay: bool = False
 
 
 @dataclass
@@ -322,6 +324,8 @@ class ClientSession:
             call_id = data.get("id")
             if isinstance(call_id, str) and call_id in self._running:
                 effects.append(EndCall(call_id))
+                if call_id in self._calls:
+                    self._calls[call_id].ended_by_relay = True
         effects += [Notify(event, data), Notify(ClientEvent.MESSAGES_CHANGED, None)]
         return effects
 
@@ -455,7 +459,8 @@ class ClientSession:
         # Taken, or refused for good (the relay no longer waits for it): either way it leaves the outbox.
         del self._calls[call_id]
         if code is not None:
-            log.warning("relay refused function response %s: %s", call_id, ack.get("error"))
+            expected = code == P.ERR_CALL_NOT_PENDING and call.ended_by_relay
+            (log.info if expected else log.warning)("relay refused function response %s: %s", call_id, ack.get("error"))
         total_ms = call.total_ms
         # Both stamps count from the same start, so the wall time of the send that landed is exact.
         call.record["respondedAt"] = call.record["startedAt"] + total_ms

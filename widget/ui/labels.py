@@ -16,7 +16,7 @@ LABELS: dict[str, str] = {
     "activity_close": "Back to the conversation",
     "close": "Close {title}",
     "open": "Open {title}",
-    "dialog": "{title} assistant",
+    "dialog": "{title}",
     # connection states
     "state_idle": "Not connected",
     "state_connecting": "Connecting…",
@@ -43,6 +43,7 @@ LABELS: dict[str, str] = {
     "call_running": "Running",
     "call_success": "Done",
     "call_error": "Failed",
+    "call_stopped": "Stopped",
     "call_waiting_user": "Waiting for your answer",
     "call_details": "Details of {name}",
     "arguments": "Arguments",
@@ -70,7 +71,7 @@ LABELS: dict[str, str] = {
     "ask_required_text": "Please type an answer.",
     "ask_required_choice": "Please choose an option.",
     "ask_fix": "Some answers are missing.",
-    # offered actions (seed 002): the page's labels go on the buttons; these are the bar's own words around them
+    # offered actions: the page's labels go on the buttons; these are the bar's own words around them
     "actions": "Suggested actions",
     "action_with": "With {args}",
     "action_running": "Working…",

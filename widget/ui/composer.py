@@ -1,0 +1,87 @@
+"""The composer: the message field with Send (Stop while an answer streams), read-only while the relay waits."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from ..store import WAIT_ASK_USER, WAIT_CONFIRMATION, WAIT_FUNCTION
+
+if TYPE_CHECKING:
+    from .bar import Bar
+
+
+class Composer:
+    """The composer form; ``render`` touches the DOM only when what it shows changed."""
+
+    def __init__(self, bar: Bar) -> None:
+        self.bar = bar
+        dom, L = bar.dom, bar.dom.labels
+        self._sig: Any = None
+        self.el = dom.el("form", "composer", part="composer")
+        self.el.setAttribute("data-form", "composer")
+        row = dom.el("div", "composer-row")
+        self.input = dom.el("textarea", "input", part="input")
+        self.input.setAttribute("aria-label", L["input"])
+        self.input.setAttribute("aria-describedby", "ap-hint")
+        self.input.setAttribute("placeholder", L["placeholder"])
+        self.input.setAttribute("rows", "1")
+        self.input.setAttribute("enterkeyhint", "send")
+        self.send_btn = dom.icon_button("send", "send", L["send"], part="send")
+        self.send_btn.type = "submit"
+        self.stop_btn = dom.icon_button("stop", "stop", L["stop"], action="stop", part="stop")
+        self.stop_btn.hidden = True
+        row.appendChild(self.input)
+        row.appendChild(self.send_btn)
+        row.appendChild(self.stop_btn)
+        self.el.appendChild(row)
+        self.el.appendChild(dom.el("p", "hint", text=L["hint"], id="ap-hint"))
+
+    def render(self) -> None:
+        """Enabled, read-only while the relay waits for the reader or the page, Stop while streaming."""
+        s = self.bar.store
+        L = self.bar.dom.labels
+        streaming = s.is_streaming
+        waiting = s.waiting_for
+        if s.connection_state != "connected":
+            blocked = True
+            placeholder = L.get(f"state_{s.connection_state}", L["placeholder_offline"])
+        elif not s.active:
+            blocked, placeholder = True, L["placeholder_read_only"]
+        elif waiting == WAIT_ASK_USER:
+            blocked, placeholder = True, L["placeholder_wait_ask_user"]
+        elif waiting == WAIT_CONFIRMATION:
+            blocked, placeholder = True, L["placeholder_wait_confirmation"]
+        elif waiting == WAIT_FUNCTION or s.context_resolutions:
+            blocked, placeholder = True, L["placeholder_wait_function"]
+        else:
+            blocked, placeholder = False, L["placeholder"]
+        sig = (blocked, placeholder, streaming)
+        if sig == self._sig:  # per chunk this is the common case: no DOM write, no style invalidation
+            return
+        self._sig = sig
+        # read-only rather than disabled: a focused composer keeps focus (keyboard users are not dropped).
+        self.input.readOnly = blocked
+        self.input.setAttribute("aria-disabled", "true" if blocked else "false")
+        self.input.setAttribute("placeholder", placeholder)
+        self.el.setAttribute("data-blocked", "true" if blocked else "false")
+        stop_focused = self.bar.root.activeElement == self.stop_btn
+        self.stop_btn.hidden = not streaming
+        self.send_btn.hidden = streaming
+        self.send_btn.disabled = blocked
+        if stop_focused and not streaming:
+            self.input.focus()
+
+    def send(self) -> None:
+        """Send what was typed; the text comes back into the field when the send failed and nothing new was typed."""
+        text = str(self.input.value)
+        store = self.bar.store
+        if not text.strip() or not store.can_send:
+            return
+        self.input.value = ""
+        self.bar.stick_to_end()
+
+        async def go() -> None:
+            if not await store.send(text) and not str(self.input.value):
+                self.input.value = text
+
+        self.bar.spawn(go())

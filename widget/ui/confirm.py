@@ -1,0 +1,74 @@
+"""Confirmation prompts: one Allow / Deny box per pending sensitive call; focus moves to a new one."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from .dom import as_text
+
+if TYPE_CHECKING:
+    from .bar import Bar
+
+
+class Confirmations:
+    """The prompts' container and one box per pending confirmation, keyed by the store's id."""
+
+    def __init__(self, bar: Bar) -> None:
+        self.bar = bar
+        self.views: dict[int, Any] = {}
+        self.el = bar.dom.el("div", "confirmations", part="confirmations")
+
+    def render(self) -> None:
+        """Remove answered prompts (focus back to the composer), add new ones (the bar opens, focus moves in)."""
+        bar, dom, L = self.bar, self.bar.dom, self.bar.dom.labels
+        pending = bar.store.pending_confirmations
+        ids = [c["id"] for c in pending]
+        for cid in [c for c in self.views if c not in ids]:
+            box = self.views.pop(cid)
+            had_focus = box.contains(bar.root.activeElement)
+            box.remove()
+            if had_focus:
+                bar.input.focus()
+        newest = None
+        for item in pending:
+            cid = item["id"]
+            if cid in self.views:
+                continue
+            req = item["request"]
+            name = str(req.get("name") or "")
+            box = dom.el("div", "confirm", part="confirmation")
+            box.setAttribute("role", "alertdialog")
+            box.setAttribute("tabindex", "-1")
+            title_id, desc_id = dom.uid("confirm-title"), dom.uid("confirm-desc")
+            box.setAttribute("aria-labelledby", title_id)
+            box.setAttribute("aria-describedby", desc_id)
+            box.appendChild(dom.el("h3", "confirm-title", text=dom.t("confirm_title", name=name), id=title_id))
+            box.appendChild(dom.el("p", "confirm-text", text=L["confirm_text"], id=desc_id))
+            fn = dom.el("p", "confirm-fn")
+            fn.appendChild(dom.el("code", "confirm-name", text=name))
+            box.appendChild(fn)
+            args = req.get("arguments")
+            box.appendChild(dom.el("pre", "confirm-args", part="confirmation-arguments",
+                                   text=as_text(args) if args not in (None, {}) else L["no_arguments"]))
+            buttons = dom.el("div", "confirm-actions")
+            buttons.appendChild(dom.text_button(L["allow"], "allow", "allow", cid))
+            buttons.appendChild(dom.text_button(L["deny"], "deny", "deny", cid))
+            box.appendChild(buttons)
+            self.el.appendChild(box)
+            self.views[cid] = box
+            newest = box
+        if newest is not None:
+            if not bar.is_open:
+                bar.open()
+            newest.focus()
+
+    def focus_last(self) -> bool:
+        """Focus the newest prompt; False when there is none."""
+        if not self.views:
+            return False
+        list(self.views.values())[-1].focus()
+        return True
+
+    def clear(self) -> None:
+        """Forget the views (teardown)."""
+        self.views.clear()

@@ -1,0 +1,285 @@
+"""The conversation: one list item per message, keyed by id and touched only when its signature changed.
+
+A streaming answer goes through ``StreamingRenderer``: finished blocks are rendered, sanitized and appended once;
+only the unfinished tail is re-rendered per frame. That Markdown and sanitizing may run in the task that asks for
+the frame (``prepare_stream``; the sanitizer's fragments wait on the view), so the frame only inserts them.
+
+Two layers of sanitizing: ``render_markdown`` escapes raw HTML at the source; the sink sanitizer
+(``static/sanitize.mjs``, DOMPurify) inserts the result. Everything else the model provides is set with
+``textContent``. Without the sanitizer module, answers are shown as plain text.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING, Any
+
+from .calls import CallPills, CallView
+from .dom import bidi_safe, message_key
+
+if TYPE_CHECKING:
+    from .actions import ActionView
+    from .bar import Bar
+
+
+class MessageView:
+    """DOM of one message, with what it last rendered."""
+
+    __slots__ = (
+        "key", "role", "el", "body", "stable", "tail", "calls", "call_views", "footer", "footer_sig",
+        "text", "renderer", "busy", "stopped", "actions", "action_views", "empty", "pending",
+    )
+
+    def __init__(self, key: str, role: str) -> None:
+        self.key = key
+        self.role = role
+        self.call_views: dict[str, CallView] = {}
+        self.action_views: dict[str, ActionView] = {}
+        self.actions: Any = None
+        self.footer_sig: Any = None
+        self.text: str | None = None
+        self.renderer: Any = None
+        self.busy = False
+        self.stopped = False
+        self.tail: Any = None
+        self.stable: Any = None
+        self.empty: str | None = None  # the body's data-empty value last written
+        #: A streaming render prepared outside the frame: (text, sanitized new stable nodes, sanitized tail nodes);
+        #: the renderer has already been fed ``text``, the DOM catches up when the frame applies it.
+        self.pending: tuple[str, Any, Any] | None = None
+
+
+class Messages:
+    """The message list (and the empty state shown before the first message)."""
+
+    def __init__(self, bar: Bar, pills: CallPills) -> None:
+        self.bar = bar
+        self.dom = dom = bar.dom
+        self.pills = pills
+        self.views: dict[str, MessageView] = {}
+        self.order: list[str] = []
+        self._busy = False
+        self._render_markdown: Any = None
+        self._renderer_cls: Any = None
+        L = dom.labels
+        self.empty = dom.el("div", "empty", part="empty")
+        self.empty.appendChild(dom.icon("spark", "empty-icon"))
+        self.empty.appendChild(dom.el("p", "empty-title", text=L["empty_title"]))
+        self.empty.appendChild(dom.el("p", "empty-text", text=L["empty_text"]))
+        # A log of messages, not a list: a log's children are not list items (a list inside it would need its own
+        # element, which every assistive technology announces as "list, N items" on each new message).
+        self.list = dom.el("div", "messages", part="messages")
+        self.list.setAttribute("role", "log")
+        self.list.setAttribute("aria-live", "polite")
+        self.list.setAttribute("aria-label", L["conversation"])
+
+    def render(self) -> None:
+        """Keyed update of the whole list: only changed messages touch the DOM."""
+        s = self.bar.store
+        messages = s.messages
+        streaming = s.streaming_message
+        keys: list[str] = []
+        last_index = len(messages) - 1
+        idle = not s.is_streaming
+        for index, m in enumerate(messages):
+            key = message_key(m, index)
+            keys.append(key)
+            view = self._view(key, str(m.get("role") or "assistant"))
+            self._fill(view, m, streaming=False, last=(index == last_index and idle and streaming is None))
+        if streaming is not None:
+            key = message_key(streaming, len(messages))
+            if key not in keys:
+                keys.append(key)
+                view = self._view(key, "assistant")
+                self._fill(view, streaming, streaming=True, last=False)
+        for key in [k for k in self.views if k not in keys]:
+            self.views.pop(key).el.remove()
+        if keys != self.order:
+            for key in keys:  # appendChild moves: the list ends up in order
+                self.list.appendChild(self.views[key].el)
+            self.order = keys
+        self.empty.hidden = bool(keys)
+        self._set_busy(s.is_streaming)
+
+    def _set_busy(self, busy: bool) -> None:
+        if busy != self._busy:
+            self._busy = busy
+            self.list.setAttribute("aria-busy", "true" if busy else "false")
+
+    def render_streaming(self) -> None:
+        """Per chunk: only the streaming message (its tail) is touched."""
+        streaming = self.bar.store.streaming_message
+        if streaming is None:
+            self.render()
+            return
+        key = message_key(streaming, len(self.bar.store.messages))
+        view = self.views.get(key)
+        if view is None:
+            self.render()
+            return
+        frames = self.bar.frames
+        shown = bidi_safe(streaming.get("content") or "")
+        if frames.in_frame and view.pending is not None and view.pending[0] != shown:
+            # Show what was prepared; the newer chunks wait for the next interval instead of making this frame
+            # render Markdown again.
+            streaming = {**streaming, "content": view.pending[0]}
+            frames.stream_behind = True
+        self._fill(view, streaming, streaming=True, last=False)
+        self._set_busy(True)
+
+    def _view(self, key: str, role: str) -> MessageView:
+        view = self.views.get(key)
+        if view is not None and view.role == role:
+            return view
+        if view is not None:
+            view.el.remove()
+        view = MessageView(key, role)
+        el = self.dom.el("div", f"message {role}", part=f"message message-{role}")
+        el.setAttribute("data-role", role)
+        el.setAttribute("data-key", key)
+        label = self.dom.el("span", "sr-only", text=self.dom.labels.get({"user": "you"}.get(role, role), role) + ":")
+        el.appendChild(label)
+        bubble = self.dom.el("div", "bubble", part="bubble")
+        body = self.dom.el("div", "content markdown" if role == "assistant" else "content", part="content")
+        body.setAttribute("dir", "auto")  # its own base direction, isolated from the bar's (right-to-left text)
+        bubble.appendChild(body)
+        el.appendChild(bubble)
+        view.el, view.body = el, body
+        view.calls = self.dom.el("div", "calls")
+        view.calls.hidden = True
+        el.appendChild(view.calls)
+        if role == "assistant":
+            view.actions = self.dom.el("div", "actions", part="actions")
+            view.actions.setAttribute("role", "group")
+            view.actions.setAttribute("aria-label", self.dom.labels["actions"])
+            view.actions.hidden = True
+            el.appendChild(view.actions)
+        view.footer = self.dom.el("div", "message-footer")
+        view.footer.hidden = True
+        el.appendChild(view.footer)
+        if role == "assistant":
+            view.stable = self.dom.el("div", "md-stable")
+            view.tail = self.dom.el("div", "md-tail")
+            body.appendChild(view.stable)
+            body.appendChild(view.tail)
+        self.views[key] = view
+        self.list.appendChild(el)
+        return view
+
+    def _fill(self, view: MessageView, m: dict[str, Any], *, streaming: bool, last: bool) -> None:
+        text = bidi_safe(str(m.get("content") or ""))
+        if view.role == "assistant":
+            self._answer(view, text, streaming)
+        elif view.text != text:
+            view.body.textContent = text
+            view.text = text
+        if view.busy != streaming:
+            view.busy = streaming
+            if streaming:
+                view.el.setAttribute("aria-busy", "true")
+            else:
+                view.el.removeAttribute("aria-busy")
+            view.el.setAttribute("data-streaming", "true" if streaming else "false")
+        self.pills.render(view.calls, view.call_views, m.get("function_calls") or [])
+        if view.actions is not None:
+            self.bar.actions.render(view, [] if streaming else self.bar.store.actions_for(m.get("id")))
+        # Footer: Stopped mark, Retry on the last error, Regenerate on the last answer.
+        stopped = bool(m.get("stopped"))
+        retry = view.role == "error" and last and (m.get("retryable", True) is not False)
+        regen = view.role == "assistant" and last and not streaming
+        sig = (stopped, retry, regen, m.get("id"))
+        if sig != view.footer_sig:
+            view.footer_sig = sig
+            view.footer.textContent = ""
+            if stopped:
+                view.footer.appendChild(self.dom.el("span", "stopped", text=self.dom.labels["stopped"]))
+            if retry:
+                view.footer.appendChild(self.dom.text_button(self.dom.labels["retry"], "retry", "retry", m.get("id")))
+            if regen:
+                b = self.dom.text_button(self.dom.labels["regenerate"], "regenerate", "regenerate", m.get("id"))
+                b.insertBefore(self.dom.icon("retry"), b.firstChild)
+                view.footer.appendChild(b)
+            view.footer.hidden = not (stopped or retry or regen)
+
+    def _markdown(self) -> tuple[Any, Any]:
+        if self._render_markdown is None:
+            from ..core.markdown import StreamingRenderer, render_markdown
+
+            self._render_markdown, self._renderer_cls = render_markdown, StreamingRenderer
+        return self._render_markdown, self._renderer_cls
+
+    def _answer(self, view: MessageView, text: str, streaming: bool) -> None:
+        """Markdown → HTML (raw HTML escaped) → sink sanitizer → DOM; incremental while streaming."""
+        if view.pending is not None:  # the renderer is ahead of the DOM: insert what was prepared first
+            shown, appended, tail = view.pending
+            view.pending = None
+            if appended is not None:
+                view.stable.append(appended)
+            if tail is not None:
+                view.tail.replaceChildren(tail)
+            view.text = shown
+        empty = "false" if text else "true"
+        if view.tail is not None and view.empty != empty:
+            view.empty = empty
+            view.body.setAttribute("data-empty", empty)
+        if view.text == text:
+            return
+        san = self.bar.sanitizer
+        if san is None:  # no sink sanitizer: plain text, never HTML
+            view.stable.textContent = text
+            view.text = text
+            return
+        if streaming and not text.strip() and view.text is None:
+            view.tail.appendChild(self.dom.el("span", "thinking", text=self.dom.labels["thinking"]))
+            view.text = text
+            return
+        render, renderer_cls = self._markdown()
+        if streaming or view.renderer is not None:
+            r = view.renderer
+            if r is None or view.text is None or not text.startswith(view.text):
+                r = view.renderer = renderer_cls()
+                view.stable.textContent = ""
+                view.tail.textContent = ""
+            previous_tail = r.tail if view.text else None  # None: the tail still shows "Thinking…"
+            r.feed(text)
+            if r.appended:
+                san.appendSafeHTML(view.stable, r.appended)
+            if r.tail != previous_tail:
+                san.setSafeHTML(view.tail, r.tail)
+            if not streaming:
+                view.renderer = None  # final: the committed text rendered exactly as render_markdown would
+        else:
+            san.setSafeHTML(view.stable, render(text))
+            view.tail.textContent = ""
+        view.text = text
+
+
+    def prepare_stream(self) -> float | None:
+        """Render the streaming answer's Markdown and sanitize it now, in the task that asks for the frame, so the
+        animation frame only inserts nodes (the two halves are two shorter tasks instead of one long one).
+
+        Returns what preparing took (ms), None when there was nothing to prepare."""
+        s = self.bar.store
+        streaming, san = s.streaming_message, self.bar.sanitizer
+        if streaming is None or san is None:
+            return None
+        view = self.views.get(message_key(streaming, len(s.messages)))
+        if view is None or view.pending is not None or view.renderer is None or not view.text:
+            return None  # the frame renders it: the first words, "Thinking…", a new view
+        text = bidi_safe(str(streaming.get("content") or ""))
+        if text == view.text or not text.startswith(view.text):
+            return None  # nothing new, or a restart (the frame starts over)
+        started = time.monotonic()
+        r = view.renderer
+        previous_tail = r.tail
+        r.feed(text)
+        view.pending = (
+            text,
+            san.sanitizeToFragment(r.appended) if r.appended else None,
+            san.sanitizeToFragment(r.tail) if r.tail != previous_tail else None,
+        )
+        return (time.monotonic() - started) * 1000  # part of this render's cost (see the frames)
+
+    def clear(self) -> None:
+        """Forget the views (teardown)."""
+        self.views.clear()
