@@ -114,12 +114,12 @@ class Store:
     @property
     def streaming_message(self) -> dict[str, Any] | None:
         """The assistant message being streamed (``{id, role, content, function_calls}``), if any."""
-        return self.client.session.streaming_message
+        return self.client.streaming_message
 
     @property
     def is_streaming(self) -> bool:
         """Whether a completion is in progress."""
-        return self.client.session.is_streaming
+        return self.client.is_streaming
 
     @property
     def stopping(self) -> bool:
