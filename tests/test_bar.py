@@ -179,7 +179,7 @@ async def test_send_shows_the_question_and_a_streamed_markdown_answer(bar_page):
     assert await content.locator("h3").text_content() == "Demo answer"
     assert "demo model" in await content.locator("li strong").all_text_contents()
     assert await content.locator("ul > li").count() >= 2
-    assert "words:" in await content.locator("pre > code").text_content()
+    assert await content.locator("li code").count() >= 1  # the page's function names, as inline code
     # The quoted question went through Markdown with raw HTML escaped: "<b>raw</b>" is text.
     assert "<b>raw</b>" in await content.locator("em").text_content()
     assert await content.locator("b").count() == 0

@@ -29,7 +29,8 @@ from .ask import AskUser
 from .calls import CallPills
 from .composer import Composer
 from .confirm import Confirmations
-from .dom import FOCUSABLE, ICONS, Dom, Listeners, absent, has, live_proxies, noop
+from .dom import ICONS, Dom, Listeners, absent, has, live_proxies, noop
+from .events import PanelEvents
 from .frames import Frames
 from .header import Header
 from .labels import merged
@@ -148,16 +149,14 @@ class Bar:
         self.root.appendChild(self.panel)
 
         # --- listeners (delegated) --------------------------------------------------------------
-        ev = self.events
-        ev.add(self.panel, "click", self._on_click)
-        ev.add(self.panel, "keydown", self._on_keydown)
-        ev.add(self.panel, "submit", self._on_submit)
-        ev.add(self.panel, "change", self._on_change)
-        # Keys typed in the open bar are the bar's: a host page's own shortcuts (a search overlay that grabs
-        # every key, say) must not see them.
-        ev.add(self.panel, "keyup", self._keep_key)
+        ev, handlers = self.events, PanelEvents(self)
+        ev.add(self.panel, "click", handlers.on_click)
+        ev.add(self.panel, "keydown", handlers.on_keydown)
+        ev.add(self.panel, "submit", handlers.on_submit)
+        ev.add(self.panel, "change", handlers.on_change)
+        ev.add(self.panel, "keyup", handlers.keep_key)
         if shortcut:
-            ev.add(doc, "keydown", self._on_document_keydown)
+            ev.add(doc, "keydown", handlers.on_document_keydown)
 
         (doc.body or doc.documentElement).appendChild(self.host)
         # Take over the loader's toggle: the same element stays on screen, so there is no flash.
@@ -320,135 +319,6 @@ class Bar:
         else:
             self.header.activity_btn.focus()
             self._scroll_to_end()
-
-    # --- events -------------------------------------------------------------------------------------
-    def _on_click(self, event: Any) -> None:
-        target = event.target
-        if absent(target) or not has(target, "closest"):
-            return
-        el = target.closest("[data-action]")
-        if absent(el):
-            return
-        action = str(el.getAttribute("data-action"))
-        arg = el.getAttribute("data-id")
-        arg = None if absent(arg) else str(arg)
-        s = self.store
-        if action == "close":
-            self.close()
-        elif action == "new-chat":
-            self.spawn(s.new_chat())
-            self.input.focus()
-        elif action == "activity":
-            self.show_activity(not self.activity_open)
-        elif action == "stop":
-            self.spawn(s.stop())
-        elif action == "retry":
-            self.spawn(s.retry(arg))
-            self.input.focus()
-        elif action == "regenerate":
-            self.spawn(s.regenerate())
-            self.input.focus()
-        elif action == "retry-connect":
-            if self.on_retry is not None:
-                self.on_retry()
-        elif action == "use-here":
-            self.spawn(s.use_here())
-        elif action == "dismiss":
-            s.dismiss_notice()
-        elif action in ("allow", "deny") and arg is not None:
-            s.resolve_confirmation(int(arg), action)
-            self.input.focus()
-        elif action == "ask-tab" and arg is not None:
-            self.ask.select_tab(int(arg), focus=True)
-        elif action == "action-press":
-            self.actions.press(el)
-        elif action == "action-cancel":
-            s.cancel_action_form(str(el.getAttribute("data-mid")), str(el.getAttribute("data-aid")))
-
-    def _keep_key(self, event: Any) -> None:
-        event.stopPropagation()
-
-    def _on_keydown(self, event: Any) -> None:
-        event.stopPropagation()  # the bar's key (see _keep_key); the shortcut is handled here for the same reason
-        if self._is_shortcut(event):
-            event.preventDefault()
-            self.toggle_open()
-            return
-        key = str(event.key)
-        if key == "Escape":
-            event.preventDefault()
-            event.stopPropagation()
-            form = event.target.closest(".action-form") if has(event.target, "closest") else None
-            if not absent(form):  # Esc in an action's form cancels it (focus back on its button)
-                self.store.cancel_action_form(str(form.getAttribute("data-mid")), str(form.getAttribute("data-aid")))
-                return
-            if self.activity_open:
-                self.show_activity(False)
-            else:
-                self.close()
-            return
-        if key == "Tab":
-            self._trap_tab(event)
-            return
-        target = event.target
-        cls = target.classList
-        if cls.contains("input"):
-            if key == "Enter" and not event.shiftKey and not event.isComposing:
-                event.preventDefault()
-                self.composer.send()
-            return
-        if cls.contains("ask-tab") and key in ("ArrowLeft", "ArrowRight", "Home", "End"):
-            event.preventDefault()
-            self.ask.move_tab(key)
-
-    @staticmethod
-    def _is_shortcut(event: Any) -> bool:
-        return bool(event.altKey and event.shiftKey and not event.ctrlKey and not event.metaKey
-                    and str(event.code) == "KeyA")
-
-    def _on_document_keydown(self, event: Any) -> None:
-        if self._is_shortcut(event):
-            event.preventDefault()
-            event.stopPropagation()  # ours: a page listener on window must not act on it (and take the focus back)
-            self.toggle_open()
-
-    def _trap_tab(self, event: Any) -> None:
-        """Keep Tab / Shift+Tab inside the open panel."""
-        items = [el for el in self.root.querySelectorAll(FOCUSABLE) if el.getClientRects().length > 0]
-        if not items:
-            return
-        first, last = items[0], items[-1]
-        active = self.root.activeElement
-        if event.shiftKey:
-            if absent(active) or active == first or active == self.panel:
-                event.preventDefault()
-                last.focus()
-        elif absent(active) or active == last:
-            event.preventDefault()
-            first.focus()
-
-    def _on_submit(self, event: Any) -> None:
-        event.preventDefault()
-        form = event.target.getAttribute("data-form")
-        if form == "composer":
-            self.composer.send()
-        elif form == "ask":
-            self.ask.submit()
-        elif form == "action":
-            self.actions.submit(event.target)
-
-    def _on_change(self, event: Any) -> None:
-        target = event.target
-        param = target.getAttribute("data-param")
-        if not absent(param):
-            target.setAttribute("data-touched", "true")
-            form = target.closest(".action-form")
-            if not absent(form):
-                self.store.clear_action_field_error(
-                    str(form.getAttribute("data-mid")), str(form.getAttribute("data-aid")), str(param))
-            return
-        if not absent(target.getAttribute("data-q")):
-            self.ask.field_changed(target)
 
     def spawn(self, coro: Any) -> None:
         """Run a store action in the background (cancelled by ``destroy``)."""

@@ -1,0 +1,156 @@
+"""The panel's delegated event handlers: one listener per event type on the panel, plus the document's shortcut.
+
+Keys typed in the open bar are the bar's: a host page's own shortcuts (a search overlay that grabs every key, say)
+must not see them, so every key event that reaches the panel stops there.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from .dom import FOCUSABLE, absent, has
+
+if TYPE_CHECKING:
+    from .bar import Bar
+
+
+def is_shortcut(event: Any) -> bool:
+    """Alt+Shift+A: open or close the bar from anywhere on the page."""
+    return bool(event.altKey and event.shiftKey and not event.ctrlKey and not event.metaKey
+                and str(event.code) == "KeyA")
+
+
+class PanelEvents:
+    """Clicks on ``data-action`` controls, keys (Esc, Tab trap, Enter, tab arrows), form submits and changes."""
+
+    def __init__(self, bar: Bar) -> None:
+        self.bar = bar
+
+    def on_click(self, event: Any) -> None:
+        """A click on a control with ``data-action`` (and ``data-id``)."""
+        target = event.target
+        if absent(target) or not has(target, "closest"):
+            return
+        el = target.closest("[data-action]")
+        if absent(el):
+            return
+        action = str(el.getAttribute("data-action"))
+        arg = el.getAttribute("data-id")
+        arg = None if absent(arg) else str(arg)
+        s = self.bar.store
+        if action == "close":
+            self.bar.close()
+        elif action == "new-chat":
+            self.bar.spawn(s.new_chat())
+            self.bar.input.focus()
+        elif action == "activity":
+            self.bar.show_activity(not self.bar.activity_open)
+        elif action == "stop":
+            self.bar.spawn(s.stop())
+        elif action == "retry":
+            self.bar.spawn(s.retry(arg))
+            self.bar.input.focus()
+        elif action == "regenerate":
+            self.bar.spawn(s.regenerate())
+            self.bar.input.focus()
+        elif action == "retry-connect":
+            if self.bar.on_retry is not None:
+                self.bar.on_retry()
+        elif action == "use-here":
+            self.bar.spawn(s.use_here())
+        elif action == "dismiss":
+            s.dismiss_notice()
+        elif action in ("allow", "deny") and arg is not None:
+            s.resolve_confirmation(int(arg), action)
+            self.bar.input.focus()
+        elif action == "ask-tab" and arg is not None:
+            self.bar.ask.select_tab(int(arg), focus=True)
+        elif action == "action-press":
+            self.bar.actions.press(el)
+        elif action == "action-cancel":
+            s.cancel_action_form(str(el.getAttribute("data-mid")), str(el.getAttribute("data-aid")))
+
+    def keep_key(self, event: Any) -> None:
+        """A key released in the bar: the page does not see it."""
+        event.stopPropagation()
+
+    def on_keydown(self, event: Any) -> None:
+        """Esc closes (a form, the log, the bar), Tab stays inside, Enter sends, arrows move between tabs."""
+        event.stopPropagation()  # the bar's key (see _keep_key); the shortcut is handled here for the same reason
+        if is_shortcut(event):
+            event.preventDefault()
+            self.bar.toggle_open()
+            return
+        key = str(event.key)
+        if key == "Escape":
+            event.preventDefault()
+            event.stopPropagation()
+            form = event.target.closest(".action-form") if has(event.target, "closest") else None
+            if not absent(form):  # Esc in an action's form cancels it (focus back on its button)
+                self.bar.store.cancel_action_form(str(form.getAttribute("data-mid")), str(form.getAttribute("data-aid")))
+                return
+            if self.bar.activity_open:
+                self.bar.show_activity(False)
+            else:
+                self.bar.close()
+            return
+        if key == "Tab":
+            self._trap_tab(event)
+            return
+        target = event.target
+        cls = target.classList
+        if cls.contains("input"):
+            if key == "Enter" and not event.shiftKey and not event.isComposing:
+                event.preventDefault()
+                self.bar.composer.send()
+            return
+        if cls.contains("ask-tab") and key in ("ArrowLeft", "ArrowRight", "Home", "End"):
+            event.preventDefault()
+            self.bar.ask.move_tab(key)
+
+    def on_document_keydown(self, event: Any) -> None:
+        """The shortcut, anywhere on the page."""
+        if is_shortcut(event):
+            event.preventDefault()
+            event.stopPropagation()  # ours: a page listener on window must not act on it (and take the focus back)
+            self.bar.toggle_open()
+
+    def _trap_tab(self, event: Any) -> None:
+        """Keep Tab / Shift+Tab inside the open panel."""
+        items = [el for el in self.bar.root.querySelectorAll(FOCUSABLE) if el.getClientRects().length > 0]
+        if not items:
+            return
+        first, last = items[0], items[-1]
+        active = self.bar.root.activeElement
+        if event.shiftKey:
+            if absent(active) or active == first or active == self.bar.panel:
+                event.preventDefault()
+                last.focus()
+        elif absent(active) or active == last:
+            event.preventDefault()
+            first.focus()
+
+    def on_submit(self, event: Any) -> None:
+        """The composer, the ask-user form or an action's form was submitted."""
+        event.preventDefault()
+        form = event.target.getAttribute("data-form")
+        if form == "composer":
+            self.bar.composer.send()
+        elif form == "ask":
+            self.bar.ask.submit()
+        elif form == "action":
+            self.bar.actions.submit(event.target)
+
+    def on_change(self, event: Any) -> None:
+        """A field changed: its error goes."""
+        target = event.target
+        param = target.getAttribute("data-param")
+        if not absent(param):
+            target.setAttribute("data-touched", "true")
+            form = target.closest(".action-form")
+            if not absent(form):
+                self.bar.store.clear_action_field_error(
+                    str(form.getAttribute("data-mid")), str(form.getAttribute("data-aid")), str(param))
+            return
+        if not absent(target.getAttribute("data-q")):
+            self.bar.ask.field_changed(target)
