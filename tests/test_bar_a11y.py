@@ -19,7 +19,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
 from support import ROOT, open_page
 from test_bar import bar_relay, js_root, open_bar, py, q, send, user_count, wait_turn_done  # noqa: F401
 

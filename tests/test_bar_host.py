@@ -4,11 +4,21 @@ an override reverse a line, shows a stopped call as stopped, and takes the docum
 
 from __future__ import annotations
 
+import itertools
 from typing import Any
 
 from support import open_page, wait_mark
 from test_bar import (  # noqa: F401
-    bar_page, bar_relay, js_root, last_message, open_bar, py, q, send, user_count, wait_turn_done,
+    bar_page,
+    bar_relay,
+    js_root,
+    last_message,
+    open_bar,
+    py,
+    q,
+    send,
+    user_count,
+    wait_turn_done,
 )
 
 SCRIPT = '<script src="/widget/autopilot.js" data-relay="{relay}" data-app="demo" {extra}></script>'
@@ -168,7 +178,7 @@ return null;"""
 async def reads_left_to_right(page: Any, sel: str, needle: str) -> bool:
     xs = await js_root(page, GLYPHS, [sel, needle])
     assert xs is not None, (sel, needle)
-    return all(a < b for a, b in zip(xs, xs[1:]))
+    return all(a < b for a, b in itertools.pairwise(xs))
 
 
 THEMED = """<style>

@@ -46,6 +46,17 @@ from .forms import FORM_FIX, REQUIRED, arguments_text, form_arguments
 from .store import WAIT_ASK_USER, WAIT_CONFIRMATION, WAIT_FUNCTION, Store, Subscriber
 
 __all__ = [
-    "ACTION_DONE", "ACTION_FAILED", "ACTION_OFFERED", "ACTION_RUNNING", "FORM_FIX", "REQUIRED", "Store", "Subscriber",
-    "WAIT_ASK_USER", "WAIT_CONFIRMATION", "WAIT_FUNCTION", "arguments_text", "form_arguments",
+    "ACTION_DONE",
+    "ACTION_FAILED",
+    "ACTION_OFFERED",
+    "ACTION_RUNNING",
+    "FORM_FIX",
+    "REQUIRED",
+    "WAIT_ASK_USER",
+    "WAIT_CONFIRMATION",
+    "WAIT_FUNCTION",
+    "Store",
+    "Subscriber",
+    "arguments_text",
+    "form_arguments",
 ]

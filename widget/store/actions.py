@@ -6,7 +6,8 @@ messages (an outcome recorded by another tab). A restored conversation has none:
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Callable
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 from .forms import FORM_FIX, form_arguments, message_of
 

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 from typing import Any
 
-
 #: The error the relay gives the calls it ends when a turn stops before they answered.
 CANCELLED_ERROR = "Cancelled."
 

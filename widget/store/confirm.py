@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 
 class ConfirmationQueue:
@@ -23,7 +24,7 @@ class ConfirmationQueue:
         cid = next(self._ids)
         self._futures[cid] = fut
         self.pending.append({"id": cid, "request": request})
-        fut.add_done_callback(lambda f, cid=cid: self._done(cid))
+        fut.add_done_callback(lambda _f: self._done(cid))
         self._changed()
         return fut
 

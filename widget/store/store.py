@@ -6,7 +6,8 @@ import asyncio
 import itertools
 import logging
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from ..client import AutopilotClient
 from ..core.conversation import visible_messages

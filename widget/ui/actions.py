@@ -21,8 +21,28 @@ if TYPE_CHECKING:
 class ActionView:
     """DOM of one offered action: its button, error, status/outcome line and (form actions) its form."""
 
-    __slots__ = ("key", "el", "button", "error", "status", "status_label", "status_text", "form", "form_error",
-                 "fields", "send", "sig", "form_sig")
+    __slots__ = (
+        "button",
+        "el",
+        "error",
+        "fields",
+        "form",
+        "form_error",
+        "form_sig",
+        "key",
+        "send",
+        "sig",
+        "status",
+        "status_label",
+        "status_text",
+    )
+    key: tuple[str, str]
+    el: Any
+    button: Any
+    error: Any
+    status: Any
+    status_label: Any
+    status_text: Any
 
     def __init__(self) -> None:
         self.form: Any = None
@@ -236,7 +256,7 @@ class Actions:
                 control.value = "" if value is None else str(value)
             else:
                 control = self.dom.el("input", "action-input")
-                control.type = {"email": "email", "uri": "url"}.get(fmt, "text") if ptype == "string" else "text"
+                control.type = {"email": "email", "uri": "url"}.get(str(fmt), "text") if ptype == "string" else "text"
                 if ptype in ("number", "integer"):
                     control.setAttribute("inputmode", "numeric" if ptype == "integer" else "decimal")
                 if fmt == "email":

@@ -90,7 +90,8 @@ class AskUser:
     def _fields(self, panel: Any, i: int, prompt: dict[str, Any]) -> None:
         L = self.dom.labels
         kind = prompt.get("type")
-        args = prompt.get("arguments") if isinstance(prompt.get("arguments"), dict) else {}
+        raw_args = prompt.get("arguments")
+        args: dict[str, Any] = raw_args if isinstance(raw_args, dict) else {}
         q_id = f"ap-ask-q-{i}"
         fieldset = self.dom.el("fieldset", "ask-fieldset")
         legend = self.dom.el("legend", "ask-question", part="ask-question", text=str(prompt.get("question") or ""),

@@ -19,8 +19,10 @@ animation frames and ``dom`` holds the element factories. How it stays leak-free
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from ..store import Store
 from .actions import Actions
@@ -34,10 +36,10 @@ from .events import PanelEvents
 from .frames import Frames
 from .header import Header
 from .labels import merged
-from .messages import MessageView, Messages
+from .messages import Messages, MessageView
 from .theme import PageTheme
 
-__all__ = ["Bar", "BarHandle", "ICONS", "STATE_LABELS", "TOGGLE_CSS", "enable_bar", "live_proxies"]
+__all__ = ["ICONS", "STATE_LABELS", "TOGGLE_CSS", "Bar", "BarHandle", "enable_bar", "live_proxies"]
 
 log = logging.getLogger("widget")
 
@@ -232,14 +234,13 @@ class Bar:
     def _remember_open(self, is_open: bool) -> None:
         if self._open_key is None:
             return
-        try:
+        # Storage may be refused (a sandboxed frame): the state is then just not kept.
+        with contextlib.suppress(Exception):
             storage = self.js.sessionStorage
             if is_open:
                 storage.setItem(self._open_key, "1")
             else:
                 storage.removeItem(self._open_key)
-        except Exception:  # noqa: BLE001 - storage refused (a sandboxed frame): the state is just not kept
-            pass
 
     def _sensible_return_target(self, el: Any) -> bool:
         """Whether focus may go back to ``el`` on close: still there, visible, and not a field whose focus makes

@@ -14,7 +14,12 @@ from .dom import ICONS, Dom, as_text, fmt_ms
 class CallView:
     """DOM of one call, with the signature of what it last rendered."""
 
-    __slots__ = ("el", "summary", "status", "time", "when", "body", "sig")
+    __slots__ = ("body", "el", "sig", "status", "summary", "time", "when")
+    el: Any
+    summary: Any
+    status: Any
+    time: Any
+    body: Any
 
     def __init__(self) -> None:
         self.when: Any = None

@@ -7,7 +7,8 @@ conversation state.
 from __future__ import annotations
 
 import json
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 try:  # Pyodide: JS null is its own object, not None
     from pyodide.ffi import jsnull as _JSNULL

@@ -85,7 +85,7 @@ class PanelEvents:
         if key == "Escape":
             event.preventDefault()
             event.stopPropagation()
-            form = event.target.closest(".action-form") if has(event.target, "closest") else None
+            form: Any = event.target.closest(".action-form") if has(event.target, "closest") else None
             if not absent(form):  # Esc in an action's form cancels it (focus back on its button)
                 self.bar.store.cancel_action_form(str(form.getAttribute("data-mid")), str(form.getAttribute("data-aid")))
                 return

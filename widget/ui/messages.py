@@ -26,9 +26,29 @@ class MessageView:
     """DOM of one message, with what it last rendered."""
 
     __slots__ = (
-        "key", "role", "el", "body", "stable", "tail", "calls", "call_views", "footer", "footer_sig",
-        "text", "renderer", "busy", "stopped", "actions", "action_views", "empty", "pending",
+        "action_views",
+        "actions",
+        "body",
+        "busy",
+        "call_views",
+        "calls",
+        "el",
+        "empty",
+        "footer",
+        "footer_sig",
+        "key",
+        "pending",
+        "renderer",
+        "role",
+        "stable",
+        "stopped",
+        "tail",
+        "text",
     )
+    el: Any
+    body: Any
+    calls: Any
+    footer: Any
 
     def __init__(self, key: str, role: str) -> None:
         self.key = key
