@@ -149,7 +149,7 @@ def test_edge_settings_from_toml_env_and_cli(tmp_path: Path) -> None:
     assert cfg.trusted_proxies == ["127.0.0.1", "::1"]  # the environment wins over the file
     defaults = load_config(env={})
     assert (defaults.max_body_bytes, defaults.http_header_timeout_s, defaults.max_connections_per_address,
-            defaults.max_sockets_per_address, defaults.drain_timeout_s, defaults.trusted_proxies) == (262_144, 10.0, 100, 100, 20.0, [])
+            defaults.max_sockets_per_address, defaults.drain_timeout_s, defaults.trusted_proxies) == (262_144, 10.0, 256, 256, 20.0, [])
     from widget.relay.__main__ import build_parser
 
     args = build_parser().parse_args(["--trusted-proxy", "10.1.1.1", "--trusted-proxy", "10.1.1.2", "--drain-timeout", "9"])

@@ -159,9 +159,9 @@ class RelayConfig:
     #: An idle kept-alive HTTP connection is closed after this many seconds.
     http_idle_timeout_s: float = 5.0
     #: Open connections (HTTP and WebSocket) per client address (0: no cap).
-    max_connections_per_address: int = 100
+    max_connections_per_address: int = 256
     #: Socket.IO sessions (WebSocket or long-polling) per client address (0: no cap).
-    max_sockets_per_address: int = 100
+    max_sockets_per_address: int = 256
     #: Open connections in all (0: the descriptor limit less a reserve for the store and logs).
     max_connections: int = 0
     #: Addresses of reverse proxies in front: their ``X-Forwarded-For`` names the client, and their own

@@ -120,7 +120,7 @@ class EdgeSettings:
 
     header_timeout_s: float = 10.0
     body_timeout_s: float = 30.0
-    max_connections_per_address: int = 100
+    max_connections_per_address: int = 256
     #: 0: no cap of the process's own (the descriptor limit is the cap)
     max_connections: int = 0
     #: addresses whose connections are not capped per address (a reverse proxy in front carries many clients)
