@@ -19,8 +19,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import test_bar
 from support import ROOT, open_page
-from test_bar import bar_relay, js_root, open_bar, py, q, send, user_count, wait_turn_done  # noqa: F401
+from test_bar import js_root, open_bar, py, q, send, user_count, wait_turn_done
+
+bar_relay = test_bar.bar_relay  # the fixture, shared with test_bar
 
 AXE_VERSION = "4.14.1"
 AXE_SHA256 = "e6b0ce02b84d892e2e33e403485e7f3d6c29e2be6df65daf44d89ba564139745"
@@ -60,7 +63,8 @@ def axe_source() -> str:
 SETTLED = """async () => {
   const roots = [document, ...['autopilot-bar-host', 'autopilot-toggle-host'].map(
     (id) => document.getElementById(id)).filter(Boolean).map((h) => h.shadowRoot)];
-  for (const el of document.getElementById('autopilot-bar-host').shadowRoot.querySelectorAll('*')) getComputedStyle(el).color;
+  const bar = document.getElementById('autopilot-bar-host').shadowRoot;
+  for (const el of bar.querySelectorAll('*')) getComputedStyle(el).color;
   await new Promise((ok) => requestAnimationFrame(() => requestAnimationFrame(ok)));
   const running = roots.flatMap((r) => r.getAnimations())
     .filter((a) => a.effect && a.effect.getComputedTiming().iterations !== Infinity);
@@ -81,7 +85,8 @@ async def ring_contrast(page: Any) -> dict[str, float]:
         const lum = (c) => { const [r, g, b] = rgb(c).map((v) => { v /= 255;
             return v <= 0.03928 ? v / 12.92 : ((v + 0.055) / 1.055) ** 2.4; });
             return 0.2126 * r + 0.7152 * g + 0.0722 * b; };
-        const ratio = (a, b) => { const [x, y] = [lum(a), lum(b)].sort((p, q) => q - p); return (x + .05) / (y + .05); };
+        const ratio = (a, b) => { const [x, y] = [lum(a), lum(b)].sort((p, q) => q - p);
+            return (x + .05) / (y + .05); };
         const bg = getComputedStyle(r.querySelector('.panel')).backgroundColor;
         const row = getComputedStyle(r.querySelector('.composer-row'));
         const button = r.querySelector('button.new-chat');

@@ -7,19 +7,11 @@ from __future__ import annotations
 import itertools
 from typing import Any
 
+import test_bar
 from support import open_page, wait_mark
-from test_bar import (  # noqa: F401
-    bar_page,
-    bar_relay,
-    js_root,
-    last_message,
-    open_bar,
-    py,
-    q,
-    send,
-    user_count,
-    wait_turn_done,
-)
+from test_bar import js_root, last_message, open_bar, py, q, send, user_count, wait_turn_done
+
+bar_relay, bar_page = test_bar.bar_relay, test_bar.bar_page  # the fixtures, shared with test_bar
 
 SCRIPT = '<script src="/widget/autopilot.js" data-relay="{relay}" data-app="demo" {extra}></script>'
 
@@ -111,7 +103,8 @@ async def test_the_open_bar_stays_open_across_the_sites_pages_per_tab(browser, p
 #: anywhere goes to the search box (a keydown listener on window refocuses it); Escape closes the overlay.
 SEARCH = """
 <main><button id="opener" type="button">Page button</button>
-<div class="search"><input id="search" type="search" aria-label="Search"><div id="overlay" hidden>results</div></div></main>
+<div class="search"><input id="search" type="search" aria-label="Search">
+<div id="overlay" hidden>results</div></div></main>
 <script>
   window.__opened = 0;
   const search = document.getElementById('search'), overlay = document.getElementById('overlay');
@@ -219,7 +212,8 @@ True""")
         # a pressed header button.
         styles = await js_root(page, """
             const s = (sel, p) => getComputedStyle(r.querySelector(sel)).getPropertyValue(p);
-            return [s('button.send', 'border-top-left-radius'), s('.message.user .bubble', 'border-bottom-right-radius'),
+            return [s('button.send', 'border-top-left-radius'),
+                    s('.message.user .bubble', 'border-bottom-right-radius'),
                     s('[data-key="bidi-1"] .call-summary', 'border-top-left-radius'),
                     s('[data-key="bidi-1"] .content code', 'border-top-left-radius'),
                     s('.logo', 'background-color'), s('.logo svg', 'display')];""")

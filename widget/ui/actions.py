@@ -85,7 +85,7 @@ class Actions:
 
     def _view(self, offer: dict[str, Any]) -> ActionView:
         """The button (the page's label; the model's arguments as text on a second line), error and status line."""
-        L = self.dom.labels
+        lbl = self.dom.labels
         av = ActionView()
         mid, aid = str(offer["message_id"]), str(offer["id"])
         av.key = (mid, aid)
@@ -104,7 +104,7 @@ class Actions:
         else:
             args = arguments_text(offer.get("arguments"))
             if args:
-                line = L["action_with"].format(args=args)
+                line = lbl["action_with"].format(args=args)
                 # A space between the two lines (not shown between the button's lines), so the visible text
                 # reads as its name does.
                 b.appendChild(self.dom.js.document.createTextNode(" "))
@@ -140,7 +140,7 @@ class Actions:
         av.sig = sig
         root = self.bar.root
         focus_inside = av.el.contains(root.activeElement)
-        L = self.dom.labels
+        lbl = self.dom.labels
         done, running = status == ACTION_DONE, status == ACTION_RUNNING
         av.el.setAttribute("data-status", status)
         av.el.setAttribute("part", f"action action-{status}")
@@ -162,7 +162,7 @@ class Actions:
             av.status.setAttribute("data-kind", status)
             av.status.firstChild.innerHTML = ICONS["check" if done else "running"]
             av.status_label.hidden = not done
-            av.status_text.textContent = bidi_safe(str(offer.get("outcome") or "")) if done else L["action_running"]
+            av.status_text.textContent = bidi_safe(str(offer.get("outcome") or "")) if done else lbl["action_running"]
         else:
             av.status.hidden = True
             av.status_text.textContent = ""
@@ -201,7 +201,7 @@ class Actions:
     def _build_form(self, av: ActionView, offer: dict[str, Any]) -> None:
         """One field per parameter, labelled with its description, prefilled (the reader's last values, else the
         model's suggestions); checked by the store before anything is sent."""
-        L = self.dom.labels
+        lbl = self.dom.labels
         mid, aid = av.key
         params = offer.get("parameters") or {}
         props = params.get("properties") or {}
@@ -235,7 +235,7 @@ class Actions:
             if isinstance(enum, list):
                 control = self.dom.el("select", "action-input")
                 if name not in required or value is None:
-                    option = self.dom.el("option", text=L["action_choose"])
+                    option = self.dom.el("option", text=lbl["action_choose"])
                     option.value = ""
                     control.appendChild(option)
                 for e in enum:
@@ -288,10 +288,10 @@ class Actions:
         av.form_error.setAttribute("role", "alert")
         form.appendChild(av.form_error)
         buttons = self.dom.el("div", "action-form-actions")
-        av.send = self.dom.el("button", "action-send", part="action-send", text=L["action_send"])
+        av.send = self.dom.el("button", "action-send", part="action-send", text=lbl["action_send"])
         av.send.type = "submit"
         av.send.setAttribute("aria-describedby", av.form_error.id)
-        cancel = self.dom.text_button(L["action_cancel"], "action-cancel", "action-cancel", part="action-cancel")
+        cancel = self.dom.text_button(lbl["action_cancel"], "action-cancel", "action-cancel", part="action-cancel")
         cancel.setAttribute("data-mid", mid)
         cancel.setAttribute("data-aid", aid)
         buttons.appendChild(av.send)
@@ -329,12 +329,12 @@ class Actions:
     def _focus_form(self, av: ActionView, errors: dict[str, str]) -> None:
         """Into the form: the first field with a problem, else the first required one still empty, else the first."""
         target = None
-        for name, (wrap, control, err) in av.fields.items():
+        for name, (_wrap, control, _err) in av.fields.items():
             if name in errors:
                 target = control
                 break
         if target is None and not errors:
-            for name, (wrap, control, err) in av.fields.items():
+            for _wrap, control, _err in av.fields.values():
                 if control.getAttribute("aria-required") == "true" and control.type != "checkbox" \
                         and not str(control.value).strip():
                     target = control
@@ -367,7 +367,7 @@ class Actions:
 
     def _collect(self, av: ActionView) -> dict[str, Any]:
         values: dict[str, Any] = {}
-        for name, (wrap, control, err) in av.fields.items():
+        for name, (_wrap, control, _err) in av.fields.items():
             if control.type == "checkbox":
                 if control.checked:
                     values[name] = True

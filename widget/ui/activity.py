@@ -18,15 +18,15 @@ class ActivityLog:
         self.pills = pills
         self.views: dict[str, CallView] = {}
         self._items: dict[str, Any] = {}  # the <li> of each entry
-        L = dom.labels
+        lbl = dom.labels
         self.el = dom.el("section", "activity", part="activity", id="ap-activity")
         self.el.setAttribute("aria-labelledby", "ap-activity-title")
         self.el.hidden = True
         head = dom.el("div", "activity-head")
-        head.appendChild(dom.icon_button("back", "activity-back", L["activity_close"], action="activity"))
-        head.appendChild(dom.el("h3", "activity-title", text=L["activity_title"], id="ap-activity-title"))
+        head.appendChild(dom.icon_button("back", "activity-back", lbl["activity_close"], action="activity"))
+        head.appendChild(dom.el("h3", "activity-title", text=lbl["activity_title"], id="ap-activity-title"))
         self.el.appendChild(head)
-        self.empty = dom.el("p", "activity-empty", text=L["activity_empty"])
+        self.empty = dom.el("p", "activity-empty", text=lbl["activity_empty"])
         self.list = dom.el("ol", "activity-list")
         self.el.appendChild(self.empty)
         self.el.appendChild(self.list)

@@ -46,7 +46,7 @@ class AskUser:
             err.hidden = not s.ask_user_error
 
     def _build(self, prompts: list[dict[str, Any]]) -> None:
-        L = self.dom.labels
+        lbl = self.dom.labels
         had_focus = self.el.contains(self.bar.root.activeElement)
         self.el.textContent = ""
         self.el.hidden = not prompts
@@ -55,15 +55,15 @@ class AskUser:
             if had_focus:
                 self.bar.input.focus()
             return
-        self.el.appendChild(self.dom.el("h3", "ask-title", text=L["ask_title"], id="ap-ask-title"))
+        self.el.appendChild(self.dom.el("h3", "ask-title", text=lbl["ask_title"], id="ap-ask-title"))
         tablist = self.dom.el("div", "ask-tabs", part="ask-tabs")
         tablist.setAttribute("role", "tablist")
-        tablist.setAttribute("aria-label", L["ask_title"])
+        tablist.setAttribute("aria-label", lbl["ask_title"])
         tablist.hidden = len(prompts) < 2
         self.el.appendChild(tablist)
         for i, prompt in enumerate(prompts):
             tab_id, panel_id = f"ap-ask-tab-{i}", f"ap-ask-panel-{i}"
-            tab = self.dom.el("button", "ask-tab", part="ask-tab", text=L["ask_question"].format(n=i + 1), id=tab_id)
+            tab = self.dom.el("button", "ask-tab", part="ask-tab", text=lbl["ask_question"].format(n=i + 1), id=tab_id)
             tab.type = "button"
             tab.setAttribute("role", "tab")
             tab.setAttribute("aria-controls", panel_id)
@@ -81,14 +81,14 @@ class AskUser:
         err.setAttribute("role", "alert")
         err.hidden = True
         footer.appendChild(err)
-        submit = self.dom.el("button", "ask-submit", part="ask-submit", text=L["ask_submit"])
+        submit = self.dom.el("button", "ask-submit", part="ask-submit", text=lbl["ask_submit"])
         submit.type = "submit"
         footer.appendChild(submit)
         self.el.appendChild(footer)
         self.select_tab(0, focus=False)
 
     def _fields(self, panel: Any, i: int, prompt: dict[str, Any]) -> None:
-        L = self.dom.labels
+        lbl = self.dom.labels
         kind = prompt.get("type")
         raw_args = prompt.get("arguments")
         args: dict[str, Any] = raw_args if isinstance(raw_args, dict) else {}
@@ -112,8 +112,8 @@ class AskUser:
             fieldset.appendChild(field)
         else:
             if kind == "bool":
-                options = [("true", str(args.get("yes_label") or L["ask_yes"])),
-                           ("false", str(args.get("no_label") or L["ask_no"]))]
+                options = [("true", str(args.get("yes_label") or lbl["ask_yes"])),
+                           ("false", str(args.get("no_label") or lbl["ask_no"]))]
                 input_type = "radio"
             else:
                 options = [(str(o.get("value")), str(o.get("label") if o.get("label") is not None else o.get("value")))
@@ -177,7 +177,7 @@ class AskUser:
 
     def _collect(self) -> tuple[list[dict[str, Any]], int | None]:
         """Answers from the form, and the index of the first prompt without a valid answer."""
-        L = self.dom.labels
+        lbl = self.dom.labels
         answers = []
         first_bad = None
         for i, prompt in enumerate(self.bar.store.pending_ask_user):
@@ -188,14 +188,14 @@ class AskUser:
             if kind == "text":
                 value = str(panel.querySelector(".ask-text").value)
                 if not value.strip():
-                    problem = L["ask_required_text"]
+                    problem = lbl["ask_required_text"]
                 result = value
             else:
                 chosen = [str(b.value) for b in panel.querySelectorAll(".ask-choice") if b.checked]
                 if kind == "checklist":
                     result = chosen
                 elif not chosen:
-                    problem = L["ask_required_choice"]
+                    problem = lbl["ask_required_choice"]
                 elif kind == "bool":
                     result = chosen[0] == "true"
                 else:

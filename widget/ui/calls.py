@@ -81,11 +81,11 @@ class CallPills:
         if sig == cv.sig:
             return
         cv.sig = sig
-        L = self.dom.labels
+        lbl = self.dom.labels
         shown = "stopped" if stopped else status  # the wire status stays in data-status
-        status_text = L.get(f"call_{shown}", shown)
+        status_text = lbl.get(f"call_{shown}", shown)
         if status == "running" and call.get("name") == "ask_user":
-            status_text = L["call_waiting_user"]  # the relay's own tool: it waits for the reader's answer
+            status_text = lbl["call_waiting_user"]  # the relay's own tool: it waits for the reader's answer
         cv.el.setAttribute("data-status", status)
         if stopped:
             cv.el.setAttribute("data-stopped", "true")
@@ -97,13 +97,13 @@ class CallPills:
         icon.innerHTML = ICONS.get({"success": "check", "error": "error", "stopped": "stop"}.get(shown, "running"), "")
         cv.status.textContent = status_text
         ms_text = fmt_ms(total if total is not None else duration)
-        cv.time.textContent = L["ms"].format(value=ms_text) if ms_text else ""
+        cv.time.textContent = lbl["ms"].format(value=ms_text) if ms_text else ""
         name = str(call.get("name") or "")
         timing = []
         if duration is not None:
-            timing.append(f"{L['handler_time']} {L['ms'].format(value=fmt_ms(duration))}")
+            timing.append(f"{lbl['handler_time']} {lbl['ms'].format(value=fmt_ms(duration))}")
         if total is not None:
-            timing.append(f"{L['total_time']} {L['ms'].format(value=fmt_ms(total))}")
+            timing.append(f"{lbl['total_time']} {lbl['ms'].format(value=fmt_ms(total))}")
         cv.summary.setAttribute("title", " · ".join([name, status_text, *timing]))
         if cv.when is not None:
             cv.when.textContent = when or ""
@@ -113,11 +113,11 @@ class CallPills:
             body.appendChild(self.dom.el("p", "call-timing", text=" · ".join(timing)))
         if call.get("kind") != "error":
             args = call.get("arguments")
-            self._section(body, L["arguments"], as_text(args) if args not in (None, {}) else L["no_arguments"])
+            self._section(body, lbl["arguments"], as_text(args) if args not in (None, {}) else lbl["no_arguments"])
         if call.get("result") is not None and status != "error":
-            self._section(body, L["result"], as_text(call.get("result")))
+            self._section(body, lbl["result"], as_text(call.get("result")))
         if call.get("error") and not stopped:
-            self._section(body, L["error_text"], as_text(call.get("error")), "error")
+            self._section(body, lbl["error_text"], as_text(call.get("error")), "error")
 
     def _section(self, parent: Any, title: str, text: str, cls: str = "") -> None:
         parent.appendChild(self.dom.el("h4", "call-label", text=title))

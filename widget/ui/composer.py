@@ -15,46 +15,46 @@ class Composer:
 
     def __init__(self, bar: Bar) -> None:
         self.bar = bar
-        dom, L = bar.dom, bar.dom.labels
+        dom, lbl = bar.dom, bar.dom.labels
         self._sig: Any = None
         self.el = dom.el("form", "composer", part="composer")
         self.el.setAttribute("data-form", "composer")
         row = dom.el("div", "composer-row")
         self.input = dom.el("textarea", "input", part="input")
-        self.input.setAttribute("aria-label", L["input"])
+        self.input.setAttribute("aria-label", lbl["input"])
         self.input.setAttribute("aria-describedby", "ap-hint")
-        self.input.setAttribute("placeholder", L["placeholder"])
+        self.input.setAttribute("placeholder", lbl["placeholder"])
         self.input.setAttribute("rows", "1")
         self.input.setAttribute("enterkeyhint", "send")
-        self.send_btn = dom.icon_button("send", "send", L["send"], part="send")
+        self.send_btn = dom.icon_button("send", "send", lbl["send"], part="send")
         self.send_btn.type = "submit"
-        self.stop_btn = dom.icon_button("stop", "stop", L["stop"], action="stop", part="stop")
+        self.stop_btn = dom.icon_button("stop", "stop", lbl["stop"], action="stop", part="stop")
         self.stop_btn.hidden = True
         row.appendChild(self.input)
         row.appendChild(self.send_btn)
         row.appendChild(self.stop_btn)
         self.el.appendChild(row)
-        self.el.appendChild(dom.el("p", "hint", text=L["hint"], id="ap-hint"))
+        self.el.appendChild(dom.el("p", "hint", text=lbl["hint"], id="ap-hint"))
 
     def render(self) -> None:
         """Enabled, read-only while the relay waits for the reader or the page, Stop while streaming."""
         s = self.bar.store
-        L = self.bar.dom.labels
+        lbl = self.bar.dom.labels
         streaming = s.is_streaming
         waiting = s.waiting_for
         if s.connection_state != "connected":
             blocked = True
-            placeholder = L.get(f"state_{s.connection_state}", L["placeholder_offline"])
+            placeholder = lbl.get(f"state_{s.connection_state}", lbl["placeholder_offline"])
         elif not s.active:
-            blocked, placeholder = True, L["placeholder_read_only"]
+            blocked, placeholder = True, lbl["placeholder_read_only"]
         elif waiting == WAIT_ASK_USER:
-            blocked, placeholder = True, L["placeholder_wait_ask_user"]
+            blocked, placeholder = True, lbl["placeholder_wait_ask_user"]
         elif waiting == WAIT_CONFIRMATION:
-            blocked, placeholder = True, L["placeholder_wait_confirmation"]
+            blocked, placeholder = True, lbl["placeholder_wait_confirmation"]
         elif waiting == WAIT_FUNCTION or s.context_resolutions:
-            blocked, placeholder = True, L["placeholder_wait_function"]
+            blocked, placeholder = True, lbl["placeholder_wait_function"]
         else:
-            blocked, placeholder = False, L["placeholder"]
+            blocked, placeholder = False, lbl["placeholder"]
         sig = (blocked, placeholder, streaming)
         if sig == self._sig:  # per chunk this is the common case: no DOM write, no style invalidation
             return

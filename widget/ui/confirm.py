@@ -20,7 +20,7 @@ class Confirmations:
 
     def render(self) -> None:
         """Remove answered prompts (focus back to the composer), add new ones (the bar opens, focus moves in)."""
-        bar, dom, L = self.bar, self.bar.dom, self.bar.dom.labels
+        bar, dom, lbl = self.bar, self.bar.dom, self.bar.dom.labels
         pending = bar.store.pending_confirmations
         ids = [c["id"] for c in pending]
         for cid in [c for c in self.views if c not in ids]:
@@ -43,16 +43,16 @@ class Confirmations:
             box.setAttribute("aria-labelledby", title_id)
             box.setAttribute("aria-describedby", desc_id)
             box.appendChild(dom.el("h3", "confirm-title", text=dom.t("confirm_title", name=name), id=title_id))
-            box.appendChild(dom.el("p", "confirm-text", text=L["confirm_text"], id=desc_id))
+            box.appendChild(dom.el("p", "confirm-text", text=lbl["confirm_text"], id=desc_id))
             fn = dom.el("p", "confirm-fn")
             fn.appendChild(dom.el("code", "confirm-name", text=name))
             box.appendChild(fn)
             args = req.get("arguments")
             box.appendChild(dom.el("pre", "confirm-args", part="confirmation-arguments",
-                                   text=as_text(args) if args not in (None, {}) else L["no_arguments"]))
+                                   text=as_text(args) if args not in (None, {}) else lbl["no_arguments"]))
             buttons = dom.el("div", "confirm-actions")
-            buttons.appendChild(dom.text_button(L["allow"], "allow", "allow", cid))
-            buttons.appendChild(dom.text_button(L["deny"], "deny", "deny", cid))
+            buttons.appendChild(dom.text_button(lbl["allow"], "allow", "allow", cid))
+            buttons.appendChild(dom.text_button(lbl["deny"], "deny", "deny", cid))
             box.appendChild(buttons)
             self.el.appendChild(box)
             self.views[cid] = box

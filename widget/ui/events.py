@@ -87,7 +87,8 @@ class PanelEvents:
             event.stopPropagation()
             form: Any = event.target.closest(".action-form") if has(event.target, "closest") else None
             if not absent(form):  # Esc in an action's form cancels it (focus back on its button)
-                self.bar.store.cancel_action_form(str(form.getAttribute("data-mid")), str(form.getAttribute("data-aid")))
+                mid, aid = str(form.getAttribute("data-mid")), str(form.getAttribute("data-aid"))
+                self.bar.store.cancel_action_form(mid, aid)
                 return
             if self.bar.activity_open:
                 self.bar.show_activity(False)

@@ -13,7 +13,7 @@ class Header:
 
     def __init__(self, bar: Bar) -> None:
         self.bar = bar
-        dom, L = bar.dom, bar.dom.labels
+        dom, lbl = bar.dom, bar.dom.labels
         # Not a <header>: inside the page's document it would be a second "banner" landmark.
         self.el = dom.el("div", "header", part="header")
         brand = dom.el("div", "brand")
@@ -29,10 +29,10 @@ class Header:
         brand.appendChild(titles)
         self.el.appendChild(brand)
         actions = dom.el("div", "header-actions")
-        self.new_chat = dom.icon_button("new", "new-chat", L["new_chat"], action="new-chat",
+        self.new_chat = dom.icon_button("new", "new-chat", lbl["new_chat"], action="new-chat",
                                         part="new-chat header-button")
         self.activity_btn = dom.icon_button(
-            "activity", "activity-button", L["activity_open"], action="activity", part="activity-button header-button"
+            "activity", "activity-button", lbl["activity_open"], action="activity", part="activity-button header-button"
         )
         self.activity_btn.setAttribute("aria-pressed", "false")
         self.activity_btn.setAttribute("aria-controls", "ap-activity")
@@ -58,23 +58,23 @@ class Header:
     def render(self) -> None:
         """Connection state, read-only notice, connection errors, other notices."""
         bar = self.bar
-        s, dom, L = bar.store, bar.dom, bar.dom.labels
+        s, dom, lbl = bar.store, bar.dom, bar.dom.labels
         state = s.connection_state
-        self.conn.textContent = L.get(f"state_{state}", state)
+        self.conn.textContent = lbl.get(f"state_{state}", state)
         self.conn.setAttribute("data-state", state)
         bar.panel.setAttribute("data-state", state)
         self.notice.textContent = ""
         self.notice.removeAttribute("data-kind")
         if state == "error" and (s.connection_error or s.errors):
             err = s.connection_error or s.errors[-1]
-            self._notice(str(err.get("message") or L["state_error"]), "error",
-                         dom.text_button(L["retry"], "retry", "retry-connect")
+            self._notice(str(err.get("message") or lbl["state_error"]), "error",
+                         dom.text_button(lbl["retry"], "retry", "retry-connect")
                          if bar.on_retry is not None else None)
         elif state == "connected" and not s.active:
-            self._notice(L["read_only"], "read-only", dom.text_button(L["use_here"], "use-here", "use-here"))
+            self._notice(lbl["read_only"], "read-only", dom.text_button(lbl["use_here"], "use-here", "use-here"))
         elif s.notice:
             self._notice(str(s.notice.get("message", "")), "warning",
-                         dom.text_button(L["dismiss"], "dismiss", "dismiss"))
+                         dom.text_button(lbl["dismiss"], "dismiss", "dismiss"))
         else:
             self.notice.hidden = True
 

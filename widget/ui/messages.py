@@ -81,17 +81,17 @@ class Messages:
         self._busy = False
         self._render_markdown: Any = None
         self._renderer_cls: Any = None
-        L = dom.labels
+        lbl = dom.labels
         self.empty = dom.el("div", "empty", part="empty")
         self.empty.appendChild(dom.icon("spark", "empty-icon"))
-        self.empty.appendChild(dom.el("p", "empty-title", text=L["empty_title"]))
-        self.empty.appendChild(dom.el("p", "empty-text", text=L["empty_text"]))
+        self.empty.appendChild(dom.el("p", "empty-title", text=lbl["empty_title"]))
+        self.empty.appendChild(dom.el("p", "empty-text", text=lbl["empty_text"]))
         # A log of messages, not a list: a log's children are not list items (a list inside it would need its own
         # element, which every assistive technology announces as "list, N items" on each new message).
         self.list = dom.el("div", "messages", part="messages")
         self.list.setAttribute("role", "log")
         self.list.setAttribute("aria-live", "polite")
-        self.list.setAttribute("aria-label", L["conversation"])
+        self.list.setAttribute("aria-label", lbl["conversation"])
 
     def render(self) -> None:
         """Keyed update of the whole list: only changed messages touch the DOM."""
