@@ -35,10 +35,13 @@ class Traffic:
     checked: Counter[str] = field(default_factory=Counter)
     problems: list[str] = field(default_factory=list)
 
-    def note(self, what: str, problems: list[C.Problem], value: Any) -> None:
+    def note(self, what: str, problems: list[C.Problem], value: Any, schema: tuple[str, str, str] | None = None) -> None:
         self.checked[what.split(" ")[0]] += 1
         for p in problems:
             self.problems.append(f"{what}: {p} in {json.dumps(value, default=str)[:300]}")
+        if schema is not None and C.jsonschema_validator(*schema).is_valid(value) != (not problems):
+            # The relay's fast checker and jsonschema must give the same verdict on every message.
+            self.problems.append(f"{what}: the fast checker and jsonschema disagree on {json.dumps(value, default=str)[:300]}")
 
     def incoming(self, event: str, args: tuple[Any, ...]) -> None:
         if event in _INTERNAL:
@@ -46,22 +49,32 @@ class Traffic:
         if len(args) != 1:
             self.problems.append(f"event {event!r} carries {len(args)} arguments (one object expected)")
             return
-        self.note(f"event {event}", C.check_event(event, args[0]), args[0])
+        known = event in C.S.EVENT_BY_NAME
+        self.note(f"event {event}", C.check_event(event, args[0]), args[0], ("event", event, "payload") if known else None)
 
     def ack(self, event: str, data: Any, ack: Any) -> None:
         if event not in C.S.EVENT_BY_NAME or C.S.EVENT_BY_NAME[event].from_relay:
             return  # a test sending a name outside the protocol on purpose
-        self.note(f"ack {event}", C.check_ack(event, ack), ack)
+        refusal = isinstance(ack, dict) and ack.get("ok") is False
+        ack_type = "ErrorAck" if refusal else C.S.EVENT_BY_NAME[event].ack.__name__
+        self.note(f"ack {event}", C.check_ack(event, ack), ack, ("def", ack_type, ""))
+        # Every payload sent, accepted or not: the relay's checker and jsonschema must give the same verdict.
+        problems = C.check_payload(event, data)
+        if C.jsonschema_validator("event", event, "payload").is_valid(data) != (not problems):
+            self.problems.append(f"payload {event}: the fast checker and jsonschema disagree on {str(data)[:300]}")
         if isinstance(ack, dict) and ack.get("ok") is True:
-            self.note(f"payload {event} (accepted)", C.check_payload(event, data), data)
+            self.note(f"payload {event} (accepted)", problems, data)
 
     def http(self, method: str, path: str, status: int, request: Any, body: Any) -> None:
         op = C.operation_for(method, path)
         if op is None:
             return
-        self.note(f"http {op} {status}", C.check_http(op, status, body), body)
+        has_body = C.schema_bundle()["x-http"][op]["responses"].get(str(status)) is not None
+        self.note(f"http {op} {status}", C.check_http(op, status, body), body,
+                  ("http", op, str(status)) if has_body else None)
         if 200 <= status < 300 and request is not None:
-            self.note(f"http {op} request", C.check_http(op, status, request, request=True), request)
+            self.note(f"http {op} request", C.check_http(op, status, request, request=True), request,
+                      ("http", op, "body") if "body" in C.schema_bundle()["x-http"][op] else None)
 
 
 @pytest.fixture(autouse=True)

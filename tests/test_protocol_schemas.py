@@ -16,6 +16,8 @@ import aiohttp
 import jsonschema
 import pytest
 import pytest_asyncio
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from openapi_spec_validator import validate as validate_openapi
 from openapi_spec_validator.validation.exceptions import OpenAPIValidationError
 from protocol_traffic import Traffic
@@ -186,3 +188,33 @@ async def test_relay_serves_the_documents(relay: Any) -> None:
             assert await r.text() == C.dump(doc)
         r = await http.get(f"{relay.url}{C.DOCS_PATH}/nope.json")
         assert r.status == 404 and (await r.json())["error"]["code"] == "not_found"
+
+
+_json = st.recursive(
+    st.none() | st.booleans() | st.integers(-3, 3) | st.floats(-2, 2, allow_nan=False) | st.sampled_from(
+        ["", "t", "add", "success", "error", "user", "done", "radiolist", "bad_request", "/autopilot/context/a"]),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(
+        st.sampled_from(["token", "version", "last_seq", "patch", "op", "path", "value", "from", "text", "id",
+                         "status", "result", "error", "idempotency_key", "handler_ms", "message", "role", "content",
+                         "ok", "code", "seq", "answers", "x"]), inner, max_size=5),
+    max_leaves=12,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(event=st.sampled_from(sorted(names.CLIENT_EVENTS | {names.Event.MESSAGE, names.Event.COMPLETION_ENDED})),
+       value=_json)
+def test_fast_checker_agrees_with_jsonschema(event: str, value: Any) -> None:
+    """The relay's checker (widget.protocol.check) gives jsonschema's verdict on any JSON value."""
+    fast = C.check_payload(event, value)
+    assert (fast == []) == C.jsonschema_validator("event", event, "payload").is_valid(value), (value, fast)
+
+
+def test_fast_checker_is_fast_on_long_patches() -> None:
+    """30,000 operations (what fits a 1 MB packet) are checked in well under a second, even on a loaded machine."""
+    import time
+
+    ops = {"patch": [{"op": "test", "path": "/autopilot/functions", "value": {}}] * 30_000, "idempotency_key": "k"}
+    t0 = time.process_time()
+    assert C.check_payload("state_patch", ops) == []
+    assert time.process_time() - t0 < 1.0

@@ -16,30 +16,19 @@ from __future__ import annotations
 import copy
 import json
 import sys
-from dataclasses import dataclass
 from functools import cache, lru_cache
 from pathlib import Path
 from typing import Any
 
 from ..protocol import PROTOCOL_VERSION, ErrorCode, Event
 from ..protocol import schemas as S
+from ..protocol.check import Checker, Problem
 
 SCHEMA_FILE = "protocol.schema.json"
 ASYNCAPI_FILE = "asyncapi.json"
 OPENAPI_FILE = "openapi.json"
 #: Where the relay serves the documents (``GET``; no authentication: they describe public behaviour).
 DOCS_PATH = "/api/protocol"
-
-
-@dataclass(frozen=True)
-class Problem:
-    """One way a message breaks its schema: where (a JSON pointer into the message) and what."""
-
-    path: str
-    message: str
-
-    def __str__(self) -> str:
-        return f"{self.path or '/'}: {self.message}"
 
 
 @lru_cache(maxsize=1)
@@ -162,34 +151,35 @@ def dump(doc: dict[str, Any]) -> str:
 
 
 # --- checks -----------------------------------------------------------------------------------------
-@cache
-def _validator(kind: str, name: str, part: str) -> Any:
-    from jsonschema import (
-        Draft202012Validator,  # server and tests only: the browser never imports this
-    )
-
+def _ref(kind: str, name: str, part: str) -> dict[str, Any]:
     bundle = schema_bundle()
     if kind == "event":
-        ref = bundle["x-events"][name][part]
+        ref: dict[str, Any] = bundle["x-events"][name][part]
     elif kind == "http":
         op = bundle["x-http"][name]
         ref = op["body"] if part == "body" else op["responses"][part]
     else:
         ref = {"$ref": f"#/$defs/{name}"}
-    schema = {"$schema": S.DIALECT, "$defs": copy.deepcopy(bundle["$defs"]), **ref}
-    return Draft202012Validator(schema)
+    return ref
 
 
-def _problems(validator: Any, value: Any) -> list[Problem]:
-    out = []
-    for err in sorted(validator.iter_errors(value), key=lambda e: list(e.absolute_path)):
-        best = err
-        # anyOf/oneOf: say why the closest branch failed rather than "is not valid under any of the given schemas"
-        while best.context:
-            best = min(best.context, key=lambda e: (-len(e.absolute_path), e.validator in ("const", "type")))
-        pointer = "".join(f"/{p}" for p in best.absolute_path)
-        out.append(Problem(pointer, best.message))
-    return out
+@cache
+def _validator(kind: str, name: str, part: str) -> Checker:
+    """The checker of one entry of the bundle (cached): a payload, an ack, an HTTP body or a named type."""
+    return Checker(_ref(kind, name, part), schema_bundle()["$defs"])
+
+
+@cache
+def jsonschema_validator(kind: str, name: str, part: str) -> Any:
+    """The same schema as a jsonschema (2020-12) validator, for tests that compare the two checkers."""
+    from jsonschema import Draft202012Validator  # type: ignore[import-untyped]
+
+    return Draft202012Validator({"$schema": S.DIALECT, "$defs": copy.deepcopy(schema_bundle()["$defs"]),
+                                 **_ref(kind, name, part)})
+
+
+def _problems(checker: Checker, value: Any) -> list[Problem]:
+    return checker.problems(value)
 
 
 def check_payload(event: str, payload: Any) -> list[Problem]:
