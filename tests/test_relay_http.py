@@ -305,6 +305,10 @@ async def test_a_store_failure_is_a_json_503_and_a_bug_a_json_500(edge: Any, htt
     async with http.post(f"{edge.url}/api/apps/demo/conversations", headers={"Origin": edge.url}) as r:
         assert r.status == 503 and (await r.json())["error"]["code"] == P.ERR_UNAVAILABLE
         assert r.headers["Access-Control-Allow-Origin"] == edge.url  # the page can read why
+    async with http.get(f"{edge.url}/readyz") as r:  # its own probe's write works; the route's did not
+        body = await r.json()
+        assert r.status == 503 and body["checks"]["store"].startswith("error: a write failed"), body
+        assert "database or disk is full" in body["checks"]["store"]
     monkeypatch.setattr(store, "snapshot", bug)
     async with http.get(url) as r:
         assert r.status == 500 and (await r.json())["error"]["code"] == P.ERR_INTERNAL

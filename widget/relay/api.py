@@ -15,6 +15,7 @@ import math
 import re
 import secrets
 import sqlite3
+import time
 from typing import Any, Awaitable, Callable
 from urllib.parse import urlsplit
 
@@ -104,6 +105,7 @@ def endpoint(fn: Handler) -> Handler:
             return Response(status_code=400)
         except Exception as exc:  # noqa: BLE001 - every answer of /api is JSON
             if is_store_failure(exc):
+                self.store_failure = (time.monotonic(), f"{type(exc).__name__}: {exc}"[:160])
                 log.warning("%s %s: the store failed: %s: %s", request.method, request.url.path, type(exc).__name__, exc)
                 return self._json(503, P.error(P.ERR_UNAVAILABLE, "The relay's storage is not answering; retry shortly."),
                                   {**request.state.cors, "Retry-After": str(UNAVAILABLE_RETRY_S)})
@@ -124,6 +126,8 @@ class Api:
         self.get_limiter = RateLimiter(self.config.get_rate_per_minute)
         self.ask_user_limiter = RateLimiter(self.config.ask_user_rate_per_minute)
         self._origin_notes = RateLimiter(1, ORIGIN_NOTE_INTERVAL_S)
+        #: when a route last found the store failing, and how (``/readyz`` reports it for a while)
+        self.store_failure: tuple[float, str] | None = None
 
     # -- helpers -------------------------------------------------------------------------------
     @staticmethod

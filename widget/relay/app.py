@@ -27,6 +27,8 @@ log = logging.getLogger("widget.relay")
 
 #: Whether the requesting page's origin may use an app (readable from any origin; docs/security.md).
 ORIGIN_CHECK_PATH = "/api/apps/{app_id}/origin"
+#: How long a store failure met by an API route keeps ``/readyz`` at 503, seconds.
+STORE_FAILURE_WINDOW_S = 10.0
 
 
 async def sweep_retention(hub: Hub, retention_days: float) -> list[str]:
@@ -102,7 +104,7 @@ def create_app(
         """The process is up (a liveness probe: restart it when this fails)."""
         return JSONResponse({"ok": True, "protocol_version": P.PROTOCOL_VERSION, "instance": hub.instance})
 
-    probe = ReadinessProbe(hub, config.readiness_timeout_s)
+    probe = ReadinessProbe(hub, config.readiness_timeout_s, api)
 
     async def readyz(_request: Any) -> JSONResponse:
         """The store takes a write and Redis (when configured) answers, each in time: send traffic here."""
@@ -166,12 +168,13 @@ async def _json_500(request: Any, exc: Exception) -> Response:
 
 class ReadinessProbe:
     """``/readyz``'s checks, bounded: a write to the store (this instance's heartbeat row) and Redis, each within
-    ``timeout_s``. One probe runs at a time; callers meanwhile share its result, so the probe cannot be used to
+    ``timeout_s``; a store failure an API route met within ``STORE_FAILURE_WINDOW_S`` also says not ready. One probe runs at a time; callers meanwhile share its result, so the probe cannot be used to
     pile work on a slow store."""
 
-    def __init__(self, hub: Hub, timeout_s: float) -> None:
+    def __init__(self, hub: Hub, timeout_s: float, api: Api | None = None) -> None:
         self.hub = hub
         self.timeout_s = timeout_s
+        self.api = api
         self._running: asyncio.Task[dict[str, str]] | None = None
         self._store_write: asyncio.Task[Any] | None = None
 
@@ -188,6 +191,11 @@ class ReadinessProbe:
         else:
             self._store_write = asyncio.ensure_future(self.hub.store.heartbeat(self.hub.instance))
             checks["store"] = await self._bounded(asyncio.shield(self._store_write))
+        failed = self.api.store_failure if self.api is not None else None
+        if checks["store"] == "ok" and failed is not None and time.monotonic() - failed[0] < STORE_FAILURE_WINDOW_S:
+            # The probe's one-row write can fit where a real write did not (a full disk reuses the space of the
+            # failed transaction): a route's failure counts for a while too.
+            checks["store"] = f"error: a write failed {time.monotonic() - failed[0]:.1f} s ago: {failed[1]}"
         if self.hub.redis is not None:
             checks["redis"] = await self._bounded(self.hub.redis.ping())
             if checks["redis"] == "ok" and not self.hub.redis.listening:
