@@ -123,8 +123,8 @@ async def test_a_streamed_body_is_cut_at_the_limit(tmp_path: Path, http: aiohttp
 async def test_headers_must_arrive_in_time(edge: Any) -> None:
     """A slowloris connection (headers never completed) and an idle one are closed at the header deadline."""
     for opening in (b"GET /healthz HTTP/1.1\r\nHost: x\r\nX-Slow: ", b""):
+        t0 = time.monotonic()  # before the connection: the deadline starts when the relay accepts it
         reader, writer = await raw(edge)
-        t0 = time.monotonic()
         writer.write(opening)
         await writer.drain()
         assert await read_until_closed(reader) == b""
@@ -135,12 +135,12 @@ async def test_headers_must_arrive_in_time(edge: Any) -> None:
 async def test_a_body_must_arrive_in_time(edge: Any) -> None:
     url_path = "/api/apps/demo/conversations"
     reader, writer = await raw(edge)
+    t0 = time.monotonic()  # before the headers are sent: the body deadline starts when the relay has read them
     writer.write(f"POST {url_path} HTTP/1.1\r\nHost: x\r\nOrigin: {edge.url}\r\nContent-Type: application/json\r\n"
                  f"Content-Length: 1000\r\n\r\n{{".encode())
     await writer.drain()
-    t0 = time.monotonic()
     assert await read_until_closed(reader) == b""
-    assert time.monotonic() - t0 >= 0.6 - 0.05
+    assert time.monotonic() - t0 >= 0.6
     writer.close()
 
 
@@ -322,14 +322,16 @@ async def test_readyz_is_bounded_and_says_not_ready_while_the_store_cannot_write
     try:
         async with http.get(f"{relay.url}/readyz") as r:
             assert r.status == 200 and (await r.json())["checks"]["store"] == "ok"
-        locker = sqlite3.connect(str(tmp_path / "relay.sqlite3"), isolation_level=None, timeout=0)
+        locker = sqlite3.connect(str(tmp_path / "relay.sqlite3"), isolation_level=None, timeout=30)
         locker.execute("BEGIN EXCLUSIVE")
         try:
-            for expected in ("no answer within 0.3 s", "previous write probe has not finished"):
+            # (the second probe finds the first one's write still waiting, unless the relay's 10 s busy timeout
+            # ended it meanwhile on a very slow machine: then it waits, and says so, itself)
+            for expected in (("no answer within 0.3 s",), ("previous write probe has not finished", "no answer within 0.3 s")):
                 t0 = time.monotonic()
                 async with http.get(f"{relay.url}/readyz") as r:
                     body = await r.json()
-                assert r.status == 503 and expected in body["checks"]["store"], body
+                assert r.status == 503 and any(e in body["checks"]["store"] for e in expected), body
                 assert time.monotonic() - t0 < WITHIN_S
         finally:
             locker.execute("ROLLBACK")
