@@ -6,11 +6,10 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from fake_relay import BASE, FakeRelay
+from fake_relay import BASE, FakeRelay, MemoryTransport
 from widget import AutopilotClient
 from widget.env import MemoryEnv
 from widget.store import Store, arguments_text, form_arguments
-from widget.transports.memory import MemoryTransport
 
 PLAN = {"type": "object", "properties": {"plan": {"type": "string", "enum": ["free", "pro", "team"]}},
         "required": ["plan"]}

@@ -5,9 +5,8 @@ The fallbacks' timing is tested without a clock in tests/test_client_session.py.
 
 import asyncio
 
-from fake_relay import BASE, FakeRelay
+from fake_relay import BASE, FakeRelay, MemoryTransport
 from widget import AutopilotClient
-from widget.transports.memory import MemoryTransport
 
 
 async def connected(**kw):

@@ -4,10 +4,9 @@ import asyncio
 
 import pytest
 
-from fake_relay import BASE, FakeRelay
+from fake_relay import BASE, FakeRelay, MemoryTransport
 from widget import AutopilotClient, ConfigError, ConnectionFailed, ProtocolError
 from widget import protocol as P
-from widget.transports.memory import MemoryTransport
 
 
 async def settle(n: int = 100) -> None:

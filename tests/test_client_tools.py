@@ -4,11 +4,10 @@ import asyncio
 
 import pytest
 
-from fake_relay import BASE, FakeRelay
+from fake_relay import BASE, FakeRelay, MemoryTransport
 from widget import AutopilotClient, ConfigError
 from widget import protocol as P
 from widget.env import MemoryEnv
-from widget.transports.memory import MemoryTransport
 
 TOOLS = {
     "plan_limits": {

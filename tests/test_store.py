@@ -5,11 +5,10 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from fake_relay import BASE, FakeRelay
+from fake_relay import BASE, FakeRelay, MemoryTransport
 from widget import AutopilotClient
 from widget import protocol as P
 from widget.store import WAIT_ASK_USER, WAIT_CONFIRMATION, WAIT_FUNCTION, Store
-from widget.transports.memory import MemoryTransport
 
 
 class Relay(FakeRelay):

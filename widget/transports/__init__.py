@@ -1,4 +1,5 @@
-"""Transports: one small Protocol, three implementations (python-socketio, the browser bridge, in-memory)."""
+"""Transports: one small Protocol, two implementations (python-socketio under CPython, the browser bridge); the
+tests add an in-memory one (tests/fake_relay.py)."""
 
 from .base import Transport, TransportError
 
