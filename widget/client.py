@@ -42,7 +42,6 @@ from .core.session import (
 from .core.state import StateSync, to_json_value
 from .core.streaming import StreamingSession
 from .core.tools import ToolSpec
-from .core.validation import needs_validator, prefetch_checker
 from .env import PageEnv
 from .errors import ConfigError, ConnectionFailed, ProtocolError
 from .protocol import SUBSCRIBABLE_EVENTS, ClientEvent
@@ -102,7 +101,6 @@ class AutopilotClient(ConnectionMixin, CallsMixin, ToolsMixin):
         self._connect_options: dict[str, Any] = {}
         self._tools: dict[str, ToolSpec] = {}
         self._tool_handlers: dict[str, Callable[..., Any]] = {}
-        self._validator_fetched = False
         transport.set_handler(self._on_transport_event)
 
     # ------------------------------------------------------------------ what the session holds, read-only
@@ -278,19 +276,6 @@ class AutopilotClient(ConnectionMixin, CallsMixin, ToolsMixin):
             raise ConfigError(str(exc)) from None
         self.registry.register(definition)
         self._functions_changed()
-        self._fetch_validator(definition.parameters)
-
-    def _fetch_validator(self, parameters: Any) -> None:
-        """Fetch the schema validator's zip in the background once a function needs it, so the first call does
-        not wait for the network (in the browser build; nothing to do elsewhere)."""
-        if self._validator_fetched or not needs_validator(parameters):
-            return
-        try:
-            asyncio.get_running_loop()
-        except RuntimeError:
-            return  # registered before the event loop runs: the first call fetches it
-        self._validator_fetched = True
-        self._spawn(prefetch_checker())
 
     def function(
         self,
