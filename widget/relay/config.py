@@ -303,9 +303,8 @@ class RelayConfig:
 
 def _bind_tool(where: str, name: str, tool: "ToolConfig") -> None:
     """Check a relay config function's declaration and bind its callable (ConfigError, one line)."""
-    from .model import ASK_USER_TOOL
+    from ..protocol import ASK_USER_TOOL, OFFER_ACTIONS_TOOL
     from .tools import NAME, flat_parameters
-    from ..protocol import OFFER_ACTIONS_TOOL
 
     if not isinstance(tool, ToolConfig):
         raise ConfigError(f"{where} must be a table with callable, description, parameters")

@@ -4,7 +4,8 @@ An adapter turns a :class:`ModelRequest` (OpenAI-style chat messages plus a tool
 stream of :class:`TextDelta` and :class:`ToolCall` chunks, or raises :class:`ModelError`. The relay never
 consumes an adapter's stream directly: :func:`guarded` bounds it (turn deadline, stalls, answer length, tool
 calls per response) and always closes it, so a Stop or a limit never leaves a provider connection open.
-The adapters themselves live in :mod:`.demo_model` (offline, deterministic) and :mod:`.openai_model`.
+The adapters live in :mod:`.demo_model` (offline, deterministic) and :mod:`.openai_model`; :mod:`.adapters`
+picks one by configuration.
 """
 
 from __future__ import annotations
@@ -15,11 +16,11 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, AsyncIterator, Callable
 
-from ..protocol.names import TurnErrorCode
+from ..protocol.names import RelayTool, TurnErrorCode
 from .config import ModelConfig
 from .tools import COMMON_KEYWORDS
 
-ASK_USER_TOOL = "ask_user"
+ASK_USER_TOOL = RelayTool.ASK_USER.value
 
 #: Model error codes the relay itself raises around a stream.
 ERR_MODEL_TIMEOUT = TurnErrorCode.MODEL_TIMEOUT.value
@@ -200,29 +201,3 @@ def _timeout(limits: StreamLimits, now: float) -> ModelError:
     if limits.deadline is not None and now >= limits.deadline - 1e-3:
         return ModelError(ERR_MODEL_TIMEOUT, "The answer took longer than the relay allows for one turn.")
     return ModelError(ERR_MODEL_TIMEOUT, f"The model sent nothing for {limits.stall_s:g} s.")
-
-
-def make_adapter(cfg: ModelConfig) -> ModelAdapter:
-    """The adapter ``cfg`` names."""
-    if cfg.adapter == "demo":
-        from .demo_model import DemoModel
-
-        return DemoModel(chunk_delay_ms=cfg.chunk_delay_ms)
-    if cfg.adapter == "openai":
-        from .openai_model import OpenAIAdapter
-
-        return OpenAIAdapter(cfg)
-    raise ValueError(cfg.adapter)  # config validation prevents this
-
-
-def __getattr__(name: str) -> Any:
-    # The adapters moved to their own modules; older imports of them from here keep working.
-    if name == "DemoModel":
-        from .demo_model import DemoModel
-
-        return DemoModel
-    if name == "OpenAIAdapter":
-        from .openai_model import OpenAIAdapter
-
-        return OpenAIAdapter
-    raise AttributeError(name)

@@ -15,7 +15,8 @@ from ... import protocol as P
 from .. import storage as S
 from ..config import AppConfig, RelayConfig
 from ..mcp_servers import McpTools
-from ..model import ModelAdapter, make_adapter
+from ..adapters import make_adapter
+from ..model import ModelAdapter
 from ..ratelimit import RateLimiter
 from ..sio import RelaySocketServer
 from ..tokens import TokenSigner
