@@ -20,7 +20,8 @@ ROOT = Path(__file__).resolve().parent.parent
 @pytest_asyncio.fixture(scope="module")
 async def relay(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Any]:
     """Our relay (demo model, 0.6 s call timeout, an ask-user app), in this test's loop."""
-    handle = await launch(tmp_path_factory.mktemp("conformance"))
+    # A call timeout long enough for the run_flag flow's steps on a loaded machine, short for the timeout flow.
+    handle = await launch(tmp_path_factory.mktemp("conformance"), function_call_timeout_s=3.0)
     yield handle
     await handle.stop()
 

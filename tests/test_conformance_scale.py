@@ -14,7 +14,7 @@ from widget.conformance import FLOWS, Options, run_suite
 ORIGIN = "https://conformance.invalid"
 ASK_SECRET = "conformance-ask-secret-0123456789"
 CONFIG = f"""
-function_call_timeout_s = 1.0
+function_call_timeout_s = 3.0
 tool_call_timeout_s = 1.0
 create_rate_per_minute = 10000
 message_rate_per_minute = 10000
@@ -51,7 +51,7 @@ def relays(tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[str]]:
 @pytest.mark.parametrize("name", list(FLOWS))
 async def test_flow_on_two_processes(relays: list[str], name: str) -> None:
     [result] = await run_suite(relays, "demo", origin=ORIGIN, only=[name],
-                               options=Options(call_timeout_s=1.0, ask_app="ask", ask_secret=ASK_SECRET))
+                               options=Options(call_timeout_s=3.0, ask_app="ask", ask_secret=ASK_SECRET))
     assert result.ok, f"{name}: {result.detail}"
 
 

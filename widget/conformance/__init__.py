@@ -15,7 +15,7 @@ import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from . import flows_more  # noqa: F401 - registers its flows
+from . import flows_more, flows_rules  # noqa: F401 - register their flows
 from .flows import FLOWS, Options
 from .peer import Mismatch, Relay
 

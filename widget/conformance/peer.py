@@ -57,6 +57,9 @@ class Peer:
     #: ``replay.done`` payloads, each with the number of events received before it (kept out of ``events``:
     #: the flows read the conversation's events; ``replay_done`` says where each join's replay ended)
     replay_done: list[tuple[int, Any]] = field(default_factory=list)
+    #: Every packet in the order it reached the socket: ``"event <name>"`` or ``"ack <name>"`` (``call`` records
+    #: its ack here the moment the ack packet is handled, so the order of acks and events can be checked).
+    arrivals: list[str] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         self.sio = socketio.AsyncClient(reconnection=False)
@@ -64,6 +67,7 @@ class Peer:
         self.sio.on("*", self._record)
 
     async def _record(self, event: str, data: Any = None) -> None:
+        self.arrivals.append(f"event {event}")
         if event == Event.REPLAY_DONE:
             self.replay_done.append((len(self.events), data))
         else:
@@ -81,8 +85,25 @@ class Peer:
             await self.sio.disconnect()
 
     async def call(self, event: str, data: Any = None) -> Any:
-        """Emit ``event`` and return its ack."""
-        return await self.sio.call(event, data, timeout=self.timeout)
+        """Emit ``event`` and return its ack (noted in ``arrivals`` when its packet is handled)."""
+        done: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+
+        def on_ack(*args: Any) -> None:
+            self.arrivals.append(f"ack {event}")
+            if not done.done():
+                done.set_result(args[0] if len(args) == 1 else list(args))
+
+        await self.sio.emit(event, data, callback=on_ack)
+        try:
+            return await asyncio.wait_for(done, self.timeout)
+        except TimeoutError:
+            raise Mismatch(f"no ack to {event!r} within {self.timeout:g} s") from None
+
+    def order(self, first: str, then: str, since: int = 0) -> None:
+        """``first`` reached the socket before ``then`` (both ``arrivals`` entries, searched from ``since``)."""
+        seen = self.arrivals[since:]
+        check(first in seen and then in seen and seen.index(first) < seen.index(then),
+              f"expected {first!r} before {then!r}, got {seen}")
 
     async def join(self, token: str, last_seq: int | None = 0) -> Any:
         """``join`` with this protocol version."""

@@ -172,7 +172,7 @@ def _validator(kind: str, name: str, part: str) -> Checker:
 @cache
 def jsonschema_validator(kind: str, name: str, part: str) -> Any:
     """The same schema as a jsonschema (2020-12) validator, for tests that compare the two checkers."""
-    from jsonschema import Draft202012Validator  # type: ignore[import-untyped]
+    from jsonschema import Draft202012Validator
 
     return Draft202012Validator({"$schema": S.DIALECT, "$defs": copy.deepcopy(schema_bundle()["$defs"]),
                                  **_ref(kind, name, part)})
