@@ -372,7 +372,7 @@ def test_brotli_copies_and_loader_boot_files(dist, manifest, out):
     # The loader knows the stdlib zips and the lock file's info (no lock file fetch).
     js = (dist / "autopilot.js").read_text()
     assert "/*__BOOT_FILES__*/" not in js
-    boot = json.loads(re.search(r"var BOOT_FILES = (\{.*?\}) \|\| \{\};", js).group(1))
+    boot = json.loads(re.search(r"(?:var|const) BOOT_FILES = (\{.*?\}) \|\| \{\};", js).group(1))
     assert boot["stdlib"] == "pyodide/python_stdlib_core.zip" and boot["rest"] == "pyodide/python_stdlib_rest.zip"
     assert boot["lockInfo"]["python"].startswith("3.14")
 

@@ -108,6 +108,12 @@ def test_static_files_carry_cors_for_allowed_origins_only(relay_server, page_ser
     status, headers, _ = _get(relay_server.url + "/widget/pyscript/core.js", {"Origin": page_server.origin}, redirect=False)
     assert status == 302 and headers["location"] == f"/widget/{bid}/pyscript/core.js"
     assert headers["access-control-allow-origin"] == page_server.origin
+    # Stable names for a PyScript config of the page's own: Pyodide and the bundle of the current build.
+    for stable, versioned in (("pyodide/pyodide.mjs", f"{bid}/pyodide/pyodide.mjs"),
+                              ("bundle-full.zip", f"{bid}/bundle-full.zip")):
+        status, headers, _ = _get(f"{relay_server.url}/widget/{stable}", {"Origin": page_server.origin}, redirect=False)
+        assert status == 302 and headers["location"] == f"/widget/{versioned}", (stable, status, headers)
+        assert headers["access-control-allow-origin"] == page_server.origin and headers["cache-control"] == "no-cache"
     status, headers, body = _get(relay_server.url + "/widget/pyscript.json", {"Origin": page_server.origin})
     cfg = json.loads(body)
     assert status == 200 and headers["access-control-allow-origin"] == page_server.origin
@@ -216,8 +222,8 @@ async def test_js_api_from_page_js_queued_before_ready(browser, relay_server, pa
         # Bad input is refused at once, with a reason.
         with pytest.raises(Exception, match="registerFunction"):
             await page.evaluate("window.Autopilot.registerFunction({name: 'x'})")
-        msg = await page.evaluate("window.Autopilot.setContext({bad: 1n}).then(() => 'ok', e => e.message)")
-        assert "JSON" in msg
+        msg = await page.evaluate("(() => { try { window.Autopilot.setContext({bad: 1n}); return 'ok'; } catch (e) { return e.message; } })()")
+        assert "context.bad is a bigint, not JSON data" in msg
         # destroy(): nothing left on the page, later calls refused.
         live = await py_eval(page, "from widget.ui.bar import live_proxies\nlive_proxies()")
         assert live > 0
@@ -302,7 +308,7 @@ def test_loader_labels_mirror_the_labels_table():
     from widget.ui.labels import LABELS
 
     src = (ROOT / "static" / "autopilot.js").read_text()
-    block = re.search(r"var LABELS = \{(.*?)\n  \};", src, re.S).group(1)
+    block = re.search(r"const LABELS = \{(.*?)\n  \};", src, re.S).group(1)
     loader = dict(re.findall(r'^\s*(\w+): "((?:[^"\\]|\\.)*)",$', block, re.M))
     assert loader, block
     for key, value in loader.items():
@@ -373,18 +379,24 @@ get_client().register_function("own_ping", lambda args, ctx: "pong", description
 </body></html>"""
 
 
-@pytest.mark.parametrize("variant", ["page-loads-pyscript", "loader-loads-pyscript"])
+@pytest.mark.parametrize("variant", ["page-loads-pyscript", "loader-loads-pyscript", "own-config-stable-urls"])
 async def test_pyscript_page_shares_one_pyodide(browser, relay_server, page_server, variant):
-    html = PYSCRIPT_PAGE if variant == "page-loads-pyscript" else PYSCRIPT_OWN_PAGE
+    html = PYSCRIPT_OWN_PAGE if variant == "loader-loads-pyscript" else PYSCRIPT_PAGE
+    if variant == "own-config-stable-urls":
+        # The page's own config names no build: the stable URLs redirect to the current one.
+        own = {"interpreter": f"{relay_server.url}/widget/pyodide/pyodide.mjs",
+               "files": {f"{relay_server.url}/widget/bundle-full.zip": "/lib/python3.14/site-packages/*"}}
+        page_server.add("/__eco__/own-config.json", json.dumps(own), "application/json")
+        html = html.replace('config="{relay}/widget/pyscript.json"', 'config="/__eco__/own-config.json"')
     url = page_server.add(f"/__eco__/{variant}.html", html.replace("{title}", variant, 1).replace("{relay}", relay_server.url))
     ctx, page, log = await open_page(browser, url, timeout_ms=90_000)
     try:
-        name = "pyscript_square" if variant == "page-loads-pyscript" else "own_ping"
+        name = "own_ping" if variant == "loader-loads-pyscript" else "pyscript_square"
         args = ' {"n": 7}' if name == "pyscript_square" else ""
         assert await page.evaluate(f"window.Autopilot.send('{name}{args}')") is True
         rec = await _history_until(page, name)
         assert rec["status"] == "success"
-        if variant == "page-loads-pyscript":
+        if variant != "loader-loads-pyscript":
             assert await page.evaluate("window.__block_ran") is True
             assert await py_eval(page, "from widget import get_client\nget_client().get_context()") == {"second_block": True}
             # The model's answer quotes the result the PyScript block's function returned.
@@ -393,8 +405,9 @@ async def test_pyscript_page_shares_one_pyodide(browser, relay_server, page_serv
                 "any('49' in str(m.get('content') or '') for m in get_client().messages if m.get('role') == 'assistant')\")",
                 timeout=20_000)
         # One interpreter: Pyodide was fetched once, and it is PyScript's (its `pyscript` module is importable).
-        assert len([u for u in log.requests if u.endswith("/pyodide.asm.wasm")]) == 1
-        assert len([u for u in log.requests if u.endswith("/pyodide.mjs")]) == 1
+        # (Counted at the build's own URLs: a stable URL is one more request, its redirect.)
+        assert len([u for u in log.requests if re.search(r"/widget/[0-9a-f]{12}/pyodide/pyodide\.asm\.wasm$", u)]) == 1
+        assert len([u for u in log.requests if re.search(r"/widget/[0-9a-f]{12}/pyodide/pyodide\.mjs$", u)]) == 1
         assert await py_eval(page, "import pyscript\npyscript.__name__") == "pyscript"
         assert log.foreign_hosts({"127.0.0.1"}) == []  # offline: no CDN
         assert not [u for u in log.requests if "micropip" in u]

@@ -12,8 +12,8 @@
   allowed origins (module imports, streaming wasm compiles and ``fetch`` of the bundle need them; no cookies are
   used, so no ``Access-Control-Allow-Credentials``), ``Vary: Origin``, and ``Cross-Origin-Resource-Policy:
   cross-origin`` (the classic loader script is fetched without CORS; pages with COEP need it).
-- Stable names for PyScript pages: ``/widget/pyscript/<file>`` redirects to the current build's copy of
-  @pyscript/core, and ``/widget/pyscript.json`` is a PyScript config that works offline (our interpreter, our
+- Stable names for PyScript pages: ``/widget/pyscript/<file>``, ``/widget/pyodide/<file>`` and
+  ``/widget/bundle-full.zip`` redirect to the current build's copies (@pyscript/core, Pyodide, the bundle), and ``/widget/pyscript.json`` is a PyScript config that works offline (our interpreter, our
   bundle unpacked into site-packages through ``files``, no ``packages``).
 - Under a path prefix (``widget.relay.mount``), URLs written into pages and configs carry the prefix.
 """
@@ -212,7 +212,7 @@ class DistFiles:
         path = self._resolve(rel)
         if path is None and rel == "pyscript.json":
             return self.pyscript_config(request)
-        if path is None and rel.startswith("pyscript/"):
+        if path is None and (rel.startswith(("pyscript/", "pyodide/")) or rel in ("bundle-full.zip", "bundle.zip")):
             bid = self.build_id() if self.root.is_dir() else None
             if bid is not None and self._resolve(f"{bid}/{rel}") is not None:
                 # The versioned copy (immutable); its chunks then load relative to it.

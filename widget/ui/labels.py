@@ -97,6 +97,9 @@ LABELS: dict[str, str] = {
     "boot_failed": "{title} could not start ({stage}): {message}",
     "csp_wasm": "{title} cannot start on this page: its Content-Security-Policy blocks WebAssembly "
                 "(the site needs to add 'wasm-unsafe-eval' to script-src).",
+    "origin_refused": "{title} cannot start: this page's origin {origin} is not allowed for app {app} on the relay "
+                      "{relay}. Add it to the app's allowed origins.",
+    "relay_unreachable": "{title} cannot start: the relay {relay} does not answer ({message}).",
     "stage_python": "loading Python",
     "stage_bundle": "installing the bundle",
     "stage_widget": "starting the widget",
