@@ -421,6 +421,8 @@ def run_steps(root: Path, out_dir: Path, cache_dir: Path, lock_path: Path, clean
                       for rel, (sha, size) in hashes.items()}
     if loader.is_file():
         js = loader.read_bytes().replace(b"__BUILD_ID__", build_id.encode())
+        shared = root / "widget" / "loader_data.py"  # labels, toggle CSS and event names the loader shares with Python
+        js = __import__("runpy").run_path(str(shared))["fill_loader"](js) if shared.is_file() else js
         boot = {"lockInfo": pyodide_info}
         if split_paths:
             boot.update(stdlib="pyodide/python_stdlib_core.zip", rest="pyodide/python_stdlib_rest.zip",

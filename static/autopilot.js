@@ -143,19 +143,10 @@
   }
 
   // ---- labels: the loader's strings, from the same table as the bar's (widget/ui/labels.py) ------------
-  const LABELS = {
-    title: "Autopilot",
-    open: "Open {title}",
-    retry: "Retry",
-    starting: "Starting {title}…",
-    boot_failed: "{title} could not start ({stage}): {message}",
-    csp_wasm: "{title} cannot start on this page: its Content-Security-Policy blocks WebAssembly (the site needs to add 'wasm-unsafe-eval' to script-src).",
-    origin_refused: "{title} cannot start: this page's origin {origin} is not allowed for app {app} on the relay {relay}. Add it to the app's allowed origins.",
-    relay_unreachable: "{title} cannot start: the relay {relay} does not answer ({message}).",
-    stage_python: "loading Python",
-    stage_bundle: "installing the bundle",
-    stage_widget: "starting the widget",
-  };
+  // Filled in by build.py from the Python side (widget/loader_data.py): these labels, the toggle's CSS and the
+  // client event names exist once, in Python.
+  const SHARED = /*__LOADER_DATA__*/null;
+  const LABELS = { ...SHARED.labels };
   if (config.labels) {
     Object.keys(config.labels).forEach((k) => {
       if (typeof config.labels[k] === "string") { if (k in LABELS) LABELS[k] = config.labels[k]; }
@@ -173,21 +164,7 @@
   host.setAttribute("data-position", config.position);
   if (config.theme !== "auto") host.setAttribute("data-theme", config.theme);
   const shadow = host.attachShadow({ mode: "open" });
-  const css =
-    // !important: a host page's own !important rules on div must not move or hide the toggle.
-    ":host{all:initial !important;position:fixed !important;z-index:2147483000 !important;right:var(--autopilot-toggle-offset-x,20px) !important;bottom:var(--autopilot-toggle-offset-y,20px) !important;display:block !important;font-family:var(--autopilot-font,system-ui,sans-serif) !important}" +
-    ":host([data-position=bottom-left]){right:auto !important;left:var(--autopilot-toggle-offset-x,20px) !important}" +
-    "button.toggle{all:unset;box-sizing:border-box;width:56px;height:56px;border-radius:50%;display:grid;place-items:center;cursor:pointer;" +
-    "background:var(--autopilot-accent,#4f46e5);color:var(--autopilot-on-accent,#fff);box-shadow:0 4px 14px rgba(0,0,0,.25)}" +
-    "button.toggle:focus-visible{outline:3px solid var(--autopilot-focus,#f59e0b);outline-offset:3px}" +
-    "button.toggle svg{width:26px;height:26px}" +
-    // A long URL in an error must wrap inside the card, never overflow it.
-    ".status{position:absolute;bottom:66px;right:0;box-sizing:border-box;width:max-content;min-width:220px;max-width:min(320px,calc(100vw - 40px));padding:10px 12px;border-radius:10px;" +
-    "overflow-wrap:anywhere;background:var(--autopilot-surface,#fff);color:var(--autopilot-text,#111);box-shadow:0 4px 18px rgba(0,0,0,.2);font-size:14px;line-height:1.4}" +
-    ":host([data-position=bottom-left]) .status{right:auto;left:0}" +
-    ".status[hidden]{display:none}.status button{margin-top:8px;font:inherit;padding:4px 10px;border-radius:6px;border:1px solid currentColor;background:transparent;color:inherit;cursor:pointer}" +
-    "@media (prefers-color-scheme: dark){:host(:not([data-theme=light])) .status{background:var(--autopilot-surface,#1f2937);color:var(--autopilot-text,#f3f4f6)}}" +
-    ":host([data-theme=dark]) .status{background:var(--autopilot-surface,#1f2937);color:var(--autopilot-text,#f3f4f6)}";
+  const css = SHARED.toggleCss;
   // A constructable stylesheet: a strict CSP (no 'unsafe-inline' in style-src) blocks <style> elements, not these.
   try {
     const sheet = new CSSStyleSheet();
@@ -278,28 +255,42 @@
   document.addEventListener("keydown", onShortcut);
 
   // A start failed because a file from the relay could not be fetched or imported (no CORS, relay down):
-  // the browser's error says nothing useful ("Failed to fetch dynamically imported module"). Ask the relay
-  // with two cheap requests what the matter is: a CORS request of its manifest, then (when that fails) an
-  // opaque no-cors one, which succeeds when the relay answers but does not allow this page's origin.
+  // the browser's error says nothing useful ("Failed to fetch dynamically imported module"). Ask the relay what
+  // the matter is, cheaply: its origin check for the app (readable by any page, where the relay has one), else
+  // a CORS HEAD of its manifest and, when that fails, an opaque no-cors one, which succeeds when the relay
+  // answers but does not allow this page's origin.
   const NETWORK_ERROR = /Failed to fetch|dynamically imported module|NetworkError|Load failed|Importing a module script failed|error loading/i;
   async function diagnose(err) {
     const msg = (err && err.message) ? err.message : String(err);
     if (!NETWORK_ERROR.test(msg)) return null;
+    const vars = { origin: location.origin, app: config.app || "(from " + config.conversationUrl + ")", relay: config.relay };
+    const refused = () => {
+      let text = L("origin_refused", vars);
+      // The usual trap: localhost, 127.0.0.1 and [::1] are three different origins.
+      if (/^(localhost|127\.0\.0\.1|\[::1\])$/.test(location.hostname)) text += " (localhost, 127.0.0.1 and [::1] are different origins.)";
+      return text;
+    };
+    if (config.app) {
+      try {
+        const r = await fetch(config.relay + "/api/apps/" + encodeURIComponent(config.app) + "/origin", { cache: "no-store" });
+        if (r.ok) return null; // this origin may use the app: something else went wrong
+        if (r.status === 403) return refused();
+        const body = await r.json().catch(() => null);
+        const why = body && body.error && body.error.message;
+        if (why) return L("boot_failed", { stage: L("stage_python"), message: why });
+      } catch (e) { /* a relay without the check, or none at all: ask its files */ }
+    }
     const probe = new URL("manifest.json", scriptUrl).href;
     try {
       await fetch(probe, { method: "HEAD", cache: "no-store" });
       return null; // the relay answers this origin: something else went wrong
     } catch (e) { /* refused or down: which one? */ }
-    const vars = { origin: location.origin, app: config.app || "(from " + config.conversationUrl + ")", relay: config.relay };
     try {
       await fetch(probe, { method: "HEAD", mode: "no-cors", cache: "no-store" });
     } catch (e) {
       return L("relay_unreachable", { ...vars, message: msg });
     }
-    let text = L("origin_refused", vars);
-    // The usual trap: localhost, 127.0.0.1 and [::1] are three different origins.
-    if (/^(localhost|127\.0\.0\.1|\[::1\])$/.test(location.hostname)) text += " (localhost, 127.0.0.1 and [::1] are different origins.)";
-    return text;
+    return refused();
   }
 
   function fail(stage, err, retry) {
@@ -736,14 +727,7 @@
   let listeners = Object.create(null); // event -> [fn]
 
   // The client events on() accepts (docs/api.md#events); "*" gets every event as {event, payload}.
-  const EVENTS = [
-    "functionCall", "functionSuccess", "functionError", "functionResponseSent", "functionConfirmationRequired",
-    "functionConfirmationResolved", "contextResolutionChanged", "stateError", "askUserRequired", "askUserCleared",
-    "completion.started", "completion_stream", "function_call.begin", "function_call.end", "function_call_iteration",
-    "completion.ended", "completion.finished", "user_input", "ask_user.request", "message", "messages.withdrawn",
-    "connectionStateChanged", "error", "conversationLoaded", "joined", "ready", "roleChanged", "messagesChanged",
-    "pageError", "actionsOffered", "actionStarted", "actionOutcome", "*",
-  ];
+  const EVENTS = SHARED.events;
 
   // JSON data exactly: what JSON.stringify would silently drop (functions, undefined, symbols), turn into null
   // (NaN, Infinity, holes) or into text (a Date, a Map as {}) is refused with its path, so nothing is lost.

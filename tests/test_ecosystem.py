@@ -304,15 +304,26 @@ async def test_configuration_options_warnings_and_labels(browser, relay_server, 
         await ctx.close()
 
 
-def test_loader_labels_mirror_the_labels_table():
+def test_loader_shares_labels_css_and_event_names_with_python():
+    """One source: the built loader carries widget/ui/labels.py's labels, the bar's toggle CSS and
+    widget.protocol's event names, as build.py copied them (widget/loader_data.py)."""
+    from conftest import require_build
+    from support import DIST
+    from widget.loader_data import LOADER_LABELS, TOGGLE_CSS
+    from widget.protocol import SUBSCRIBABLE_EVENTS
+    from widget.ui.bar import TOGGLE_CSS as BAR_TOGGLE_CSS
     from widget.ui.labels import LABELS
 
-    src = (ROOT / "static" / "autopilot.js").read_text()
-    block = re.search(r"const LABELS = \{(.*?)\n  \};", src, re.S).group(1)
-    loader = dict(re.findall(r'^\s*(\w+): "((?:[^"\\]|\\.)*)",$', block, re.M))
-    assert loader, block
-    for key, value in loader.items():
-        assert LABELS.get(key) == json.loads(f'"{value}"'), key
+    require_build()
+    built = (DIST / "autopilot.js").read_text()
+    assert "__LOADER_DATA__" not in built
+    shared = json.loads(re.search(r"const SHARED = (\{.*?\});\n", built).group(1))
+    assert shared["labels"] == {k: LABELS[k] for k in LOADER_LABELS}
+    assert shared["toggleCss"] == TOGGLE_CSS == BAR_TOGGLE_CSS
+    assert set(shared["events"]) == set(SUBSCRIBABLE_EVENTS)
+    # Every label the loader's source uses is one it gets.
+    used = set(re.findall(r'\bL\("(\w+)"', (ROOT / "static" / "autopilot.js").read_text()))
+    assert used and used <= set(LOADER_LABELS), used - set(LOADER_LABELS)
 
 
 async def test_every_visible_string_comes_from_the_labels_table(browser, relay_server, page_server):

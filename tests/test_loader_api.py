@@ -194,7 +194,8 @@ async def test_a_relay_that_does_not_answer_is_said(browser, relay_server, page_
     ctx = await browser.new_context()
     page = await ctx.new_page()
     # The relay goes away after the loader came: its files and the probe both fail at the network level.
-    await page.route(re.compile(r".*/widget/(\w+/pyodide/pyodide\.mjs|manifest\.json)$"), lambda route: route.abort())
+    await page.route(re.compile(r".*/(widget/\w+/pyodide/pyodide\.mjs|widget/manifest\.json|api/apps/demo/origin)$"),
+                     lambda route: route.abort())
     try:
         await page.goto(url)
         await page.wait_for_selector(f"{STATUS} >> button", timeout=60_000)

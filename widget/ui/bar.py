@@ -24,6 +24,7 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
+from ..loader_data import TOGGLE_CSS  # one toggle CSS for the loader and the bar
 from ..store import Store
 from .actions import Actions
 from .activity import ActivityLog
@@ -52,15 +53,6 @@ STATE_LABELS = {
     "disconnected": "Disconnected",
     "error": "Connection error",
 }
-
-TOGGLE_CSS = (
-    ":host{all:initial;position:fixed;z-index:2147483000;right:20px;bottom:20px}"
-    "button.toggle{all:unset;box-sizing:border-box;width:56px;height:56px;border-radius:50%;display:grid;"
-    "place-items:center;cursor:pointer;background:var(--autopilot-accent,#4f46e5);"
-    "color:var(--autopilot-on-accent,#fff);box-shadow:0 4px 14px rgba(0,0,0,.25)}"
-    "button.toggle:focus-visible{outline:3px solid var(--autopilot-focus,#f59e0b);outline-offset:3px}"
-    "button.toggle svg{width:26px;height:26px}"
-)
 
 
 #: The bar's parts (attributes of ``Bar``), each holding the bar: ``destroy`` drops them.
