@@ -1,4 +1,4 @@
-"""Issue 2 in a real browser: one script tag boots Python offline, mounts the bar, joins the relay."""
+"""In a real browser: one script tag boots Python offline, mounts the bar, joins the relay."""
 
 from __future__ import annotations
 

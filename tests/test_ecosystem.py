@@ -1,4 +1,4 @@
-"""Issue 7, fitting the ecosystem: cross-origin embedding, the JS API on window.Autopilot, configuration and
+"""Fitting the ecosystem: cross-origin embedding, the JS API on window.Autopilot, configuration and
 labels, PyScript pages sharing one Pyodide, strict Content-Security-Policy, and the relay under a path prefix.
 
 Pages come from the page server (one origin) and load the loader, Pyodide, the bundle and Socket.IO from the
@@ -195,7 +195,7 @@ async def test_js_api_from_page_js_queued_before_ready(browser, relay_server, pa
         await page.wait_for_function("() => __log.some(e => e[0] === 'error' && e[1] === 'js_fail')")
         err = next(e for e in await page.evaluate("window.__log") if e[0] == "error")
         assert "nope from JS" in str(err[2])
-        # Seed-002 tool with a JS handler: {question, page, signal}.
+        # A declared tool with a JS handler: {question, page, signal}.
         await say('js_tool {"q": "hi"}', 2)
         rec = await _history_until(page, "js_tool")
         assert rec["status"] == "success"

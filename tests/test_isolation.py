@@ -1,4 +1,4 @@
-"""Issue 9.7: auth and isolation against a real relay over real Socket.IO."""
+"""Auth and isolation against a real relay over real Socket.IO."""
 
 from __future__ import annotations
 
