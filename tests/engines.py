@@ -23,7 +23,6 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
-
 from support import free_port, stop_process
 
 FIREFOX = "/usr/bin/firefox-esr"
@@ -33,6 +32,11 @@ XVFB = "/usr/bin/Xvfb"
 
 #: WebDriver's codes for the keys the tests press.
 KEYS = {"Alt": "\ue00a", "Shift": "\ue008", "Control": "\ue009", "Enter": "\ue007", "Escape": "\ue00c", "Tab": "\ue004"}
+
+
+def _spawn(cmd: list[str], **kw: Any) -> subprocess.Popen[bytes]:
+    """Start a helper program (the engines' start-up awaits nothing while it does)."""
+    return subprocess.Popen(cmd, **kw)
 
 
 def key_actions(text: str = "", chord: list[str] | None = None) -> list[dict[str, Any]]:
@@ -119,7 +123,7 @@ class Firefox(Engine):
             'user_pref("browser.shell.checkDefaultBrowser", false);\n'
             'user_pref("datareporting.policy.dataSubmissionEnabled", false);\n'
             'user_pref("app.update.disabledForTesting", true);\n')
-        self.proc = subprocess.Popen([FIREFOX, "--headless", "--no-remote", "--profile", self.profile,
+        self.proc = _spawn([FIREFOX, "--headless", "--no-remote", "--profile", self.profile,
                                       "--remote-debugging-port", str(port), "about:blank"],
                                      stdout=log.open("wb"), stderr=subprocess.STDOUT)
         self.http = aiohttp.ClientSession()
@@ -130,7 +134,8 @@ class Firefox(Engine):
                 break
             except aiohttp.ClientError:
                 if time.monotonic() > deadline or self.proc.poll() is not None:
-                    raise EngineError(f"Firefox did not open WebDriver BiDi on port {port}:\n{log.read_text()}") from None
+                    text = log.read_text()
+                    raise EngineError(f"Firefox did not open WebDriver BiDi on port {port}:\n{text}") from None
                 await asyncio.sleep(0.2)
         self._reader = asyncio.ensure_future(self._read())
         await self._send("session.new", {"capabilities": {"alwaysMatch": {"acceptInsecureCerts": True}}})
@@ -210,7 +215,8 @@ class WebKit(Engine):
     async def start(self) -> None:
         # Xvfb picks a free display and writes its number to the pipe (-displayfd).
         read, write = os.pipe()
-        self.xvfb = subprocess.Popen([XVFB, "-displayfd", str(write), "-screen", "0", "1280x900x24", "-nolisten", "tcp"],
+        xvfb = [XVFB, "-displayfd", str(write), "-screen", "0", "1280x900x24", "-nolisten", "tcp"]
+        self.xvfb = _spawn(xvfb,
                                      pass_fds=(write,), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         os.close(write)
         display = await asyncio.to_thread(lambda: os.read(read, 16).decode().strip())
@@ -220,7 +226,7 @@ class WebKit(Engine):
         port = free_port()
         log = Path(self.tmp) / "webkitwebdriver.log"
         env = {**os.environ, "DISPLAY": f":{display}"}
-        self.driver = subprocess.Popen([WEBKIT_DRIVER, f"--port={port}"], env=env,
+        self.driver = _spawn([WEBKIT_DRIVER, f"--port={port}"], env=env,
                                        stdout=log.open("wb"), stderr=subprocess.STDOUT)
         self.base = f"http://127.0.0.1:{port}"
         self.http = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=180))
@@ -239,8 +245,9 @@ class WebKit(Engine):
             "binary": MINIBROWSER, "args": ["--automation"]}}}}
         try:
             self.session = (await asyncio.wait_for(self._req("POST", "/session", caps), 90))["sessionId"]
-        except (asyncio.TimeoutError, EngineError) as exc:
-            raise EngineError(f"WebKitWebDriver could not start MiniBrowser ({exc!r}):\n{log.read_text()[-3000:]}") from None
+        except (TimeoutError, EngineError) as exc:
+            text = log.read_text()[-3000:]
+            raise EngineError(f"WebKitWebDriver could not start MiniBrowser ({exc!r}):\n{text}") from None
 
     async def _req(self, method: str, path: str, body: Any = None) -> Any:
         assert self.http is not None

@@ -9,12 +9,13 @@ Markdown renders, Esc closes and focus returns where it was.
 
 from __future__ import annotations
 
-from pathlib import Path
-from typing import Any, AsyncIterator
+import json
+import os
+from collections.abc import AsyncIterator
+from typing import Any
 
 import pytest
 import pytest_asyncio
-
 from engines import ENGINES, Engine
 
 PAGE = """<!doctype html><html><head><meta charset="utf-8"><link rel="icon" href="data:,"><title>engines</title></head>
@@ -40,18 +41,43 @@ def clear_notes() -> str:
 
 # JS run in the page (each returns JSON data).
 ROOT = "document.getElementById('autopilot-bar-host').shadowRoot"
-HISTORY = """() => JSON.parse(window.Autopilot.pyodide.runPython(
-  "import json\\nfrom widget import get_client\\njson.dumps(get_client().get_function_call_history())"))"""
-USER_TEXTS = """() => JSON.parse(window.Autopilot.pyodide.runPython(
-  "import json\\nfrom widget import get_client\\njson.dumps([m.get('content') for m in get_client().messages if m.get('role') == 'user'])"))"""
+
+
+def py_json(expression: str) -> str:
+    """A JS function returning ``expression`` evaluated by the page's Python (with ``client``), as JSON data."""
+    code = f"import json\nfrom widget import get_client\nclient = get_client()\njson.dumps({expression})"
+    return f"() => JSON.parse(window.Autopilot.pyodide.runPython({json.dumps(code)}))"
+
+
+HISTORY = py_json("client.get_function_call_history()")
+USER_TEXTS = py_json("[m.get('content') for m in client.messages if m.get('role') == 'user']")
+FUNCTION_NAMES = py_json("sorted(f['name'] for f in client.get_registered_functions())")
+TOGGLE = "document.getElementById('autopilot-toggle-host').shadowRoot.querySelector('button.toggle')"
+
+
+def answered(name: str) -> str:
+    """A JS function: the call record of ``name`` once its response went out."""
+    return f"() => ({HISTORY})().find(r => r.name === {name!r} && r.respondedAt !== null)"
+
+
+def answer_quotes(text: str) -> str:
+    """A JS function: whether an assistant answer in the bar contains ``text``."""
+    answers = f"[...{ROOT}.querySelectorAll('.message.assistant .markdown')]"
+    return f"() => {answers}.some(m => m.textContent.includes({text!r}))"
+
+
 IDLE = "n => window.__finished >= n"  # the relay takes the next message once the turn is over
+
+
+def missing_programs(paths: list[str]) -> list[str]:
+    return [p for p in paths if not os.path.exists(p)]
 
 
 @pytest_asyncio.fixture(scope="module", params=sorted(ENGINES))
 async def engine(request: Any, relay_server: Any, page_server: Any) -> AsyncIterator[Engine]:
     """One engine with the page booted and joined."""
     cls, needs = ENGINES[request.param]
-    missing = [p for p in needs if not Path(p).exists()]
+    missing = missing_programs(needs)
     if missing:
         pytest.fail(f"{request.param}: {', '.join(missing)} missing: install Debian's firefox-esr, webkit2gtk-driver "
                     "and xvfb (bash dev setup does)")
@@ -67,9 +93,9 @@ async def engine(request: Any, relay_server: Any, page_server: Any) -> AsyncIter
 
 async def test_boots_and_joins(engine: Engine) -> None:
     await engine.wait("() => performance.getEntriesByName('autopilot:joined').length > 0", timeout=120)
-    assert await engine.call("() => window.Autopilot.handle !== null && !!document.getElementById('autopilot-bar-host')")
-    names = await engine.call("""() => JSON.parse(window.Autopilot.pyodide.runPython(
-      "import json\\nfrom widget import get_client\\njson.dumps(sorted(f['name'] for f in get_client().get_registered_functions()))"))""")
+    assert await engine.call("() => window.Autopilot.handle !== null && "
+                             "!!document.getElementById('autopilot-bar-host')")
+    names = await engine.call(FUNCTION_NAMES)
     assert {"add_numbers", "clear_notes"} <= set(names)
 
 
@@ -90,7 +116,8 @@ async def test_shortcut_opens_and_typed_text_arrives_whole(engine: Engine) -> No
 async def test_markdown_answer_renders(engine: Engine) -> None:
     # The demo model's answer is Markdown: **bold** and a list.
     strong = await engine.wait(
-        f"() => {{ const s = [...{ROOT}.querySelectorAll('.message.assistant .markdown strong')]; return s.length && s[0].textContent; }}",
+        f"() => {{ const s = [...{ROOT}.querySelectorAll('.message.assistant .markdown strong')];"
+        " return s.length && s[0].textContent; }",
         timeout=30)
     assert strong == "demo model"
     assert await engine.call(f"() => {ROOT}.querySelectorAll('.message.assistant .markdown li').length") > 0
@@ -101,13 +128,12 @@ async def test_function_call_runs_and_shows(engine: Engine) -> None:
     await engine.click(f"() => {ROOT}.querySelector('textarea.input')")
     await engine.type('add_numbers {"a": 2, "b": 40}')
     await engine.press("Enter")
-    rec = await engine.wait(f"() => ({HISTORY})().find(r => r.name === 'add_numbers' && r.respondedAt !== null)", timeout=30)
+    rec = await engine.wait(answered("add_numbers"), timeout=30)
     assert rec["status"] == "success"
     # The call's pill is in the bar, and the model's answer quotes the result the page function returned.
     assert await engine.wait(f"() => {ROOT}.querySelectorAll('.message.assistant').length > 1 && "
                              f"{ROOT}.textContent.includes('add_numbers')", timeout=30)
-    await engine.wait(f"() => [...{ROOT}.querySelectorAll('.message.assistant .markdown')].some(m => m.textContent.includes('42'))",
-                      timeout=30)
+    await engine.wait(answer_quotes("42"), timeout=30)
     await engine.wait(IDLE, 2, timeout=30)
 
 
@@ -119,10 +145,9 @@ async def test_confirmation_waits_for_allow(engine: Engine) -> None:
     await engine.wait(f"() => !!({allow})()", timeout=30)
     assert not [r for r in await engine.call(HISTORY) if r["name"] == "clear_notes" and r["status"] == "success"]
     await engine.click(allow)
-    rec = await engine.wait(f"() => ({HISTORY})().find(r => r.name === 'clear_notes' && r.respondedAt !== null)", timeout=30)
+    rec = await engine.wait(answered("clear_notes"), timeout=30)
     assert rec["status"] == "success"
-    await engine.wait(f"() => [...{ROOT}.querySelectorAll('.message.assistant .markdown')].some(m => m.textContent.includes('cleared'))",
-                      timeout=30)
+    await engine.wait(answer_quotes("cleared"), timeout=30)
     await engine.wait(IDLE, 3, timeout=30)
 
 
@@ -138,7 +163,7 @@ async def test_escape_closes_and_focus_returns_where_it_was(engine: Engine) -> N
 
 async def test_typing_right_after_a_click_on_the_toggle_arrives_whole(engine: Engine) -> None:
     # (A report had WebKit lose the first characters typed right after the bar opened.)
-    await engine.click("() => document.getElementById('autopilot-toggle-host').shadowRoot.querySelector('button.toggle')")
+    await engine.click(f"() => {TOGGLE}")
     text = f"typed at once in {engine.name}"
     await engine.type(text)
     assert await engine.call(f"() => {ROOT}.querySelector('textarea.input').value") == text

@@ -9,7 +9,16 @@ import re
 
 from support import open_page, wait_mark
 
-HEAD = '<!doctype html><html><head><meta charset="utf-8"><link rel="icon" href="data:,"><title>{title}</title></head><body>'
+HEAD = ('<!doctype html><html><head><meta charset="utf-8"><link rel="icon" href="data:,">'
+        "<title>{title}</title></head><body>")
+CONTEXT = "JSON.parse(window.Autopilot.pyodide.runPython(" \
+    "'import json\\nfrom widget import get_client\\njson.dumps(get_client().get_context())'))"
+
+
+def loader_page(title: str, relay: str, attrs: str = "", body: str = "") -> str:
+    """A page with ``body`` and the loader's tag for app demo with ``attrs``."""
+    tag = f'<script src="{relay}/widget/autopilot.js" data-app="demo" {attrs}></script>'
+    return HEAD.format(title=title) + body + tag + "</body></html>"
 TOGGLE = "#autopilot-toggle-host >> button.toggle"
 STATUS = "#autopilot-toggle-host >> .status"
 PANEL = "#autopilot-bar-host >> section.panel"
@@ -24,13 +33,14 @@ async def test_refuses_what_is_not_json_data_and_unknown_event_names(browser, re
     """Checked in JS at the call, before Python exists: nothing is dropped or stringified on the way."""
     from widget.protocol import SUBSCRIBABLE_EVENTS
 
-    html = HEAD.format(title="json") + f'<script src="{relay_server.url}/widget/autopilot.js" data-app="demo" data-boot="intent"></script></body></html>'
+    html = loader_page("json", relay_server.url, 'data-boot="intent"')
     url = page_server.add("/__loader__/json.html", html)
     ctx, page, log = await open_page(browser, url, wait_joined=False)
     try:
         errors = await page.evaluate("""() => {
           const A = window.Autopilot, out = {};
-          const t = (name, f) => { try { f(); out[name] = null; } catch (e) { out[name] = e.constructor.name + ": " + e.message; } };
+          const t = (name, f) => {
+            try { f(); out[name] = null; } catch (e) { out[name] = e.constructor.name + ": " + e.message; } };
           const cyc = {}; cyc.self = cyc;
           t("date", () => A.setContext({when: new Date(0)}));
           t("function", () => A.setContext({f: () => 1}));
@@ -42,13 +52,15 @@ async def test_refuses_what_is_not_json_data_and_unknown_event_names(browser, re
           t("map", () => A.setContext({m: new Map()}));
           t("cycle", () => A.setContext(cyc));
           t("bigint", () => A.setContext({"odd key": 1n}));
-          t("parameters", () => A.registerFunction({name: "x", handler() {}, parameters: {type: "object", default: new Date(0)}}));
+          t("parameters", () => A.registerFunction({name: "x", handler() {},
+                                                    parameters: {type: "object", default: new Date(0)}}));
           t("fine", () => A.setContext({ok: 1.5, list: [1, "a", null, true, {b: []}], "odd key": "x"}));
           t("unknown_event", () => A.on("functionStart", () => {}));
           t("known_event", () => A.on("functionCall", () => {}));
           t("any_event", () => A.on("*", () => {}));
           return out; }""")
-        assert errors["date"] == "TypeError: [autopilot] setContext(): context.when is a Date (send date.toISOString()), " \
+        assert errors["date"] == "TypeError: [autopilot] setContext(): context.when is a Date " \
+            "(send date.toISOString()), " \
             "not JSON data (plain objects, arrays, strings, finite numbers, booleans, null)"
         assert "context.f is a function, not JSON data" in errors["function"]
         assert "context.n is NaN" in errors["nan"]
@@ -61,7 +73,8 @@ async def test_refuses_what_is_not_json_data_and_unknown_event_names(browser, re
         assert 'context["odd key"] is a bigint' in errors["bigint"]
         assert "registerFunction(): parameters.default is a Date" in errors["parameters"]
         assert errors["fine"] is None and errors["known_event"] is None and errors["any_event"] is None
-        assert errors["unknown_event"].startswith('TypeError: [autopilot] on(): unknown event "functionStart"; the events are ')
+        assert errors["unknown_event"].startswith(
+            'TypeError: [autopilot] on(): unknown event "functionStart"; the events are ')
         # The loader knows exactly the names the Python client accepts.
         listed = errors["unknown_event"].split("the events are ", 1)[1].split(", ")
         assert set(listed) == set(SUBSCRIBABLE_EVENTS) and len(listed) == len(set(listed))
@@ -108,8 +121,7 @@ async def test_any_tag_order_queue_event_and_callbacks(browser, relay_server, pa
         # Later pushes run at once.
         assert await page.evaluate("window.Autopilot.push(A => window.__late = A.handle !== null)") == 1
         assert await page.evaluate("window.__late") is True
-        ctx_value = await page.evaluate(
-            "JSON.parse(window.Autopilot.pyodide.runPython('import json\\nfrom widget import get_client\\njson.dumps(get_client().get_context())'))")
+        ctx_value = await page.evaluate(CONTEXT)
         assert ctx_value == {"from": "queue", "second": True}
         assert log.page_errors == [] and log.console_errors == []
     finally:
@@ -117,7 +129,7 @@ async def test_any_tag_order_queue_event_and_callbacks(browser, relay_server, pa
 
 
 async def test_shortcut_before_python_is_queued_like_a_click(browser, relay_server, page_server):
-    html = HEAD.format(title="shortcut") + f'<p>page</p><script src="{relay_server.url}/widget/autopilot.js" data-app="demo"></script></body></html>'
+    html = loader_page("shortcut", relay_server.url, body="<p>page</p>")
     url = page_server.add("/__loader__/shortcut.html", html)
     ctx = await browser.new_context()
     page = await ctx.new_page()
@@ -157,7 +169,8 @@ window.addEventListener("autopilot:error", (e) => __events.push(["event", e.deta
 
 
 async def test_origin_not_allowed_is_said_in_the_card_and_on_the_console(browser, relay_server, page_server):
-    url = localhost(page_server.add("/__loader__/refused.html", REFUSED_PAGE.format(title="refused", relay=relay_server.url)))
+    html = REFUSED_PAGE.format(title="refused", relay=relay_server.url)
+    url = localhost(page_server.add("/__loader__/refused.html", html))
     origin = url.split("/__loader__")[0]
     ctx, page, log = await open_page(browser, url, wait_joined=False)
     try:
@@ -170,7 +183,8 @@ async def test_origin_not_allowed_is_said_in_the_card_and_on_the_console(browser
         assert any(expected in c for c in log.console_errors), log.console_errors
         assert not any("could not start" in c for c in log.console_errors)  # the cause, not the browser's words
         # The card holds its text: nothing overflows it or the viewport.
-        box = await page.evaluate("""() => { const s = document.getElementById('autopilot-toggle-host').shadowRoot.querySelector('.status');
+        box = await page.evaluate("""() => {
+            const s = document.getElementById('autopilot-toggle-host').shadowRoot.querySelector('.status');
             const r = s.getBoundingClientRect();
             return {over: s.scrollWidth - s.clientWidth, left: r.left, right: r.right, width: innerWidth}; }""")
         assert box["over"] <= 0 and box["left"] >= 0 and box["right"] <= box["width"], box
@@ -189,7 +203,7 @@ async def test_origin_not_allowed_is_said_in_the_card_and_on_the_console(browser
 
 
 async def test_a_relay_that_does_not_answer_is_said(browser, relay_server, page_server):
-    html = HEAD.format(title="down") + f'<script src="{relay_server.url}/widget/autopilot.js" data-app="demo" data-boot="eager"></script></body></html>'
+    html = loader_page("down", relay_server.url, 'data-boot="eager"')
     url = page_server.add("/__loader__/down.html", html)
     ctx = await browser.new_context()
     page = await ctx.new_page()
@@ -215,7 +229,8 @@ from widget import get_client
 
 
 async def test_pyscript_page_on_a_refused_origin_says_so_with_retry(browser, relay_server, page_server):
-    url = localhost(page_server.add("/__loader__/ps-refused.html", PYSCRIPT_REFUSED.format(title="ps refused", relay=relay_server.url)))
+    html = PYSCRIPT_REFUSED.format(title="ps refused", relay=relay_server.url)
+    url = localhost(page_server.add("/__loader__/ps-refused.html", html))
     ctx, page, log = await open_page(browser, url, wait_joined=False)
     try:
         await page.click(TOGGLE)  # the reader asks for it: never "Starting…" forever
@@ -267,7 +282,8 @@ async def test_micropython_and_worker_blocks_are_reported_and_not_waited_for(bro
         assert await page.evaluate("window.Autopilot.send('from_pyodide')") is True
         await page.wait_for_function(
             """() => JSON.parse(window.Autopilot.pyodide.runPython("import json\\nfrom widget import get_client\\n"
-                 + "json.dumps(get_client().get_function_call_history())")).some(r => r.name === 'from_pyodide' && r.status === 'success')""",
+                 + "json.dumps(get_client().get_function_call_history())"))
+               .some(r => r.name === 'from_pyodide' && r.status === 'success')""",
             timeout=30_000)
     finally:
         await ctx.close()
@@ -282,8 +298,6 @@ async def test_micropython_and_worker_blocks_are_reported_and_not_waited_for(bro
         await wait_mark(page, "autopilot:joined", 90_000)
         assert any("PyScript worker blocks" in w and "not supported" in w for w in warnings), warnings
         # No main-thread PyScript interpreter to share: the widget started its own and ran the page's Python.
-        assert await page.evaluate(
-            "window.Autopilot.pyodide.runPython('import json\\nfrom widget import get_client\\njson.dumps(get_client().get_context())')"
-        ) == '{"own": "pyodide"}'
+        assert await page.evaluate(CONTEXT) == {"own": "pyodide"}
     finally:
         await ctx.close()

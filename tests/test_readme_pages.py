@@ -12,15 +12,16 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import pytest
-
 from support import ROOT, open_page, py_eval, start_relay
 
-HEAD = '<!doctype html><html><head><meta charset="utf-8"><link rel="icon" href="data:,"><title>{title}</title></head><body>'
+HEAD = ('<!doctype html><html><head><meta charset="utf-8"><link rel="icon" href="data:,">'
+        "<title>{title}</title></head><body>")
 FENCE = re.compile(r"^```(html|js)\n(.*?)^```", re.S | re.M)
 DOCS = ("README.md", "docs/embedding.md")
 
@@ -117,7 +118,8 @@ async def test_doc_snippet_is_a_working_page(browser, page_server, my_site, snip
     ctx, page, log = await open_page(browser, url, timeout_ms=90_000)
     try:
         assert await page.evaluate("window.Autopilot.ready.then(a => a === window.Autopilot)") is True
-        names = set(await py_eval(page, "from widget import get_client\n[f['name'] for f in get_client().get_registered_functions()]"))
+        names = set(await py_eval(page, "from widget import get_client\n"
+                                        "[f['name'] for f in get_client().get_registered_functions()]"))
         wanted = functions_of(snippet.text)
         registered = set(re.findall(r'name: "(\w+)"', snippet.text)) | set(re.findall(r"def (\w+)\(", snippet.text))
         assert registered <= names, (registered, names)
@@ -127,7 +129,8 @@ async def test_doc_snippet_is_a_working_page(browser, page_server, my_site, snip
             await _say(page, name + (" " + json.dumps(args) if args else ""), i)
             await page.wait_for_function(
                 """name => JSON.parse(window.Autopilot.pyodide.runPython(
-                     "import json\\nfrom widget import get_client\\njson.dumps(get_client().get_function_call_history())"))
+                     "import json\\nfrom widget import get_client\\n"
+                     + "json.dumps(get_client().get_function_call_history())"))
                    .some(r => r.name === name && r.respondedAt !== null)""", arg=name, timeout=30_000)
             history = await py_eval(page, "from widget import get_client\nget_client().get_function_call_history()")
             assert [r["status"] for r in history if r["name"] == name] == ["success"], history

@@ -38,8 +38,8 @@ TOGGLE_CSS: Final = (
     ":host([data-position=bottom-left]) .status{right:auto;left:0}"
     ".status[hidden]{display:none}.status button{margin-top:8px;font:inherit;padding:4px 10px;border-radius:6px;"
     "border:1px solid currentColor;background:transparent;color:inherit;cursor:pointer}"
-    "@media (prefers-color-scheme: dark){:host(:not([data-theme=light])) .status{background:var(--autopilot-surface,#1f2937);"
-    "color:var(--autopilot-text,#f3f4f6)}}"
+    "@media (prefers-color-scheme: dark){:host(:not([data-theme=light])) .status{"
+    "background:var(--autopilot-surface,#1f2937);color:var(--autopilot-text,#f3f4f6)}}"
     ":host([data-theme=dark]) .status{background:var(--autopilot-surface,#1f2937);color:var(--autopilot-text,#f3f4f6)}"
 )
 
