@@ -71,7 +71,7 @@ RESEND_DELAYS_S: tuple[float, ...] = (0.25, 0.5, 1.0, 2.0, 5.0)
 RESEND_WINDOW_S = 4 * P.FUNCTION_CALL_TIMEOUT_S
 #: A rejoin refused with one of these codes (many tabs rejoining a restarted relay at once, a relay still starting)
 #: is tried again after the next delay; the last value repeats. Any other refusal ends in the ``error`` state.
-RETRYABLE_REJOIN_ERRORS = frozenset({P.ERR_RATE_LIMITED, P.ERR_INTERNAL, P.ERR_BUSY, "connection_failed"})
+RETRYABLE_REJOIN_ERRORS = frozenset({P.ERR_RATE_LIMITED, P.ERR_INTERNAL, P.ERR_BUSY, P.ERR_UNAVAILABLE, "connection_failed"})
 REJOIN_DELAYS_S: tuple[float, ...] = (1.0, 2.0, 4.0, 8.0, 15.0)
 #: A join token this young is used again for a rejoin without reading the conversation first: after a relay
 #: restart the stored results then go out before anything else reaches the relay (half the token's lifetime, so
