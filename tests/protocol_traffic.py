@@ -22,8 +22,17 @@ import socketio
 from widget.relay import contract as C
 
 #: Test modules whose traffic is checked (relay integration tests and the conformance suite).
-CHECKED_MODULES = {"test_relay", "test_relay_tools", "test_relay_turns", "test_relay_hardening",
-                   "test_client_relay", "test_conformance", "test_conformance_scale", "test_relay_mcp", "test_relay_store"}
+CHECKED_MODULES = {
+    "test_relay",
+    "test_relay_tools",
+    "test_relay_turns",
+    "test_relay_hardening",
+    "test_client_relay",
+    "test_conformance",
+    "test_conformance_scale",
+    "test_relay_mcp",
+    "test_relay_store",
+}
 #: Socket.IO's own pseudo-events, not protocol messages.
 _INTERNAL = {"connect", "disconnect", "connect_error", "__disconnect_final"}
 
@@ -35,13 +44,17 @@ class Traffic:
     checked: Counter[str] = field(default_factory=Counter)
     problems: list[str] = field(default_factory=list)
 
-    def note(self, what: str, problems: list[C.Problem], value: Any, schema: tuple[str, str, str] | None = None) -> None:
+    def note(
+        self, what: str, problems: list[C.Problem], value: Any, schema: tuple[str, str, str] | None = None
+    ) -> None:
         self.checked[what.split(" ")[0]] += 1
         for p in problems:
             self.problems.append(f"{what}: {p} in {json.dumps(value, default=str)[:300]}")
         if schema is not None and C.jsonschema_validator(*schema).is_valid(value) != (not problems):
             # The relay's fast checker and jsonschema must give the same verdict on every message.
-            self.problems.append(f"{what}: the fast checker and jsonschema disagree on {json.dumps(value, default=str)[:300]}")
+            self.problems.append(
+                f"{what}: the fast checker and jsonschema disagree on {json.dumps(value, default=str)[:300]}"
+            )
 
     def incoming(self, event: str, args: tuple[Any, ...]) -> None:
         if event in _INTERNAL:
@@ -50,7 +63,9 @@ class Traffic:
             self.problems.append(f"event {event!r} carries {len(args)} arguments (one object expected)")
             return
         known = event in C.S.EVENT_BY_NAME
-        self.note(f"event {event}", C.check_event(event, args[0]), args[0], ("event", event, "payload") if known else None)
+        self.note(
+            f"event {event}", C.check_event(event, args[0]), args[0], ("event", event, "payload") if known else None
+        )
 
     def ack(self, event: str, data: Any, ack: Any) -> None:
         if event not in C.S.EVENT_BY_NAME or C.S.EVENT_BY_NAME[event].from_relay:
@@ -70,11 +85,16 @@ class Traffic:
         if op is None:
             return
         has_body = C.schema_bundle()["x-http"][op]["responses"].get(str(status)) is not None
-        self.note(f"http {op} {status}", C.check_http(op, status, body), body,
-                  ("http", op, str(status)) if has_body else None)
+        self.note(
+            f"http {op} {status}", C.check_http(op, status, body), body, ("http", op, str(status)) if has_body else None
+        )
         if 200 <= status < 300 and request is not None:
-            self.note(f"http {op} request", C.check_http(op, status, request, request=True), request,
-                      ("http", op, "body") if "body" in C.schema_bundle()["x-http"][op] else None)
+            self.note(
+                f"http {op} request",
+                C.check_http(op, status, request, request=True),
+                request,
+                ("http", op, "body") if "body" in C.schema_bundle()["x-http"][op] else None,
+            )
 
 
 @pytest.fixture(autouse=True)
@@ -84,8 +104,12 @@ def checked_traffic(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPa
         yield None
         return
     traffic = Traffic()
-    trigger, call, emit, send = (socketio.AsyncClient._trigger_event, socketio.AsyncClient.call,
-                                 socketio.AsyncClient.emit, aiohttp.ClientSession._request)
+    trigger, call, emit, send = (
+        socketio.AsyncClient._trigger_event,
+        socketio.AsyncClient.call,
+        socketio.AsyncClient.emit,
+        aiohttp.ClientSession._request,
+    )
 
     async def _trigger_event(self: Any, event: str, namespace: str, *args: Any) -> Any:
         traffic.incoming(event, args)

@@ -67,11 +67,30 @@ def test_command_line(tmp_path: Path) -> None:
     from support import free_port, start_relay
 
     port = free_port()
-    server = start_relay(tmp_path, port=port, extra=["--demo-chunk-delay-ms", "0", "--app", f"demo=http://127.0.0.1:{port}"])
+    server = start_relay(
+        tmp_path, port=port, extra=["--demo-chunk-delay-ms", "0", "--app", f"demo=http://127.0.0.1:{port}"]
+    )
     try:
-        out = subprocess.run([sys.executable, "-m", "widget.conformance", "--relay", server.url, "--app", "demo",
-                              "--only", "http", "--only", "message_turn"], cwd=ROOT, capture_output=True, text=True,
-                             timeout=120, check=False)
+        out = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "widget.conformance",
+                "--relay",
+                server.url,
+                "--app",
+                "demo",
+                "--only",
+                "http",
+                "--only",
+                "message_turn",
+            ],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
         assert out.returncode == 0, out.stdout + out.stderr
         assert "PASS http" in out.stdout and "2/2 flows passed" in out.stdout
     finally:

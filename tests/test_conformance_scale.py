@@ -50,8 +50,13 @@ def relays(tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[str]]:
 
 @pytest.mark.parametrize("name", list(FLOWS))
 async def test_flow_on_two_processes(relays: list[str], name: str) -> None:
-    [result] = await run_suite(relays, "demo", origin=ORIGIN, only=[name],
-                               options=Options(call_timeout_s=3.0, ask_app="ask", ask_secret=ASK_SECRET))
+    [result] = await run_suite(
+        relays,
+        "demo",
+        origin=ORIGIN,
+        only=[name],
+        options=Options(call_timeout_s=3.0, ask_app="ask", ask_secret=ASK_SECRET),
+    )
     assert result.ok, f"{name}: {result.detail}"
 
 

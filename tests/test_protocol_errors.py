@@ -17,15 +17,18 @@ from widget.errors import (
 from widget.transports.base import TransportError
 
 
-@pytest.mark.parametrize("exc,code,text", [
-    (WidgetError("x"), "widget_error", "x"),
-    (ConfigError("bad option"), "config_error", "bad option"),
-    (ConnectionFailed("down"), "connection_failed", "down"),
-    (TransportError("reset"), "connection_failed", "reset"),
-    (StateLimitError("state_too_deep", "deep"), "state_too_deep", "deep"),
-    (ProtocolError("not_active", "Another tab is active."), "not_active", "not_active: Another tab is active."),
-    (WidgetError("y", code="custom"), "custom", "y"),
-])
+@pytest.mark.parametrize(
+    "exc,code,text",
+    [
+        (WidgetError("x"), "widget_error", "x"),
+        (ConfigError("bad option"), "config_error", "bad option"),
+        (ConnectionFailed("down"), "connection_failed", "down"),
+        (TransportError("reset"), "connection_failed", "reset"),
+        (StateLimitError("state_too_deep", "deep"), "state_too_deep", "deep"),
+        (ProtocolError("not_active", "Another tab is active."), "not_active", "not_active: Another tab is active."),
+        (WidgetError("y", code="custom"), "custom", "y"),
+    ],
+)
 def test_code_message_and_text(exc: WidgetError, code: str, text: str) -> None:
     assert isinstance(exc, WidgetError) and isinstance(exc, Exception)
     assert exc.code == code and str(exc) == text

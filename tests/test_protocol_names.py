@@ -23,13 +23,96 @@ PYODIDE = sorted((ROOT / ".build-cache" / "unpacked").glob("pyodide-*/pyodide.mj
 )
 
 # The names the protocol had before it became a package; code outside it still uses them.
-FLAT_NAMES = ["PROTOCOL_VERSION", "HTTP_CREATE_CONVERSATION", "HTTP_CONVERSATION", "HTTP_ASK_USER", "DEFAULT_RELAY_PATH", "EV_JOIN", "EV_STATE_PATCH", "EV_USER_MESSAGE", "EV_FUNCTION_RESPONSE", "EV_CANCEL", "EV_REPLAY", "EV_ACTIVATE", "EV_RETRY", "EV_REGENERATE", "EV_ACTION_OUTCOME", "EV_STATE", "EV_CLIENT_ROLE", "EV_COMPLETION_STARTED", "EV_COMPLETION_STREAM", "EV_FUNCTION_CALL_BEGIN", "EV_FUNCTION_CALL_END", "EV_FUNCTION_CALL_ITERATION", "EV_COMPLETION_ENDED", "EV_COMPLETION_FINISHED", "EV_USER_INPUT", "EV_ASK_USER_REQUEST", "EV_MESSAGE", "EV_MESSAGES_WITHDRAWN", "SEQUENCED_EVENTS", "STATE_ROOT", "FUNCTIONS_PATH", "CONTEXT_PATH", "MAX_STATE_BYTES", "MAX_STATE_DEPTH", "ENGINEIO_MAX_BUFFER", "FUNCTIONS_DEBOUNCE_MS", "CONTEXT_DEBOUNCE_MS", "SYNC_STATE_BEFORE_FUNCTION_RESPONSE_TIMEOUT_MS", "CONTEXT_RESOLUTION_TIMEOUT_MS", "FUNCTION_CALL_HISTORY_LIMIT", "FUNCTION_CALL_TIMEOUT_S", "TOOL_CALL_TIMEOUT_S", "TOOL_REPLY_MAX_CHARS", "MAX_USER_MESSAGE_CHARS", "MAX_ITERATIONS", "MAX_ACTIONS", "MAX_TOOLS_ADVISED", "JOIN_TOKEN_TTL_S", "MAX_IDEMPOTENCY_KEY_CHARS", "OFFER_ACTIONS_TOOL", "KIND_FUNCTION", "KIND_TOOL", "KIND_ACTION", "STATUS_SUCCESS", "STATUS_ERROR", "MSG_SENSITIVE_DENIED", "ERR_BAD_REQUEST", "ERR_NOT_FOUND", "ERR_FORBIDDEN_ORIGIN", "ERR_UNAUTHORIZED", "ERR_RATE_LIMITED", "ERR_INVALID_TOKEN", "ERR_TOKEN_EXPIRED", "ERR_VERSION_MISMATCH", "ERR_NOT_JOINED", "ERR_NOT_ACTIVE", "ERR_STATE_TOO_LARGE", "ERR_STATE_TOO_DEEP", "ERR_PATCH_FAILED", "ERR_CALL_NOT_PENDING", "ERR_MESSAGE_TOO_LONG", "ERR_BUSY", "ERR_INTERNAL", "ERR_NOTHING_TO_RETRY", "ERROR_CODES", "ok", "error"]
+FLAT_NAMES = [
+    "PROTOCOL_VERSION",
+    "HTTP_CREATE_CONVERSATION",
+    "HTTP_CONVERSATION",
+    "HTTP_ASK_USER",
+    "DEFAULT_RELAY_PATH",
+    "EV_JOIN",
+    "EV_STATE_PATCH",
+    "EV_USER_MESSAGE",
+    "EV_FUNCTION_RESPONSE",
+    "EV_CANCEL",
+    "EV_REPLAY",
+    "EV_ACTIVATE",
+    "EV_RETRY",
+    "EV_REGENERATE",
+    "EV_ACTION_OUTCOME",
+    "EV_STATE",
+    "EV_CLIENT_ROLE",
+    "EV_COMPLETION_STARTED",
+    "EV_COMPLETION_STREAM",
+    "EV_FUNCTION_CALL_BEGIN",
+    "EV_FUNCTION_CALL_END",
+    "EV_FUNCTION_CALL_ITERATION",
+    "EV_COMPLETION_ENDED",
+    "EV_COMPLETION_FINISHED",
+    "EV_USER_INPUT",
+    "EV_ASK_USER_REQUEST",
+    "EV_MESSAGE",
+    "EV_MESSAGES_WITHDRAWN",
+    "SEQUENCED_EVENTS",
+    "STATE_ROOT",
+    "FUNCTIONS_PATH",
+    "CONTEXT_PATH",
+    "MAX_STATE_BYTES",
+    "MAX_STATE_DEPTH",
+    "ENGINEIO_MAX_BUFFER",
+    "FUNCTIONS_DEBOUNCE_MS",
+    "CONTEXT_DEBOUNCE_MS",
+    "SYNC_STATE_BEFORE_FUNCTION_RESPONSE_TIMEOUT_MS",
+    "CONTEXT_RESOLUTION_TIMEOUT_MS",
+    "FUNCTION_CALL_HISTORY_LIMIT",
+    "FUNCTION_CALL_TIMEOUT_S",
+    "TOOL_CALL_TIMEOUT_S",
+    "TOOL_REPLY_MAX_CHARS",
+    "MAX_USER_MESSAGE_CHARS",
+    "MAX_ITERATIONS",
+    "MAX_ACTIONS",
+    "MAX_TOOLS_ADVISED",
+    "JOIN_TOKEN_TTL_S",
+    "MAX_IDEMPOTENCY_KEY_CHARS",
+    "OFFER_ACTIONS_TOOL",
+    "KIND_FUNCTION",
+    "KIND_TOOL",
+    "KIND_ACTION",
+    "STATUS_SUCCESS",
+    "STATUS_ERROR",
+    "MSG_SENSITIVE_DENIED",
+    "ERR_BAD_REQUEST",
+    "ERR_NOT_FOUND",
+    "ERR_FORBIDDEN_ORIGIN",
+    "ERR_UNAUTHORIZED",
+    "ERR_RATE_LIMITED",
+    "ERR_INVALID_TOKEN",
+    "ERR_TOKEN_EXPIRED",
+    "ERR_VERSION_MISMATCH",
+    "ERR_NOT_JOINED",
+    "ERR_NOT_ACTIVE",
+    "ERR_STATE_TOO_LARGE",
+    "ERR_STATE_TOO_DEEP",
+    "ERR_PATCH_FAILED",
+    "ERR_CALL_NOT_PENDING",
+    "ERR_MESSAGE_TOO_LONG",
+    "ERR_BUSY",
+    "ERR_INTERNAL",
+    "ERR_NOTHING_TO_RETRY",
+    "ERROR_CODES",
+    "ok",
+    "error",
+]
 
 
 def test_flat_names_are_plain_strings_equal_to_their_enum_member() -> None:
     for name in FLAT_NAMES:
         assert hasattr(P, name), name
-    for prefix, enum in (("EV_", names.Event), ("ERR_", names.ErrorCode), ("KIND_", names.Kind), ("STATUS_", names.CallStatus)):
+    for prefix, enum in (
+        ("EV_", names.Event),
+        ("ERR_", names.ErrorCode),
+        ("KIND_", names.Kind),
+        ("STATUS_", names.CallStatus),
+    ):
         flat = {n: getattr(P, n) for n in dir(P) if n.startswith(prefix)}
         assert flat, prefix
         for n, value in flat.items():
@@ -44,16 +127,32 @@ def test_wire_values_exactly() -> None:
     # Values the other side compares byte for byte; a typo here is a protocol break.
     assert names.ConversationStatus.WAITING_FOR_ASK_USER == "WAITING_FOR_ASK_USER"
     assert [e.value for e in names.Event if e in names.SEQUENCED_EVENTS] == [
-        "completion.started", "completion_stream", "function_call.begin", "function_call.end",
-        "function_call_iteration", "completion.ended", "completion.finished", "user_input", "ask_user.request",
-        "message", "messages.withdrawn",
+        "completion.started",
+        "completion_stream",
+        "function_call.begin",
+        "function_call.end",
+        "function_call_iteration",
+        "completion.ended",
+        "completion.finished",
+        "user_input",
+        "ask_user.request",
+        "message",
+        "messages.withdrawn",
     ]
     assert names.CLIENT_EVENTS | names.RELAY_EVENTS == frozenset(names.Event)
     assert not names.CLIENT_EVENTS & names.RELAY_EVENTS
     assert names.IDEMPOTENT_EVENTS < names.CLIENT_EVENTS
     assert {e.value for e in names.ClientEvent} >= {
-        "functionCall", "functionSuccess", "functionError", "functionResponseSent", "functionConfirmationRequired",
-        "functionConfirmationResolved", "contextResolutionChanged", "stateError", "askUserRequired", "askUserCleared",
+        "functionCall",
+        "functionSuccess",
+        "functionError",
+        "functionResponseSent",
+        "functionConfirmationRequired",
+        "functionConfirmationResolved",
+        "contextResolutionChanged",
+        "stateError",
+        "askUserRequired",
+        "askUserCleared",
     }
     assert "functionCall" in names.SUBSCRIBABLE_EVENTS and "completion.ended" in names.SUBSCRIBABLE_EVENTS
     assert "join" not in names.SUBSCRIBABLE_EVENTS
@@ -61,9 +160,22 @@ def test_wire_values_exactly() -> None:
 
 def test_every_wire_name_is_in_the_document() -> None:
     """The document names every event, error code, status, role, kind and reason the code has."""
-    for enum in (names.Event, names.ErrorCode, names.ConversationStatus, names.TurnStatus, names.Role, names.Kind,
-                 names.ToolMessageKind, names.UserInputReason, names.WithdrawReason, names.AskUserType,
-                 names.TurnErrorCode, names.RelayTool, names.ToolHandler, names.ActionConfirm):
+    for enum in (
+        names.Event,
+        names.ErrorCode,
+        names.ConversationStatus,
+        names.TurnStatus,
+        names.Role,
+        names.Kind,
+        names.ToolMessageKind,
+        names.UserInputReason,
+        names.WithdrawReason,
+        names.AskUserType,
+        names.TurnErrorCode,
+        names.RelayTool,
+        names.ToolHandler,
+        names.ActionConfirm,
+    ):
         for member in enum:
             v = member.value
             assert f"`{v}`" in DOC or f"`{v} " in DOC or f'"{v}"' in DOC, f"{enum.__name__}.{member.name}"
@@ -78,8 +190,20 @@ def test_enums_are_str_enums_with_unique_values() -> None:
                 assert json.dumps(m) == json.dumps(m.value) and f"{m}" == m.value
 
 
-@pytest.mark.parametrize("name,ok", [("get_x", True), ("_a-b9", True), ("a" * 64, True), ("a" * 65, False),
-                                     ("9a", False), ("a b", False), ("", False), ("é", False), ("a\n", False)])
+@pytest.mark.parametrize(
+    "name,ok",
+    [
+        ("get_x", True),
+        ("_a-b9", True),
+        ("a" * 64, True),
+        ("a" * 65, False),
+        ("9a", False),
+        ("a b", False),
+        ("", False),
+        ("é", False),
+        ("a\n", False),
+    ],
+)
 def test_tool_name_pattern(name: str, ok: bool) -> None:
     assert names.is_tool_name(name) is ok
     # The JSON Schema form (ECMA-262 ``$``: end of input only) says the same.
@@ -105,27 +229,42 @@ def test_protocol_imports_only_the_standard_library(tmp_path: Path) -> None:
     pkg = tmp_path / "widget"
     shutil.copytree(ROOT / "widget" / "protocol", pkg / "protocol", ignore=shutil.ignore_patterns("__pycache__"))
     (pkg / "__init__.py").write_text("")
-    code = ("import sys; before = set(sys.modules); import widget.protocol; "
-            "print(sorted({m.split('.')[0] for m in set(sys.modules) - before}))")
+    code = (
+        "import sys; before = set(sys.modules); import widget.protocol; "
+        "print(sorted({m.split('.')[0] for m in set(sys.modules) - before}))"
+    )
     out = subprocess.run([sys.executable, "-S", "-c", code], cwd=tmp_path, capture_output=True, text=True, check=True)
     loaded = set(json.loads(out.stdout.replace("'", '"')))
     assert "widget" in loaded
-    assert not loaded & {"jsonschema", "socketio", "engineio", "asyncio", "aiohttp", "httpx", "starlette", "js",
-                         "pyodide", "threading", "socket"}
+    assert not loaded & {
+        "jsonschema",
+        "socketio",
+        "engineio",
+        "asyncio",
+        "aiohttp",
+        "httpx",
+        "starlette",
+        "js",
+        "pyodide",
+        "threading",
+        "socket",
+    }
 
 
 @pytest.mark.skipif(not PYODIDE or shutil.which("node") is None, reason="needs the build cache's Pyodide and node")
 def test_imports_under_pyodide(tmp_path: Path) -> None:
     """The package ships to the browser: it imports under Pyodide and its enum members reach JS as strings."""
     script = tmp_path / "run.mjs"
-    script.write_text(textwrap.dedent(f"""
+    script.write_text(
+        textwrap.dedent(f"""
         import {{ loadPyodide }} from {json.dumps(str(PYODIDE[-1]))};
         import fs from "node:fs";
         const py = await loadPyodide({{indexURL: {json.dumps(str(PYODIDE[-1].parent) + "/")}}});
         py.FS.mkdirTree("/x/widget/protocol");
         py.FS.writeFile("/x/widget/__init__.py", "");
         const src = {json.dumps(str(ROOT / "widget" / "protocol"))};
-        for (const f of fs.readdirSync(src)) if (f.endsWith(".py")) py.FS.writeFile("/x/widget/protocol/" + f, fs.readFileSync(src + "/" + f));
+        for (const f of fs.readdirSync(src))
+            if (f.endsWith(".py")) py.FS.writeFile("/x/widget/protocol/" + f, fs.readFileSync(src + "/" + f));
         const obj = py.runPython(`
         import sys, js; sys.path.insert(0, "/x")
         from pyodide.ffi import to_js
@@ -135,7 +274,8 @@ def test_imports_under_pyodide(tmp_path: Path) -> None:
               dict_converter=js.Object.fromEntries)
         `);
         console.log(JSON.stringify(obj));
-    """))
+    """)
+    )
     out = subprocess.run(["node", str(script)], capture_output=True, text=True, timeout=300, check=False)
     assert out.returncode == 0, out.stderr
     got = json.loads(out.stdout.strip().splitlines()[-1])

@@ -1,4 +1,4 @@
-"""The machine-readable protocol: generated schemas, the AsyncAPI and OpenAPI documents, the checks, the served copies."""
+"""The machine-readable protocol: generated schemas, AsyncAPI and OpenAPI documents, the checks, the served copies."""
 
 from __future__ import annotations
 
@@ -40,8 +40,12 @@ def asyncapi_meta_schema() -> dict[str, Any]:
     cache.mkdir(parents=True, exist_ok=True)
     tgz = cache / f"asyncapi-specs-{version}.tgz"
     if not tgz.exists():
-        subprocess.run(["npm", "pack", f"{name}@{version}", "--pack-destination", str(cache)], check=True,
-                       capture_output=True, timeout=300)
+        subprocess.run(
+            ["npm", "pack", f"{name}@{version}", "--pack-destination", str(cache)],
+            check=True,
+            capture_output=True,
+            timeout=300,
+        )
     assert hashlib.sha256(tgz.read_bytes()).hexdigest() == sha, f"{tgz} is not the pinned {name}@{version}"
     with tarfile.open(tgz) as tar:
         member = tar.extractfile("package/schemas/3.0.0-without-$id.json")
@@ -50,7 +54,7 @@ def asyncapi_meta_schema() -> dict[str, Any]:
 
 
 def test_checked_in_documents_are_the_generated_ones() -> None:
-    """``schemas/`` is what ``python -m widget.relay.contract schemas`` writes: regenerate after changing a TypedDict."""
+    """``schemas/`` is what ``python -m widget.relay.contract schemas`` writes (regenerate after changing a type)."""
     for name, doc in C.documents().items():
         assert (CHECKED_IN / name).read_text(encoding="utf-8") == C.dump(doc), f"schemas/{name} is stale"
 
@@ -108,26 +112,37 @@ def test_every_local_ref_resolves() -> None:
             assert isinstance(node, dict), ref
 
 
-@pytest.mark.parametrize("event,payload,ok", [
-    ("join", {"token": "t", "version": 1, "last_seq": None}, True),
-    ("join", {"token": "t", "version": 1}, True),
-    ("join", {"token": "t"}, False),
-    ("state_patch", {"patch": [{"op": "add", "path": "/autopilot/context/a", "value": 1}], "idempotency_key": "k"}, True),
-    ("state_patch", {"patch": [{"op": "frobnicate", "path": "/a"}], "idempotency_key": "k"}, False),
-    ("user_message", {"text": "hi", "idempotency_key": "k", "extra": 1}, True),
-    ("user_message", {"text": 5, "idempotency_key": "k"}, False),
-    ("function_response", {"id": "c", "status": "success", "result": [1], "idempotency_key": "k"}, True),
-    ("function_response", {"id": "c", "status": "done", "idempotency_key": "k"}, False),
-    ("activate", {}, True),
-    ("replay", {"last_seq": 3}, True),
-    ("replay", {"last_seq": "3"}, False),
-    ("completion.finished", {"seq": 9, "turn_id": "t_1", "status": "done"}, True),
-    ("completion.finished", {"seq": 9, "turn_id": "t_1", "status": "over"}, False),
-    ("completion.finished", {"seq": 9, "turn_id": "t_1", "status": "done", "extra": 1}, False),
-    ("message", {"seq": 3, "message": {"id": "m", "role": "user", "content": "hi", "created_at": 1.0, "seq": 3}}, True),
-    ("message", {"seq": 3, "message": {"id": "m", "role": "robot", "content": "hi"}}, False),
-    ("no.such.event", {}, False),
-])
+@pytest.mark.parametrize(
+    "event,payload,ok",
+    [
+        ("join", {"token": "t", "version": 1, "last_seq": None}, True),
+        ("join", {"token": "t", "version": 1}, True),
+        ("join", {"token": "t"}, False),
+        (
+            "state_patch",
+            {"patch": [{"op": "add", "path": "/autopilot/context/a", "value": 1}], "idempotency_key": "k"},
+            True,
+        ),
+        ("state_patch", {"patch": [{"op": "frobnicate", "path": "/a"}], "idempotency_key": "k"}, False),
+        ("user_message", {"text": "hi", "idempotency_key": "k", "extra": 1}, True),
+        ("user_message", {"text": 5, "idempotency_key": "k"}, False),
+        ("function_response", {"id": "c", "status": "success", "result": [1], "idempotency_key": "k"}, True),
+        ("function_response", {"id": "c", "status": "done", "idempotency_key": "k"}, False),
+        ("activate", {}, True),
+        ("replay", {"last_seq": 3}, True),
+        ("replay", {"last_seq": "3"}, False),
+        ("completion.finished", {"seq": 9, "turn_id": "t_1", "status": "done"}, True),
+        ("completion.finished", {"seq": 9, "turn_id": "t_1", "status": "over"}, False),
+        ("completion.finished", {"seq": 9, "turn_id": "t_1", "status": "done", "extra": 1}, False),
+        (
+            "message",
+            {"seq": 3, "message": {"id": "m", "role": "user", "content": "hi", "created_at": 1.0, "seq": 3}},
+            True,
+        ),
+        ("message", {"seq": 3, "message": {"id": "m", "role": "robot", "content": "hi"}}, False),
+        ("no.such.event", {}, False),
+    ],
+)
 def test_check_payload(event: str, payload: Any, ok: bool) -> None:
     assert (C.check_payload(event, payload) == []) is ok
 
@@ -150,7 +165,10 @@ def test_check_http() -> None:
     assert C.operation_for("GET", "/api/conversations/c_1") == "getConversation"
     assert C.operation_for("POST", "/api/apps/demo/conversations") == "createConversation"
     assert C.operation_for("GET", "/widget/autopilot.js") is None
-    assert C.check_http("createConversation", 201, {"ok": True, "id": "c_1", "url": "http://r/api/conversations/c_1"}) == []
+    assert (
+        C.check_http("createConversation", 201, {"ok": True, "id": "c_1", "url": "http://r/api/conversations/c_1"})
+        == []
+    )
     assert C.check_http("createConversation", 201, {"ok": True, "id": "c_1"}) != []
     assert C.check_http("createConversation", 418, {}) != []
     assert C.check_http("deleteConversation", 204, None) == []
@@ -191,19 +209,56 @@ async def test_relay_serves_the_documents(relay: Any) -> None:
 
 
 _json = st.recursive(
-    st.none() | st.booleans() | st.integers(-3, 3) | st.floats(-2, 2, allow_nan=False) | st.sampled_from(
-        ["", "t", "add", "success", "error", "user", "done", "radiolist", "bad_request", "/autopilot/context/a"]),
-    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(
-        st.sampled_from(["token", "version", "last_seq", "patch", "op", "path", "value", "from", "text", "id",
-                         "status", "result", "error", "idempotency_key", "handler_ms", "message", "role", "content",
-                         "ok", "code", "seq", "answers", "x"]), inner, max_size=5),
+    st.none()
+    | st.booleans()
+    | st.integers(-3, 3)
+    | st.floats(-2, 2, allow_nan=False)
+    | st.sampled_from(
+        ["", "t", "add", "success", "error", "user", "done", "radiolist", "bad_request", "/autopilot/context/a"]
+    ),
+    lambda inner: (
+        st.lists(inner, max_size=3)
+        | st.dictionaries(
+            st.sampled_from(
+                [
+                    "token",
+                    "version",
+                    "last_seq",
+                    "patch",
+                    "op",
+                    "path",
+                    "value",
+                    "from",
+                    "text",
+                    "id",
+                    "status",
+                    "result",
+                    "error",
+                    "idempotency_key",
+                    "handler_ms",
+                    "message",
+                    "role",
+                    "content",
+                    "ok",
+                    "code",
+                    "seq",
+                    "answers",
+                    "x",
+                ]
+            ),
+            inner,
+            max_size=5,
+        )
+    ),
     max_leaves=12,
 )
 
 
 @settings(max_examples=300, deadline=None)
-@given(event=st.sampled_from(sorted(names.CLIENT_EVENTS | {names.Event.MESSAGE, names.Event.COMPLETION_ENDED})),
-       value=_json)
+@given(
+    event=st.sampled_from(sorted(names.CLIENT_EVENTS | {names.Event.MESSAGE, names.Event.COMPLETION_ENDED})),
+    value=_json,
+)
 def test_fast_checker_agrees_with_jsonschema(event: str, value: Any) -> None:
     """The relay's checker (widget.protocol.check) gives jsonschema's verdict on any JSON value."""
     fast = C.check_payload(event, value)

@@ -44,9 +44,16 @@ async def run_flow(name: str, relay: Relay, options: Options) -> Result:
         return Result(name, summary, False, f"{type(exc).__name__}: {exc}", time.monotonic() - t0)
 
 
-async def run_suite(relays: list[str], app: str, *, origin: str | None = None, secret: str | None = None,
-                    options: Options | None = None, only: Iterable[str] | None = None,
-                    timeout: float = 10.0) -> list[Result]:
+async def run_suite(
+    relays: list[str],
+    app: str,
+    *,
+    origin: str | None = None,
+    secret: str | None = None,
+    options: Options | None = None,
+    only: Iterable[str] | None = None,
+    timeout: float = 10.0,
+) -> list[Result]:
     """Run the flows (all, or those named in ``only``) against the relay at ``relays``; one ``Result`` each."""
     relay = Relay(list(relays), app, origin=origin, secret=secret, timeout=timeout)
     try:

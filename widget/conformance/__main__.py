@@ -1,4 +1,4 @@
-"""``python -m widget.conformance --relay URL --app ID``: run the suite, print one line per flow, exit 1 on a failure."""
+"""``python -m widget.conformance --relay URL --app ID``: run the suite, one line per flow, exit 1 on a failure."""
 
 from __future__ import annotations
 
@@ -13,8 +13,12 @@ from . import FLOWS, Options, run_suite
 def main(argv: list[str] | None = None) -> int:
     """The command line; the exit status (0: every flow passed)."""
     ap = argparse.ArgumentParser(prog="python -m widget.conformance", description=__doc__)
-    ap.add_argument("--relay", action="append", required=True,
-                    help="the relay's base URL (repeat for several processes of one deployment)")
+    ap.add_argument(
+        "--relay",
+        action="append",
+        required=True,
+        help="the relay's base URL (repeat for several processes of one deployment)",
+    )
     ap.add_argument("--app", required=True, help="an app whose model is the demo model")
     ap.add_argument("--origin", help="an allowed Origin of the app (default: the relay's own origin)")
     ap.add_argument("--secret", help="the app's secret (creates conversations as a site's backend)")
@@ -26,8 +30,17 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--json", action="store_true", help="print the results as JSON")
     args = ap.parse_args(argv)
     options = Options(call_timeout_s=args.call_timeout, ask_app=args.ask_app, ask_secret=args.ask_secret)
-    results = asyncio.run(run_suite(args.relay, args.app, origin=args.origin, secret=args.secret, options=options,
-                                    only=args.only, timeout=args.timeout))
+    results = asyncio.run(
+        run_suite(
+            args.relay,
+            args.app,
+            origin=args.origin,
+            secret=args.secret,
+            options=options,
+            only=args.only,
+            timeout=args.timeout,
+        )
+    )
     if args.json:
         print(json.dumps([r.__dict__ for r in results], indent=2))
     else:

@@ -36,21 +36,29 @@ async def run_flag_flow(r: Relay, o: Options) -> None:
         await a.close()  # the socket running the call goes away without answering
         b, ack = await r.peer(url, 0, expect_state=False)
         await _until(b, f"event {Event.REPLAY_DONE}")
-        check([c["id"] for c in ack["pending_calls"]] == [begin["id"]],
-              f"the next active client's join ack hands the call over: {ack['pending_calls']!r}")
+        check(
+            [c["id"] for c in ack["pending_calls"]] == [begin["id"]],
+            f"the next active client's join ack hands the call over: {ack['pending_calls']!r}",
+        )
         await b.expect(Event.STATE)
-        replayed = b.events[b.cursor:b.replay_done[-1][0]]
+        replayed = b.events[b.cursor : b.replay_done[-1][0]]
         b.cursor = b.replay_done[-1][0]
         copies = [d for e, d in replayed if e == Event.FUNCTION_CALL_BEGIN]
-        check(len(copies) == 1 and copies[0]["id"] == begin["id"] and copies[0]["run"] is False,
-              f"a join's replay never says run: true: {copies!r}")
-        check(bool(b.replay_done) and b.replay_done[-1][1] == {"last_seq": ack["seq"]},
-              f"replay.done names the last seq the replay sent: {b.replay_done!r}")
+        check(
+            len(copies) == 1 and copies[0]["id"] == begin["id"] and copies[0]["run"] is False,
+            f"a join's replay never says run: true: {copies!r}",
+        )
+        check(
+            bool(b.replay_done) and b.replay_done[-1][1] == {"last_seq": ack["seq"]},
+            f"replay.done names the last seq the replay sent: {b.replay_done!r}",
+        )
         # A replay the socket asks for says run: false too, and its ack lists the calls for it to run.
         ack2 = accepted(await b.call(Event.REPLAY, {"last_seq": 0}), "replay")
-        check([c["id"] for c in ack2.get("pending_calls", [])] == [begin["id"]],
-              f"the replay ack lists the call this socket is to run: {ack2!r}")
-        again = [d for e, d in b.events[b.cursor:] if e == Event.FUNCTION_CALL_BEGIN]
+        check(
+            [c["id"] for c in ack2.get("pending_calls", [])] == [begin["id"]],
+            f"the replay ack lists the call this socket is to run: {ack2!r}",
+        )
+        again = [d for e, d in b.events[b.cursor :] if e == Event.FUNCTION_CALL_BEGIN]
         check(bool(again) and all(d["run"] is False for d in again), f"a replay's copies say run: false: {again!r}")
         b.cursor = len(b.events)
         response = {"id": begin["id"], "status": "success", "result": "moved", "idempotency_key": key()}
@@ -71,8 +79,10 @@ async def one_conversation_flow(r: Relay, o: Options) -> None:
     try:
         info = await r.get(second)
         ack2 = accepted(await s.join(info["token"], 0), "join of a second conversation")
-        check(ack2["conversation_id"] == info["conversation"]["id"] != ack1["conversation_id"]
-              and ack2["active"] is True, f"the second join: {ack2!r}")
+        check(
+            ack2["conversation_id"] == info["conversation"]["id"] != ack1["conversation_id"] and ack2["active"] is True,
+            f"the second join: {ack2!r}",
+        )
         await s.expect(Event.STATE)
         t, _ = await r.peer(first)  # would have taken the role from s in the first conversation
         others.append(t)
@@ -103,8 +113,11 @@ async def idempotency_scope_flow(r: Relay, o: Options) -> None:
         shared = key("shared")
         patch = {"patch": [{"op": "add", "path": "/autopilot/context/a", "value": 1}], "idempotency_key": shared}
         check(await peer.call(Event.STATE_PATCH, patch) == {"ok": True}, "the patch")
-        refused(await peer.call(Event.USER_MESSAGE, {"text": "lost?", "idempotency_key": shared}),
-                "idempotency_key_reused", "a message with a patch's key")
+        refused(
+            await peer.call(Event.USER_MESSAGE, {"text": "lost?", "idempotency_key": shared}),
+            "idempotency_key_reused",
+            "a message with a patch's key",
+        )
         check(await peer.call(Event.STATE_PATCH, patch) == {"ok": True}, "the patch's own repeat still gets its ack")
         await peer.quiet()
         check((await r.get(url))["messages"] == [], "the refused message was not stored")
@@ -120,8 +133,12 @@ async def ack_order_flow(r: Relay, o: Options) -> None:
     other: Peer | None = None
     try:
         await _until(peer, f"event {Event.REPLAY_DONE}")
-        check(peer.arrivals.index(f"ack {Event.JOIN}") < peer.arrivals.index(f"event {Event.STATE}")
-              < peer.arrivals.index(f"event {Event.REPLAY_DONE}"), f"join: ack, state, replay.done: {peer.arrivals}")
+        check(
+            peer.arrivals.index(f"ack {Event.JOIN}")
+            < peer.arrivals.index(f"event {Event.STATE}")
+            < peer.arrivals.index(f"event {Event.REPLAY_DONE}"),
+            f"join: ack, state, replay.done: {peer.arrivals}",
+        )
         await declare(peer, ACTION)
         mark = len(peer.arrivals)
         await send(peer, 'offer open_pricing {"plan": "pro"}')
@@ -130,8 +147,15 @@ async def ack_order_flow(r: Relay, o: Options) -> None:
         await turn_end(peer, tid)
         [offer] = ended["message"]["actions"]
         mark = len(peer.arrivals)
-        outcome = {"message_id": mid, "action_id": offer["id"], "name": "open_pricing", "arguments": {"plan": "pro"},
-                   "ok": True, "outcome": "Done.", "idempotency_key": key()}
+        outcome = {
+            "message_id": mid,
+            "action_id": offer["id"],
+            "name": "open_pricing",
+            "arguments": {"plan": "pro"},
+            "ok": True,
+            "outcome": "Done.",
+            "idempotency_key": key(),
+        }
         accepted(await peer.call(Event.ACTION_OUTCOME, outcome), "action_outcome")
         await peer.expect(Event.MESSAGE)
         peer.order(f"event {Event.MESSAGE}", f"ack {Event.ACTION_OUTCOME}", mark)

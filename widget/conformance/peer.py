@@ -35,8 +35,10 @@ def error_code(ack: Any) -> str | None:
 def refused(ack: Any, code: str, what: str) -> None:
     """Check that ``ack`` is ``{"ok": false, "error": {"code": code, "message": <non-empty>}}``."""
     check(error_code(ack) == code, f"{what}: expected a {code!r} refusal, got {ack!r}")
-    check(isinstance(ack["error"].get("message"), str) and bool(ack["error"]["message"]),
-          f"{what}: a refusal's message must be a non-empty sentence, got {ack!r}")
+    check(
+        isinstance(ack["error"].get("message"), str) and bool(ack["error"]["message"]),
+        f"{what}: a refusal's message must be a non-empty sentence, got {ack!r}",
+    )
 
 
 def accepted(ack: Any, what: str) -> dict[str, Any]:
@@ -102,8 +104,10 @@ class Peer:
     def order(self, first: str, then: str, since: int = 0) -> None:
         """``first`` reached the socket before ``then`` (both ``arrivals`` entries, searched from ``since``)."""
         seen = self.arrivals[since:]
-        check(first in seen and then in seen and seen.index(first) < seen.index(then),
-              f"expected {first!r} before {then!r}, got {seen}")
+        check(
+            first in seen and then in seen and seen.index(first) < seen.index(then),
+            f"expected {first!r} before {then!r}, got {seen}",
+        )
 
     async def join(self, token: str, last_seq: int | None = 0) -> Any:
         """``join`` with this protocol version."""
@@ -115,8 +119,10 @@ class Peer:
         while self.cursor >= len(self.events):
             remaining = deadline - time.monotonic()
             if remaining <= 0:
-                raise Mismatch(f"no event within {self.timeout if timeout is None else timeout:g} s "
-                               f"(read so far: {[e for e, _ in self.events]})")
+                raise Mismatch(
+                    f"no event within {self.timeout if timeout is None else timeout:g} s "
+                    f"(read so far: {[e for e, _ in self.events]})"
+                )
             self._changed.clear()
             try:
                 await asyncio.wait_for(self._changed.wait(), remaining)
@@ -144,8 +150,10 @@ class Peer:
             if event != Event.COMPLETION_STREAM:
                 return "".join(text)
             self.cursor += 1
-            check(data.get("message_id") == message_id,
-                  f"completion_stream of {data.get('message_id')!r} inside message {message_id!r}")
+            check(
+                data.get("message_id") == message_id,
+                f"completion_stream of {data.get('message_id')!r} inside message {message_id!r}",
+            )
             check(isinstance(data.get("delta"), str), f"completion_stream without a string delta: {data!r}")
             text.append(data["delta"])
 
@@ -157,7 +165,7 @@ class Peer:
     async def quiet(self, settle: float = 0.3) -> None:
         """Nothing more may arrive: wait ``settle`` seconds and check that no event came."""
         await asyncio.sleep(settle)
-        extra = self.events[self.cursor:]
+        extra = self.events[self.cursor :]
         check(not extra, f"unexpected events: {[e for e, _ in extra]}")
 
     def sequenced(self) -> list[tuple[str, dict[str, Any]]]:
@@ -209,8 +217,12 @@ class Relay:
 
     async def create(self, app: str | None = None, secret: str | None = None) -> str:
         """Create a conversation; its URL."""
-        status, body, _ = await self.request("POST", f"{self.base()}/api/apps/{app or self.app}/conversations",
-                                             headers=self.create_headers(app, secret), json={})
+        status, body, _ = await self.request(
+            "POST",
+            f"{self.base()}/api/apps/{app or self.app}/conversations",
+            headers=self.create_headers(app, secret),
+            json={},
+        )
         check(status == 201 and isinstance(body, dict), f"create: expected 201, got {status} {body!r}")
         return str(body["url"])
 
@@ -222,7 +234,9 @@ class Relay:
         check(status == 200 and isinstance(body, dict), f"GET conversation: expected 200, got {status} {body!r}")
         return cast(dict[str, Any], body)
 
-    async def peer(self, url: str, last_seq: int | None = 0, *, expect_state: bool = True) -> tuple[Peer, dict[str, Any]]:
+    async def peer(
+        self, url: str, last_seq: int | None = 0, *, expect_state: bool = True
+    ) -> tuple[Peer, dict[str, Any]]:
         """A socket joined to the conversation at ``url`` (through the next base URL); ``(peer, join ack)``."""
         info = await self.get(url, self.base())
         peer = await Peer(info["relay_url"], info["relay_path"], self.timeout).connect()

@@ -44,28 +44,56 @@ class SocketEvent:
 EVENTS: tuple[SocketEvent, ...] = (
     SocketEvent(Event.JOIN, M.JoinPayload, M.JoinAck, summary="Join a conversation with a token from its GET."),
     SocketEvent(Event.STATE_PATCH, M.StatePatchPayload, M.OkAck, summary="Patch the stored state (RFC 6902, atomic)."),
-    SocketEvent(Event.USER_MESSAGE, M.UserMessagePayload, M.MessageAck, summary="Send the reader's message; starts a turn."),
+    SocketEvent(
+        Event.USER_MESSAGE, M.UserMessagePayload, M.MessageAck, summary="Send the reader's message; starts a turn."
+    ),
     SocketEvent(Event.FUNCTION_RESPONSE, M.FunctionResponsePayload, M.OkAck, summary="Answer a function call."),
     SocketEvent(Event.CANCEL, M.KeyOnlyPayload, M.CancelAck, summary="Stop the running turn."),
     SocketEvent(Event.REPLAY, M.ReplayPayload, M.ReplayAck, summary="Re-send the sequenced events after last_seq."),
     SocketEvent(Event.ACTIVATE, M.ActivatePayload, M.ActivateAck, summary="Make this socket the active client."),
     SocketEvent(Event.RETRY, M.KeyOnlyPayload, M.TurnAck, summary="Go on with the failed turn."),
     SocketEvent(Event.REGENERATE, M.KeyOnlyPayload, M.TurnAck, summary="Answer the last user message afresh."),
-    SocketEvent(Event.ACTION_OUTCOME, M.ActionOutcomePayload, M.MessageAck, summary="Record what an offered action did."),
+    SocketEvent(
+        Event.ACTION_OUTCOME, M.ActionOutcomePayload, M.MessageAck, summary="Record what an offered action did."
+    ),
     SocketEvent(Event.STATE, M.StatePayload, from_relay=True, summary="The stored functions and context, after join."),
-    SocketEvent(Event.CLIENT_ROLE, M.ClientRolePayload, from_relay=True, summary="This socket lost (or got) the active role."),
-    SocketEvent(Event.REPLAY_DONE, M.ReplayDonePayload, from_relay=True, summary="A join's replay is over; live events follow."),
-    SocketEvent(Event.MESSAGE, M.MessageEvent, from_relay=True, summary="A stored message that is not an assistant completion."),
-    SocketEvent(Event.COMPLETION_STARTED, M.CompletionStartedEvent, from_relay=True, summary="An assistant message begins."),
-    SocketEvent(Event.COMPLETION_STREAM, M.CompletionStreamEvent, from_relay=True, summary="A chunk of the assistant's text."),
-    SocketEvent(Event.FUNCTION_CALL_BEGIN, M.FunctionCallBeginEvent, from_relay=True, summary="The model calls a page function."),
+    SocketEvent(
+        Event.CLIENT_ROLE, M.ClientRolePayload, from_relay=True, summary="This socket lost (or got) the active role."
+    ),
+    SocketEvent(
+        Event.REPLAY_DONE, M.ReplayDonePayload, from_relay=True, summary="A join's replay is over; live events follow."
+    ),
+    SocketEvent(
+        Event.MESSAGE, M.MessageEvent, from_relay=True, summary="A stored message that is not an assistant completion."
+    ),
+    SocketEvent(
+        Event.COMPLETION_STARTED, M.CompletionStartedEvent, from_relay=True, summary="An assistant message begins."
+    ),
+    SocketEvent(
+        Event.COMPLETION_STREAM, M.CompletionStreamEvent, from_relay=True, summary="A chunk of the assistant's text."
+    ),
+    SocketEvent(
+        Event.FUNCTION_CALL_BEGIN, M.FunctionCallBeginEvent, from_relay=True, summary="The model calls a page function."
+    ),
     SocketEvent(Event.FUNCTION_CALL_END, M.FunctionCallEndEvent, from_relay=True, summary="A call's outcome."),
-    SocketEvent(Event.FUNCTION_CALL_ITERATION, M.FunctionCallIterationEvent, from_relay=True, summary="A new model round starts."),
-    SocketEvent(Event.COMPLETION_ENDED, M.CompletionEndedEvent, from_relay=True, summary="The round's message is complete."),
+    SocketEvent(
+        Event.FUNCTION_CALL_ITERATION,
+        M.FunctionCallIterationEvent,
+        from_relay=True,
+        summary="A new model round starts.",
+    ),
+    SocketEvent(
+        Event.COMPLETION_ENDED, M.CompletionEndedEvent, from_relay=True, summary="The round's message is complete."
+    ),
     SocketEvent(Event.COMPLETION_FINISHED, M.CompletionFinishedEvent, from_relay=True, summary="The turn is over."),
     SocketEvent(Event.USER_INPUT, M.UserInputEvent, from_relay=True, summary="The relay waits for the reader."),
     SocketEvent(Event.ASK_USER_REQUEST, M.AskUserRequestEvent, from_relay=True, summary="The model asks the reader."),
-    SocketEvent(Event.MESSAGES_WITHDRAWN, M.MessagesWithdrawnEvent, from_relay=True, summary="Messages replaced by retry/regenerate."),
+    SocketEvent(
+        Event.MESSAGES_WITHDRAWN,
+        M.MessagesWithdrawnEvent,
+        from_relay=True,
+        summary="Messages replaced by retry/regenerate.",
+    ),
 )
 
 EVENT_BY_NAME: dict[str, SocketEvent] = {e.name.value: e for e in EVENTS}
@@ -87,22 +115,49 @@ class HttpOperation:
 #: Every API route may answer these: malformed (400), unknown (404), body over its limit (413), unavailable (503).
 _ERRORS = ((400, M.ErrorAck), (404, M.ErrorAck), (413, M.ErrorAck), (503, M.ErrorAck))
 HTTP: tuple[HttpOperation, ...] = (
-    HttpOperation("post", "/api/apps/{app_id}/conversations", "createConversation", "Create a conversation.",
-                  M.CreateConversationBody,
-                  ((201, M.CreatedConversation), *_ERRORS, (401, M.ErrorAck), (403, M.ErrorAck), (429, M.ErrorAck))),
-    HttpOperation("get", "/api/conversations/{conversation_id}", "getConversation",
-                  "A conversation's messages and a fresh join token.", None,
-                  ((200, M.ConversationResponse), (404, M.ErrorAck), (503, M.ErrorAck))),
-    HttpOperation("delete", "/api/conversations/{conversation_id}", "deleteConversation",
-                  "Delete a conversation and disconnect its sockets.", None,
-                  ((204, None), (404, M.ErrorAck), (503, M.ErrorAck))),
-    HttpOperation("post", "/api/conversations/{conversation_id}/ask_user", "answerAskUser",
-                  "Answer pending ask-user prompts.", M.AskUserBody,
-                  ((200, M.ConversationResponse), *_ERRORS)),
-    HttpOperation("get", "/healthz", "health", "Liveness: the process serves requests.", None,
-                  ((200, M.HealthResponse),)),
-    HttpOperation("get", "/readyz", "ready", "Readiness: the store (and Redis) answer.", None,
-                  ((200, M.ReadyResponse), (503, M.ReadyResponse))),
+    HttpOperation(
+        "post",
+        "/api/apps/{app_id}/conversations",
+        "createConversation",
+        "Create a conversation.",
+        M.CreateConversationBody,
+        ((201, M.CreatedConversation), *_ERRORS, (401, M.ErrorAck), (403, M.ErrorAck), (429, M.ErrorAck)),
+    ),
+    HttpOperation(
+        "get",
+        "/api/conversations/{conversation_id}",
+        "getConversation",
+        "A conversation's messages and a fresh join token.",
+        None,
+        ((200, M.ConversationResponse), (404, M.ErrorAck), (503, M.ErrorAck)),
+    ),
+    HttpOperation(
+        "delete",
+        "/api/conversations/{conversation_id}",
+        "deleteConversation",
+        "Delete a conversation and disconnect its sockets.",
+        None,
+        ((204, None), (404, M.ErrorAck), (503, M.ErrorAck)),
+    ),
+    HttpOperation(
+        "post",
+        "/api/conversations/{conversation_id}/ask_user",
+        "answerAskUser",
+        "Answer pending ask-user prompts.",
+        M.AskUserBody,
+        ((200, M.ConversationResponse), *_ERRORS),
+    ),
+    HttpOperation(
+        "get", "/healthz", "health", "Liveness: the process serves requests.", None, ((200, M.HealthResponse),)
+    ),
+    HttpOperation(
+        "get",
+        "/readyz",
+        "ready",
+        "Readiness: the store (and Redis) answer.",
+        None,
+        ((200, M.ReadyResponse), (503, M.ReadyResponse)),
+    ),
 )
 
 
@@ -132,8 +187,7 @@ class _Gen:
             return {"type": "number"}
         if isinstance(tp, type) and issubclass(tp, Enum):
             if tp.__name__ not in self.defs:
-                self.defs[tp.__name__] = {"type": "string", "enum": [m.value for m in tp],
-                                          "description": _doc(tp)}
+                self.defs[tp.__name__] = {"type": "string", "enum": [m.value for m in tp], "description": _doc(tp)}
             return self.ref(tp.__name__)
         if is_typeddict(tp):
             name = tp.__name__
@@ -216,8 +270,10 @@ def bundle() -> dict[str, Any]:
     gen.of(M.ErrorAck)
     events: dict[str, Any] = {}
     for e in EVENTS:
-        entry: dict[str, Any] = {"direction": "relay_to_client" if e.from_relay else "client_to_relay",
-                                 "payload": gen.of(e.payload)}
+        entry: dict[str, Any] = {
+            "direction": "relay_to_client" if e.from_relay else "client_to_relay",
+            "payload": gen.of(e.payload),
+        }
         if e.ack is not None:
             entry["ack"] = {"oneOf": [gen.of(e.ack), gen.of(M.ErrorAck)]}
         events[e.name.value] = entry

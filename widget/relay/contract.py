@@ -68,12 +68,17 @@ def asyncapi() -> dict[str, Any]:
         }
         if "ack" in entry:
             ack_key = f"{key}_ack"
-            messages[ack_key] = {"name": f"{name} ack", "title": f"{name} ack",
-                                 "summary": f"The Socket.IO acknowledgement of `{name}`: success or an error.",
-                                 "payload": _components(entry["ack"])}
+            messages[ack_key] = {
+                "name": f"{name} ack",
+                "title": f"{name} ack",
+                "summary": f"The Socket.IO acknowledgement of `{name}`: success or an error.",
+                "payload": _components(entry["ack"]),
+            }
             channel_messages[ack_key] = {"$ref": f"#/components/messages/{ack_key}"}
-            op["reply"] = {"channel": {"$ref": "#/channels/conversation"},
-                           "messages": [{"$ref": f"#/channels/conversation/messages/{ack_key}"}]}
+            op["reply"] = {
+                "channel": {"$ref": "#/channels/conversation"},
+                "messages": [{"$ref": f"#/channels/conversation/messages/{ack_key}"}],
+            }
         operations[key] = op
     return {
         "asyncapi": "3.0.0",
@@ -83,14 +88,18 @@ def asyncapi() -> dict[str, Any]:
             "description": (
                 "Socket.IO (protocol 5, Engine.IO 4) on the default namespace `/`, at the path the conversation "
                 "GET returns as `relay_path`. Every event carries one JSON object; client events are answered "
-                "with an acknowledgement (`{\"ok\": true, ...}` or `{\"ok\": false, \"error\": {code, message}}`). "
+                'with an acknowledgement (`{"ok": true, ...}` or `{"ok": false, "error": {code, message}}`). '
                 "See docs/protocol.md for the rules."
             ),
         },
         "defaultContentType": "application/json",
         "servers": {
-            "relay": {"host": "relay.example", "protocol": "wss", "pathname": "/socket.io",
-                      "description": "Any relay; the path is the conversation GET's `relay_path`."},
+            "relay": {
+                "host": "relay.example",
+                "protocol": "wss",
+                "pathname": "/socket.io",
+                "description": "Any relay; the path is the conversation GET's `relay_path`.",
+            },
         },
         "channels": {
             "conversation": {
@@ -111,14 +120,25 @@ def openapi() -> dict[str, Any]:
     paths: dict[str, Any] = {}
     for op in S.HTTP:
         entry = schema_bundle()["x-http"][op.operation_id]
-        params = [{"name": p, "in": "path", "required": True, "schema": {"type": "string"}}
-                  for p in ("app_id", "conversation_id") if "{" + p + "}" in op.path]
+        params = [
+            {"name": p, "in": "path", "required": True, "schema": {"type": "string"}}
+            for p in ("app_id", "conversation_id")
+            if "{" + p + "}" in op.path
+        ]
         responses: dict[str, Any] = {}
         for status, ref in entry["responses"].items():
-            desc = {"200": "OK", "201": "Created", "204": "Deleted", "400": "Malformed request",
-                    "401": "Wrong app secret", "403": "Origin not allowed", "404": "Not found",
-                    "413": "Body too large", "429": "Rate limited",
-                    "503": "Unavailable (shutting down, store down) or not ready"}[status]
+            desc = {
+                "200": "OK",
+                "201": "Created",
+                "204": "Deleted",
+                "400": "Malformed request",
+                "401": "Wrong app secret",
+                "403": "Origin not allowed",
+                "404": "Not found",
+                "413": "Body too large",
+                "429": "Rate limited",
+                "503": "Unavailable (shutting down, store down) or not ready",
+            }[status]
             responses[status] = {"description": desc}
             if ref is not None:
                 responses[status]["content"] = {"application/json": {"schema": _components(ref)}}
@@ -126,13 +146,18 @@ def openapi() -> dict[str, Any]:
         if params:
             operation["parameters"] = params
         if "body" in entry:
-            operation["requestBody"] = {"required": op.operation_id != "createConversation",
-                                        "content": {"application/json": {"schema": _components(entry["body"])}}}
+            operation["requestBody"] = {
+                "required": op.operation_id != "createConversation",
+                "content": {"application/json": {"schema": _components(entry["body"])}},
+            }
         paths.setdefault(op.path, {})[op.method] = operation
     return {
         "openapi": "3.1.0",
-        "info": {"title": "Autopilot relay, HTTP API", "version": str(PROTOCOL_VERSION),
-                 "description": "Conversations, join tokens, ask-user answers and health. See docs/protocol.md."},
+        "info": {
+            "title": "Autopilot relay, HTTP API",
+            "version": str(PROTOCOL_VERSION),
+            "description": "Conversations, join tokens, ask-user answers and health. See docs/protocol.md.",
+        },
         "jsonSchemaDialect": S.DIALECT,
         "servers": [{"url": "https://relay.example"}],
         "paths": paths,
@@ -174,8 +199,9 @@ def jsonschema_validator(kind: str, name: str, part: str) -> Any:
     """The same schema as a jsonschema (2020-12) validator, for tests that compare the two checkers."""
     from jsonschema import Draft202012Validator
 
-    return Draft202012Validator({"$schema": S.DIALECT, "$defs": copy.deepcopy(schema_bundle()["$defs"]),
-                                 **_ref(kind, name, part)})
+    return Draft202012Validator(
+        {"$schema": S.DIALECT, "$defs": copy.deepcopy(schema_bundle()["$defs"]), **_ref(kind, name, part)}
+    )
 
 
 def _problems(checker: Checker, value: Any) -> list[Problem]:
@@ -239,8 +265,11 @@ def operation_for(method: str, path: str) -> str | None:
     parts = path.rstrip("/").split("/")
     for op in S.HTTP:
         pattern = op.path.split("/")
-        if op.method.upper() == method.upper() and len(pattern) == len(parts) and all(
-                p.startswith("{") or p == q for p, q in zip(pattern, parts)):
+        if (
+            op.method.upper() == method.upper()
+            and len(pattern) == len(parts)
+            and all(p.startswith("{") or p == q for p, q in zip(pattern, parts, strict=True))
+        ):
             return op.operation_id
     return None
 
@@ -257,10 +286,16 @@ def routes() -> list[Any]:
         """One protocol document (any origin may read it)."""
         body = bodies.get(request.path_params["name"])
         if body is None:
-            return Response(dump({"ok": False, "error": {"code": "not_found", "message": "No such protocol document."}}),
-                            status_code=404, media_type="application/json")
-        return Response(body, media_type="application/json",
-                        headers={"Access-Control-Allow-Origin": "*", "Cache-Control": "public, max-age=300"})
+            return Response(
+                dump({"ok": False, "error": {"code": "not_found", "message": "No such protocol document."}}),
+                status_code=404,
+                media_type="application/json",
+            )
+        return Response(
+            body,
+            media_type="application/json",
+            headers={"Access-Control-Allow-Origin": "*", "Cache-Control": "public, max-age=300"},
+        )
 
     return [Route(DOCS_PATH + "/{name:str}", serve, methods=["GET"])]
 
