@@ -33,6 +33,31 @@ from widget.client import AutopilotClient  # noqa: E402
 from widget.transports.python_socketio import PythonSocketIOTransport  # noqa: E402
 
 TURN_S = 30.0
+#: The checkout the relay processes run from (``--relay-root``; default: this one).
+ROOT: list[Path | None] = [None]
+
+
+class Relay(RelayProcess):
+    """A relay process, run from ``ROOT`` when one is given (its ``widget`` package then comes first)."""
+
+    def start(self, timeout: float = 30.0) -> None:
+        if ROOT[0] is None:
+            return super().start(timeout)
+        self.env["PYTHONPATH"] = str(ROOT[0])
+        self.cmd = [c for c in self.cmd]
+        import subprocess
+        import urllib.request
+
+        self.proc = subprocess.Popen(self.cmd, cwd=ROOT[0], stdout=self.log.open("ab"), stderr=subprocess.STDOUT, env=self.env)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            try:
+                with urllib.request.urlopen(f"{self.url}/readyz", timeout=2) as r:
+                    if r.status == 200:
+                        return
+            except OSError:
+                time.sleep(0.05)
+        raise RuntimeError(f"relay did not start: {self.log.read_text()[-2000:]}")
 
 
 async def wait_for(pred: Any, timeout: float, what: str) -> None:
@@ -48,6 +73,7 @@ async def one_request(i: int, http: aiohttp.ClientSession, front: RelayProcess, 
     """One request: message, kill the relay running the turn mid-call, restart it, Retry. Its counts."""
     client = AutopilotClient(PythonSocketIOTransport(), headers={"Origin": front.url})
     runs: list[float] = []
+    answered: list[float] = []
     started = asyncio.Event()
     work_s = rng.uniform(0.05, 0.6)
     result = f"order-{i}-{rng.randrange(10**9)}"
@@ -56,9 +82,11 @@ async def one_request(i: int, http: aiohttp.ClientSession, front: RelayProcess, 
     async def place_order() -> str:
         """Places the order."""
         runs.append(time.monotonic())
+        mine = f"{result}-run{len(runs)}"  # each run returns its own value
         started.set()
         await asyncio.sleep(work_s)
-        return result
+        answered.append(time.monotonic())
+        return mine
 
     finished: list[dict[str, Any]] = []
     client.on("completion.finished", finished.append)
@@ -80,6 +108,7 @@ async def one_request(i: int, http: aiohttp.ClientSession, front: RelayProcess, 
         assert victim.proc is not None
         victim.proc.kill()
         victim.proc.wait()
+        out["answered_before_kill"] = bool(answered)
         if tab is not None:
             await tab.disconnect()
         victim.start()
@@ -93,7 +122,8 @@ async def one_request(i: int, http: aiohttp.ClientSession, front: RelayProcess, 
                 break
             if time.monotonic() > deadline:
                 raise TimeoutError(f"the turn stayed {status}")
-            await asyncio.sleep(0.1)
+            await asyncio.sleep(0.25)
+        out["retried"] = status == "failed"
         if status == "failed":
             for _ in range(50):
                 try:
@@ -106,7 +136,8 @@ async def one_request(i: int, http: aiohttp.ClientSession, front: RelayProcess, 
         body = await info(http, url)
         tools = [m for m in body["messages"] if m["role"] == "tool" and m.get("name") == "place_order"]
         out["ran"] = len(runs)
-        out["lost"] = not any(m.get("status") == "success" and m.get("result") == result for m in tools)
+        # lost: the first run's result is not what the conversation kept (it was refused, or never arrived)
+        out["lost"] = not any(m.get("status") == "success" and m.get("result") == f"{result}-run1" for m in tools)
         out["stored"] = [(m.get("status"), m.get("result") if m.get("status") == "success" else m.get("error")) for m in tools]
     except Exception as exc:  # noqa: BLE001 - counted, the run goes on
         out["error"] = f"{type(exc).__name__}: {exc}"
@@ -120,17 +151,21 @@ async def one_request(i: int, http: aiohttp.ClientSession, front: RelayProcess, 
 async def main(n: int, scale: bool, seed: int) -> int:
     rng = random.Random(seed)
     work = Path(tempfile.mkdtemp(prefix="kill-midcall-"))
+    cfg = work / "relay.toml"  # the bench polls the conversation: no per-address HTTP limits
+    # (a relay from before the HTTP limits knows no get_rate_per_minute)
+    cfg.write_text("create_rate_per_minute = 0\n" + ("get_rate_per_minute = 0\n" if ROOT[0] is None else ""))
+    extra = ["--config", str(cfg)]
     procs: list[RelayProcess] = []
     if scale:
         from relay_helpers import pg_server, redis_server
 
         dsn = pg_server().fresh_database("kill")
         redis = redis_server().url
-        front = RelayProcess(work, database_url=dsn, redis_url=redis)
-        victim = RelayProcess(work, database_url=dsn, redis_url=redis)
+        front = Relay(work, database_url=dsn, redis_url=redis, extra=extra)
+        victim = Relay(work, database_url=dsn, redis_url=redis, extra=extra)
         procs = [front, victim]
     else:
-        front = victim = RelayProcess(work)
+        front = victim = Relay(work, extra=extra)
         procs = [front]
     results = []
     t0 = time.monotonic()
@@ -140,17 +175,22 @@ async def main(n: int, scale: bool, seed: int) -> int:
                 res = await one_request(i, http, front, victim, rng, scale)
                 results.append(res)
                 flag = "" if res["ran"] == 1 and not res["lost"] else "  <-- " + str(res)
-                print(f"request {i + 1:3d}/{n}: ran {res['ran']}, lost {res['lost']}{flag}", flush=True)
+                when = "mid-call" if res.get("answered_before_kill") is False else "after the answer"
+                print(f"request {i + 1:3d}/{n}: killed {when}, retried {res.get('retried')}, ran {res['ran']}, "
+                      f"lost {res['lost']}{flag}", flush=True)
     finally:
         for p in procs:
             p.stop()
     twice = sum(1 for r in results if r["ran"] > 1)
+    retried = sum(1 for r in results if r.get("retried"))
+    mid = sum(1 for r in results if r.get("answered_before_kill") is False)
     lost = sum(1 for r in results if r["lost"])
     errors = sum(1 for r in results if r["error"])
     kind = "PostgreSQL + Redis, two relays" if scale else "SQLite, one relay"
     load = os.getloadavg()[0]
     print(f"\nkill -9 mid-call x{n} ({kind}), {time.monotonic() - t0:.0f} s, load {load:.1f}: "
-          f"{twice} requests ran the function twice, {lost} lost results, {errors} errors")
+          f"{twice} requests ran the function twice, {lost} lost results, {errors} errors "
+          f"({mid} killed while the function ran, {n - mid} after it answered; {retried} turns failed and were retried)")
     return 0 if twice == 0 and lost == 0 else 1
 
 
@@ -159,5 +199,8 @@ if __name__ == "__main__":
     ap.add_argument("-n", type=int, default=30)
     ap.add_argument("--scale", action="store_true", help="PostgreSQL + Redis, two relay processes")
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--relay-root", help="run the relay from this checkout (e.g. an older commit, for a before/after)")
     args = ap.parse_args()
+    if args.relay_root:
+        ROOT[0] = Path(args.relay_root).resolve()
     sys.exit(asyncio.run(main(args.n, args.scale, args.seed)))

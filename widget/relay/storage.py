@@ -382,10 +382,12 @@ class Store(abc.ABC):
 
         return await self._perform(go)
 
-    async def events_after(self, conversation_id: str, seq: int) -> list[tuple[int, str, dict[str, Any]]]:
-        """The stored events after ``seq``, in order: ``(seq, name, payload)``."""
-        rows = await self._one(fetch("SELECT seq, name, payload FROM events WHERE conversation_id = ? AND seq > ? ORDER BY seq",
-                                     conversation_id, seq), READ)
+    async def events_after(self, conversation_id: str, seq: int, limit: int | None = None) -> list[tuple[int, str, dict[str, Any]]]:
+        """The stored events after ``seq``, in order: ``(seq, name, payload)``; at most ``limit`` of them."""
+        sql = "SELECT seq, name, payload FROM events WHERE conversation_id = ? AND seq > ? ORDER BY seq"
+        if limit is not None:
+            sql += f" LIMIT {int(limit)}"
+        rows = await self._one(fetch(sql, conversation_id, seq), READ)
         return [(r[0], r[1], json.loads(r[2])) for r in rows]
 
     # -- state --------------------------------------------------------------------------------

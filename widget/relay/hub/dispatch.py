@@ -30,6 +30,8 @@ if TYPE_CHECKING:
 log = logging.getLogger("widget.relay")
 
 Event = tuple[int, str, dict[str, Any]]
+#: Stored events read at a time for a replay (a replay of a long log holds one page in memory).
+REPLAY_PAGE = 200
 
 
 class CallDispatch:
@@ -101,6 +103,19 @@ class CallDispatch:
                 payload = {**payload, "run": True}
             await hub.sio.emit(name, payload, to=sid, ignore_queue=True)
         return True
+
+    async def replay_paged(self, cid: str, sid: str, after: int, *, run_after: int = 0, replayed: bool = False) -> int | None:
+        """Send the stored events after ``after`` to one socket, ``REPLAY_PAGE`` at a time and at the pace
+        it reads them (see ``emit_stored``); the last seq sent, or None when the socket went away."""
+        while True:
+            events = await self.hub.store.events_after(cid, after, REPLAY_PAGE)
+            if not events:
+                return after
+            if not await self.emit_stored(cid, sid, events, run_after=run_after, replayed=replayed, paced=True):
+                return None
+            after = events[-1][0]
+            if len(events) < REPLAY_PAGE:
+                return after
 
     async def dispatched_to(self, cid: str, sid: str) -> list[dict[str, Any]]:
         """The pending calls already dispatched to ``sid`` (none is claimed for it here)."""

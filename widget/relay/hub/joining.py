@@ -33,6 +33,8 @@ class Membership:
         self._unjoined: dict[str, asyncio.TimerHandle] = {}
         #: sockets closed for not joining in time (since start)
         self.closed_unjoined = 0
+        #: a socket's replays go one at a time
+        self._replaying: dict[str, asyncio.Lock] = {}
 
     async def on_connect(self, sid: str, environ: dict[str, Any], auth: Any = None) -> bool:
         """A socket connected: remember its address (the join rate limit is per address) and close it if
@@ -57,6 +59,7 @@ class Membership:
         hub = self.hub
         hub.addresses.pop(sid, None)
         hub.replay_limiter.forget(sid)
+        self._replaying.pop(sid, None)
         timer = self._unjoined.pop(sid, None)
         if timer is not None:
             timer.cancel()
@@ -141,10 +144,9 @@ class Membership:
             await self._emit_state(sid, doc)
             # Events emitted after the join ack are live for this client: a call among them runs here
             # if still pending; those before went with the ack's pending_calls.
-            events = await hub.store.events_after(cid, last_seq)
-            if not await hub.dispatch.emit_stored(cid, sid, events, run_after=ack_seq, paced=True):
+            sent = await hub.dispatch.replay_paged(cid, sid, last_seq, run_after=ack_seq)
+            if sent is None:
                 return
-            sent = events[-1][0] if events else last_seq
             async with rt.lock:
                 if hub.clients.get(sid) != cid:
                     return
@@ -201,7 +203,8 @@ class Membership:
         hub = self.hub
         last_seq = _last_seq(data.get("last_seq") if isinstance(data, dict) else None, "replay expects {last_seq: integer}")
         check_rate(hub.replay_limiter, ctx.sid, "Too many replays from this socket; wait a moment.")
-        events = await hub.store.events_after(ctx.cid, last_seq)
-        await hub.dispatch.emit_stored(ctx.cid, ctx.sid, events, replayed=True, paced=True)
+        lock = self._replaying.setdefault(ctx.sid, asyncio.Lock())
+        async with lock:  # one replay of a socket at a time: what it holds in memory is one page
+            await hub.dispatch.replay_paged(ctx.cid, ctx.sid, last_seq, replayed=True)
         conv = await hub.store.get_conversation(ctx.cid)
         return P.ok(seq=conv["seq"] if conv else last_seq, pending_calls=await hub.dispatch.dispatched_to(ctx.cid, ctx.sid))
