@@ -553,3 +553,22 @@ async def test_hub_entries_of_conversations_are_dropped_when_unused(gated: tuple
         await asyncio.sleep(0.02)
     assert (await info(http, url))["conversation"]["status"] == "idle"
     assert set(hub.convs) <= before
+
+
+def test_socket_bounds_are_settings(tmp_path: Path) -> None:
+    """Each bound is a TOML key and an environment variable, with its default, and a negative one is refused."""
+    from widget.errors import ConfigError
+    from widget.relay.config import load_config
+
+    cfg = load_config(env={})
+    assert (cfg.replay_rate_per_minute, cfg.state_patch_rate_per_minute, cfg.socket_send_queue_bytes,
+            cfg.unjoined_socket_timeout_s, cfg.idempotency_retention_s, cfg.max_events_per_conversation) == (
+        30, 1200, 4_000_000, 20.0, 86_400.0, 50_000)
+    toml = tmp_path / "relay.toml"
+    toml.write_text("replay_rate_per_minute = 5\nstate_patch_rate_per_minute = 7\nmax_events_per_conversation = 9\n")
+    cfg = load_config(toml, env={"AUTOPILOT_UNJOINED_SOCKET_TIMEOUT_S": "3", "AUTOPILOT_SOCKET_SEND_QUEUE_BYTES": "1000",
+                                 "AUTOPILOT_IDEMPOTENCY_RETENTION_S": "60"})
+    assert (cfg.replay_rate_per_minute, cfg.state_patch_rate_per_minute, cfg.max_events_per_conversation) == (5, 7, 9)
+    assert (cfg.unjoined_socket_timeout_s, cfg.socket_send_queue_bytes, cfg.idempotency_retention_s) == (3.0, 1000, 60.0)
+    with pytest.raises(ConfigError, match="replay_rate_per_minute must be >= 0"):
+        load_config(env={"AUTOPILOT_REPLAY_RATE_PER_MINUTE": "-1"})

@@ -465,6 +465,10 @@ def _apply_mapping(cfg: RelayConfig, data: Mapping[str, Any], where: str) -> Non
 _ENV = {
     "AUTOPILOT_UNJOINED_SOCKET_TIMEOUT_S": ("unjoined_socket_timeout_s", float),
     "AUTOPILOT_SOCKET_SEND_QUEUE_BYTES": ("socket_send_queue_bytes", int),
+    "AUTOPILOT_REPLAY_RATE_PER_MINUTE": ("replay_rate_per_minute", int),
+    "AUTOPILOT_STATE_PATCH_RATE_PER_MINUTE": ("state_patch_rate_per_minute", int),
+    "AUTOPILOT_IDEMPOTENCY_RETENTION_S": ("idempotency_retention_s", float),
+    "AUTOPILOT_MAX_EVENTS_PER_CONVERSATION": ("max_events_per_conversation", int),
     "AUTOPILOT_HOST": ("host", str),
     "AUTOPILOT_PORT": ("port", int),
     "AUTOPILOT_PUBLIC_URL": ("public_url", str),
