@@ -1,0 +1,84 @@
+"""The house rules of docs/architecture.md, checked on the code's own imports (every import, lazy ones too)."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+PKG = ROOT / "widget"
+
+
+def module_of(path: Path) -> str:
+    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def imports_of(path: Path) -> set[str]:
+    """Every ``widget...`` module a file imports, at any depth of its code."""
+    mod = module_of(path)
+    package = mod if path.name == "__init__.py" else mod.rsplit(".", 1)[0]
+    out: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            out.update(a.name for a in node.names if a.name.startswith("widget"))
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")
+                base = base[: len(base) - node.level + 1]
+                target = ".".join(base + ([node.module] if node.module else []))
+            else:
+                target = node.module or ""
+            if target.startswith("widget"):
+                out.add(target)
+                out.update(f"{target}.{a.name}" for a in node.names)
+    return out
+
+
+def files(under: str) -> list[Path]:
+    return sorted((ROOT / under).rglob("*.py")) if (ROOT / under).is_dir() else [ROOT / (under + ".py")]
+
+
+def offenders(sources: list[str], forbidden: tuple[str, ...]) -> list[str]:
+    bad = []
+    for src in sources:
+        for f in files(src):
+            for imp in sorted(imports_of(f)):
+                if any(imp == x or imp.startswith(x + ".") for x in forbidden):
+                    bad.append(f"{f.relative_to(ROOT)} imports {imp}")
+    return bad
+
+
+# Browser-side code never imports the relay (it is not in the bundle); the relay is the only server side.
+BROWSER_SIDE = ["widget/protocol", "widget/core", "widget/store", "widget/ui", "widget/transports", "widget/client",
+                "widget/client_calls", "widget/client_connection", "widget/client_tools", "widget/browser",
+                "widget/browser_env", "widget/env", "widget/page", "widget/errors", "widget/loader_data"]
+
+RULES = [
+    ("browser-side code never imports the relay", BROWSER_SIDE, ("widget.relay", "widget.conformance")),
+    ("the vocabulary imports nothing of the widget but the error root", ["widget/protocol"],
+     ("widget.core", "widget.store", "widget.ui", "widget.client", "widget.transports", "widget.browser", "widget.relay")),
+    ("the core decides without the runtime, the UI or the network", ["widget/core"],
+     ("widget.client", "widget.client_calls", "widget.client_connection", "widget.client_tools", "widget.store",
+      "widget.ui", "widget.transports", "widget.browser", "widget.browser_env", "widget.relay")),
+    ("the headless store knows no DOM", ["widget/store"], ("widget.ui", "widget.browser", "widget.browser_env")),
+    ("the UI renders from the store, never from the network", ["widget/ui"], ("widget.transports", "widget.relay")),
+    ("the conformance suite speaks the protocol, never the relay's code", ["widget/conformance"],
+     ("widget.relay", "widget.client", "widget.core")),
+]
+
+
+@pytest.mark.parametrize("rule, sources, forbidden", RULES, ids=[r[0] for r in RULES])
+def test_house_rule(rule: str, sources: list[str], forbidden: tuple[str, ...]) -> None:
+    assert offenders(sources, forbidden) == [], rule
+
+
+def test_the_rules_see_imports() -> None:
+    """The checker itself finds a relative, a lazy and an absolute import (so a rule cannot pass by blindness)."""
+    found = imports_of(PKG / "relay" / "hub" / "turns.py")
+    assert "widget.relay.model" in found and "widget.protocol" in found
+    assert offenders(["widget/relay/hub"], ("widget.relay.model",))
