@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -18,8 +19,9 @@ from widget.protocol import limits, messages, names
 
 ROOT = Path(__file__).resolve().parent.parent
 DOC = (ROOT / "docs" / "protocol.md").read_text(encoding="utf-8")
-PYODIDE = sorted((ROOT / ".build-cache" / "unpacked").glob("pyodide-*/pyodide.mjs")) or sorted(
-    Path("/work/main/.build-cache/unpacked").glob("pyodide-*/pyodide.mjs")
+# The Pyodide the build downloaded (its cache: AUTOPILOT_BUILD_CACHE, else .build-cache in the repository).
+PYODIDE = sorted(
+    Path(os.environ.get("AUTOPILOT_BUILD_CACHE", ROOT / ".build-cache")).glob("unpacked/pyodide-*/pyodide.mjs")
 )
 
 # The names the protocol had before it became a package; code outside it still uses them.
