@@ -53,6 +53,7 @@
     labels: { type: "object" },
     python: { type: "list", def: [] },
     tools: { type: "object" },
+    webmcp: { type: "boolean", def: false }, // publish the page's functions to in-browser agents (WebMCP)
     prewarm: { type: "prewarm" }, // true | false | a mode name (bench/peer.py); unset: once per build
     onReady: { type: "function" }, // AutopilotConfig only: called with window.Autopilot once Python runs it
     onError: { type: "function" }, // AutopilotConfig only: called with an Error when a start fails
@@ -944,6 +945,7 @@
       jsFunctions[def.name] = def.handler;
       return call("registerFunction", {
         name: def.name, description: def.description || "", parameters: JSON.parse(text), sensitive: !!def.sensitive,
+        webmcp: def.webmcp !== false,
       });
     },
     unregisterFunction(name) {

@@ -201,6 +201,11 @@ async def boot(config_json: str, page_sources: Any, loader: Any) -> Any:
     from .ui.labels import LABELS
 
     client = AutopilotClient(BrowserTransport(autopilot_bridge), storage=LocalStorage(), env=BrowserEnv())
+    if config.get("webmcp"):
+        from .webmcp import enable
+
+        if not enable(client):
+            log.info("webmcp is on but this browser has no document.modelContext: nothing is published")
     if config.get("tools"):
         try:
             client.tools(config["tools"])
@@ -421,7 +426,8 @@ class _Handle:
             return await self._invoke("function", name, args, context)
 
         self.client.register_function(name, js_handler, description=str(d.get("description") or ""),
-                                      parameters=d.get("parameters"), sensitive=bool(d.get("sensitive")))
+                                      parameters=d.get("parameters"), sensitive=bool(d.get("sensitive")),
+                                      webmcp=d.get("webmcp") is not False)
         if name in self.client.registry.unchecked:
             return self._check_schema_later(name)
         return None
@@ -479,6 +485,8 @@ class _Handle:
             remove()
         self._tool_removers.clear()
         self.host = None
+        if self.client.webmcp is not None:
+            self.client.webmcp.close()
         if self.connecting is not None and not self.connecting.done():
             self.connecting.cancel()
         self.bar.destroy()

@@ -100,6 +100,8 @@ class AutopilotClient(ConnectionMixin, CallsMixin, ToolsMixin):
         self._tasks: set[asyncio.Task[Any]] = set()
         self._connect_options: dict[str, Any] = {}
         self._tools: dict[str, ToolSpec] = {}
+        #: Publishes the registry to in-browser agents (``widget.webmcp.enable``); None: not published.
+        self.webmcp: Any = None
         self._tool_handlers: dict[str, Callable[..., Any]] = {}
         transport.set_handler(self._on_transport_event)
 
@@ -260,8 +262,10 @@ class AutopilotClient(ConnectionMixin, CallsMixin, ToolsMixin):
         description: str = "",
         parameters: dict[str, Any] | None = None,
         sensitive: bool = False,
+        webmcp: bool = True,
     ) -> None:
-        """Register ``handler(args, context)`` under ``name`` (``registerFunction`` of the page API)."""
+        """Register ``handler(args, context)`` under ``name`` (``registerFunction`` of the page API); ``webmcp=False``
+        keeps it from in-browser agents on a page that publishes its functions with WebMCP."""
         self._tools.pop(name, None)  # a function registered under a tool's name replaces the tool
         definition = FunctionDefinition(
             name=name,
@@ -269,6 +273,7 @@ class AutopilotClient(ConnectionMixin, CallsMixin, ToolsMixin):
             description=description or "",
             parameters=parameters if parameters is not None else {"type": "object", "properties": {}},
             sensitive=sensitive,
+            webmcp=webmcp,
         )
         try:
             to_json_value(definition.parameters, f"Parameters of {name!r}")
@@ -284,6 +289,7 @@ class AutopilotClient(ConnectionMixin, CallsMixin, ToolsMixin):
         name: str | None = None,
         description: str | None = None,
         sensitive: bool = False,
+        webmcp: bool = True,
     ) -> Any:
         """Decorator: register a plain Python function; parameters come from its type hints, the description
         from its docstring, and the model's arguments arrive as keyword arguments of the declared types."""
@@ -291,7 +297,7 @@ class AutopilotClient(ConnectionMixin, CallsMixin, ToolsMixin):
         def decorate(func: Callable[..., Any]) -> Callable[..., Any]:
             bound = bind_function(func, name, description)
             self.register_function(bound.name, bound.handler, description=bound.description,
-                                   parameters=bound.parameters, sensitive=sensitive)
+                                   parameters=bound.parameters, sensitive=sensitive, webmcp=webmcp)
             return func
 
         return decorate(fn) if fn is not None else decorate
@@ -324,6 +330,8 @@ class AutopilotClient(ConnectionMixin, CallsMixin, ToolsMixin):
     def _functions_changed(self) -> None:
         self.core.state.set_functions(self.registry.descriptors(), self._clock())
         self._reschedule()
+        if self.webmcp is not None:
+            self.webmcp.sync()
 
     # ------------------------------------------------------------------ context
     def set_context(self, context: dict[str, Any]) -> None:

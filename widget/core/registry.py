@@ -35,6 +35,8 @@ class FunctionDefinition:
     kind: str = KIND_FUNCTION
     #: Extra descriptor fields (tools and actions: ``handler``, ``confirm``, ``label``, ``title``).
     extra: dict[str, Any] = field(default_factory=dict)
+    #: Published to in-browser agents when the page opts in to WebMCP (``widget.webmcp``); never sent to the relay.
+    webmcp: bool = True
 
     def descriptor(self) -> dict[str, Any]:
         """The JSON descriptor mirrored to ``/autopilot/functions/<name>`` (no handler)."""
