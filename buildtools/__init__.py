@@ -1,7 +1,7 @@
 """The build of the browser assets (``python build.py`` drives it; ``build()`` is the entry point).
 
-One module per step (``fetch``, ``unpack``, ``sources``, ``precompile``, ``split``, ``snapshot``, ``compress``;
-``pipeline`` runs them in order and assembles the output), and the programs they run under Node and inside Pyodide
+One module per step (``fetch``, ``unpack``, ``sources``, ``precompile``, ``split``, ``snapshot``, ``compress``,
+``assemble``; ``pipeline`` runs them in order, each cached), and the programs they run under Node and inside Pyodide
 as real files in ``programs/``. ``backend`` is the in-tree PEP 517 backend: setuptools', with this build run first,
 so a wheel always ships the assets.
 

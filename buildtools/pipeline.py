@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import json
 import os
 import shutil
@@ -11,25 +10,15 @@ import zipfile
 from pathlib import Path
 from typing import Any
 
-from .compress import brotli
+from .assemble import Parts, assemble
 from .config import (
-    BROTLI_BIG_BYTES,
-    BROTLI_MIN_BYTES,
-    BROTLI_MIN_SAVING,
-    BROTLI_QUALITY,
-    BROTLI_QUALITY_BIG,
-    BROTLI_SKIP_DIRS,
-    BROTLI_SUFFIXES,
-    BUILD_ID_RE,
     BUNDLE_FS_PATH,
     CACHE_KEEP,
-    DIST_FILES,
     IMPORT_ALL_SKIP,
     LOCK_VERSION,
     NODE_MOUNT,
     NPM_PINS,
     PIP_TARGET_ARGS,
-    PYSCRIPT_DIST,
     REST_FS_PATH,
     SAMPLE_MD,
     SCHEMA_FS_PATH,
@@ -277,6 +266,7 @@ def run_steps(root: Path, out_dir: Path, cache_dir: Path, lock_path: Path, clean
         stdlib_out, bundle_out = paths["stdlib"][0], paths["bundle"][0]
     # [6b] the stdlib split and the stored (uncompressed) zips the loader fetches
     split_paths: dict[str, Path] | None = None
+    bundle_full: Path | None = None
     if precompile:
         # Keyed by what decides the split — the stdlib, the wheels and the *import statements* of widget/ —
         # not by every byte of widget/: most edits reuse it (a dynamic import is caught by the browser test).
@@ -326,7 +316,7 @@ def run_steps(root: Path, out_dir: Path, cache_dir: Path, lock_path: Path, clean
     # recently used others (another checkout or a test may share this cache).
     current = {p.name for pair in paths.values() for p in pair}
     if split_paths:
-        current |= {p.name for p in split_paths.values()} | {bundle_out.name, bundle_full.name}
+        current |= {p.name for p in split_paths.values()} | {p.name for p in (bundle_out, bundle_full) if p}
     if snapshot_path:
         current.add(snapshot_path.name)
     for fname in current:
@@ -342,123 +332,9 @@ def run_steps(root: Path, out_dir: Path, cache_dir: Path, lock_path: Path, clean
 
     # [7] assemble
     pr.step("assemble")
-    files: dict[str, Path] = {}
-    for rel, (pkg, inner) in DIST_FILES.items():
-        src = pkg_dirs[pkg] / inner
-        if not src.is_file():
-            raise BuildError(f"npm {pkg} {NPM_PINS[pkg]} has no {inner}")
-        files[rel] = src
-    files["pyodide/python_stdlib.zip"] = stdlib_out  # the whole stdlib (other users of pyodide/)
-    if split_paths:
-        files["pyodide/python_stdlib_core.zip"] = split_paths["core"]
-        files["pyodide/python_stdlib_rest.zip"] = split_paths["rest"]
-        files["schema.zip"] = split_paths["schema"]
-    files["bundle.zip"] = bundle_out
-    files["bundle-full.zip"] = bundle_full if split_paths else bundle_out
-    if snapshot_path:
-        files["pyodide/python.snapshot"] = snapshot_path
-    ps_dir = pkg_dirs[PYSCRIPT_DIST[0]] / PYSCRIPT_DIST[1]
-    if not (ps_dir / "core.js").is_file():
-        raise BuildError(f"npm {PYSCRIPT_DIST[0]} has no {PYSCRIPT_DIST[1]}/core.js")
-    for p in sorted(ps_dir.rglob("*")):
-        if p.is_file():
-            files[f"pyscript/{p.relative_to(ps_dir).as_posix()}"] = p
-    static = root / "static"
-    loader = static / "autopilot.js"
-    if static.is_dir():
-        for dirpath, dirnames, filenames in os.walk(static):
-            dirnames[:] = sorted(d for d in dirnames if not d.startswith(".") and d != "__pycache__")
-            for fn in sorted(filenames):
-                p = Path(dirpath) / fn
-                if fn.startswith(".") or fn.endswith(".pyc") or p == loader:
-                    continue
-                rel = p.relative_to(static).as_posix()
-                if rel in files or rel.split("/")[0] in ("pyodide", "vendor", "pyscript"):
-                    raise BuildError(f"static/{rel} collides with a generated file or folder; rename it")
-                files[rel] = p
-
-    hashes = {rel: (sha256_file(p), p.stat().st_size) for rel, p in files.items()}
-    # Brotli copies (<name>.br) the relay serves to browsers that accept br; cached by content.
-    want = {rel: sha for rel, (sha, size) in hashes.items()
-            if size >= BROTLI_MIN_BYTES and Path(rel).suffix in BROTLI_SUFFIXES
-            and not rel.startswith(BROTLI_SKIP_DIRS)}
-    quality = {rel: BROTLI_QUALITY if hashes[rel][1] < BROTLI_BIG_BYTES else BROTLI_QUALITY_BIG for rel in want}
-    brotli(cache_dir / "compressed", {(sha, quality[rel]): files[rel] for rel, sha in want.items()}, quiet)
-    keep = {f"{sha}.q{quality[rel]}.br" for rel, sha in want.items()}
-    for fname in keep:
-        with contextlib.suppress(OSError):
-            os.utime(cache_dir / "compressed" / fname)
-    older = sorted((p for p in (cache_dir / "compressed").glob("*.br") if p.name not in keep),
-                   key=lambda p: p.stat().st_mtime, reverse=True)
-    for p in older[CACHE_KEEP * 8:]:
-        p.unlink(missing_ok=True)
-    for rel, sha in want.items():
-        br = cache_dir / "compressed" / f"{sha}.q{quality[rel]}.br"
-        if br.stat().st_size <= (1 - BROTLI_MIN_SAVING) * hashes[rel][1]:
-            files[rel + ".br"] = br
-            hashes[rel + ".br"] = (sha256_file(br), br.stat().st_size)
-    id_hash = hashlib.sha256()
-    for rel in sorted(hashes):
-        id_hash.update(f"{rel}\0{hashes[rel][0]}\n".encode())
-    build_id = id_hash.hexdigest()[:12]
-
-    if clean and out_dir.exists():
-        rmtree(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    target = out_dir / build_id
-    reused = target.is_dir() and dir_matches(target, hashes)
-    if not reused:
-        tmp = out_dir / f".tmp-{build_id}-{os.getpid()}"
-        rmtree(tmp)
-        for rel, src in files.items():
-            dst = tmp / rel
-            dst.parent.mkdir(parents=True, exist_ok=True)
-            shutil.copyfile(src, dst)
-        rmtree(target)
-        os.replace(tmp, target)
-
-    manifest_files = {f"{build_id}/{rel}": {"bytes": size, "sha256": sha}
-                      for rel, (sha, size) in hashes.items()}
-    if loader.is_file():
-        js = loader.read_bytes().replace(b"__BUILD_ID__", build_id.encode())
-        shared = root / "widget" / "loader_data.py"  # labels, toggle CSS and event names the loader shares with Python
-        js = __import__("runpy").run_path(str(shared))["fill_loader"](js) if shared.is_file() else js
-        boot = {"lockInfo": pyodide_info}
-        if split_paths:
-            boot.update(stdlib="pyodide/python_stdlib_core.zip", rest="pyodide/python_stdlib_rest.zip",
-                        lazy={"rest": "pyodide/python_stdlib_rest.zip", "schema": "schema.zip"},
-                        bundlePath=BUNDLE_FS_PATH)
-        if snapshot_path:
-            boot["snapshot"] = "pyodide/python.snapshot"
-        js = js.replace(b"/*__BOOT_FILES__*/null", json.dumps(boot, sort_keys=True).encode())
-        if not (out_dir / "autopilot.js").is_file() or (out_dir / "autopilot.js").read_bytes() != js:
-            write_atomic(out_dir / "autopilot.js", js)
-        manifest_files["autopilot.js"] = {"bytes": len(js), "sha256": sha256(js)}
-    else:
-        rmtree(out_dir / "autopilot.js")
-        pr.note("note: static/autopilot.js does not exist yet; no loader written")
-    versions = {name: v for name, v in NPM_PINS.items()}
-    versions.update(WHEEL_PINS)
-    versions["python"] = py_full
-    manifest = {"build_id": build_id, "precompiled": precompile, "snapshot": bool(snapshot_path),
-                "versions": versions,
-                "files": dict(sorted(manifest_files.items()))}
-    mbytes = json_bytes(manifest)
-    if not (out_dir / "manifest.json").is_file() or (out_dir / "manifest.json").read_bytes() != mbytes:
-        write_atomic(out_dir / "manifest.json", mbytes)
-
-    removed = []
-    for p in out_dir.iterdir():
-        if p.name == build_id:
-            continue
-        if (p.is_dir() and BUILD_ID_RE.match(p.name)) or p.name.startswith(".tmp-"):
-            rmtree(p)
-            removed.append(p.name)
-    total = sum(size for _, size in hashes.values())
-    shown = out_dir.relative_to(root) if out_dir.is_relative_to(root) else out_dir
-    pr.done(f"{'unchanged' if reused else 'written'} {shown}/"
-            f"{build_id}/ ({len(files)} files, {total / 1e6:.1f} MB"
-            f"{'; removed ' + ', '.join(sorted(removed)) if removed else ''})")
+    made = Parts(pkg_dirs=pkg_dirs, stdlib_out=stdlib_out, bundle_out=bundle_out, bundle_full=bundle_full,
+                 split_paths=split_paths, snapshot_path=snapshot_path, pyodide_info=pyodide_info, py_full=py_full)
+    build_id, hashes = assemble(pr, root, out_dir, cache_dir, made, clean=clean, precompile=precompile, quiet=quiet)
     if not quiet:
         print(f"build {build_id} ready in {time.perf_counter() - t_start:.1f}s "
               f"(python_stdlib.zip {hashes['pyodide/python_stdlib.zip'][1] / 1e6:.2f} MB, "
@@ -466,10 +342,3 @@ def run_steps(root: Path, out_dir: Path, cache_dir: Path, lock_path: Path, clean
               f"{'precompiled' if precompile else 'sources'})", flush=True)
     return out_dir
 
-
-def dir_matches(target: Path, hashes: dict[str, tuple[str, int]]) -> bool:
-    """An existing <build_id>/ folder is reused only if it holds exactly these files."""
-    present = {p.relative_to(target).as_posix() for p in target.rglob("*") if p.is_file()}
-    if present != set(hashes):
-        return False
-    return all(sha256_file(target / rel) == sha for rel, (sha, _) in hashes.items())

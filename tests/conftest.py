@@ -3,16 +3,19 @@
 The relay runs as a real subprocess (``python -m widget.relay``) on a free loopback port with its own
 SQLite file; the browser is Debian's Chromium driven by Playwright. Helpers live in tests/support.py.
 
-Every test has one tier, marked here (``python -m pytest -m unit`` runs one): by file, ``browser`` (a test of
-the file uses Chromium), ``build`` (the asset build, packaging, or what the build cache holds) and ``relay`` (it
-starts or talks to a relay, in-process or as a subprocess); in the other files, ``fuzz`` for property-based
-tests (hypothesis) and ``unit`` for the rest: pure logic, seconds for the whole tier.
+Every test has one tier, marked here (``python -m pytest -m unit`` runs one and imports no other tier's
+files): by file, ``build`` (the asset build and packaging), ``browser`` (the file uses Chromium), ``build`` again
+for files that read what the build cache holds, and ``relay`` (it starts or talks to a relay, in-process or as a
+subprocess); in the other files, ``fuzz`` for property-based tests (hypothesis) and ``unit`` for the rest: pure
+logic, seconds for the whole tier. A test marked with a tier itself (``@pytest.mark.build``) keeps it.
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import os
+import re
 import sys
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
@@ -131,17 +134,23 @@ async def fresh_demo(demo_page: BootedPage) -> AsyncIterator[BootedPage]:
 
 TIERS = ("unit", "fuzz", "relay", "browser", "build")
 _BUILD_FILES = {"test_build.py", "test_packaging.py"}
+#: A test file that uses Chromium: the browser fixture, or the booted-page fixtures and helpers built on it.
+_BROWSER_RE = re.compile(r"(def \w+\([^)]*\bbrowser\b)|\b(bar_page|bar_relay|demo_page|fresh_demo|open_page)\b")
 #: Words that show a test file starts or talks to a relay, or reads the build's cache.
 _RELAY_WORDS = ("relay_helpers", "relay_server", "start_relay", "RelayProcess", "widget.relay")
 _BUILD_WORDS = ("default_cache_dir",)
 
 
-def _tier_of(path: Path, items: list[pytest.Item]) -> str | None:
-    """The file's tier, or None when it is decided test by test (unit or fuzz)."""
-    if any("browser" in getattr(item, "fixturenames", ()) for item in items):
-        return "browser"
+@functools.cache
+def _tier_of_file(path: Path) -> str | None:
+    """The tier of a test file, read from its text (so a one-tier run need not import the others), or None when
+    it is decided test by test (unit or fuzz)."""
+    if path.name in _BUILD_FILES:
+        return "build"
     text = path.read_text()
-    if path.name in _BUILD_FILES or any(word in text for word in _BUILD_WORDS):
+    if _BROWSER_RE.search(text):
+        return "browser"
+    if any(word in text for word in _BUILD_WORDS):
         return "build"
     return "relay" if any(word in text for word in _RELAY_WORDS) else None
 
@@ -155,11 +164,18 @@ def pytest_configure(config: pytest.Config) -> None:
         config.addinivalue_line("markers", f"{tier}: a test of the {tier} tier (set in tests/conftest.py)")
 
 
+def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
+    """With ``-m <one tier>``, test files of other tiers are not even imported."""
+    wanted = (config.getoption("markexpr") or "").strip()
+    if wanted not in TIERS or collection_path.suffix != ".py" or not collection_path.name.startswith("test_"):
+        return None
+    tier = _tier_of_file(collection_path)
+    return True if (tier or "unit") != wanted and not (tier is None and wanted == "fuzz") else None
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    by_file: dict[Path, list[pytest.Item]] = {}
     for item in items:
-        by_file.setdefault(Path(str(item.path)), []).append(item)
-    for path, file_items in by_file.items():
-        tier = _tier_of(path, file_items)
-        for item in file_items:
-            item.add_marker(getattr(pytest.mark, tier or ("fuzz" if _is_property_test(item) else "unit")))
+        if any(item.get_closest_marker(tier) for tier in TIERS):  # a test may name its tier itself
+            continue
+        tier = _tier_of_file(Path(str(item.path)))
+        item.add_marker(getattr(pytest.mark, tier or ("fuzz" if _is_property_test(item) else "unit")))
