@@ -291,6 +291,7 @@ class ClientSession:
 
     def _sequenced(self, event: str, data: Any, now: float) -> list[Effect]:
         if not isinstance(data, dict):
+            log.warning("relay event %r ignored: payload is not an object", event)
             return []
         verdict = self.seq.classify(data.get("seq"))
         if verdict == DUPLICATE:
