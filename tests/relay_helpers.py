@@ -167,7 +167,7 @@ class Recorder:
     def seqd(self) -> list[tuple[str, Any]]:
         return [(e, d) for e, d in self.events if isinstance(d, dict) and "seq" in d]
 
-    async def wait(self, event: str, pred: Callable[[Any], bool] | None = None, timeout: float = 5.0,
+    async def wait(self, event: str, pred: Callable[[Any], bool] | None = None, timeout: float = 30.0,
                    start: int = 0) -> Any:
         deadline = time.monotonic() + timeout
         while True:

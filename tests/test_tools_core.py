@@ -103,3 +103,18 @@ def test_strict_schema_makes_optional_nullable():
     assert s["required"] == ["email", "message", "seats", "urgent"]
     assert s["properties"]["seats"]["type"] == ["integer", "null"]
     assert s["properties"]["email"]["type"] == "string" and "format" not in s["properties"]["email"]
+
+
+@pytest.mark.parametrize("name", ["get_cart\n", "", "1abc", "a" * 65, "with space"])
+def test_one_name_rule_for_functions_tools_and_relay_tools(name: str) -> None:
+    """Functions, tools and relay config functions share the vocabulary's name rule (``$`` once let
+    "get_cart\\n" through)."""
+    from widget.core.registry import validate_definition
+    from widget.relay.config import ToolConfig, _bind_tool
+
+    with pytest.raises(ConfigError):
+        parse_tool(name, {"description": "d", "run": {"kind": "event", "event": "x"}})
+    with pytest.raises(ConfigError):
+        validate_definition(name, lambda: None, "d", None, False)
+    with pytest.raises(ConfigError):
+        _bind_tool("test", name, ToolConfig(callable=lambda args, context: None, description="d"))

@@ -9,18 +9,19 @@ from __future__ import annotations
 
 import re
 
+from ..protocol import is_tool_name
+
 #: Every MCP tool's name starts with it.
 MCP_PREFIX = "mcp__"
-_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_-]{0,63}$")
 
 
 def mcp_tool_name(server: str, tool: str) -> str | None:
     """The catalogue name of a server's tool (characters outside the rule become ``_``), or None when it
     would be longer than 64 characters."""
     name = f"{MCP_PREFIX}{server}__{re.sub(r'[^A-Za-z0-9_-]', '_', tool)}"
-    return name if _NAME.match(name) else None
+    return name if is_tool_name(name) else None
 
 
 def is_mcp_name(name: object) -> bool:
     """Whether ``name`` is an MCP server tool's catalogue name."""
-    return isinstance(name, str) and name.startswith(MCP_PREFIX) and bool(_NAME.match(name))
+    return isinstance(name, str) and name.startswith(MCP_PREFIX) and is_tool_name(name)

@@ -8,17 +8,15 @@ the boot (the browser boot calls it once page Python ran and the socket joins; t
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from ..errors import ConfigError
-from ..protocol import KIND_FUNCTION
+from ..protocol import KIND_FUNCTION, is_tool_name
 from .schema import DerivedSchema
 from .validation import checker_ready, prefetch_checker, schema_problem
 
 #: The name rule every model provider accepts for tool names.
-_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_-]{0,63}$")
 
 Handler = Callable[..., Any]
 
@@ -55,7 +53,7 @@ def validate_definition(
     name: Any, handler: Any, description: Any, parameters: Any, sensitive: Any
 ) -> None:
     """Raise ConfigError naming what is wrong with a function definition."""
-    if not isinstance(name, str) or not _NAME_RE.match(name):
+    if not is_tool_name(name):
         raise ConfigError(
             f"Function name {name!r} is invalid: use 1-64 letters, digits, '_' or '-', starting with a letter or '_'."
         )

@@ -23,7 +23,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from ..errors import ConfigError
-from ..protocol import KIND_ACTION, KIND_TOOL, MAX_TOOLS_ADVISED
+from ..protocol import KIND_ACTION, KIND_TOOL, MAX_TOOLS_ADVISED, is_tool_name
 from .templates import placeholders
 
 _TYPES = {"string", "number", "integer", "boolean"}
@@ -34,7 +34,6 @@ _PROPERTY_KEYS = {
 #: Formats we check ourselves (``multiline`` is a UI hint for a string field).
 FORMATS = ("email", "uri", "date", "date-time", "multiline")
 _EMAIL = re.compile(r"^[A-Za-z0-9.!#$%&'*+/=?^_`{|}~-]+@[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?)+$")
-_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_-]{0,63}$")
 
 
 @dataclass
@@ -141,7 +140,7 @@ def _check_run(name: str, run: Any, kind: str) -> dict[str, Any] | None:
 
 def parse_tool(name: str, config: Any) -> ToolSpec:
     """Check one ``tools`` entry (seed 002 shape); ConfigError naming what is wrong."""
-    if not isinstance(name, str) or not _NAME.match(name):
+    if not is_tool_name(name):
         raise ConfigError(f"Tool name {name!r} is invalid: use letters, digits, '_' or '-' (at most 64).")
     if not isinstance(config, dict):
         raise ConfigError(f"Tool {name!r}: the declaration must be an object.")

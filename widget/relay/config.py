@@ -304,11 +304,12 @@ class RelayConfig:
 def _bind_tool(where: str, name: str, tool: "ToolConfig") -> None:
     """Check a relay config function's declaration and bind its callable (ConfigError, one line)."""
     from ..protocol import ASK_USER_TOOL, OFFER_ACTIONS_TOOL
-    from .tools import NAME, flat_parameters
+    from ..protocol import is_tool_name
+    from .tools import flat_parameters
 
     if not isinstance(tool, ToolConfig):
         raise ConfigError(f"{where} must be a table with callable, description, parameters")
-    if not isinstance(name, str) or not NAME.match(name):
+    if not is_tool_name(name):
         raise ConfigError(f"{where}: a tool name is 1-64 letters, digits, '_' or '-'")
     if name in (ASK_USER_TOOL, OFFER_ACTIONS_TOOL):
         raise ConfigError(f"{where}: {name!r} is the relay's own tool; choose another name")

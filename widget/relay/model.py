@@ -16,6 +16,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, AsyncIterator, Callable
 
+from ..errors import WidgetError
 from ..protocol.names import RelayTool, TurnErrorCode
 from .config import ModelConfig
 from .tools import COMMON_KEYWORDS
@@ -98,13 +99,11 @@ class ModelRequest:
     attempt: int = 0
 
 
-class ModelError(Exception):
+class ModelError(WidgetError):
     """A model failure the reader should see (rate limit, overflow, provider down, bad key...)."""
 
     def __init__(self, code: str, message: str, retryable: bool = True) -> None:
-        super().__init__(message)
-        self.code = code
-        self.message = message
+        super().__init__(message, code=code)
         self.retryable = retryable
 
 

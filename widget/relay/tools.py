@@ -17,22 +17,21 @@ Pure functions, no I/O.
 from __future__ import annotations
 
 import json
-import re
 from typing import Any, Iterable
 
 from .. import protocol as P
 from ..core.tools import check_parameters, check_tool_arguments
-from ..errors import ConfigError
+from ..errors import ConfigError, WidgetError
 
-#: A tool's name as the client and providers accept it.
-NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_-]{0,63}$")
 #: Bounds a flat property may carry (``widget.core.tools``).
 BOUNDS = ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "minLength", "maxLength")
 
 
-class ToolError(Exception):
+class ToolError(WidgetError):
     """Raise it from a relay config function to tell the model why the call failed (its message is
     sent to the model; any other exception is reported without its text)."""
+
+    code = "tool_error"
 
 
 def flat_parameters(name: str, parameters: Any) -> tuple[dict[str, Any] | None, str | None]:
