@@ -28,9 +28,10 @@ import aiohttp
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
-from relay_helpers import Recorder, RelayProcess, info, joined  # noqa: E402
-from widget.client import AutopilotClient  # noqa: E402
-from widget.transports.python_socketio import PythonSocketIOTransport  # noqa: E402
+from relay_helpers import RelayProcess, info, joined
+
+from widget.client import AutopilotClient
+from widget.transports.python_socketio import PythonSocketIOTransport
 
 TURN_S = 30.0
 #: The checkout the relay processes run from (``--relay-root``; default: this one).

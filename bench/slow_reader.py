@@ -23,7 +23,7 @@ import aiohttp
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
-from relay_helpers import RelayProcess, info, joined  # noqa: E402
+from relay_helpers import RelayProcess, info, joined
 
 
 def rss_mb(pid: int) -> float:
@@ -80,7 +80,7 @@ async def main(replays: int, events: int, watch: float, chars: int) -> int:
             while True:
                 try:
                     msg = await asyncio.wait_for(ws.receive(), 0.5)
-                except asyncio.TimeoutError:
+                except TimeoutError:
                     break
                 if msg.type != aiohttp.WSMsgType.TEXT:
                     if closed_at is None:

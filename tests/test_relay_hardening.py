@@ -6,16 +6,24 @@ from __future__ import annotations
 import asyncio
 import json
 import time
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
-from typing import Any, AsyncIterator, Callable
+from typing import Any
 
 import aiohttp
 import pytest
 import pytest_asyncio
-
-from relay_helpers import (  # noqa: F401 - store_kind is a fixture
-    STORE_KINDS, Recorder, store_kind, ScriptedModel, create, info, joined, launch, register,
+from relay_helpers import (
+    STORE_KINDS,
+    Recorder,
+    ScriptedModel,
+    create,
+    info,
+    joined,
+    launch,
+    register,
 )
+
 from widget import protocol as P
 from widget.relay.model import ModelRequest, TextDelta, ToolCall
 from widget.relay.ratelimit import EXPIRE_PER_CHECK, RateLimiter
@@ -129,14 +137,16 @@ async def test_idempotency_key_reused_by_another_event_is_refused(relay: Any, ht
         assert err(ack) == P.ERR_IDEMPOTENCY_KEY_REUSED and "state_patch" in ack["error"]["message"]
         for event, payload in (("cancel", {}), ("retry", {}), ("regenerate", {}),
                                ("function_response", {"id": "call_x", "status": "success", "result": 1})):
-            assert err(await rec.call(event, {**payload, "idempotency_key": "k1"})) == P.ERR_IDEMPOTENCY_KEY_REUSED, event
+            ack = await rec.call(event, {**payload, "idempotency_key": "k1"})
+            assert err(ack) == P.ERR_IDEMPOTENCY_KEY_REUSED, event
         assert [m for m in (await info(http, url))["messages"] if m["role"] == "user"] == []
         assert await rec.call("state_patch", {"patch": PATCH, "idempotency_key": "k1"}) == {"ok": True}  # a repeat
         ok = await rec.call("user_message", {"text": "hello", "idempotency_key": "k2"})
         assert ok["ok"] and ok["message_id"].startswith("m_")
         await rec.wait("completion.finished")
         # and the other way round: a message's key is not a patch's
-        assert err(await rec.call("state_patch", {"patch": PATCH, "idempotency_key": "k2"})) == P.ERR_IDEMPOTENCY_KEY_REUSED
+        ack = await rec.call("state_patch", {"patch": PATCH, "idempotency_key": "k2"})
+        assert err(ack) == P.ERR_IDEMPOTENCY_KEY_REUSED
     finally:
         await rec.disconnect()
 
@@ -222,7 +232,8 @@ async def test_a_socket_that_joins_another_conversation_leaves_the_first(gated: 
         assert [e for e, d in seen if e == "function_call.begin"] == []
         # its writes go to the conversation it joined last
         assert (await rec.call("state_patch", {"patch": PATCH, "idempotency_key": "p2"})) == {"ok": True}
-        assert (await relay.hub.store.get_state(data2["conversation"]["id"]))["autopilot"]["context"] == {"page": "/cart"}
+        second = await relay.hub.store.get_state(data2["conversation"]["id"])
+        assert second["autopilot"]["context"] == {"page": "/cart"}
         assert (await relay.hub.store.get_state(data1["conversation"]["id"]))["autopilot"]["context"] == {}
     finally:
         await rec.disconnect()
@@ -230,7 +241,8 @@ async def test_a_socket_that_joins_another_conversation_leaves_the_first(gated: 
             await other.disconnect()
 
 
-async def test_client_role_names_its_conversation_and_activate_sends_state(relay: Any, http: aiohttp.ClientSession) -> None:
+async def test_client_role_names_its_conversation_and_activate_sends_state(relay: Any,
+                                                                          http: aiohttp.ClientSession) -> None:
     a, data, url = await joined(http, relay.url)
     b = None
     try:
@@ -251,6 +263,7 @@ async def test_client_role_names_its_conversation_and_activate_sends_state(relay
             await b.disconnect()
 
 
+@pytest.mark.parametrize("store_kind", STORE_KINDS)
 @pytest.mark.parametrize("answered_before_restart", [False, True])
 async def test_retry_after_a_restart_mid_call_uses_the_result_of_the_call_that_ran(
         store_kind: str, answered_before_restart: bool, tmp_path: Path, http: aiohttp.ClientSession) -> None:
@@ -304,7 +317,8 @@ async def test_retry_after_a_restart_mid_call_uses_the_result_of_the_call_that_r
         ends = [d for e, d in after if e == "function_call.end"]
         assert [(d["id"], d["status"], d["result"]) for d in ends] == [(begin["id"], "success", "the selection")]
         assert len(model.requests) == 1  # the model was asked only for the round after the call
-        assert model.requests[0].messages[-1] == {"role": "tool", "tool_call_id": begin["id"], "content": "the selection"}
+        last = model.requests[0].messages[-1]
+        assert last == {"role": "tool", "tool_call_id": begin["id"], "content": "the selection"}
         msgs = (await info(http, url))["messages"]
         assert [m["role"] for m in msgs] == ["user", "assistant", "tool", "assistant"]
         assert msgs[1]["content"] == "Let me look. " and msgs[1]["function_calls"][0]["id"] == begin["id"]
@@ -327,8 +341,9 @@ class RawSocket:
         self.next_id = 0
 
     @classmethod
-    async def connect(cls, http: aiohttp.ClientSession, base: str) -> "RawSocket":
-        ws = await http.ws_connect(base.replace("http", "ws", 1) + "/socket.io/?EIO=4&transport=websocket", max_msg_size=0)
+    async def connect(cls, http: aiohttp.ClientSession, base: str) -> RawSocket:
+        url = base.replace("http", "ws", 1) + "/socket.io/?EIO=4&transport=websocket"
+        ws = await http.ws_connect(url, max_msg_size=0)
         raw = cls(ws)
         assert (await raw.frame()).startswith("0")  # Engine.IO open
         await ws.send_str("40")
@@ -351,7 +366,8 @@ class RawSocket:
         await self.ws.send_str(f"42{self.next_id}" + json.dumps([event, data]))
         return self.next_id
 
-    async def packets(self, until: Callable[[list[tuple[str, Any]]], bool], timeout: float = 5.0) -> list[tuple[str, Any]]:
+    async def packets(self, until: Callable[[list[tuple[str, Any]]], bool],
+                      timeout: float = 5.0) -> list[tuple[str, Any]]:
         """``("ack:<id>", payload)`` and ``(event, payload)`` in arrival order, until ``until`` holds."""
         out: list[tuple[str, Any]] = []
         deadline = time.monotonic() + timeout
@@ -370,7 +386,8 @@ class RawSocket:
 async def tight(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Any]:
     """A relay with small socket bounds (SQLite)."""
     handle = await launch(tmp_path_factory.mktemp("tight"), unjoined_socket_timeout_s=0.3, replay_rate_per_minute=3,
-                          state_patch_rate_per_minute=4, max_events_per_conversation=30, socket_send_queue_bytes=300_000)
+                          state_patch_rate_per_minute=4, max_events_per_conversation=30,
+                          socket_send_queue_bytes=300_000)
     handle.hub.send_queues.drain_timeout_s = 1.0
     yield handle
     await handle.stop()
@@ -503,6 +520,7 @@ async def test_a_socket_that_stops_reading_is_disconnected(tight: Any, http: aio
         fresh = await info(http, url)
         jid = await raw.send("join", {"token": fresh["token"], "version": 1, "last_seq": fresh["conversation"]["seq"]})
         got = await raw.packets(lambda out: any(e == "replay.done" for e, _ in out))
+        assert got[0][0] == f"ack:{jid}"
         sid = got[0][1]["client_id"]
         before = hub.send_queues.disconnected
         peak = 0
@@ -566,9 +584,11 @@ def test_socket_bounds_are_settings(tmp_path: Path) -> None:
         30, 1200, 4_000_000, 20.0, 86_400.0, 50_000)
     toml = tmp_path / "relay.toml"
     toml.write_text("replay_rate_per_minute = 5\nstate_patch_rate_per_minute = 7\nmax_events_per_conversation = 9\n")
-    cfg = load_config(toml, env={"AUTOPILOT_UNJOINED_SOCKET_TIMEOUT_S": "3", "AUTOPILOT_SOCKET_SEND_QUEUE_BYTES": "1000",
-                                 "AUTOPILOT_IDEMPOTENCY_RETENTION_S": "60"})
+    env = {"AUTOPILOT_UNJOINED_SOCKET_TIMEOUT_S": "3", "AUTOPILOT_SOCKET_SEND_QUEUE_BYTES": "1000",
+           "AUTOPILOT_IDEMPOTENCY_RETENTION_S": "60"}
+    cfg = load_config(toml, env=env)
     assert (cfg.replay_rate_per_minute, cfg.state_patch_rate_per_minute, cfg.max_events_per_conversation) == (5, 7, 9)
-    assert (cfg.unjoined_socket_timeout_s, cfg.socket_send_queue_bytes, cfg.idempotency_retention_s) == (3.0, 1000, 60.0)
+    got = (cfg.unjoined_socket_timeout_s, cfg.socket_send_queue_bytes, cfg.idempotency_retention_s)
+    assert got == (3.0, 1000, 60.0)
     with pytest.raises(ConfigError, match="replay_rate_per_minute must be >= 0"):
         load_config(env={"AUTOPILOT_REPLAY_RATE_PER_MINUTE": "-1"})

@@ -13,9 +13,9 @@ from typing import Any, Coroutine
 
 from ... import protocol as P
 from .. import storage as S
+from ..adapters import make_adapter
 from ..config import AppConfig, RelayConfig
 from ..mcp_servers import McpTools
-from ..adapters import make_adapter
 from ..model import ModelAdapter
 from ..ratelimit import RateLimiter
 from ..sio import RelaySocketServer

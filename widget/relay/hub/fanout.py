@@ -88,9 +88,9 @@ class Fanout:
         hub = self.hub
         kind = message.get("t")
         if kind == "resync":
-            for rt in hub.convs.values():
-                for ev in rt.call_events.values():
-                    ev.set()
+            for each in hub.convs.values():
+                for waiter in each.call_events.values():
+                    waiter.set()
             return
         cid = message.get("c")
         if not isinstance(cid, str):

@@ -132,7 +132,9 @@ class Lifecycle:
             turn_id = conv2["turn_id"]
             # Reconstruct the message that was streaming, if any, and close it.
             events = await store.events_after(cid, conv2["msg_seq"])
-            message_id, text, calls = None, [], []
+            message_id: str | None = None
+            text: list[str] = []
+            calls: list[dict[str, Any]] = []
             for _s, name, p in events:
                 if name == P.EV_COMPLETION_STARTED:
                     message_id, text, calls = p.get("message_id"), [], []

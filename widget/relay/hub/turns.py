@@ -265,9 +265,9 @@ class TurnRunner:
             call = {"id": new_id("call_"), "name": tc.name, "arguments": tc.arguments}
             cur.calls.append(call)
             if tc.name == ASK_USER_TOOL and app.ask_user:
-                prompt, problem = prompt_from(call)
+                prompt, wrong = prompt_from(call)
                 if prompt is None:
-                    cur.tools.append(tool_message(call["id"], tc.name, "relay", {"status": P.STATUS_ERROR, "error": f"Invalid ask_user call: {problem}. Nothing was shown to the reader; fix the arguments and call again."}))
+                    cur.tools.append(tool_message(call["id"], tc.name, "relay", {"status": P.STATUS_ERROR, "error": f"Invalid ask_user call: {wrong}. Nothing was shown to the reader; fix the arguments and call again."}))
                 else:
                     prompts.append(prompt)
             elif tc.name not in catalogue:

@@ -173,10 +173,11 @@ class Writes:
         status = data.get("status")
         if not isinstance(call_id, str) or status not in (P.STATUS_SUCCESS, P.STATUS_ERROR):
             raise ProtocolError(P.ERR_BAD_REQUEST, "function_response needs an id and status 'success' or 'error'")
-        timings = {}
-        for k in ("handler_ms", "total_ms"):
-            v = data.get(k)
-            timings[k] = float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
+        def timing(name: str) -> float | None:
+            v = data.get(name)
+            return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
+
+        handler_ms, total_ms = timing("handler_ms"), timing("total_ms")
         conv = await store.get_conversation(cid)
         if conv is not None and conv["active_sid"] != sid:
             call = await store.get_call(cid, call_id)
@@ -186,9 +187,11 @@ class Writes:
         if status == P.STATUS_ERROR:
             err = data.get("error")
             err = err if isinstance(err, str) and err else "The function failed."
-            done = await store.finish_call(cid, call_id, S.CALL_ANSWERED, error=err, idempotency=ctx.idempotency(ack), **timings)
+            done = await store.finish_call(cid, call_id, S.CALL_ANSWERED, error=err, idempotency=ctx.idempotency(ack),
+                                     handler_ms=handler_ms, total_ms=total_ms)
         else:
-            done = await store.finish_call(cid, call_id, S.CALL_ANSWERED, result=data.get("result"), idempotency=ctx.idempotency(ack), **timings)
+            done = await store.finish_call(cid, call_id, S.CALL_ANSWERED, result=data.get("result"), idempotency=ctx.idempotency(ack),
+                                     handler_ms=handler_ms, total_ms=total_ms)
         if not done:
             call = await store.get_call(cid, call_id)
             reason = f"call is {call['status']}" if call else "unknown call"
