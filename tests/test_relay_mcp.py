@@ -232,6 +232,20 @@ async def test_hanging_call_and_server_dying_mid_call(relay: Any, model: Scripte
     await rec.disconnect()
 
 
+async def test_stop_during_a_call_ends_its_pill(relay: Any, model: ScriptedModel, http: aiohttp.ClientSession) -> None:
+    rec, _, _ = await joined(http, relay.url, app="shop")
+    model.script([ToolCall("mcp__web__sleep_forever", {})])
+    mark = len(rec.events)
+    assert (await rec.call("user_message", {"text": "wait", "idempotency_key": "m10"}))["ok"]
+    begin = await rec.wait("function_call.begin", start=mark, timeout=30)
+    assert (await rec.call("cancel", {"idempotency_key": "c10"}))["cancelled"] is True
+    end = await rec.wait("function_call.end", start=mark, timeout=30)
+    assert end["id"] == begin["id"] and end["status"] == "error" and end["error"] == "Cancelled."
+    done = await rec.wait("completion.finished", start=mark, timeout=30)
+    assert done["status"] == "cancelled"
+    await rec.disconnect()
+
+
 async def test_page_entry_wins_over_a_server_tool(relay: Any, model: ScriptedModel, http: aiohttp.ClientSession) -> None:
     rec, _, _ = await joined(http, relay.url, app="shop")
     await declare(rec, {"mcp__local__add": {"kind": "function", "description": "The page's own.",

@@ -236,3 +236,17 @@ async def test_mcp_sensitive_tool_confirmed_in_the_bar(browser: Any, page_server
         assert await page.locator(q(".confirm")).count() == 0
     finally:
         await ctx.close()
+
+
+async def test_demo_page_lists_its_webmcp_tools(browser: Any, mcp_relay: RelayServer) -> None:
+    ctx, page, log = await open_page(browser, mcp_relay.url + "/")
+    try:
+        await page.wait_for_function(  # the list follows the browser's tool list (toolchange)
+            "async () => { const n = (await document.modelContext.getTools()).length;"
+            " return n > 0 && document.querySelectorAll('#webmcp-tools li').length === n; }", timeout=60_000)
+        assert await page.is_visible("#webmcp")
+        published = sorted(t["name"] for t in await page.webmcp.tools())
+        shown = sorted(t.split(" \u2014 ")[0] for t in await page.locator("#webmcp-tools li").all_text_contents())
+        assert shown == published and {"list_products", "empty_cart", "care_guide", "stock_level"} <= set(shown)
+    finally:
+        await ctx.close()

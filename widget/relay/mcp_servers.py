@@ -98,10 +98,7 @@ class McpLink:
             raise McpUnavailable(self._error)
         if self._starting is None or self._starting.done():
             self._starting = asyncio.ensure_future(self._start())
-        try:
-            return await asyncio.shield(self._starting)
-        except McpUnavailable:
-            raise
+        return await asyncio.shield(self._starting)
 
     async def _start(self) -> list[Any]:
         await self._teardown()
@@ -256,7 +253,16 @@ class McpTool:
         if denied is not None:
             ok, value = False, denied
         else:
-            ok, value = await self.link.call(self.tool, c["arguments"])
+            try:
+                ok, value = await self.link.call(self.tool, c["arguments"])
+            except asyncio.CancelledError:
+                # The turn was stopped: the pill ends too (the relay's pending-call cleanup does not know this call).
+                if not hub.closing:
+                    with contextlib.suppress(Exception):
+                        await hub.emit_event(cid, P.EV_FUNCTION_CALL_END, {
+                            "id": c["id"], "name": c["name"], "status": P.STATUS_ERROR, "error": "Cancelled.",
+                            "duration_ms": None, "total_ms": None})
+                raise
         handler_ms = round((time.monotonic() - t1) * 1000, 1)
         ms = round((time.monotonic() - t0) * 1000, 1)
         if ok:
