@@ -19,6 +19,7 @@ from .limits import (
     FUNCTIONS_DEBOUNCE_MS,
     JOIN_TOKEN_TTL_S,
     MAX_ACTIONS,
+    MAX_FEEDBACK_COMMENT_CHARS,
     MAX_IDEMPOTENCY_KEY_CHARS,
     MAX_ITERATIONS,
     MAX_SEQ,
@@ -39,6 +40,8 @@ from .names import (
     HTTP_ASK_USER,
     HTTP_CONVERSATION,
     HTTP_CREATE_CONVERSATION,
+    HTTP_FEEDBACK,
+    HTTP_STATS,
     IDEMPOTENT_EVENTS,
     MSG_SENSITIVE_DENIED,
     PROTOCOL_VERSION,
@@ -59,6 +62,7 @@ from .names import (
     ConversationStatus,
     ErrorCode,
     Event,
+    FeedbackRating,
     Kind,
     RelayTool,
     Role,
@@ -97,6 +101,7 @@ EV_USER_INPUT: Final = Event.USER_INPUT.value
 EV_ASK_USER_REQUEST: Final = Event.ASK_USER_REQUEST.value
 EV_MESSAGE: Final = Event.MESSAGE.value
 EV_MESSAGES_WITHDRAWN: Final = Event.MESSAGES_WITHDRAWN.value
+EV_FEEDBACK: Final = Event.FEEDBACK.value
 
 #: The relay's own tool through which the model offers actions.
 OFFER_ACTIONS_TOOL: Final = RelayTool.OFFER_ACTIONS.value
@@ -176,6 +181,7 @@ __all__ = [
     "EV_COMPLETION_FINISHED",
     "EV_COMPLETION_STARTED",
     "EV_COMPLETION_STREAM",
+    "EV_FEEDBACK",
     "EV_FUNCTION_CALL_BEGIN",
     "EV_FUNCTION_CALL_END",
     "EV_FUNCTION_CALL_ITERATION",
@@ -197,12 +203,15 @@ __all__ = [
     "HTTP_ASK_USER",
     "HTTP_CONVERSATION",
     "HTTP_CREATE_CONVERSATION",
+    "HTTP_FEEDBACK",
+    "HTTP_STATS",
     "IDEMPOTENT_EVENTS",
     "JOIN_TOKEN_TTL_S",
     "KIND_ACTION",
     "KIND_FUNCTION",
     "KIND_TOOL",
     "MAX_ACTIONS",
+    "MAX_FEEDBACK_COMMENT_CHARS",
     "MAX_IDEMPOTENCY_KEY_CHARS",
     "MAX_ITERATIONS",
     "MAX_SEQ",
@@ -235,6 +244,7 @@ __all__ = [
     "ConversationStatus",
     "ErrorCode",
     "Event",
+    "FeedbackRating",
     "Kind",
     "RelayTool",
     "Role",

@@ -36,5 +36,7 @@ MAX_ACTIONS: Final = 3
 MAX_TOOLS_ADVISED: Final = 12
 JOIN_TOKEN_TTL_S: Final = 300
 MAX_IDEMPOTENCY_KEY_CHARS: Final = 128
+#: Characters of the comment a reader may add to a thumbs up/down.
+MAX_FEEDBACK_COMMENT_CHARS: Final = 2000
 #: Largest ``seq``/``last_seq`` a peer may send (a signed 64-bit integer).
 MAX_SEQ: Final = 2**63 - 1

@@ -21,6 +21,7 @@ from .names import (
     CallStatus,
     ConversationStatus,
     ErrorCode,
+    FeedbackRating,
     Kind,
     Role,
     ToolHandler,
@@ -483,6 +484,8 @@ class ConversationResponse(TypedDict):
     token: str
     token_expires_at: float
     pending_ask_user: NotRequired[list[AskUserPrompt]]
+    #: The reader's ratings of the answers (only when there is one).
+    feedback: NotRequired[list["FeedbackRecord"]]
 
 
 class AskUserAnswer(TypedDict):
@@ -497,6 +500,99 @@ class AskUserBody(TypedDict):
 
     answers: list[AskUserAnswer] | AskUserAnswer
     idempotency_key: NotRequired[str | None]
+
+
+class FeedbackBody(TypedDict):
+    """``POST /api/conversations/{id}/feedback`` body: rate one answer (``rating: null`` takes the rating back)."""
+
+    message_id: str
+    rating: FeedbackRating | None
+    comment: NotRequired[str | None]
+
+
+class FeedbackRecord(TypedDict):
+    """The stored rating of one answer (one per answer of a conversation; a new rating replaces it)."""
+
+    message_id: str
+    #: The turn the answer belongs to (null when the relay no longer knows it).
+    turn_id: str | None
+    rating: FeedbackRating | None
+    comment: str | None
+    updated_at: float
+
+
+class FeedbackResponse(TypedDict):
+    """200 answer to a feedback POST: the rating as stored."""
+
+    ok: Literal[True]
+    feedback: FeedbackRecord
+
+
+class StatsTiming(TypedDict):
+    """Percentiles of call times in milliseconds (null without a measured call)."""
+
+    p50_ms: float | None
+    p95_ms: float | None
+
+
+class CallStats(TypedDict):
+    """Calls of one kind (or one name): how many, how many succeeded, and how long they took."""
+
+    calls: int
+    succeeded: int
+    failed: int
+    #: ``succeeded / calls`` (null without calls).
+    success_rate: float | None
+    #: Until the page's answer reached the relay.
+    total_ms: StatsTiming
+    #: The handler's own time as the page measured it.
+    handler_ms: StatsTiming
+
+
+class KindStats(CallStats):
+    """Calls of one kind, with the same figures per function or tool name."""
+
+    by_name: dict[str, CallStats]
+
+
+class FeedbackComment(TypedDict):
+    """A reader's comment on an answer (no conversation id: that is the reader's capability)."""
+
+    rating: FeedbackRating
+    comment: str
+    updated_at: float
+
+
+class AnswerStats(TypedDict):
+    """Assistant answers and the ratings readers gave them."""
+
+    answers: int
+    thumbs_up: int
+    thumbs_down: int
+    comments: list[FeedbackComment]
+
+
+class StatsPeriod(TypedDict):
+    """The period covered, in seconds since the epoch (``since`` null: from the start)."""
+
+    since: float | None
+    until: float
+
+
+class StatsResponse(TypedDict):
+    """``GET /api/apps/{app_id}/stats``: what an app's readers did in a period; never arguments or page context."""
+
+    ok: Literal[True]
+    app_id: str
+    period: StatsPeriod
+    conversations: int
+    #: Stored messages by role.
+    messages: dict[str, int]
+    answers: AnswerStats
+    #: ``function`` and ``tool`` calls.
+    calls: dict[str, KindStats]
+    #: Failed turns by error code.
+    model_errors: dict[str, int]
 
 
 class HealthResponse(TypedDict):

@@ -37,6 +37,8 @@ class Event(StrEnum):
     CLIENT_ROLE = "client.role"
     #: A join's replay is over (``{"last_seq"}``: the last seq it sent); live events follow.
     REPLAY_DONE = "replay.done"
+    #: The reader's rating of an answer was stored or changed (``POST .../feedback``).
+    FEEDBACK = "feedback"
     # relay -> client, sequenced (carry ``seq``; replayed on join)
     COMPLETION_STARTED = "completion.started"
     COMPLETION_STREAM = "completion_stream"
@@ -86,7 +88,7 @@ SEQUENCED_EVENTS: Final = frozenset(
 )
 
 #: Events the relay sends.
-RELAY_EVENTS: Final = SEQUENCED_EVENTS | {Event.STATE, Event.CLIENT_ROLE, Event.REPLAY_DONE}
+RELAY_EVENTS: Final = SEQUENCED_EVENTS | {Event.STATE, Event.CLIENT_ROLE, Event.REPLAY_DONE, Event.FEEDBACK}
 
 #: Client writes that carry an ``idempotency_key`` (required on the socket).
 IDEMPOTENT_EVENTS: Final = frozenset(
@@ -211,6 +213,13 @@ class WithdrawReason(StrEnum):
 
     RETRY = "retry"
     REGENERATE = "regenerate"
+
+
+class FeedbackRating(StrEnum):
+    """The reader's rating of one answer."""
+
+    UP = "up"
+    DOWN = "down"
 
 
 class Role(StrEnum):
@@ -353,6 +362,8 @@ MSG_SENSITIVE_DENIED: Final = "User denied execution of sensitive function."
 HTTP_CREATE_CONVERSATION: Final = "/api/apps/{app_id}/conversations"
 HTTP_CONVERSATION: Final = "/api/conversations/{conversation_id}"
 HTTP_ASK_USER: Final = "/api/conversations/{conversation_id}/ask_user"
+HTTP_FEEDBACK: Final = "/api/conversations/{conversation_id}/feedback"
+HTTP_STATS: Final = "/api/apps/{app_id}/stats"
 DEFAULT_RELAY_PATH: Final = "/socket.io"
 
 # --- The state document ---------------------------------------------------------

@@ -63,6 +63,7 @@ EVENTS: tuple[SocketEvent, ...] = (
     SocketEvent(
         Event.REPLAY_DONE, M.ReplayDonePayload, from_relay=True, summary="A join's replay is over; live events follow."
     ),
+    SocketEvent(Event.FEEDBACK, M.FeedbackRecord, from_relay=True, summary="The reader's rating of an answer changed."),
     SocketEvent(
         Event.MESSAGE, M.MessageEvent, from_relay=True, summary="A stored message that is not an assistant completion."
     ),
@@ -146,6 +147,22 @@ HTTP: tuple[HttpOperation, ...] = (
         "Answer pending ask-user prompts.",
         M.AskUserBody,
         ((200, M.ConversationResponse), *_ERRORS),
+    ),
+    HttpOperation(
+        "post",
+        "/api/conversations/{conversation_id}/feedback",
+        "rateAnswer",
+        "Rate an answer (thumbs up/down, optional comment); the same body again changes nothing.",
+        M.FeedbackBody,
+        ((200, M.FeedbackResponse), *_ERRORS, (403, M.ErrorAck), (429, M.ErrorAck)),
+    ),
+    HttpOperation(
+        "get",
+        "/api/apps/{app_id}/stats",
+        "appStats",
+        "An app's conversations, answers, ratings, calls and model errors in a period (app secret).",
+        None,
+        ((200, M.StatsResponse), (400, M.ErrorAck), (401, M.ErrorAck), (404, M.ErrorAck), (503, M.ErrorAck)),
     ),
     HttpOperation(
         "get", "/healthz", "health", "Liveness: the process serves requests.", None, ((200, M.HealthResponse),)

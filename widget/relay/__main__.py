@@ -28,7 +28,8 @@ class _JsonFormatter(logging.Formatter):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m widget.relay", description="Run the autopilot relay.")
+    p = argparse.ArgumentParser(prog="python -m widget.relay", description="Run the autopilot relay.",
+                                epilog="autopilot-relay stats --help: an app's figures for a period, as JSON.")
     p.add_argument("--host", help="interface to listen on (default 127.0.0.1; env AUTOPILOT_HOST)")
     p.add_argument("--port", type=int, help="port (default 8765; env AUTOPILOT_PORT)")
     p.add_argument("--db", dest="db_path", help="SQLite database path (default ./autopilot-relay.sqlite3; env AUTOPILOT_DB)")
@@ -75,6 +76,11 @@ def startup_banner(config: "RelayConfig") -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["stats"]:  # autopilot-relay stats: the site owner's figures (widget.relay.insight)
+        from .insight import main as stats_main
+
+        return stats_main(argv[1:])
     args = build_parser().parse_args(argv)
     from .config import load_config, parse_app_flag
 

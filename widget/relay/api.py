@@ -25,6 +25,7 @@ from starlette.responses import JSONResponse, Response
 from .. import protocol as P
 from ..errors import ProtocolError
 from . import storage as S
+from .feedback import feedback_of
 from .hub import Hub, empty_state
 from .ratelimit import RateLimiter
 
@@ -253,6 +254,9 @@ class Api:
         }
         if conv["status"] == S.WAITING_FOR_ASK_USER:
             body["pending_ask_user"] = await self.store.pending_prompts(cid)
+        ratings = await feedback_of(self.store, cid)
+        if ratings:
+            body["feedback"] = ratings
         return body
 
     # -- endpoints -------------------------------------------------------------------------------

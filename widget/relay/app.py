@@ -17,6 +17,8 @@ from .. import protocol as P
 from .api import Api
 from .config import RelayConfig
 from .contract import routes as contract_routes
+from .feedback import routes as feedback_routes
+from .insight import routes as stats_routes
 from .http_limits import BodyLimit
 from .hub import Hub
 from .model import ModelAdapter
@@ -130,6 +132,8 @@ def create_app(
         Route(ask_path, api.ask_user, methods=["POST"]),
         Route(ask_path, api.conversation_preflight, methods=["OPTIONS"]),
         *contract_routes(),  # GET /api/protocol/{asyncapi,openapi,protocol.schema}.json
+        *feedback_routes(api),  # POST /api/conversations/{id}/feedback
+        *stats_routes(api),  # GET /api/apps/{app_id}/stats
         Route("/api/{path:path}", api_not_found, methods=["GET", "POST", "DELETE", "OPTIONS"]),
         Route("/widget/{path:path}", dist.widget, methods=["GET", "HEAD"]),
         Route("/widget/{path:path}", dist.preflight, methods=["OPTIONS"]),

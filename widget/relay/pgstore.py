@@ -152,6 +152,19 @@ CREATE TABLE instances (
 ALTER TABLE idempotency ADD COLUMN kind TEXT;
 CREATE INDEX idempotency_created ON idempotency(created_at);
 """),
+    # the reader's thumbs up/down on an answer (widget.relay.feedback)
+    (4, """
+CREATE TABLE feedback (
+    conversation_id TEXT NOT NULL,
+    message_id TEXT NOT NULL,
+    turn_id TEXT,
+    rating TEXT NOT NULL,
+    comment TEXT,
+    created_at DOUBLE PRECISION NOT NULL,
+    updated_at DOUBLE PRECISION NOT NULL,
+    PRIMARY KEY (conversation_id, message_id)
+);
+"""),
 ]
 SCHEMA_VERSION = MIGRATIONS[-1][0]
 _MIGRATION_LOCK = 0x6175746F  # pg_advisory_xact_lock key while migrating ("auto")

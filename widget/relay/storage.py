@@ -141,7 +141,7 @@ _CONV_COLUMNS = ("id", "app_id", "status", "created_at", "updated_at", "seq", "m
 _UPDATABLE = {"status", "turn_id", "iteration", "runner"}
 _CALL_COLUMNS = ("id", "turn_id", "name", "kind", "arguments", "seq", "status", "result", "error",
                  "handler_ms", "total_ms", "created_at", "finished_at", "dispatched_to")
-_TABLES = ("messages", "events", "idempotency", "calls", "refused", "prompts", "offers", "members")
+_TABLES = ("messages", "events", "idempotency", "calls", "refused", "prompts", "offers", "members", "feedback")
 
 _CONV_SQL = f"SELECT {', '.join(_CONV_COLUMNS)} FROM conversations WHERE id = ?"
 _CALL_SQL = f"SELECT {', '.join(_CALL_COLUMNS)} FROM calls"
@@ -806,6 +806,19 @@ CREATE TABLE IF NOT EXISTS instances (
     (3, """
 ALTER TABLE idempotency ADD COLUMN kind TEXT;
 CREATE INDEX IF NOT EXISTS idempotency_created ON idempotency(created_at);
+"""),
+    # the reader's thumbs up/down on an answer (widget.relay.feedback)
+    (4, """
+CREATE TABLE IF NOT EXISTS feedback (
+    conversation_id TEXT NOT NULL,
+    message_id TEXT NOT NULL,
+    turn_id TEXT,
+    rating TEXT NOT NULL,
+    comment TEXT,
+    created_at REAL NOT NULL,
+    updated_at REAL NOT NULL,
+    PRIMARY KEY (conversation_id, message_id)
+) WITHOUT ROWID;
 """),
 ]
 SCHEMA_VERSION = _MIGRATIONS[-1][0]
