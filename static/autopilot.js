@@ -244,6 +244,7 @@
     if (phase === "failed" && retryAction) { retryAction(); return; }
     if (phase !== "failed") showStatus(L("starting"));
     if (mode === "pyodide") startBoot(false);
+    else if (pyscriptProbe && document.readyState === "complete") pyscriptProbe();
   }
   button.addEventListener("click", onToggleClick);
   // The bar's shortcut, before Python owns it: the same as a click on the toggle.
@@ -625,17 +626,20 @@
       retryPyScript(root + "pyscript/core.js");
     }
     // PyScript or its interpreter could not be fetched from the relay (no CORS for this origin, the relay down):
-    // PyScript's module never runs, or never calls our hook. Once the page has loaded without the widget started,
-    // ask the relay (one HEAD request): when it refuses this page or does not answer, say so instead of
-    // "Starting…" forever.
-    const loaded = async () => {
+    // PyScript's module never runs, or never calls our hook. When the reader wants the bar and the page has
+    // loaded without the widget started, ask the relay: when it refuses this page or does not answer, say so
+    // instead of "Starting…" forever.
+    pyscriptProbe = async () => {
       if (mode !== "pyscript" || pyscriptBoot || phase === "failed" || phase === "destroyed") return;
+      // PyScript came from the relay (the page's tag or our copy) and runs: the relay serves this page.
+      if (globalThis[PYSCRIPT] && (!tag || new URL(tag.src, document.baseURI).origin === scriptUrl.origin)) return;
       const src = tag ? tag.src : root + "pyscript/core.js";
       const text = await diagnose(new Error("Failed to fetch dynamically imported module: " + src));
       if (text && !pyscriptBoot && phase !== "failed" && phase !== "destroyed") {
         fail("stage_python", Object.assign(new Error(text), { diagnosed: text }), () => retryPyScript(src));
       }
     };
+    const loaded = () => { if (wantOpen) pyscriptProbe(); };
     if (document.readyState === "complete") setTimeout(loaded, 0);
     else window.addEventListener("load", loaded, { once: true });
     return true;
@@ -650,7 +654,7 @@
     files[root + "bundle-full.zip"] = "/lib/python3.14/site-packages/*"; // PyScript's whole stdlib: no lazy zips
     return { interpreter: root + "pyodide/pyodide.mjs", files };
   }
-  let hooked = false, pyscriptBoot = null;
+  let hooked = false, pyscriptBoot = null, pyscriptProbe = null;
   function hookPyScript(ps) {
     if (hooked || !ps || mode !== "pyscript") return;
     hooked = true;

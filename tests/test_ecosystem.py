@@ -422,6 +422,7 @@ async def test_pyscript_page_shares_one_pyodide(browser, relay_server, page_serv
         assert await py_eval(page, "import pyscript\npyscript.__name__") == "pyscript"
         assert log.foreign_hosts({"127.0.0.1"}) == []  # offline: no CDN
         assert not [u for u in log.requests if "micropip" in u]
+        assert not [u for u in log.requests if u.endswith("/origin")]  # nothing went wrong: the relay is not asked
         assert log.page_errors == [], log.page_errors
     finally:
         await ctx.close()
