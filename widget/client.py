@@ -16,7 +16,8 @@ from typing import Any, Callable
 
 from . import protocol as P
 from .client_calls import CallsMixin, ConfirmationHandler, Navigate
-from .client_connection import ConnectionMixin, _http_error, storage_key
+from .client_connection import ConnectionMixin, storage_key
+from .client_input import InputMixin
 from .client_tools import ToolsMixin
 from .core.events import Emitter
 from .core.offers import Offer
@@ -43,7 +44,7 @@ from .core.state import StateSync, to_json_value
 from .core.streaming import StreamingSession
 from .core.tools import ToolSpec
 from .env import PageEnv
-from .errors import ConfigError, ConnectionFailed, ProtocolError
+from .errors import ConfigError
 from .protocol import SUBSCRIBABLE_EVENTS, ClientEvent
 from .transports import base as transport_events
 from .transports.base import Transport, TransportError
@@ -57,7 +58,7 @@ CONNECTED_STATE, DISCONNECTED_STATE = CONNECTED, DISCONNECTED
 __all__ += ["IDLE", "CONNECTING", "CONNECTED_STATE", "RECONNECTING", "DISCONNECTED_STATE", "ERROR"]
 
 
-class AutopilotClient(ConnectionMixin, CallsMixin, ToolsMixin):
+class AutopilotClient(ConnectionMixin, InputMixin, CallsMixin, ToolsMixin):
     """Connects to a relay, mirrors functions and context, runs the functions the model calls."""
 
     def __init__(
@@ -438,76 +439,3 @@ class AutopilotClient(ConnectionMixin, CallsMixin, ToolsMixin):
     def _on_sequenced(self, event: str, data: Any) -> None:
         """Feed one sequenced relay event as if it came from the socket (kept for tests that inject events)."""
         self._apply(self.core.received(event, data, self._clock()))
-
-    # ------------------------------------------------------------------ user input
-    async def send_message(self, text: str) -> str:
-        """Send a user message; returns its id (ProtocolError when the relay refuses it)."""
-        if not isinstance(text, str) or not text.strip():
-            raise ConfigError("A message needs some text.")
-        if len(text) > P.MAX_USER_MESSAGE_CHARS:
-            raise ProtocolError(
-                P.ERR_MESSAGE_TOO_LONG,
-                f"The message is {len(text)} characters; the limit is {P.MAX_USER_MESSAGE_CHARS}.",
-            )
-        flush = self.core.flush_before_message(self._clock())
-        if flush is not None:
-            timeout = self.core.options.sync_state_before_function_response_timeout_ms / 1000
-            try:
-                await asyncio.wait_for(asyncio.shield(self._flush_now(flush)), timeout)
-            except asyncio.TimeoutError:
-                log.warning("state not acknowledged before the message; sending it anyway")
-        ack = await self._emit_checked(P.EV_USER_MESSAGE, {"text": text, "idempotency_key": self.core.next_key("m")})
-        return str(ack.get("message_id", ""))
-
-    async def cancel(self) -> bool:
-        """Stop the running completion; True when one was cancelled."""
-        ack = await self._emit_checked(P.EV_CANCEL, {"idempotency_key": self.core.next_key("c")})
-        return bool(ack.get("cancelled"))
-
-    async def retry(self) -> None:
-        """Go on with the conversation's failed turn (ProtocolError ``nothing_to_retry`` when none failed)."""
-        await self._emit_checked(P.EV_RETRY, {"idempotency_key": self.core.next_key("r")})
-
-    async def regenerate(self) -> None:
-        """Replace the last assistant answer with a new one."""
-        await self._emit_checked(P.EV_REGENERATE, {"idempotency_key": self.core.next_key("g")})
-
-    async def activate(self) -> None:
-        """Make this client the active one ("use here"); the calls the relay hands over with it run here."""
-        ack = await self._emit_checked(P.EV_ACTIVATE, {})
-        self._apply(self.core.activated(ack, self._clock()))
-
-    async def _emit_checked(self, event: str, payload: dict[str, Any]) -> dict[str, Any]:
-        if not self.transport.connected:
-            raise ConnectionFailed("Not connected to the relay.")
-        ack = await self.transport.emit(event, payload)
-        if not isinstance(ack, dict) or not ack.get("ok"):
-            err = ack.get("error", {}) if isinstance(ack, dict) else {}
-            raise ProtocolError(err.get("code", P.ERR_INTERNAL), err.get("message", f"{event} refused"))
-        return ack
-
-    # ------------------------------------------------------------------ ask user
-    def get_pending_ask_user(self) -> list[dict[str, Any]]:
-        """Prompts the model is waiting on."""
-        return [dict(p) for p in self.core.pending_ask_user]
-
-    def _set_pending_ask_user(self, prompts: list[dict[str, Any]]) -> None:
-        self._apply(self.core.set_pending_ask_user(prompts))
-
-    async def respond_to_ask_user(self, answers: dict[str, Any] | list[dict[str, Any]]) -> dict[str, Any]:
-        """Post answers to every pending prompt; returns the conversation response."""
-        from .core.ask_user import check_answers
-
-        answer_list = [answers] if isinstance(answers, dict) else list(answers)
-        check_answers(self.pending_ask_user, answer_list)
-        if self.conversation is None or self.conversation_url is None:
-            raise ConnectionFailed("Not connected to a conversation.")
-        url = self.conversation_url.rstrip("/") + "/ask_user"
-        status, body = await self._http(
-            "POST", url, {"answers": answer_list, "idempotency_key": self.core.next_key("a")}
-        )
-        if status != 200 or not isinstance(body, dict):
-            raise _http_error(status, body, "Answering the prompts failed")
-        self._set_pending_ask_user(body.get("pending_ask_user") or [])
-        return body
-
