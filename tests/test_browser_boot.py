@@ -6,6 +6,7 @@ import asyncio
 import re
 
 from support import PageLog, open_page, py_eval, wait_mark
+
 from widget.relay.storage import SQLiteStore
 
 TOGGLE = "#autopilot-toggle-host >> button.toggle"
@@ -64,7 +65,8 @@ async def test_toggle_paints_before_python_and_boot_joins(browser, relay_server)
 async def test_page_functions_reach_the_relays_stored_state(demo_page):
     conv_id = await py_eval(demo_page.page, "from widget import get_client\nget_client().conversation['id']")
     names = await py_eval(
-        demo_page.page, "from widget import get_client\nsorted(f['name'] for f in get_client().get_registered_functions())"
+        demo_page.page,
+        "from widget import get_client\nsorted(f['name'] for f in get_client().get_registered_functions())",
     )
     assert {"get_selection", "add_to_cart", "empty_cart", "list_products"} <= set(names)
     # Read the relay's own database through its store: the page's functions and context are stored there.

@@ -42,7 +42,8 @@ async def test_relay_down_then_up_retry_connects(browser, page_server, tmp_path)
         assert await page.text_content(CONN) == "Connection error"
         assert any("[autopilot] could not connect" in c for c in console)
         # Now the relay comes up (allowing the page's origin) and Retry connects.
-        other = start_relay(tmp_path, port=port, extra=["--app", f"demo={page_server.origin}", "--demo-chunk-delay-ms", "0"])
+        other = start_relay(tmp_path, port=port,
+                            extra=["--app", f"demo={page_server.origin}", "--demo-chunk-delay-ms", "0"])
         try:
             await page.click(RETRY)
             await wait_mark(page, "autopilot:joined", 20000)

@@ -14,11 +14,9 @@ import json
 import re
 import threading
 import urllib.request
-from pathlib import Path
 from typing import Any
 
 import pytest
-
 from support import ROOT, free_port, open_page, py_eval, start_relay, wait_mark
 
 HEAD = '<!doctype html><html><head><meta charset="utf-8"><link rel="icon" href="data:,"><title>{title}</title></head><body>'
@@ -309,6 +307,7 @@ def test_loader_shares_labels_css_and_event_names_with_python():
     widget.protocol's event names, as build.py copied them (widget/loader_data.py)."""
     from conftest import require_build
     from support import DIST
+
     from widget.loader_data import LOADER_LABELS, TOGGLE_CSS
     from widget.protocol import SUBSCRIBABLE_EVENTS
     from widget.ui.bar import TOGGLE_CSS as BAR_TOGGLE_CSS
@@ -439,7 +438,7 @@ class HeaderPageServer:
         self.pages = pages
 
         class Handler(http.server.BaseHTTPRequestHandler):
-            def do_GET(self) -> None:  # noqa: N802 - http.server's naming
+            def do_GET(self) -> None:
                 body, headers = pages.get(self.path.split("?", 1)[0], (b"not found", {"Content-Type": "text/plain"}))
                 self.send_response(200 if self.path.split("?", 1)[0] in pages else 404)
                 for k, v in headers.items():
