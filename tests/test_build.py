@@ -474,3 +474,12 @@ async def test_relay_serves_the_brotli_copies(demo_page):
     }""")
     assert res == {"status": 200, "type": "application/wasm", "enc": "br", "size": res["size"]}
     assert res["size"] > 9_000_000  # decoded by the browser
+
+
+def test_node_programs_parse() -> None:
+    """The programs the build runs under Node are real modules: each parses (``node --check``)."""
+    programs = sorted((ROOT / "buildtools" / "programs").glob("*.mjs"))
+    assert {p.name for p in programs} >= {"precompile.mjs", "split.mjs", "brotli.mjs", "snapshot.mjs"}
+    for p in programs:
+        proc = subprocess.run(["node", "--check", str(p)], capture_output=True, text=True, timeout=60)
+        assert proc.returncode == 0, f"{p.name}: {proc.stderr[-1000:]}"
