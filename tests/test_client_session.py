@@ -403,3 +403,15 @@ def test_a_young_join_token_is_reused_for_a_rejoin_and_an_old_one_is_not():
     assert S.TOKEN_REUSE_S < P.JOIN_TOKEN_TTL_S
     s.new_conversation()
     assert s.reusable_token(10.0) is None
+
+
+def test_a_call_the_page_made_itself_is_recorded_but_never_sent_to_the_relay():
+    s, _ = joined()
+    s.call_received("webmcp-1", "f", {}, wall_ms=5000.0)
+    s.call_ready("webmcp-1", 1.0, wall_ms=5000.0)
+    s.state.update_context({"dirty": True}, 1.0)
+    effects = s.local_call_settled("webmcp-1", "success", "ok", None, 1.02)
+    assert notes(effects, "functionSuccess")[0]["durationMs"] == pytest.approx(20) and sends(effects) == []
+    rec = s.history[0]
+    assert rec["totalMs"] == rec["handlerMs"] == pytest.approx(20) and rec["respondedAt"] == rec["settledAt"]
+    assert s.outbox == [] and not s.call_running("webmcp-1")

@@ -24,7 +24,6 @@ from typing import TYPE_CHECKING, Any
 
 from . import protocol as P
 from .client_calls import Navigate
-from .core.effects import Send
 from .core.registry import FunctionDefinition
 from .core.state import to_json_value
 
@@ -200,7 +199,6 @@ async def call_here(client: AutopilotClient, name: str, args: Any) -> tuple[str,
                 status, result, error = P.STATUS_ERROR, None, f"The page did not answer within {limit:g} s."
     except asyncio.CancelledError:
         core.call_forgotten(call_id)
-        core._calls.pop(call_id, None)
         raise
     finally:
         client._ended_calls.pop(call_id, None)
@@ -211,14 +209,8 @@ async def call_here(client: AutopilotClient, name: str, args: Any) -> tuple[str,
             result = to_json_value(navigate.result, f"The result of {name!r}")
         except TypeError as exc:
             status, error = P.STATUS_ERROR, str(exc)
-    now = client._clock()
-    effects = core.call_settled(call_id, status, result, error, now)
-    # The call is answered to the agent, never to the relay: its response leaves the session's outbox.
-    client._apply([e for e in effects if not (isinstance(e, Send) and e.payload.get("id") == call_id)])
-    settled = core._calls.pop(call_id, None)
-    if settled is not None:
-        settled.record["totalMs"] = settled.record["handlerMs"]
-        settled.record["respondedAt"] = settled.record["settledAt"]
+    # The call is answered to the agent, never to the relay.
+    client._apply(core.local_call_settled(call_id, status, result, error, client._clock()))
     if navigate is not None and client.env is not None:
         asyncio.get_event_loop().call_later(0.05, client.env.navigate, navigate.url)
     return status, result, error

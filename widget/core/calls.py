@@ -213,6 +213,23 @@ class CallsPart:
         call.record["totalMs"] = total_ms
         return [Notify(ClientEvent.FUNCTION_RESPONSE_SENT, {"request": call.request, "totalMs": total_ms, "ack": ack})]
 
+    def local_call_settled(
+        self, call_id: str, status: str, result: Any, error: str | None, now: float
+    ) -> list[Effect]:
+        """A call the page itself made (an in-browser agent, not the relay) settled: its record and events as for
+        any call, answered at once to its caller, never sent to the relay."""
+        self._running.discard(call_id)
+        call = self._calls.pop(call_id)
+        handler_ms = (now - call.started) * 1000
+        record = call.record
+        record["status"] = status
+        record["settledAt"] = record["respondedAt"] = record["startedAt"] + handler_ms
+        record["handlerMs"] = record["totalMs"] = handler_ms
+        if status == P.STATUS_SUCCESS:
+            return [Notify(ClientEvent.FUNCTION_SUCCESS,
+                           {"request": call.request, "result": result, "durationMs": handler_ms})]
+        return [Notify(ClientEvent.FUNCTION_ERROR, {"request": call.request, "error": error, "durationMs": handler_ms})]
+
     def call_running(self, call_id: str) -> bool:
         """Whether the call's handler (or its confirmation) is still running here."""
         return call_id in self._running
