@@ -193,6 +193,10 @@ class RelayConfig:
     idempotency_retention_s: float = 86_400.0
     #: Sequenced events one conversation may store; past it new turns are refused ``conversation_full`` (0: no cap).
     max_events_per_conversation: int = 50_000
+    #: OpenTelemetry traces of turns and calls: ``off``, ``otlp`` or ``console`` (widget.relay.tracing).
+    tracing: str = "off"
+    #: Where ``otlp`` sends spans (OTLP over HTTP); unset: the ``OTEL_EXPORTER_OTLP_*`` environment decides.
+    otlp_endpoint: str | None = None
 
     # ------------------------------------------------------------------------------------
     def finalized(self, env: Mapping[str, str] | None = None) -> "RelayConfig":
@@ -213,6 +217,8 @@ class RelayConfig:
             raise ConfigError("host must not be empty")
         if not cfg.relay_path.startswith("/"):
             raise ConfigError(f"relay_path must start with '/', got {cfg.relay_path!r}")
+        if cfg.tracing not in ("off", "otlp", "console"):
+            raise ConfigError(f"tracing must be off, otlp or console, got {cfg.tracing!r}")
         if cfg.public_url is not None:
             cfg.public_url = _check_origin_like(cfg.public_url, "public_url", allow_path=True).rstrip("/")
         if cfg.retention_days < 0:
@@ -357,6 +363,8 @@ def _check_origin_like(value: Any, what: str, allow_path: bool = False) -> str:
 # Loading
 
 _TOP_KEYS = {
+    "tracing": str,
+    "otlp_endpoint": str,
     "host": str,
     "port": int,
     "public_url": str,
@@ -473,6 +481,8 @@ _ENV = {
     "AUTOPILOT_HOST": ("host", str),
     "AUTOPILOT_PORT": ("port", int),
     "AUTOPILOT_PUBLIC_URL": ("public_url", str),
+    "AUTOPILOT_TRACING": ("tracing", str),
+    "AUTOPILOT_OTLP_ENDPOINT": ("otlp_endpoint", str),
     "AUTOPILOT_SECRET": ("secret", str),
     "AUTOPILOT_DB": ("db_path", str),
     "AUTOPILOT_DATABASE_URL": ("database_url", str),

@@ -20,6 +20,7 @@ from ..model import ModelAdapter
 from ..ratelimit import RateLimiter
 from ..sio import RelaySocketServer
 from ..tokens import TokenSigner
+from ..tracing import Tracing, make_tracing
 from .ask_user import answer_prompts
 from .dispatch import CallDispatch
 from .fanout import Fanout
@@ -76,6 +77,8 @@ class Hub:
         self.membership = Membership(self)
         self.send_queues = SendQueues(self)
         self.writes = Writes(self)
+        #: OpenTelemetry spans of turns and calls, made from the stored events (None: off)
+        self.tracing: Tracing | None = make_tracing(config)
         self.redis: Any = None
         if config.redis_url:
             from ..scale import RelayRedisManager
@@ -153,6 +156,8 @@ class Hub:
         for m in self.models.values():
             await m.aclose()
         await self.mcp.aclose()
+        if self.tracing is not None:  # its exporter may flush over the network: not on the event loop
+            await asyncio.to_thread(self.tracing.shutdown)
 
     async def _heartbeat_forever(self) -> None:
         last_sweep = time.monotonic()
@@ -185,6 +190,8 @@ class Hub:
         if name == P.EV_FUNCTION_CALL_BEGIN:
             payload["run"] = False  # the stored (replayed) copy never runs anything
         seq = await self.store.append_event(cid, name, payload, **store_kw)
+        if self.tracing is not None:
+            self.tracing.saw(cid, name, payload)
         await self._send(rt, cid, name, payload)
         return seq
 
