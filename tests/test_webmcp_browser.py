@@ -56,6 +56,8 @@ def private_note() -> str:
   window.AutopilotConfig = {tools: {
     plan_limits: {description: "Live limits of one plan.", run: {fetch: "/api/plans/{plan}"},
                   parameters: {type: "object", properties: {plan: {type: "string", enum: ["free", "pro"]}}, required: ["plan"]}},
+    slow_limits: {description: "Never answers.", run: {fetch: "/api/slow"},
+                  parameters: {type: "object", properties: {}}},
     open_pricing: {description: "Open the pricing page for one plan.", label: "Open pricing", confirm: true,
                    run: {event: "shop:pricing"},
                    parameters: {type: "object", properties: {plan: {type: "string", enum: ["free", "pro"]}}, required: ["plan"]}},
@@ -66,6 +68,7 @@ def private_note() -> str:
 <script src="/widget/autopilot.js" data-relay="{relay}" data-app="demo" data-boot="eager" data-open="true" {extra}></script>
 <script>
   window.addEventListener("load", () => {
+    window.Autopilot.registerTool("slow_limits", () => new Promise(() => {}));  // never answers
     window.Autopilot.registerFunction({name: "js_sum", description: "Adds two numbers.",
       parameters: {type: "object", properties: {a: {type: "number"}, b: {type: "number"}}, required: ["a", "b"]},
       handler: ({a, b}) => a + b});
@@ -133,7 +136,7 @@ def text_of(result: Any) -> str:
 async def test_published_called_confirmed_and_removed(browser: Any, page_server: PageServer, mcp_relay: RelayServer) -> None:
     ctx, page, log = await boot(browser, page_server, mcp_relay, "webmcp-on", "data-webmcp")
     try:
-        await wait_tools(page, ["empty_cart", "js_sum", "open_pricing", "plan_limits", "shout"])
+        await wait_tools(page, ["empty_cart", "js_sum", "open_pricing", "plan_limits", "shout", "slow_limits"])
         tools = {t["name"]: t for t in await page.webmcp.tools()}
         assert "private_note" not in tools  # webmcp=False
         assert tools["shout"]["inputSchema"]["required"] == ["text"]
@@ -152,10 +155,12 @@ async def test_published_called_confirmed_and_removed(browser: Any, page_server:
         assert bad["isError"] is True and text_of(bad).startswith("Invalid arguments for 'shout'")
         bad = await page.webmcp.call_tool("plan_limits", {"plan": "gold"})
         assert bad["isError"] is True and "plan" in text_of(bad)
+        late = await page.webmcp.call_tool("slow_limits", {})  # the tools' 10 s limit
+        assert late["isError"] is True and text_of(late) == "'slow_limits' did not finish within 10 s."
         # The activity log shows the agent's calls with their timings.
         await page.click(q("button.activity-button"))
         names = await page.locator(q(".activity-entry .call-name")).all_text_contents()
-        assert sorted(names) == ["js_sum", "plan_limits", "shout", "shout"]
+        assert sorted(names) == ["js_sum", "plan_limits", "shout", "shout", "slow_limits"]
         await page.keyboard.press("Escape")
 
         # A sensitive function: the reader decides in the bar.
@@ -181,13 +186,13 @@ async def test_published_called_confirmed_and_removed(browser: Any, page_server:
 
         # Kept in step with the registry: unregister, re-register changed, destroy.
         await page.evaluate("window.Autopilot.unregisterFunction('js_sum')")
-        await wait_tools(page, ["empty_cart", "open_pricing", "plan_limits", "shout"])
+        await wait_tools(page, ["empty_cart", "open_pricing", "plan_limits", "shout", "slow_limits"])
         await page.evaluate("""window.Autopilot.registerFunction({name: "js_sum", description: "Sums (v2).",
             handler: () => 0})""")
-        await wait_tools(page, ["empty_cart", "js_sum", "open_pricing", "plan_limits", "shout"])
+        await wait_tools(page, ["empty_cart", "js_sum", "open_pricing", "plan_limits", "shout", "slow_limits"])
         assert next(t for t in await page.webmcp.tools() if t["name"] == "js_sum")["description"] == "Sums (v2)."
         await py_eval(page, "from widget import get_client\nget_client().unregister_function('shout')")
-        await wait_tools(page, ["empty_cart", "js_sum", "open_pricing", "plan_limits"])
+        await wait_tools(page, ["empty_cart", "js_sum", "open_pricing", "plan_limits", "slow_limits"])
         await page.evaluate("window.Autopilot.destroy()")
         await wait_tools(page, [])
         assert not log.page_errors, log.page_errors
