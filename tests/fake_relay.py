@@ -185,6 +185,8 @@ class FakeRelay:
             self.responses.append(data)
             return P.ok()
         if event == P.EV_ACTIVATE:
+            # Like the relay: the stored state follows the ack.
+            asyncio.get_running_loop().call_soon(transport.deliver, P.EV_STATE, copy.deepcopy(self.doc["autopilot"]))
             return P.ok(active=True, pending_calls=self.activate_calls)
         if event == P.EV_USER_MESSAGE:
             return P.ok(message_id="m1")

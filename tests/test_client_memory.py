@@ -561,3 +561,21 @@ async def test_rejoin_reads_the_conversation_when_the_token_is_refused_or_old():
     transport.drop()
     transport.restore()
     await until(lambda: client.connection_state == "connected" and len(relay.requests) == gets + 2)
+
+
+async def test_use_here_puts_back_the_functions_another_tab_changed():
+    relay, transport, client = await connected()
+    transport.deliver(P.EV_CLIENT_ROLE, {"active": False, "conversation_id": "c1"})
+    assert not client.active
+    # Meanwhile the other tab wrote its own catalogue and context.
+    relay.doc = {"autopilot": {"functions": {"other": {"name": "other"}}, "context": {"page": "/other"}}}
+    await client.activate()
+    await until(lambda: "echo" in relay.doc["autopilot"]["functions"])
+    assert relay.doc["autopilot"] == {"functions": {"echo": client.get_registered_functions()[0]},
+                                      "context": {"page": "/"}}
+
+
+async def test_a_role_change_named_for_another_conversation_is_ignored():
+    relay, transport, client = await connected()
+    transport.deliver(P.EV_CLIENT_ROLE, {"active": False, "conversation_id": "some-other"})
+    assert client.active

@@ -231,3 +231,47 @@ async def test_use_here_runs_the_call_the_activate_hands_over(relay_server):
         never.cancel()
         await gone.disconnect()
         await here.disconnect()
+
+
+async def test_use_here_puts_back_this_pages_functions(relay_server):
+    """Another tab wrote its own catalogue meanwhile: after "Use here" the relay holds this page's again."""
+    here = make_client(relay_server)
+
+    @here.function
+    def mine(n: int) -> int:
+        """This page's function."""
+        return n
+
+    other = make_client(relay_server)
+
+    @other.function
+    def theirs(n: int) -> int:
+        """The other tab's function."""
+        return n
+
+    errors: list[dict] = []
+    here.on("stateError", errors.append)
+    try:
+        await here.connect(relay_url=relay_server.url, app_id="demo")
+        other.storage = here.storage
+        await other.connect(relay_url=relay_server.url, app_id="demo")
+        await wait_for(lambda: not here.active)
+        assert list((other.state.acked or {})["autopilot"]["functions"]) == ["theirs"]
+        patches: list[tuple[list, object]] = []
+        emit = here.transport.emit
+
+        async def recording(event, data, timeout=None):
+            ack = await emit(event, data, timeout)
+            if event == P.EV_STATE_PATCH:
+                patches.append((data["patch"], ack))
+            return ack
+
+        here.transport.emit = recording  # type: ignore[method-assign]
+        await here.activate()
+        await wait_for(lambda: bool(patches))
+        ops = sorted((op["op"], op["path"]) for op in patches[0][0])
+        assert ops == [("add", "/autopilot/functions/mine"), ("remove", "/autopilot/functions/theirs")]
+        assert patches[0][1] == {"ok": True} and errors == []
+    finally:
+        await other.disconnect()
+        await here.disconnect()

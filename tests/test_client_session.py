@@ -415,3 +415,25 @@ def test_a_call_the_page_made_itself_is_recorded_but_never_sent_to_the_relay():
     rec = s.history[0]
     assert rec["totalMs"] == rec["handlerMs"] == pytest.approx(20) and rec["respondedAt"] == rec["settledAt"]
     assert s.outbox == [] and not s.call_running("webmcp-1")
+
+
+def test_the_state_after_activate_becomes_the_base_and_everything_local_is_due():
+    s, _ = joined()
+    s.state.set_functions({"mine": {"name": "mine"}}, 0.0)
+    [patch] = sends(s.flush(0.0).effects)
+    s.acked(patch.tag, OK, 0.0)
+    s.received(P.EV_CLIENT_ROLE, {"active": False, "conversation_id": "c1"}, 1.0)
+    effects = s.activated({"ok": True, "active": True, "pending_calls": []}, 2.0)
+    assert sends(effects) == [] and s.next_deadline() is None  # nothing diffed against the join's snapshot
+    s.state_received({"functions": {"theirs": {"name": "theirs"}}, "context": {}}, 2.1)
+    [patch] = sends(s.tick(2.1))
+    ops = sorted((op["op"], op["path"]) for op in patch.payload["patch"])
+    assert ops == [("add", "/autopilot/functions/mine"), ("remove", "/autopilot/functions/theirs")]
+
+
+def test_a_role_change_for_another_conversation_is_ignored():
+    s, _ = joined()
+    assert s.received(P.EV_CLIENT_ROLE, {"active": False, "conversation_id": "elsewhere"}, 1.0) == []
+    assert s.active
+    s.received(P.EV_CLIENT_ROLE, {"active": False, "conversation_id": "c1"}, 1.0)
+    assert not s.active

@@ -431,6 +431,8 @@ class AutopilotClient(ConnectionMixin, InputMixin, CallsMixin, ToolsMixin):
         elif event == P.EV_STATE:
             if self._state_waiter is not None and not self._state_waiter.done():
                 self._state_waiter.set_result(data if isinstance(data, dict) else {})
+            else:
+                self._apply(self.core.state_received(data, now))
         elif event in P.SEQUENCED_EVENTS or event == P.EV_CLIENT_ROLE:
             self._apply(self.core.received(event, data, now))
         else:

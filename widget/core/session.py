@@ -95,6 +95,8 @@ class ClientSession(CallsPart):
         self.closing = False
         self._rejoin_at: float | None = None
         self._token: str | None = None
+        #: The conversation this client is on (from its GET), to ignore a role change named for another one.
+        self.conversation_id: str | None = None
         self._token_at = 0.0
         self._rejoin_attempts = 0
         self.pending_ask_user: list[dict[str, Any]] = []
@@ -180,6 +182,8 @@ class ClientSession(CallsPart):
     def load(self, info: dict[str, Any]) -> list[Effect]:
         """A conversation GET: messages, sequence and pending prompts."""
         conversation = info["conversation"]
+        cid = conversation.get("id") if isinstance(conversation, dict) else None
+        self.conversation_id = cid if isinstance(cid, str) else None
         self.stream.load(info.get("messages") or [])
         self.seq.reset(int(conversation.get("seq") or 0))
         return [
@@ -222,15 +226,24 @@ class ClientSession(CallsPart):
         flush = self.flush(now)
         return FlushResult(effects + flush.effects, flush.tag, flush.complete)
 
+    def state_received(self, snapshot: Any, now: float) -> list[Effect]:
+        """A ``state`` outside the join (the relay sends it after ``activate``): what the relay holds now becomes
+        the diff base and every local part is due, so this client puts back what another tab changed meanwhile."""
+        if not self.joined or not isinstance(snapshot, dict):
+            return []
+        self.state.snapshot(snapshot.get("functions"), snapshot.get("context"))
+        return []
+
     def initial_sync_done(self, ack: dict[str, Any], conversation: Any, now: float) -> list[Effect]:
         """After the join's state sync: the calls handed to this client run, and the client is ready."""
         effects = self._pending_calls(ack) if self.active else []
         return [*effects, Notify(ClientEvent.READY, {"conversation": conversation})]
 
     def activated(self, ack: dict[str, Any], now: float) -> list[Effect]:
-        """``activate`` succeeded ("Use here"): write the state, resend stored results, run handed-over calls."""
+        """``activate`` succeeded ("Use here"): resend stored results, run handed-over calls. The state goes out once
+        the relay's ``state`` that follows the ack arrives (``state_received``): diffing now would diff against what
+        the relay held at the join, which another tab may have changed since."""
         self.active = True
-        self.state.mark_all_due()
         return [Notify(ClientEvent.ROLE_CHANGED, {"active": True}), *self._resend_all(now), *self._pending_calls(ack)]
 
     def new_conversation(self) -> None:
@@ -249,6 +262,10 @@ class ClientSession(CallsPart):
     def received(self, event: str, data: Any, now: float) -> list[Effect]:
         """A relay event other than the join's ``state``."""
         if event == P.EV_CLIENT_ROLE:
+            named = data.get("conversation_id") if isinstance(data, dict) else None
+            if isinstance(named, str) and self.conversation_id is not None and named != self.conversation_id:
+                log.warning("client.role for conversation %s ignored (this client is on %s)", named, self.conversation_id)
+                return []
             self.active = bool(isinstance(data, dict) and data.get("active"))
             return [Notify(ClientEvent.ROLE_CHANGED, {"active": self.active})]
         if event in P.SEQUENCED_EVENTS:
