@@ -16,6 +16,7 @@ import pytest
 import pytest_asyncio
 
 from relay_helpers import STORE_KINDS, database_for, pg_server, store_kind  # noqa: F401 - a fixture
+from widget.relay import sqlite as sqlite_engine
 from widget.relay import storage as S
 from widget.relay.storage import CALL_ANSWERED, SQLiteStore, Store
 
@@ -81,7 +82,7 @@ async def test_sqlite_batch_is_committed(tmp_path: Path) -> None:
         await store.close()
     db = sqlite3.connect(tmp_path / "s.sqlite3")
     assert db.execute("SELECT COUNT(*) FROM events").fetchone()[0] == 30
-    assert db.execute("PRAGMA user_version").fetchone()[0] == S.SCHEMA_VERSION
+    assert db.execute("PRAGMA user_version").fetchone()[0] == sqlite_engine.SCHEMA_VERSION
     db.close()
 
 
@@ -308,7 +309,7 @@ async def test_closed_store_refuses(tmp_path: Path, store_kind: str) -> None:
 async def test_sqlite_migrates_an_old_database(tmp_path: Path) -> None:
     """A file written by the relay before the scale-out columns gets them (PRAGMA user_version)."""
     db = sqlite3.connect(tmp_path / "old.sqlite3")
-    db.executescript(S._SCHEMA)
+    db.executescript(sqlite_engine._SCHEMA)
     db.execute("INSERT INTO conversations (id, app_id, status, created_at, updated_at, state) VALUES ('c','demo','idle',0,0,'{}')")
     db.commit()
     db.close()

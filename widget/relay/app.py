@@ -22,8 +22,9 @@ from .insight import routes as stats_routes
 from .http_limits import BodyLimit
 from .hub import Hub
 from .model import ModelAdapter
+from .sqlite import SQLiteStore
 from .static import DistFiles
-from .storage import SQLiteStore, Store
+from .storage import Store
 
 log = logging.getLogger("widget.relay")
 
