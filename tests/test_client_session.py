@@ -437,3 +437,12 @@ def test_a_role_change_for_another_conversation_is_ignored():
     assert s.active
     s.received(P.EV_CLIENT_ROLE, {"active": False, "conversation_id": "c1"}, 1.0)
     assert not s.active
+
+
+def test_the_end_of_the_joins_replay_asks_again_for_what_was_not_taken():
+    s, _ = joined()
+    s.received(P.EV_MESSAGE, {"seq": 1, "message": {"id": "u1", "role": "user"}}, 0)
+    assert s.received(P.EV_REPLAY_DONE, {"last_seq": 1}, 0) == []
+    [replay] = sends(s.received(P.EV_REPLAY_DONE, {"last_seq": 3}, 0))
+    assert replay.payload == {"last_seq": 1}
+    assert s.received(P.EV_REPLAY_DONE, {"last_seq": "3"}, 0) == []

@@ -433,7 +433,7 @@ class AutopilotClient(ConnectionMixin, InputMixin, CallsMixin, ToolsMixin):
                 self._state_waiter.set_result(data if isinstance(data, dict) else {})
             else:
                 self._apply(self.core.state_received(data, now))
-        elif event in P.SEQUENCED_EVENTS or event == P.EV_CLIENT_ROLE:
+        elif event in P.SEQUENCED_EVENTS or event in (P.EV_CLIENT_ROLE, P.EV_REPLAY_DONE):
             self._apply(self.core.received(event, data, now))
         else:
             log.debug("unhandled relay event %r", event)

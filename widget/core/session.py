@@ -270,7 +270,19 @@ class ClientSession(CallsPart):
             return [Notify(ClientEvent.ROLE_CHANGED, {"active": self.active})]
         if event in P.SEQUENCED_EVENTS:
             return self._sequenced(event, data, now)
+        if event == P.EV_REPLAY_DONE:
+            # The join's replay ended at ``last_seq``: an event of it this client did not take (dropped as a gap)
+            # is asked for again now, not only when a later event happens to arrive.
+            last = data.get("last_seq") if isinstance(data, dict) else None
+            if isinstance(last, int) and not isinstance(last, bool) and last > self.seq.last_seq:
+                return self._ask_replay()
         return []
+
+    def _ask_replay(self) -> list[Effect]:
+        if self._replay_pending or not self.transport_up:
+            return []
+        self._replay_pending = True
+        return [Send(P.EV_REPLAY, {"last_seq": self.seq.last_seq}, "replay")]
 
     def _sequenced(self, event: str, data: Any, now: float) -> list[Effect]:
         if not isinstance(data, dict):
@@ -280,10 +292,7 @@ class ClientSession(CallsPart):
         if verdict == DUPLICATE:
             return []
         if verdict == GAP:
-            if self._replay_pending or not self.transport_up:
-                return []
-            self._replay_pending = True
-            return [Send(P.EV_REPLAY, {"last_seq": self.seq.last_seq}, "replay")]
+            return self._ask_replay()
         effects: list[Effect] = []
         if event == P.EV_MESSAGE:
             message = data.get("message")
