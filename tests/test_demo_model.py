@@ -8,9 +8,9 @@ from typing import Any, AsyncIterator
 
 import pytest
 
+from widget.protocol import TurnErrorCode
 from widget.relay.demo_model import DemoModel, fill
-from widget.relay.model import (ERR_ANSWER_TOO_LONG, ERR_MODEL_TIMEOUT, ERR_TOO_MANY_TOOL_CALLS, Chunk, ModelError,
-                                ModelRequest, StreamLimits, TextDelta, ToolCall, guarded)
+from widget.relay.model import Chunk, ModelError, ModelRequest, StreamLimits, TextDelta, ToolCall, guarded
 from widget.relay.tools import offer_actions_spec
 
 WEATHER = {"name": "get_weather", "description": "Weather for a city.", "parameters": {
@@ -128,14 +128,14 @@ async def test_keep_alives_do_not_keep_a_stalled_model_alive() -> None:
     src = Source(TextDelta("hi"), forever=(0.01, TextDelta("")))
     with pytest.raises(ModelError) as exc:
         await drain(src, StreamLimits(stall_s=0.2))
-    assert exc.value.code == ERR_MODEL_TIMEOUT and src.closed
+    assert exc.value.code == TurnErrorCode.MODEL_TIMEOUT and src.closed
 
 
 async def test_a_trickle_ends_at_the_turn_deadline() -> None:
     src = Source(forever=(0.02, TextDelta("x")))
     with pytest.raises(ModelError) as exc:
         await drain(src, StreamLimits(deadline=time.monotonic() + 0.3, stall_s=10))
-    assert exc.value.code == ERR_MODEL_TIMEOUT and "one turn" in exc.value.message and src.closed
+    assert exc.value.code == TurnErrorCode.MODEL_TIMEOUT and "one turn" in exc.value.message and src.closed
 
 
 async def test_an_endless_answer_is_cut_at_the_cap() -> None:
@@ -144,7 +144,7 @@ async def test_an_endless_answer_is_cut_at_the_cap() -> None:
     with pytest.raises(ModelError) as exc:
         async for c in guarded(src.run(), StreamLimits(max_answer_chars=95)):
             out.append(c)
-    assert exc.value.code == ERR_ANSWER_TOO_LONG and src.closed
+    assert exc.value.code == TurnErrorCode.ANSWER_TOO_LONG and src.closed
     assert sum(len(c.text) for c in out if isinstance(c, TextDelta)) == 95
 
 
@@ -154,7 +154,7 @@ async def test_too_many_tool_calls_run_none() -> None:
     with pytest.raises(ModelError) as exc:
         async for c in guarded(src.run(), StreamLimits(max_tool_calls=16)):
             out.append(c)
-    assert exc.value.code == ERR_TOO_MANY_TOOL_CALLS and out == [] and src.closed
+    assert exc.value.code == TurnErrorCode.TOO_MANY_TOOL_CALLS and out == [] and src.closed
 
 
 async def test_cancelling_the_consumer_closes_the_stream() -> None:

@@ -179,13 +179,13 @@ class ToolsMixin:
         spec = self._tools.get(offer["name"]) if offer else None
         if offer is None or spec is None or spec.kind != P.KIND_ACTION:
             raise ConfigError("That action is not on offer (a restored conversation has no live actions).")
-        if offer["status"] in ("done", "running"):
+        if offer["status"] in (P.OfferStatus.DONE, P.OfferStatus.RUNNING):
             raise ConfigError(f"{spec.label or spec.name} is already {offer['status']}.")
         given = arguments if (spec.confirm == "form" and arguments is not None) else offer["arguments"]
         args, problem = check_tool_arguments(spec.parameters, given)
         if problem is not None:
             raise ConfigError(problem[0].upper() + problem[1:] + ".")
-        offer["status"] = "running"
+        offer["status"] = P.OfferStatus.RUNNING
         self.events.emit("actionStarted", {"message_id": message_id, "action_id": action_id, "name": spec.name})
         signal = Signal()
         leave_to: str | None = None
@@ -209,11 +209,11 @@ class ToolsMixin:
             ok, outcome = False, f"No answer within {P.TOOL_CALL_TIMEOUT_S:g} s."
         except asyncio.CancelledError:
             signal.abort("cancelled")
-            offer["status"] = "offered"  # nothing finished: the reader may press it again
+            offer["status"] = P.OfferStatus.OFFERED  # nothing finished: the reader may press it again
             raise
         except Exception as exc:  # noqa: BLE001 - shown to the reader, who may retry
             ok, outcome = False, str(exc) or type(exc).__name__
-        offer["status"] = "done" if ok else "failed"
+        offer["status"] = P.OfferStatus.DONE if ok else P.OfferStatus.FAILED
         offer["outcome"] = outcome
         result = {"ok": ok, "outcome": outcome, "message_id": message_id, "action_id": action_id, "name": spec.name}
         self.events.emit("actionOutcome", result)

@@ -6,8 +6,10 @@ from __future__ import annotations
 from typing import Any
 
 from ..errors import ConfigError
+from ..protocol import AskUserType
 
-TYPES = ("text", "bool", "radiolist", "checklist")
+#: Every prompt type, in the order the docs list them.
+TYPES = tuple(AskUserType)
 
 
 def _option_values(prompt: dict[str, Any]) -> list[str]:
@@ -19,16 +21,16 @@ def check_answer(prompt: dict[str, Any], result: Any) -> None:
     """Raise ConfigError when ``result`` is not a valid answer to ``prompt``."""
     kind = prompt.get("type")
     pid = prompt.get("id")
-    if kind == "text":
+    if kind == AskUserType.TEXT:
         if not isinstance(result, str):
             raise ConfigError(f"Answer to {pid!r} (text) must be a string.")
-    elif kind == "bool":
+    elif kind == AskUserType.BOOL:
         if not isinstance(result, bool):
             raise ConfigError(f"Answer to {pid!r} (bool) must be True or False.")
-    elif kind == "radiolist":
+    elif kind == AskUserType.RADIOLIST:
         if result not in _option_values(prompt) or not isinstance(result, str):
             raise ConfigError(f"Answer to {pid!r} (radiolist) must be one of {_option_values(prompt)}.")
-    elif kind == "checklist":
+    elif kind == AskUserType.CHECKLIST:
         values = _option_values(prompt)
         if not isinstance(result, list) or any(v not in values or not isinstance(v, str) for v in result):
             raise ConfigError(f"Answer to {pid!r} (checklist) must be a list of values from {values}.")

@@ -5,20 +5,23 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-VISIBLE_ROLES = ("user", "assistant", "error")
+from ..protocol import Role
+
+#: The roles a reader sees (tool results are shown on their calls, action outcomes on their offers).
+VISIBLE_ROLES = (Role.USER, Role.ASSISTANT, Role.ERROR)
 
 
 def enrich_messages(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Copies of ``messages`` where each assistant function call carries its tool message's result."""
     results: dict[str, dict[str, Any]] = {}
     for m in messages:
-        if m.get("role") == "tool" and isinstance(m.get("function_call_id"), str):
+        if m.get("role") == Role.TOOL and isinstance(m.get("function_call_id"), str):
             results[m["function_call_id"]] = m
     out = []
     for m in messages:
         m = copy.deepcopy(m)
         calls = m.get("function_calls")
-        if m.get("role") == "assistant" and isinstance(calls, list):
+        if m.get("role") == Role.ASSISTANT and isinstance(calls, list):
             for call in calls:
                 if not isinstance(call, dict):
                     continue
@@ -33,7 +36,7 @@ def enrich_messages(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def _only_calls(m: dict[str, Any]) -> bool:
-    return m.get("role") == "assistant" and not (m.get("content") or "").strip() and bool(m.get("function_calls"))
+    return m.get("role") == Role.ASSISTANT and not (m.get("content") or "").strip() and bool(m.get("function_calls"))
 
 
 def visible_messages(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -42,9 +45,9 @@ def visible_messages(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
     for m in enrich_messages(messages):
         if m.get("role") not in VISIBLE_ROLES:
             continue
-        if m.get("role") == "assistant" and not (m.get("content") or "").strip() and not m.get("function_calls"):
+        if m.get("role") == Role.ASSISTANT and not (m.get("content") or "").strip() and not m.get("function_calls"):
             continue
-        if out and _only_calls(m) and out[-1].get("role") == "assistant" and _only_calls(out[-1]):
+        if out and _only_calls(m) and out[-1].get("role") == Role.ASSISTANT and _only_calls(out[-1]):
             out[-1]["function_calls"] = list(out[-1]["function_calls"]) + list(m["function_calls"])
             continue
         out.append(m)

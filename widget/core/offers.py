@@ -13,8 +13,7 @@ class Offer(TypedDict):
     id: str
     name: str
     arguments: dict[str, Any]
-    #: offered, running, done or failed.
-    status: str
+    status: P.OfferStatus
     outcome: str | None
 
 
@@ -30,7 +29,7 @@ class OfferBook:
             return None
         offers: list[Offer] = [
             {"id": a["id"], "name": a["name"], "arguments": a.get("arguments") or {},
-             "status": "offered", "outcome": None}
+             "status": P.OfferStatus.OFFERED, "outcome": None}
             for a in message["actions"][: P.MAX_ACTIONS]
             if isinstance(a, dict) and isinstance(a.get("id"), str) and isinstance(a.get("name"), str)
         ]
@@ -53,9 +52,9 @@ class OfferBook:
 
     def outcome_recorded(self, message: dict[str, Any]) -> None:
         """An outcome recorded by any tab: a successful action is done here too, never run twice."""
-        if message.get("role") != "action" or message.get("ok") is not True:
+        if message.get("role") != P.Role.ACTION or message.get("ok") is not True:
             return
         offer = self.get(str(message.get("message_id")), str(message.get("action_id")))
         if offer is not None:
-            offer["status"] = "done"
+            offer["status"] = P.OfferStatus.DONE
             offer["outcome"] = message.get("outcome")

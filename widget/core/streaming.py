@@ -14,10 +14,21 @@ from __future__ import annotations
 
 import copy
 from dataclasses import dataclass, field
+from enum import StrEnum
 from typing import Any, Callable
 
-IDLE = "idle"
-STREAMING = "streaming"
+from ..protocol import CallProgress, CallStatus, Event, Role
+
+
+class StreamState(StrEnum):
+    """Where the machine stands: between turns, or inside one."""
+
+    IDLE = "idle"
+    STREAMING = "streaming"
+
+
+IDLE = StreamState.IDLE
+STREAMING = StreamState.STREAMING
 
 
 @dataclass
@@ -26,7 +37,7 @@ class StreamingSession:
 
     messages: list[dict[str, Any]] = field(default_factory=list)
     streaming_message: dict[str, Any] | None = None
-    state: str = IDLE
+    state: StreamState = IDLE
     iteration: int = 0
     calls: dict[str, dict[str, Any]] = field(default_factory=dict)
     #: Receives a one-line reason for each ignored event.
@@ -47,7 +58,7 @@ class StreamingSession:
         self.state = IDLE
         self.iteration = 0
 
-    def handle(self, event: str, payload: Any) -> bool:
+    def handle(self, event: Event | str, payload: Any) -> bool:
         """Apply one event; False when it was ignored."""
         action = _TABLE.get((self.state, event))
         if action is None:
@@ -89,7 +100,7 @@ class StreamingSession:
             "id": call_id,
             "name": p.get("name"),
             "arguments": p.get("arguments"),
-            "status": "running",
+            "status": CallProgress.RUNNING,
             "result": None,
             "error": None,
             "duration_ms": None,
@@ -106,7 +117,7 @@ class StreamingSession:
         if record is None:
             self._ignore(f"function_call.end ignored: unknown call {p.get('id')!r}")
             return False
-        record["status"] = p.get("status", "success")
+        record["status"] = p.get("status", CallStatus.SUCCESS)
         for key in ("result", "error", "duration_ms", "total_ms"):
             if key in p:
                 record[key] = p[key]
@@ -166,19 +177,19 @@ class StreamingSession:
 
 
 def _new_message(message_id: Any) -> dict[str, Any]:
-    return {"id": message_id, "role": "assistant", "content": "", "function_calls": []}
+    return {"id": message_id, "role": Role.ASSISTANT, "content": "", "function_calls": []}
 
 
 _S = StreamingSession
 _TABLE: dict[tuple[str, str], Callable[[StreamingSession, dict[str, Any]], Any]] = {
-    (IDLE, "completion.started"): _S._started,
-    (STREAMING, "completion.started"): _S._started,
-    (STREAMING, "completion_stream"): _S._stream,
-    (STREAMING, "function_call.begin"): _S._call_begin,
-    (STREAMING, "function_call.end"): _S._call_end,
-    (IDLE, "function_call.end"): _S._call_end,
-    (STREAMING, "function_call_iteration"): _S._iteration,
-    (STREAMING, "completion.ended"): _S._ended,
-    (STREAMING, "completion.finished"): _S._finished,
-    (IDLE, "completion.finished"): _S._finished,
+    (IDLE, Event.COMPLETION_STARTED): _S._started,
+    (STREAMING, Event.COMPLETION_STARTED): _S._started,
+    (STREAMING, Event.COMPLETION_STREAM): _S._stream,
+    (STREAMING, Event.FUNCTION_CALL_BEGIN): _S._call_begin,
+    (STREAMING, Event.FUNCTION_CALL_END): _S._call_end,
+    (IDLE, Event.FUNCTION_CALL_END): _S._call_end,
+    (STREAMING, Event.FUNCTION_CALL_ITERATION): _S._iteration,
+    (STREAMING, Event.COMPLETION_ENDED): _S._ended,
+    (STREAMING, Event.COMPLETION_FINISHED): _S._finished,
+    (IDLE, Event.COMPLETION_FINISHED): _S._finished,
 }

@@ -167,6 +167,15 @@ class ConfirmationReason(StrEnum):
     HANDLER_ERROR = "handler_error"
 
 
+class OfferStatus(StrEnum):
+    """``status`` of an offered action (``getOfferedActions``): offered, running, then done or failed."""
+
+    OFFERED = "offered"
+    RUNNING = "running"
+    DONE = "done"
+    FAILED = "failed"
+
+
 class ConversationStatus(StrEnum):
     """``conversation.status``. The ask-user value is upper case on the wire, exactly."""
 
@@ -180,6 +189,15 @@ class ConversationStatus(StrEnum):
 class CallStatus(StrEnum):
     """Outcome of one function call (``function_response``, ``function_call.end``, tool messages)."""
 
+    SUCCESS = "success"
+    ERROR = "error"
+
+
+class CallProgress(StrEnum):
+    """``status`` of a call as the client shows it (call history, a streaming message's calls): running, then
+    the ``CallStatus`` it settled with."""
+
+    RUNNING = "running"
     SUCCESS = "success"
     ERROR = "error"
 
@@ -357,6 +375,8 @@ class TurnErrorCode(StrEnum):
 
 # --- Error messages fixed exactly by the client API -------------------------------
 MSG_SENSITIVE_DENIED: Final = "User denied execution of sensitive function."
+#: ``error`` of a call the relay ended because its turn was cancelled (``function_call.end``, tool message).
+MSG_CALL_CANCELLED: Final = "Cancelled."
 
 # --- HTTP API (paths relative to the relay's base URL) ----------------------------
 HTTP_CREATE_CONVERSATION: Final = "/api/apps/{app_id}/conversations"

@@ -19,7 +19,7 @@ from .tools import offer_names
 
 #: The question "ask me" asks (a radiolist, answered in the bar).
 DEMO_QUESTION: dict[str, Any] = {
-    "type": "radiolist",
+    "type": P.AskUserType.RADIOLIST.value,
     "question": "Which colour do you prefer?",
     "arguments": {"options": [
         {"value": "blue", "label": "Blue"},
@@ -181,7 +181,7 @@ class DemoModel(ModelAdapter):
         text = str(last.get("content") or "")
         lower = text.lower()
         if "simulate model error" in lower and (request.attempt == 0 or "simulate model error always" in lower):
-            raise ModelError("model_error", "The demo model was asked to fail (\"simulate model error\").", retryable=True)
+            raise ModelError(P.TurnErrorCode.MODEL_ERROR, "The demo model was asked to fail (\"simulate model error\").", retryable=True)
         if "ask me" in lower and ASK_USER_TOOL in tools:
             async for c in self._text("Let me ask you first."):
                 yield c

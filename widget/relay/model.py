@@ -17,17 +17,11 @@ from dataclasses import dataclass, field
 from typing import Any, AsyncIterator, Callable
 
 from ..errors import WidgetError
-from ..protocol.names import RelayTool, TurnErrorCode
+from ..protocol.names import AskUserType, RelayTool, TurnErrorCode
 from .config import ModelConfig
 from .tools import COMMON_KEYWORDS
 
 ASK_USER_TOOL = RelayTool.ASK_USER.value
-
-#: Model error codes the relay itself raises around a stream.
-ERR_MODEL_TIMEOUT = TurnErrorCode.MODEL_TIMEOUT.value
-ERR_ANSWER_TOO_LONG = TurnErrorCode.ANSWER_TOO_LONG.value
-ERR_TOO_MANY_TOOL_CALLS = TurnErrorCode.TOO_MANY_TOOL_CALLS.value
-ERR_MODEL_BAD_RESPONSE = TurnErrorCode.MODEL_BAD_RESPONSE.value
 
 #: The relay's own ``ask_user`` tool (the prompt shape of the client's ask-user API; one call = one prompt).
 ASK_USER_SPEC: dict[str, Any] = {
@@ -40,7 +34,7 @@ ASK_USER_SPEC: dict[str, Any] = {
     "parameters": {
         "type": "object",
         "properties": {
-            "type": {"type": "string", "enum": ["text", "bool", "radiolist", "checklist"]},
+            "type": {"type": "string", "enum": [t.value for t in AskUserType]},
             "question": {"type": "string"},
             "arguments": {
                 "type": "object",
@@ -102,7 +96,7 @@ class ModelRequest:
 class ModelError(WidgetError):
     """A model failure the reader should see (rate limit, overflow, provider down, bad key...)."""
 
-    def __init__(self, code: str, message: str, retryable: bool = True) -> None:
+    def __init__(self, code: TurnErrorCode, message: str, retryable: bool = True) -> None:
         super().__init__(message, code=code)
         self.retryable = retryable
 
@@ -174,7 +168,7 @@ async def guarded(stream: AsyncIterator[Chunk], limits: StreamLimits,
                 calls.append(chunk)
                 if len(calls) > limits.max_tool_calls:
                     raise ModelError(
-                        ERR_TOO_MANY_TOOL_CALLS,
+                        TurnErrorCode.TOO_MANY_TOOL_CALLS,
                         f"The model asked for more than {limits.max_tool_calls} tool calls in one response; none were run.",
                     )
                 last_progress = clock()
@@ -183,7 +177,7 @@ async def guarded(stream: AsyncIterator[Chunk], limits: StreamLimits,
                 if len(chunk.text) >= room:
                     if room > 0:
                         yield TextDelta(chunk.text[:room])
-                    raise ModelError(ERR_ANSWER_TOO_LONG,
+                    raise ModelError(TurnErrorCode.ANSWER_TOO_LONG,
                                      f"The answer passed {limits.max_answer_chars} characters and was cut there.")
                 chars += len(chunk.text)
                 yield chunk
@@ -198,5 +192,5 @@ async def guarded(stream: AsyncIterator[Chunk], limits: StreamLimits,
 
 def _timeout(limits: StreamLimits, now: float) -> ModelError:
     if limits.deadline is not None and now >= limits.deadline - 1e-3:
-        return ModelError(ERR_MODEL_TIMEOUT, "The answer took longer than the relay allows for one turn.")
-    return ModelError(ERR_MODEL_TIMEOUT, f"The model sent nothing for {limits.stall_s:g} s.")
+        return ModelError(TurnErrorCode.MODEL_TIMEOUT, "The answer took longer than the relay allows for one turn.")
+    return ModelError(TurnErrorCode.MODEL_TIMEOUT, f"The model sent nothing for {limits.stall_s:g} s.")

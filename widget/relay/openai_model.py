@@ -8,8 +8,9 @@ import re
 from typing import Any, AsyncIterator
 
 from ..errors import ConfigError
+from ..protocol import TurnErrorCode
 from .config import ModelConfig
-from .model import ERR_MODEL_BAD_RESPONSE, Chunk, ModelAdapter, ModelError, ModelRequest, TextDelta, ToolCall
+from .model import Chunk, ModelAdapter, ModelError, ModelRequest, TextDelta, ToolCall
 
 log = logging.getLogger("widget.relay")
 
@@ -46,20 +47,20 @@ class OpenAIAdapter(ModelAdapter):
     def _error(self, exc: Exception) -> ModelError:
         o = self._openai
         if isinstance(exc, o.RateLimitError):
-            return ModelError("model_rate_limited", "The model provider is rate limiting requests; try again shortly.")
+            return ModelError(TurnErrorCode.MODEL_RATE_LIMITED, "The model provider is rate limiting requests; try again shortly.")
         if isinstance(exc, (o.AuthenticationError, o.PermissionDeniedError)):
-            return ModelError("model_auth", "The relay's model API key was refused by the provider.", retryable=False)
+            return ModelError(TurnErrorCode.MODEL_AUTH, "The relay's model API key was refused by the provider.", retryable=False)
         if isinstance(exc, o.BadRequestError):
             text = str(exc).lower()
             if getattr(exc, "code", None) == "context_length_exceeded" or (
                 "context" in text and ("length" in text or "window" in text or "too long" in text)):
-                return ModelError("context_overflow", "The conversation is too long for the model's context window.")
-            return ModelError("model_error", "The model provider refused the request.")
+                return ModelError(TurnErrorCode.CONTEXT_OVERFLOW, "The conversation is too long for the model's context window.")
+            return ModelError(TurnErrorCode.MODEL_ERROR, "The model provider refused the request.")
         if isinstance(exc, (o.APIConnectionError, o.APITimeoutError)):
-            return ModelError("model_unavailable", "The model provider could not be reached.")
+            return ModelError(TurnErrorCode.MODEL_UNAVAILABLE, "The model provider could not be reached.")
         if isinstance(exc, o.InternalServerError):
-            return ModelError("model_unavailable", "The model provider is down or overloaded.")
-        return ModelError("model_error", "The model request failed.")
+            return ModelError(TurnErrorCode.MODEL_UNAVAILABLE, "The model provider is down or overloaded.")
+        return ModelError(TurnErrorCode.MODEL_ERROR, "The model request failed.")
 
     def _request_kwargs(self, request: ModelRequest) -> dict[str, Any]:
         kwargs: dict[str, Any] = {"model": self.cfg.model, "messages": request.messages, "stream": True}
@@ -110,7 +111,7 @@ class OpenAIAdapter(ModelAdapter):
             # A chunk the SDK or we could not read (bad JSON, a missing field): the reader gets a clear
             # error and the log one line, not a traceback.
             log.warning("model %s sent an unreadable chunk: %s: %s", self.cfg.model, type(exc).__name__, str(exc)[:200])
-            raise ModelError(ERR_MODEL_BAD_RESPONSE, "The model sent a reply the relay could not read.") from exc
+            raise ModelError(TurnErrorCode.MODEL_BAD_RESPONSE, "The model sent a reply the relay could not read.") from exc
         finally:
             # Closing the response ends the provider's generation (and its billing) when the turn stops
             # early: on Stop, a deadline or a limit the relay's guard closes this generator.

@@ -9,16 +9,17 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from ..protocol import ActionConfirm, OfferStatus, Role
 from .forms import FORM_FIX, form_arguments, message_of
 
 if TYPE_CHECKING:
     from .store import Store
 
-#: Offered-action states (``status`` of ``store.actions_for(...)`` entries).
-ACTION_OFFERED = "offered"
-ACTION_RUNNING = "running"
-ACTION_DONE = "done"
-ACTION_FAILED = "failed"
+#: Offered-action states (``status`` of ``store.actions_for(...)`` entries), the client's offer statuses.
+ACTION_OFFERED = OfferStatus.OFFERED
+ACTION_RUNNING = OfferStatus.RUNNING
+ACTION_DONE = OfferStatus.DONE
+ACTION_FAILED = OfferStatus.FAILED
 
 
 class OfferedActions:
@@ -53,7 +54,7 @@ class OfferedActions:
         offered = set(self.offered_ids)
         candidates = [
             m["id"] for m in raw
-            if m.get("role") == "assistant" and isinstance(m.get("id"), str)
+            if m.get("role") == Role.ASSISTANT and isinstance(m.get("id"), str)
             and (m["id"] in offered or m.get("actions"))
         ]
         live = [mid for mid in candidates if client.get_offered_actions(mid)]
@@ -67,9 +68,9 @@ class OfferedActions:
             if anchor is None:
                 for j in range(i - 1, -1, -1):
                     role = raw[j].get("role")
-                    if role == "user":
+                    if role == Role.USER:
                         break
-                    if role == "assistant" and raw[j].get("id") in visible:
+                    if role == Role.ASSISTANT and raw[j].get("id") in visible:
                         anchor = raw[j]["id"]
                         break
             if anchor is None:
@@ -77,7 +78,7 @@ class OfferedActions:
                 for k, m in enumerate(shown):
                     if position.get(m.get("id"), -1) < i:
                         at = k + 1
-                carrier = {"id": mid, "role": "assistant", "content": "", "function_calls": []}
+                carrier = {"id": mid, "role": Role.ASSISTANT, "content": "", "function_calls": []}
                 shown = shown[:at] + [carrier] + shown[at:]
                 visible.add(mid)
                 anchor = mid
@@ -99,7 +100,7 @@ class OfferedActions:
         client = self.store.client
         recorded: dict[tuple[Any, Any], list[dict[str, Any]]] = {}
         for m in client.messages:
-            if m.get("role") == "action":
+            if m.get("role") == Role.ACTION:
                 recorded.setdefault((m.get("message_id"), m.get("action_id")), []).append(m)
         out: dict[str, list[dict[str, Any]]] = {}
         for mid, anchor in self._anchor.items():
@@ -144,7 +145,8 @@ class OfferedActions:
             "outcome": outcome,
             "error": None if status == ACTION_DONE else error,
             "field_errors": {} if status == ACTION_DONE else dict(ui.get("field_errors") or {}),
-            "form_open": bool(ui.get("form_open")) and status != ACTION_DONE and offer.get("confirm") == "form",
+            "form_open": (bool(ui.get("form_open")) and status != ACTION_DONE
+                          and offer.get("confirm") == ActionConfirm.FORM),
             "values": ui.get("values"),
         }
 
@@ -165,7 +167,7 @@ class OfferedActions:
         offer = self.find(message_id, action_id)
         if offer is None or offer["status"] in (ACTION_DONE, ACTION_RUNNING):
             return False
-        if offer["confirm"] == "form":
+        if offer["confirm"] == ActionConfirm.FORM:
             self.open_form(message_id, action_id)
             return True
         return await self._run(offer, None)
@@ -173,7 +175,7 @@ class OfferedActions:
     def open_form(self, message_id: Any, action_id: Any) -> bool:
         """Open the form of a form action (prefilled with the reader's last values, else the model's)."""
         offer = self.find(message_id, action_id)
-        if offer is None or offer["confirm"] != "form" or offer["status"] == ACTION_DONE:
+        if offer is None or offer["confirm"] != ActionConfirm.FORM or offer["status"] == ACTION_DONE:
             return False
         ui = self._reader(offer)
         if not ui.get("form_open"):

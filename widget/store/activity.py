@@ -8,13 +8,12 @@ from __future__ import annotations
 
 from typing import Any
 
-#: The error the relay gives the calls it ends when a turn stops before they answered.
-CANCELLED_ERROR = "Cancelled."
+from ..protocol import MSG_CALL_CANCELLED, CallStatus
 
 
 def cancelled(call: dict[str, Any]) -> bool:
     """Whether a call was ended by the relay because its turn stopped (not a failure of the call itself)."""
-    return call.get("status") == "error" and call.get("error") == CANCELLED_ERROR
+    return call.get("status") == CallStatus.ERROR and call.get("error") == MSG_CALL_CANCELLED
 
 
 def num(value: Any) -> float | None:
@@ -102,7 +101,7 @@ def error_entry(kind: str, number: int, name: str, error: str, now_ms: float, co
         "kind": "error",
         "id": f"{kind}-{number}",
         "name": name,
-        "status": "error",
+        "status": CallStatus.ERROR,
         "error": error,
         "started_at": now_ms,
     }

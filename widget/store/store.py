@@ -11,6 +11,7 @@ from typing import Any
 
 from ..client import AutopilotClient
 from ..core.conversation import visible_messages
+from ..protocol import ClientEvent, ConfirmationReason, ConnectionState, Event, Role, TurnStatus
 from .actions import OfferedActions
 from .activity import build_activity, call_timing, cancelled, error_entry
 from .confirm import ConfirmationQueue
@@ -66,27 +67,28 @@ class Store(ConversationOps):
         self.offers = OfferedActions(self, self._actions_changed)
         on = client.on
         self._unsubscribe = [
-            on("connectionStateChanged", self._on_connection),
-            on("roleChanged", lambda p: self._notify("role")),
-            on("conversationLoaded", self._on_loaded),
-            on("messagesChanged", self._on_messages_changed),
-            on("completion.started", self._on_started),
-            on("completion.finished", self._on_finished),
-            on("function_call.begin", lambda p: self._calls_changed()),
-            on("function_call.end", lambda p: self._calls_changed()),
-            on("user_input", lambda p: self._update_waiting()),
-            on("askUserRequired", self._on_ask_user),
-            on("askUserCleared", self._on_ask_user),
-            on("contextResolutionChanged", lambda p: self._set("context_resolutions", p["pending"], "waiting")),
-            on("functionCall", lambda p: self._calls_changed()),
-            on("functionSuccess", lambda p: self._calls_changed()),
-            on("functionError", lambda p: self._calls_changed()),
-            on("functionResponseSent", lambda p: self._calls_changed(messages=True)),
-            on("functionConfirmationResolved", self._on_confirmation_resolved),
-            on("stateError", self._on_state_error),
-            on("pageError", self._on_page_error),
-            on("actionsOffered", self._on_actions_offered),
-            on("actionOutcome", lambda p: self._actions_changed()),
+            on(ClientEvent.CONNECTION_STATE_CHANGED, self._on_connection),
+            on(ClientEvent.ROLE_CHANGED, lambda p: self._notify("role")),
+            on(ClientEvent.CONVERSATION_LOADED, self._on_loaded),
+            on(ClientEvent.MESSAGES_CHANGED, self._on_messages_changed),
+            on(Event.COMPLETION_STARTED, self._on_started),
+            on(Event.COMPLETION_FINISHED, self._on_finished),
+            on(Event.FUNCTION_CALL_BEGIN, lambda p: self._calls_changed()),
+            on(Event.FUNCTION_CALL_END, lambda p: self._calls_changed()),
+            on(Event.USER_INPUT, lambda p: self._update_waiting()),
+            on(ClientEvent.ASK_USER_REQUIRED, self._on_ask_user),
+            on(ClientEvent.ASK_USER_CLEARED, self._on_ask_user),
+            on(ClientEvent.CONTEXT_RESOLUTION_CHANGED,
+               lambda p: self._set("context_resolutions", p["pending"], "waiting")),
+            on(ClientEvent.FUNCTION_CALL, lambda p: self._calls_changed()),
+            on(ClientEvent.FUNCTION_SUCCESS, lambda p: self._calls_changed()),
+            on(ClientEvent.FUNCTION_ERROR, lambda p: self._calls_changed()),
+            on(ClientEvent.FUNCTION_RESPONSE_SENT, lambda p: self._calls_changed(messages=True)),
+            on(ClientEvent.FUNCTION_CONFIRMATION_RESOLVED, self._on_confirmation_resolved),
+            on(ClientEvent.STATE_ERROR, self._on_state_error),
+            on(ClientEvent.PAGE_ERROR, self._on_page_error),
+            on(ClientEvent.ACTIONS_OFFERED, self._on_actions_offered),
+            on(ClientEvent.ACTION_OUTCOME, lambda p: self._actions_changed()),
         ]
         self._update_waiting(notify=False)
 
@@ -136,7 +138,7 @@ class Store(ConversationOps):
     def can_send(self) -> bool:
         """Whether a new user message may be sent now."""
         return (
-            self.connection_state == "connected"
+            self.connection_state == ConnectionState.CONNECTED
             and self.active
             and not self.is_streaming
             and self.waiting_for is None
@@ -166,7 +168,7 @@ class Store(ConversationOps):
         for m in self.client.messages:
             if before_id is not None and m.get("id") == before_id:
                 break
-            if m.get("role") == "user" and isinstance(m.get("content"), str):
+            if m.get("role") == Role.USER and isinstance(m.get("content"), str):
                 last = m["content"]
         return last
 
@@ -219,7 +221,7 @@ class Store(ConversationOps):
         error = payload.get("error")
         if error:
             self.errors.append(error)
-        if payload["state"] == "connected":
+        if payload["state"] == ConnectionState.CONNECTED:
             self.connection_error = None
         elif error:
             self.connection_error = error
@@ -264,7 +266,7 @@ class Store(ConversationOps):
         self._update_waiting()
 
     def _on_finished(self, payload: Any) -> None:
-        if isinstance(payload, dict) and payload.get("status") == "cancelled" and self._streaming_id:
+        if isinstance(payload, dict) and payload.get("status") == TurnStatus.CANCELLED and self._streaming_id:
             self.stopped.add(self._streaming_id)
             self._bump(committed=True)  # re-render that message with its "stopped" mark
         self._streaming_id = None
@@ -357,7 +359,7 @@ class Store(ConversationOps):
         self._update_waiting()
 
     def _on_confirmation_resolved(self, payload: dict[str, Any]) -> None:
-        if payload.get("reason") == "expired" and not self._stopping:
+        if payload.get("reason") == ConfirmationReason.EXPIRED and not self._stopping:
             name = (payload.get("request") or {}).get("name", "")
             self._set(
                 "notice",

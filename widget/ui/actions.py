@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from ..store import ACTION_DONE, ACTION_RUNNING, arguments_text
+from ..store import ACTION_DONE, ACTION_FAILED, ACTION_OFFERED, ACTION_RUNNING, arguments_text
 from .dom import ICONS, bidi_safe, option_text
 
 if TYPE_CHECKING:
@@ -130,7 +130,7 @@ class Actions:
         return av
 
     def _update(self, av: ActionView, offer: dict[str, Any]) -> None:
-        status = str(offer.get("status") or "offered")
+        status = str(offer.get("status") or ACTION_OFFERED)
         errors = offer.get("field_errors") or {}
         form_open = bool(offer.get("form_open"))
         sig = (status, offer.get("outcome"), offer.get("error"), form_open, tuple(sorted(errors.items())))
@@ -193,7 +193,7 @@ class Actions:
         if want[0] == "form" and av.form is not None:
             self._focus = None
             self._focus_form(av, errors)
-        elif want[0] == "invalid" and (errors or status in (ACTION_DONE, "failed")):
+        elif want[0] == "invalid" and (errors or status in (ACTION_DONE, ACTION_FAILED)):
             self._focus = None
             if errors and av.form is not None:
                 self._focus_form(av, errors)

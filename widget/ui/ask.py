@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from ..protocol import AskUserType
 from .dom import absent
 
 if TYPE_CHECKING:
@@ -111,14 +112,14 @@ class AskUser:
             field.setAttribute("data-q", str(i))
             fieldset.appendChild(field)
         else:
-            if kind == "bool":
+            if kind == AskUserType.BOOL:
                 options = [("true", str(args.get("yes_label") or lbl["ask_yes"])),
                            ("false", str(args.get("no_label") or lbl["ask_no"]))]
                 input_type = "radio"
             else:
                 options = [(str(o.get("value")), str(o.get("label") if o.get("label") is not None else o.get("value")))
                            for o in args.get("options") or [] if isinstance(o, dict)]
-                input_type = "checkbox" if kind == "checklist" else "radio"
+                input_type = "checkbox" if kind == AskUserType.CHECKLIST else "radio"
             group = self.dom.el("div", "ask-options")
             group.setAttribute("role", "group" if input_type == "checkbox" else "radiogroup")
             group.setAttribute("aria-labelledby", q_id)
@@ -196,7 +197,7 @@ class AskUser:
                     result = chosen
                 elif not chosen:
                     problem = lbl["ask_required_choice"]
-                elif kind == "bool":
+                elif kind == AskUserType.BOOL:
                     result = chosen[0] == "true"
                 else:
                     result = chosen[0]

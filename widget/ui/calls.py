@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..protocol import CallProgress, CallStatus, RelayTool
 from ..store import Store
 from .dom import ICONS, Dom, as_text, fmt_ms
 
@@ -75,7 +76,7 @@ class CallPills:
     def update(self, cv: CallView, call: dict[str, Any], when: Any = None) -> None:
         """Show the call's current state; nothing is touched when its signature did not change."""
         duration, total = self.store.call_timing(call)
-        status = str(call.get("status") or "running")
+        status = str(call.get("status") or CallProgress.RUNNING)
         stopped = self.store.call_stopped(call)
         sig = (status, stopped, duration, total, call.get("result") is not None, call.get("error"), when)
         if sig == cv.sig:
@@ -84,7 +85,7 @@ class CallPills:
         lbl = self.dom.labels
         shown = "stopped" if stopped else status  # the wire status stays in data-status
         status_text = lbl.get(f"call_{shown}", shown)
-        if status == "running" and call.get("name") == "ask_user":
+        if status == CallProgress.RUNNING and call.get("name") == RelayTool.ASK_USER:
             status_text = lbl["call_waiting_user"]  # the relay's own tool: it waits for the reader's answer
         cv.el.setAttribute("data-status", status)
         if stopped:
@@ -94,7 +95,8 @@ class CallPills:
         base = "call" if cv.el.classList.contains("call") else "activity-entry"
         cv.el.setAttribute("part", f"{base} {base}-{shown}")
         icon = cv.summary.firstChild
-        icon.innerHTML = ICONS.get({"success": "check", "error": "error", "stopped": "stop"}.get(shown, "running"), "")
+        icon_name = {CallStatus.SUCCESS: "check", CallStatus.ERROR: "error", "stopped": "stop"}.get(shown, "running")
+        icon.innerHTML = ICONS.get(icon_name, "")
         cv.status.textContent = status_text
         ms_text = fmt_ms(total if total is not None else duration)
         cv.time.textContent = lbl["ms"].format(value=ms_text) if ms_text else ""

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from ..protocol import ConfirmationDecision
 from .dom import as_text
 
 if TYPE_CHECKING:
@@ -51,8 +52,8 @@ class Confirmations:
             box.appendChild(dom.el("pre", "confirm-args", part="confirmation-arguments",
                                    text=as_text(args) if args not in (None, {}) else lbl["no_arguments"]))
             buttons = dom.el("div", "confirm-actions")
-            buttons.appendChild(dom.text_button(lbl["allow"], "allow", "allow", cid))
-            buttons.appendChild(dom.text_button(lbl["deny"], "deny", "deny", cid))
+            buttons.appendChild(dom.text_button(lbl["allow"], "allow", ConfirmationDecision.ALLOW, cid))
+            buttons.appendChild(dom.text_button(lbl["deny"], "deny", ConfirmationDecision.DENY, cid))
             box.appendChild(buttons)
             self.el.appendChild(box)
             self.views[cid] = box

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from ..protocol import ConfirmationDecision
 from .dom import FOCUSABLE, absent, has
 
 if TYPE_CHECKING:
@@ -60,7 +61,7 @@ class PanelEvents:
             self.bar.spawn(s.use_here())
         elif action == "dismiss":
             s.dismiss_notice()
-        elif action in ("allow", "deny") and arg is not None:
+        elif action in (ConfirmationDecision.ALLOW, ConfirmationDecision.DENY) and arg is not None:
             s.resolve_confirmation(int(arg), action)
             self.bar.input.focus()
         elif action == "ask-tab" and arg is not None:

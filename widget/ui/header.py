@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from ..protocol import ConnectionState
+
 if TYPE_CHECKING:
     from .bar import Bar
 
@@ -65,12 +67,12 @@ class Header:
         bar.panel.setAttribute("data-state", state)
         self.notice.textContent = ""
         self.notice.removeAttribute("data-kind")
-        if state == "error" and (s.connection_error or s.errors):
+        if state == ConnectionState.ERROR and (s.connection_error or s.errors):
             err = s.connection_error or s.errors[-1]
             self._notice(str(err.get("message") or lbl["state_error"]), "error",
                          dom.text_button(lbl["retry"], "retry", "retry-connect")
                          if bar.on_retry is not None else None)
-        elif state == "connected" and not s.active:
+        elif state == ConnectionState.CONNECTED and not s.active:
             self._notice(lbl["read_only"], "read-only", dom.text_button(lbl["use_here"], "use-here", "use-here"))
         elif s.notice:
             self._notice(str(s.notice.get("message", "")), "warning",

@@ -14,6 +14,7 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING, Any
 
+from ..protocol import Role
 from .calls import CallPills, CallView
 from .dom import bidi_safe, message_key
 
@@ -104,13 +105,13 @@ class Messages:
         for index, m in enumerate(messages):
             key = message_key(m, index)
             keys.append(key)
-            view = self._view(key, str(m.get("role") or "assistant"))
+            view = self._view(key, str(m.get("role") or Role.ASSISTANT))
             self._fill(view, m, streaming=False, last=(index == last_index and idle and streaming is None))
         if streaming is not None:
             key = message_key(streaming, len(messages))
             if key not in keys:
                 keys.append(key)
-                view = self._view(key, "assistant")
+                view = self._view(key, Role.ASSISTANT)
                 self._fill(view, streaming, streaming=True, last=False)
         for key in [k for k in self.views if k not in keys]:
             self.views.pop(key).el.remove()
@@ -160,7 +161,7 @@ class Messages:
         label = self.dom.el("span", "sr-only", text=self.dom.labels.get({"user": "you"}.get(role, role), role) + ":")
         el.appendChild(label)
         bubble = self.dom.el("div", "bubble", part="bubble")
-        body = self.dom.el("div", "content markdown" if role == "assistant" else "content", part="content")
+        body = self.dom.el("div", "content markdown" if role == Role.ASSISTANT else "content", part="content")
         body.setAttribute("dir", "auto")  # its own base direction, isolated from the bar's (right-to-left text)
         bubble.appendChild(body)
         el.appendChild(bubble)
@@ -205,8 +206,8 @@ class Messages:
             self.bar.actions.render(view, [] if streaming else self.bar.store.actions_for(m.get("id")))
         # Footer: Stopped mark, Retry on the last error, Regenerate on the last answer.
         stopped = bool(m.get("stopped"))
-        retry = view.role == "error" and last and (m.get("retryable", True) is not False)
-        regen = view.role == "assistant" and last and not streaming
+        retry = view.role == Role.ERROR and last and (m.get("retryable", True) is not False)
+        regen = view.role == Role.ASSISTANT and last and not streaming
         sig = (stopped, retry, regen, m.get("id"))
         if sig != view.footer_sig:
             view.footer_sig = sig
