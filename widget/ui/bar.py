@@ -401,7 +401,7 @@ class BarHandle:
     def destroy(self) -> None:
         """Remove the bar and the toggle, every listener and proxy; unset our confirmation handler."""
         client = self.store.client
-        if self._restore_handler and client._confirmation_handler == self.store.confirmation_handler:
+        if self._restore_handler and client.confirmation_handler == self.store.confirmation_handler:
             client.set_confirmation_handler(None)
         self.bar.destroy()
         if self._owns_store:
@@ -438,7 +438,7 @@ def enable_bar(
     bar = Bar(store, loader=loader, css=css, title=title, on_retry=on_retry, labels=labels, position=position,
               sanitizer=sanitizer)
     restore = False
-    if store.client._confirmation_handler is None:
+    if store.client.confirmation_handler is None:
         store.client.set_confirmation_handler(store.confirmation_handler)
         restore = True
     return BarHandle(bar, store, owns, restore)
