@@ -261,7 +261,8 @@
   // the matter is, cheaply: its origin check for the app (readable by any page, where the relay has one), else
   // a CORS HEAD of its manifest and, when that fails, an opaque no-cors one, which succeeds when the relay
   // answers but does not allow this page's origin.
-  const NETWORK_ERROR = /Failed to fetch|dynamically imported module|NetworkError|Load failed|Importing a module script failed|error loading/i;
+  // (Chromium, Firefox and WebKit word it differently; each is tested.)
+  const NETWORK_ERROR = /Failed to fetch|dynamically imported module|NetworkError|Load failed|Importing a module script failed|error loading|Cross-Origin Resource Sharing|access control/i;
   async function diagnose(err) {
     const msg = (err && err.message) ? err.message : String(err);
     if (!NETWORK_ERROR.test(msg)) return null;

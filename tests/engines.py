@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import random
 import shutil
 import subprocess
 import tempfile
@@ -37,6 +38,11 @@ KEYS = {"Alt": "\ue00a", "Shift": "\ue008", "Control": "\ue009", "Enter": "\ue00
 def _spawn(cmd: list[str], **kw: Any) -> subprocess.Popen[bytes]:
     """Start a helper program (the engines' start-up awaits nothing while it does)."""
     return subprocess.Popen(cmd, **kw)
+
+
+def _x_display_exists(display: int) -> bool:
+    """Whether an X server holds (or held and left the lock of) display ``:display``."""
+    return os.path.exists(f"/tmp/.X{display}-lock") or os.path.exists(f"/tmp/.X11-unix/X{display}")
 
 
 def key_actions(text: str = "", chord: list[str] | None = None) -> list[dict[str, Any]]:
@@ -212,22 +218,30 @@ class WebKit(Engine):
         self.http: aiohttp.ClientSession | None = None
         self.tmp = tempfile.mkdtemp(prefix="autopilot-webkit-")
 
+    async def _start_xvfb(self) -> int:
+        """Xvfb on a display of our own: the first free one from a random start (another test run, or another
+        program, may hold one); ready once its socket is there."""
+        first = random.randrange(100, 900)
+        for display in range(first, first + 50):
+            if _x_display_exists(display):
+                continue
+            self.xvfb = _spawn([XVFB, f":{display}", "-screen", "0", "1280x900x24", "-nolisten", "tcp"],
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            deadline = time.monotonic() + 20
+            while time.monotonic() < deadline and self.xvfb.poll() is None:
+                if os.path.exists(f"/tmp/.X11-unix/X{display}"):  # noqa: ASYNC240 - a stat, while polling
+                    return display
+                await asyncio.sleep(0.1)
+            stop_process(self.xvfb)  # taken meanwhile, or too slow: the next one
+        raise EngineError(f"Xvfb did not start on any display from :{first}")
+
     async def start(self) -> None:
-        # Xvfb picks a free display and writes its number to the pipe (-displayfd).
-        read, write = os.pipe()
-        xvfb = [XVFB, "-displayfd", str(write), "-screen", "0", "1280x900x24", "-nolisten", "tcp"]
-        self.xvfb = _spawn(xvfb,
-                                     pass_fds=(write,), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        os.close(write)
-        display = await asyncio.to_thread(lambda: os.read(read, 16).decode().strip())
-        os.close(read)
-        if not display:
-            raise EngineError("Xvfb did not start (no display number)")
+        display = await self._start_xvfb()
         port = free_port()
         log = Path(self.tmp) / "webkitwebdriver.log"
         env = {**os.environ, "DISPLAY": f":{display}"}
         self.driver = _spawn([WEBKIT_DRIVER, f"--port={port}"], env=env,
-                                       stdout=log.open("wb"), stderr=subprocess.STDOUT)
+                             stdout=log.open("wb"), stderr=subprocess.STDOUT)
         self.base = f"http://127.0.0.1:{port}"
         self.http = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=180))
         deadline = time.monotonic() + 60

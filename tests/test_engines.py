@@ -168,3 +168,18 @@ async def test_typing_right_after_a_click_on_the_toggle_arrives_whole(engine: En
     await engine.type(text)
     assert await engine.call(f"() => {ROOT}.querySelector('textarea.input').value") == text
     await engine.press("Escape")
+
+
+async def test_a_refused_origin_is_explained(engine: Engine, relay_server: Any, page_server: Any) -> None:
+    # Each engine words a refused module import its own way; the loader's message is the same in all of them.
+    html = ('<!doctype html><html><head><meta charset="utf-8"><link rel="icon" href="data:,"><title>refused</title>'
+            f'</head><body><script src="{relay_server.url}/widget/autopilot.js" data-app="demo" data-boot="eager">'
+            "</script></body></html>")
+    url = page_server.add(f"/__engines__/{engine.name}-refused.html", html)
+    url = url.replace("http://127.0.0.1:", "http://localhost:", 1)  # an origin the relay does not allow
+    await engine.goto(url)
+    status = "document.getElementById('autopilot-toggle-host').shadowRoot.querySelector('.status')"
+    text = await engine.wait(f"() => {status}.querySelector('button') && {status}.firstChild.textContent", timeout=60)
+    origin = url.split("/__engines__")[0]
+    assert text.startswith(f"Autopilot cannot start: this page's origin {origin} is not allowed for app demo"), text
+    assert await engine.call("() => window.Autopilot.ready.then(() => 'ok', (e) => e.message)") == text
