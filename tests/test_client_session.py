@@ -446,3 +446,11 @@ def test_the_end_of_the_joins_replay_asks_again_for_what_was_not_taken():
     [replay] = sends(s.received(P.EV_REPLAY_DONE, {"last_seq": 3}, 0))
     assert replay.payload == {"last_seq": 1}
     assert s.received(P.EV_REPLAY_DONE, {"last_seq": "3"}, 0) == []
+
+
+def test_a_rate_limited_rejoin_waits_at_least_what_the_relay_asks():
+    s, _ = joined()
+    s.transport_disconnected(1.0)
+    s.transport_connected(2.0)
+    s.rejoin_failed({"code": P.ERR_RATE_LIMITED, "message": "wait", "retry_after": 7.5}, 2.0)
+    assert s.next_deadline() == pytest.approx(9.5)

@@ -176,7 +176,11 @@ class ConnectionMixin:
         )
         if not isinstance(ack, dict) or not ack.get("ok"):
             err = ack.get("error", {}) if isinstance(ack, dict) else {}
-            raise ProtocolError(err.get("code", P.ERR_INTERNAL), err.get("message", "join refused"))
+            refusal = ProtocolError(err.get("code", P.ERR_INTERNAL), err.get("message", "join refused"))
+            retry_after = err.get("retry_after") if isinstance(err, dict) else None
+            if isinstance(retry_after, (int, float)) and not isinstance(retry_after, bool):
+                refusal.retry_after = float(retry_after)  # type: ignore[attr-defined]
+            raise refusal
         snapshot = await self._with_timeout(waiter, "The relay sent no state snapshot")
         if self._state_waiter is waiter:
             self._state_waiter = None
@@ -244,7 +248,14 @@ class ConnectionMixin:
 
 def _error_payload(exc: WidgetError) -> dict[str, Any]:
     """The ``error`` event payload: a code and a message a reader can act on."""
-    return {"code": getattr(exc, "code", "connection_failed"), "message": getattr(exc, "message", None) or str(exc)}
+    payload: dict[str, Any] = {
+        "code": getattr(exc, "code", "connection_failed"),
+        "message": getattr(exc, "message", None) or str(exc),
+    }
+    retry_after = getattr(exc, "retry_after", None)
+    if isinstance(retry_after, float):
+        payload["retry_after"] = retry_after  # how long a rate_limited refusal asks to wait, seconds
+    return payload
 
 
 def _http_error(status: int, body: Any, what: str) -> WidgetError:

@@ -173,6 +173,9 @@ class ClientSession(CallsPart):
         otherwise the connection is in error."""
         if error.get("code") in RETRYABLE_REJOIN_ERRORS and not self.closing and self.transport_up:
             delay = REJOIN_DELAYS_S[min(self._rejoin_attempts, len(REJOIN_DELAYS_S) - 1)]
+            asked = error.get("retry_after")
+            if isinstance(asked, (int, float)) and not isinstance(asked, bool):
+                delay = max(delay, min(float(asked), 60.0))  # the relay's own wait, within reason
             self._rejoin_attempts += 1
             self._rejoin_at = now + delay
             log.warning("rejoin refused (%s); trying again in %g s", error.get("code"), delay)
