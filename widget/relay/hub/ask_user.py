@@ -71,7 +71,11 @@ def prompt_from(call: dict[str, Any]) -> tuple[dict[str, Any] | None, str]:
             if not isinstance(value, str) or not value:
                 return None, f"arguments.options[{i}].value must be a non-empty string"
             if not isinstance(label, str) or not label.strip() or len(label) > PROMPT_MAX_LABEL_CHARS:
-                return None, f"arguments.options[{i}].label must be a non-empty string of at most {PROMPT_MAX_LABEL_CHARS} characters"
+                return (
+                    None,
+                    f"arguments.options[{i}].label must be a non-empty string of at most "
+                    f"{PROMPT_MAX_LABEL_CHARS} characters",
+                )
             if value in seen:
                 return None, f"option value {_short(value)} appears twice; values must be unique"
             seen.add(value)
@@ -87,14 +91,19 @@ def check_answer(prompt: dict[str, Any], result: Any) -> None:
     """The answer types: text → string, bool → boolean, radiolist → one option value, checklist → a
     list of distinct option values."""
     t = prompt.get("type")
-    values = [o["value"] for o in (prompt.get("arguments") or {}).get("options", []) if isinstance(o, dict) and "value" in o]
+    values = [
+        o["value"] for o in (prompt.get("arguments") or {}).get("options", []) if isinstance(o, dict) and "value" in o
+    ]
     where = f"The answer to prompt {prompt['id']!r} ({t})"
     got = f"got {_short(result)}"
     if t == "text":
         if not isinstance(result, str):
             raise ProtocolError(P.ERR_BAD_REQUEST, f"{where} must be a string; {got}.")
         if len(result) > P.MAX_USER_MESSAGE_CHARS:
-            raise ProtocolError(P.ERR_BAD_REQUEST, f"{where} may have at most {P.MAX_USER_MESSAGE_CHARS} characters; it has {len(result)}.")
+            raise ProtocolError(
+                P.ERR_BAD_REQUEST,
+                f"{where} may have at most {P.MAX_USER_MESSAGE_CHARS} characters; it has {len(result)}.",
+            )
     elif t == "bool":
         if not isinstance(result, bool):
             raise ProtocolError(P.ERR_BAD_REQUEST, f"{where} must be true or false; {got}.")
@@ -106,7 +115,9 @@ def check_answer(prompt: dict[str, Any], result: Any) -> None:
             raise ProtocolError(P.ERR_BAD_REQUEST, f"{where} must be a list of option values from {values}; {got}.")
         bad = [v for v in result if v not in values]
         if bad:
-            raise ProtocolError(P.ERR_BAD_REQUEST, f"{where}: {_short(bad[0])} is not one of the option values {values}.")
+            raise ProtocolError(
+                P.ERR_BAD_REQUEST, f"{where}: {_short(bad[0])} is not one of the option values {values}."
+            )
         if len(set(result)) != len(result):
             raise ProtocolError(P.ERR_BAD_REQUEST, f"{where} lists a value twice; each option at most once.")
     else:  # pragma: no cover - prompts are checked when the model writes them
@@ -128,7 +139,9 @@ async def answer_prompts(hub: Hub, cid: str, answers: list[dict[str, Any]], idem
                 if idempotency is not None and await store.get_ack(cid, idempotency[0], ASK_USER_WRITE) is not None:
                     return  # a repeat of a POST already applied
             except S.IdempotencyConflict as exc:
-                raise ProtocolError(P.ERR_IDEMPOTENCY_KEY_REUSED, key_reused_message(exc.kind, ASK_USER_WRITE)) from None
+                raise ProtocolError(
+                    P.ERR_IDEMPOTENCY_KEY_REUSED, key_reused_message(exc.kind, ASK_USER_WRITE)
+                ) from None
             conv = await store.get_conversation(cid)
             if conv is None:
                 raise ProtocolError(P.ERR_NOT_FOUND, "Unknown conversation.")
@@ -138,15 +151,22 @@ async def answer_prompts(hub: Hub, cid: str, answers: list[dict[str, Any]], idem
             seen: set[str] = set()
             for a in answers:
                 if a["id"] in seen:
-                    raise ProtocolError(P.ERR_BAD_REQUEST, f"Prompt {a['id']!r} is answered twice in this request; answer each prompt once.")
+                    raise ProtocolError(
+                        P.ERR_BAD_REQUEST,
+                        f"Prompt {a['id']!r} is answered twice in this request; answer each prompt once.",
+                    )
                 seen.add(a["id"])
             unknown = [a["id"] for a in answers if a["id"] not in pending]
             if unknown:
                 statuses = await store.prompt_statuses(cid, unknown)
                 pid = unknown[0]
                 if statuses.get(pid) in (S.CALL_ANSWERED, S.PROMPT_TAKEN):
-                    raise ProtocolError(P.ERR_BAD_REQUEST, f"Prompt {pid!r} was already answered; each prompt is answered once.")
-                raise ProtocolError(P.ERR_BAD_REQUEST, f"No pending prompt has id {pid!r} (pending: {', '.join(sorted(pending))}).")
+                    raise ProtocolError(
+                        P.ERR_BAD_REQUEST, f"Prompt {pid!r} was already answered; each prompt is answered once."
+                    )
+                raise ProtocolError(
+                    P.ERR_BAD_REQUEST, f"No pending prompt has id {pid!r} (pending: {', '.join(sorted(pending))})."
+                )
             for a in answers:
                 check_answer(pending[a["id"]], a["result"])
             if not await store.answer_prompts(cid, [(a["id"], a["result"]) for a in answers], idempotency):

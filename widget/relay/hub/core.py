@@ -9,7 +9,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from typing import Any, Coroutine
+from collections.abc import Coroutine
+from typing import Any
 
 from ... import protocol as P
 from .. import storage as S
@@ -83,8 +84,12 @@ class Hub:
         if config.redis_url:
             from ..scale import RelayRedisManager
 
-            self.redis = RelayRedisManager(config.redis_url, channel=config.redis_channel, on_event=self.fanout.seen_remote,
-                                           on_resync=self.fanout.on_redis_back)
+            self.redis = RelayRedisManager(
+                config.redis_url,
+                channel=config.redis_channel,
+                on_event=self.fanout.seen_remote,
+                on_resync=self.fanout.on_redis_back,
+            )
         self.sio = RelaySocketServer(
             async_mode="asgi",
             cors_allowed_origins=config.all_allowed_origins(),
@@ -132,7 +137,9 @@ class Hub:
         if self.draining:
             from ...errors import ProtocolError
 
-            raise ProtocolError(P.ERR_UNAVAILABLE, "The relay is shutting down; reconnect (another relay process answers).")
+            raise ProtocolError(
+                P.ERR_UNAVAILABLE, "The relay is shutting down; reconnect (another relay process answers)."
+            )
 
     async def shutdown(self) -> None:
         """Stop every task (running turns are left for the next open to recover) and close connections."""
@@ -222,7 +229,11 @@ class Hub:
         """Store ask-user answers and resume the turn (see ``ask_user.answer_prompts``)."""
         await answer_prompts(self, cid, answers, idempotency)
 
-    def _history(self, messages: list[dict[str, Any]], cut_for: dict[str, int | None],
-                 offers: dict[str, dict[str, Any]] | None = None) -> list[dict[str, Any]]:
+    def _history(
+        self,
+        messages: list[dict[str, Any]],
+        cut_for: dict[str, int | None],
+        offers: dict[str, dict[str, Any]] | None = None,
+    ) -> list[dict[str, Any]]:
         """The chat history the model is sent, trimmed to ``max_history_chars`` (see ``prompts.history``)."""
         return history(messages, cut_for, offers, self.config.max_history_chars)

@@ -68,7 +68,9 @@ class CallDispatch:
                 await leaving.wait()
             if c["dispatched_to"] != sid and await hub.store.claim_call(cid, c["id"], sid) != sid:
                 continue
-            out.append({"id": c["id"], "name": c["name"], "arguments": c["arguments"], "seq": c["seq"], "kind": c["kind"]})
+            out.append(
+                {"id": c["id"], "name": c["name"], "arguments": c["arguments"], "seq": c["seq"], "kind": c["kind"]}
+            )
         return out
 
     async def run_flag(self, cid: str, call_id: str, sid: str, active: str | None) -> bool:
@@ -84,8 +86,17 @@ class CallDispatch:
             return True
         return sid == active and await store.claim_call(cid, call_id, sid) == sid
 
-    async def emit_stored(self, cid: str, sid: str, events: list[Event], *, run_after: int = 0, active: Any = ...,
-                          replayed: bool = False, paced: bool = False) -> bool:
+    async def emit_stored(
+        self,
+        cid: str,
+        sid: str,
+        events: list[Event],
+        *,
+        run_after: int = 0,
+        active: Any = ...,
+        replayed: bool = False,
+        paced: bool = False,
+    ) -> bool:
         """Send stored events to one socket of this process, a call's ``run`` decided per socket for
         those after ``run_after`` (those up to it went with the join ack's ``pending_calls``);
         ``replayed``: copies the socket asked for again, which never say ``run: true``. ``paced``: wait
@@ -98,13 +109,19 @@ class CallDispatch:
         for seq, name, payload in events:
             if paced and limit and hub.send_queues.queued(sid) > limit // 4 and not await hub.send_queues.drained(sid):
                 return False
-            if (name == P.EV_FUNCTION_CALL_BEGIN and not replayed and seq > run_after
-                    and await self.run_flag(cid, payload["id"], sid, active)):
+            if (
+                name == P.EV_FUNCTION_CALL_BEGIN
+                and not replayed
+                and seq > run_after
+                and await self.run_flag(cid, payload["id"], sid, active)
+            ):
                 payload = {**payload, "run": True}
             await hub.sio.emit(name, payload, to=sid, ignore_queue=True)
         return True
 
-    async def replay_paged(self, cid: str, sid: str, after: int, *, run_after: int = 0, replayed: bool = False) -> int | None:
+    async def replay_paged(
+        self, cid: str, sid: str, after: int, *, run_after: int = 0, replayed: bool = False
+    ) -> int | None:
         """Send the stored events after ``after`` to one socket, ``REPLAY_PAGE`` at a time and at the pace
         it reads them (see ``emit_stored``); the last seq sent, or None when the socket went away."""
         while True:
@@ -119,10 +136,15 @@ class CallDispatch:
 
     async def dispatched_to(self, cid: str, sid: str) -> list[dict[str, Any]]:
         """The pending calls already dispatched to ``sid`` (none is claimed for it here)."""
-        return [{"id": c["id"], "name": c["name"], "arguments": c["arguments"], "seq": c["seq"], "kind": c["kind"]}
-                for c in await self.hub.store.pending_calls(cid) if c["dispatched_to"] == sid]
+        return [
+            {"id": c["id"], "name": c["name"], "arguments": c["arguments"], "seq": c["seq"], "kind": c["kind"]}
+            for c in await self.hub.store.pending_calls(cid)
+            if c["dispatched_to"] == sid
+        ]
 
-    async def await_call(self, cid: str, rt: ConvRuntime, c: dict[str, Any], announce: bool = True) -> tuple[dict[str, Any], float]:
+    async def await_call(
+        self, cid: str, rt: ConvRuntime, c: dict[str, Any], announce: bool = True
+    ) -> tuple[dict[str, Any], float]:
         """Wait for a call's response through the store (the in-process Event only wakes us early);
         ``announce``: emit its ``function_call.end`` (an MCP tool's confirmation emits its own)."""
         hub = self.hub
@@ -140,11 +162,13 @@ class CallDispatch:
                     break
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
-                    await hub.store.finish_call(cid, c["id"], S.CALL_TIMED_OUT, error=f"The page did not answer within {timeout:g} s.")
+                    await hub.store.finish_call(
+                        cid, c["id"], S.CALL_TIMED_OUT, error=f"The page did not answer within {timeout:g} s."
+                    )
                     continue
                 try:
                     await asyncio.wait_for(ev.wait(), min(remaining, CALL_POLL_S))
-                except asyncio.TimeoutError:
+                except TimeoutError:
                     pass
         finally:
             rt.call_events.pop(c["id"], None)
@@ -171,7 +195,12 @@ class CallDispatch:
         func = tool.func
         assert func is not None
         timeout = self.hub.config.tool_call_timeout_s
-        context = {"question": info.question, "page": copy.deepcopy(info.page), "conversation_id": cid, "app_id": info.app_id}
+        context = {
+            "question": info.question,
+            "page": copy.deepcopy(info.page),
+            "conversation_id": cid,
+            "app_id": info.app_id,
+        }
         args = dict(c["arguments"])
         t0 = time.monotonic()
         end: dict[str, Any] = {"id": c["id"], "name": c["name"]}
@@ -192,11 +221,11 @@ class CallDispatch:
             except (TypeError, ValueError):
                 raise ToolError("the tool returned a value that is not JSON") from None
             end.update(status=P.STATUS_SUCCESS, result=result)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             end.update(status=P.STATUS_ERROR, error=f"The tool did not answer within {timeout:g} s.", timed_out=True)
         except ToolError as exc:
             end.update(status=P.STATUS_ERROR, error=str(exc) or "The tool failed.")
-        except Exception as exc:  # noqa: BLE001 - a config function never crashes the turn
+        except Exception as exc:
             log.exception("relay tool %r of app %r failed", c["name"], info.app_id)
             end.update(status=P.STATUS_ERROR, error=f"The tool failed on the server ({type(exc).__name__}).")
         ms = round((time.monotonic() - t0) * 1000, 1)

@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import TYPE_CHECKING, Any, Callable
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 from ... import protocol as P
 from .runtime import LIVE_STATUSES, POLL_DEGRADED_S, POLL_S, ConvRuntime
@@ -163,8 +164,11 @@ class Fanout:
                     rt.lag = b["seq"]
             else:
                 rt.lag = 0
-            if b["status"] in LIVE_STATUSES and b["runner"] != hub.instance and (
-                    b["runner"] is None or not await hub.store.instance_alive(b["runner"])):
+            if (
+                b["status"] in LIVE_STATUSES
+                and b["runner"] != hub.instance
+                and (b["runner"] is None or not await hub.store.instance_alive(b["runner"]))
+            ):
                 conv = await hub.store.get_conversation(cid)
                 if conv is not None:
                     await hub.recovery.recover(conv)

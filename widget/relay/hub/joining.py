@@ -80,14 +80,19 @@ class Membership:
         hub = self.hub
         sid = ctx.sid
         hub.refuse_new_work()
-        check_rate(hub.join_limiter, hub.addresses.get(sid, "?"), "Too many joins from this address; wait a moment and join again.")
+        check_rate(
+            hub.join_limiter,
+            hub.addresses.get(sid, "?"),
+            "Too many joins from this address; wait a moment and join again.",
+        )
         if not isinstance(data, dict):
             raise ProtocolError(P.ERR_BAD_REQUEST, "join expects {token, version, last_seq}")
         version = data.get("version")
         if version != P.PROTOCOL_VERSION:
             raise ProtocolError(
                 P.ERR_VERSION_MISMATCH,
-                f"This relay speaks protocol version {P.PROTOCOL_VERSION}; the client sent version {version!r}. Reload the page to update the widget.",
+                f"This relay speaks protocol version {P.PROTOCOL_VERSION}; the client sent version {version!r}. "
+                "Reload the page to update the widget.",
             )
         cid = hub.signer.verify(data.get("token"))
         last_seq = _last_seq(data.get("last_seq"), "last_seq must be a non-negative integer or null")
@@ -165,8 +170,12 @@ class Membership:
 
     async def _emit_state(self, sid: str, doc: dict[str, Any]) -> None:
         root = doc.get(P.STATE_ROOT, {})
-        await self.hub.sio.emit(P.EV_STATE, {"functions": root.get("functions", {}), "context": root.get("context", {})},
-                                to=sid, ignore_queue=True)
+        await self.hub.sio.emit(
+            P.EV_STATE,
+            {"functions": root.get("functions", {}), "context": root.get("context", {})},
+            to=sid,
+            ignore_queue=True,
+        )
 
     async def state_after_activate(self, sid: str, cid: str) -> None:
         """After an activate ack: the stored state, so the new active client can put its own functions
@@ -201,10 +210,14 @@ class Membership:
         copy with ``run: false``), then ack with the current ``seq`` and the pending calls this socket
         is to run."""
         hub = self.hub
-        last_seq = _last_seq(data.get("last_seq") if isinstance(data, dict) else None, "replay expects {last_seq: integer}")
+        last_seq = _last_seq(
+            data.get("last_seq") if isinstance(data, dict) else None, "replay expects {last_seq: integer}"
+        )
         check_rate(hub.replay_limiter, ctx.sid, "Too many replays from this socket; wait a moment.")
         lock = self._replaying.setdefault(ctx.sid, asyncio.Lock())
         async with lock:  # one replay of a socket at a time: what it holds in memory is one page
             await hub.dispatch.replay_paged(ctx.cid, ctx.sid, last_seq, replayed=True)
         conv = await hub.store.get_conversation(ctx.cid)
-        return P.ok(seq=conv["seq"] if conv else last_seq, pending_calls=await hub.dispatch.dispatched_to(ctx.cid, ctx.sid))
+        return P.ok(
+            seq=conv["seq"] if conv else last_seq, pending_calls=await hub.dispatch.dispatched_to(ctx.cid, ctx.sid)
+        )

@@ -80,8 +80,13 @@ class Lifecycle:
             if not await hub.store.claim_status(cid, [S.WAITING_FOR_ASK_USER], status=S.IDLE):
                 return False  # answered or cancelled through another process meanwhile
             await hub.store.cancel_prompts(cid)
-            await hub.emit_locked(rt, cid, P.EV_COMPLETION_FINISHED, {"turn_id": conv["turn_id"], "status": "cancelled"},
-                                  conversation={"status": S.IDLE})
+            await hub.emit_locked(
+                rt,
+                cid,
+                P.EV_COMPLETION_FINISHED,
+                {"turn_id": conv["turn_id"], "status": "cancelled"},
+                conversation={"status": S.IDLE},
+            )
             await hub.emit_locked(rt, cid, P.EV_USER_INPUT, {"reason": "message"})
             return True
 
@@ -91,8 +96,14 @@ class Lifecycle:
         hub = self.hub
         for c in await hub.store.pending_calls(cid):
             if await hub.store.finish_call(cid, c["id"], S.CALL_CANCELLED, error=ABANDONED):
-                end = {"id": c["id"], "name": c["name"], "status": P.STATUS_ERROR, "error": ABANDONED,
-                       "duration_ms": None, "total_ms": None}
+                end = {
+                    "id": c["id"],
+                    "name": c["name"],
+                    "status": P.STATUS_ERROR,
+                    "error": ABANDONED,
+                    "duration_ms": None,
+                    "total_ms": None,
+                }
                 await hub.emit_locked(rt, cid, P.EV_FUNCTION_CALL_END, end)
 
     async def runner_alive(self, conv: dict[str, Any]) -> bool:
@@ -127,7 +138,8 @@ class Lifecycle:
                 return False
             # Several processes may notice at once: the one that takes the turn over closes it.
             if conv2["runner"] != hub.instance and not await store.claim_status(
-                    cid, LIVE_STATUSES, runner_was=conv2["runner"], runner=hub.instance):
+                cid, LIVE_STATUSES, runner_was=conv2["runner"], runner=hub.instance
+            ):
                 return False
             turn_id = conv2["turn_id"]
             # Reconstruct the message that was streaming, if any, and close it.
@@ -150,18 +162,38 @@ class Lifecycle:
                 if c["seq"] or c["id"] in begun:
                     continue
                 if await store.finish_call(cid, c["id"], S.CALL_CANCELLED, error=NEVER_SENT):
-                    end = {"id": c["id"], "name": c["name"], "status": P.STATUS_ERROR, "error": NEVER_SENT,
-                           "duration_ms": None, "total_ms": None}
+                    end = {
+                        "id": c["id"],
+                        "name": c["name"],
+                        "status": P.STATUS_ERROR,
+                        "error": NEVER_SENT,
+                        "duration_ms": None,
+                        "total_ms": None,
+                    }
                     await hub.emit_locked(rt, cid, P.EV_FUNCTION_CALL_END, end)
                     tools.append(tool_message(c["id"], c["name"], c.get("kind", "function"), end))
             if message_id is not None:
                 msg = {"id": message_id, "role": "assistant", "content": "".join(text), "created_at": time.time()}
                 if calls:
                     msg["function_calls"] = calls
-                await hub.emit_locked(rt, cid, P.EV_COMPLETION_ENDED, {"message": msg, "tool_messages": tools}, messages=[msg, *tools])
-            err = {"id": new_id("m_"), "role": "error", "content": "The answer was interrupted because the relay restarted. Try again.",
-                   "code": "turn_interrupted", "retryable": True, "created_at": time.time()}
+                await hub.emit_locked(
+                    rt, cid, P.EV_COMPLETION_ENDED, {"message": msg, "tool_messages": tools}, messages=[msg, *tools]
+                )
+            err = {
+                "id": new_id("m_"),
+                "role": "error",
+                "content": "The answer was interrupted because the relay restarted. Try again.",
+                "code": "turn_interrupted",
+                "retryable": True,
+                "created_at": time.time(),
+            }
             await hub.emit_locked(rt, cid, P.EV_MESSAGE, {"message": err}, messages=[err])
-            await hub.emit_locked(rt, cid, P.EV_COMPLETION_FINISHED, {"turn_id": turn_id, "status": "failed"}, conversation={"status": S.FAILED})
+            await hub.emit_locked(
+                rt,
+                cid,
+                P.EV_COMPLETION_FINISHED,
+                {"turn_id": turn_id, "status": "failed"},
+                conversation={"status": S.FAILED},
+            )
             await hub.emit_locked(rt, cid, P.EV_USER_INPUT, {"reason": "message"})
             return True

@@ -39,8 +39,9 @@ def apply_patch_atomic(doc: dict[str, Any], patch: Any) -> dict[str, Any]:
             if not isinstance(op, dict):
                 raise ValueError("an operation must be an object")
             if depth(op.get("value"), P.MAX_STATE_DEPTH) > P.MAX_STATE_DEPTH:  # refused before any library recurses
-                raise StateLimitError(P.ERR_STATE_TOO_DEEP,
-                                      f"{desc}: State nesting depth exceeds {P.MAX_STATE_DEPTH} levels.")
+                raise StateLimitError(
+                    P.ERR_STATE_TOO_DEEP, f"{desc}: State nesting depth exceeds {P.MAX_STATE_DEPTH} levels."
+                )
             if op.get("op") == "copy" and isinstance(op.get("from"), str):
                 if bound < 0:
                     bound = check_state(work)
@@ -69,7 +70,14 @@ def apply_patch_atomic(doc: dict[str, Any], patch: Any) -> dict[str, Any]:
             if op.get("op") == "remove" and bound >= 0 and isinstance(op.get("path"), str):
                 bound -= len(encode_compact(jsonpointer.resolve_pointer(work, op["path"])))
             work = jsonpatch.JsonPatch([op]).apply(work, in_place=True)
-        except (jsonpatch.JsonPatchException, jsonpointer.JsonPointerException, KeyError, IndexError, TypeError, ValueError) as exc:
+        except (
+            jsonpatch.JsonPatchException,
+            jsonpointer.JsonPointerException,
+            KeyError,
+            IndexError,
+            TypeError,
+            ValueError,
+        ) as exc:
             raise PatchFailed(f"{desc} failed: {exc}") from None
         except RecursionError:
             raise PatchFailed(f"{desc} failed: value nested too deeply") from None
@@ -91,7 +99,7 @@ def _json_equal(a: Any, b: Any) -> bool:
     if isinstance(a, str) or isinstance(b, str):
         return isinstance(a, str) and isinstance(b, str) and a == b
     if isinstance(a, list) and isinstance(b, list):
-        return len(a) == len(b) and all(_json_equal(x, y) for x, y in zip(a, b))
+        return len(a) == len(b) and all(_json_equal(x, y) for x, y in zip(a, b, strict=True))
     if isinstance(a, dict) and isinstance(b, dict):
         return a.keys() == b.keys() and all(_json_equal(v, b[k]) for k, v in a.items())
     return a is None and b is None

@@ -44,8 +44,9 @@ async def resume_plan(store: S.Store, cid: str, turn_id: str, withdrawn: list[di
     return ResumePlan(text=msg.get("content") or "", calls=[dict(c) for c in msg["function_calls"]], rows=rows)
 
 
-async def resume_round(hub: Hub, cid: str, rt: ConvRuntime, turn_id: str, plan: ResumePlan,
-                       log_calls: list[dict[str, Any]]) -> Round:
+async def resume_round(
+    hub: Hub, cid: str, rt: ConvRuntime, turn_id: str, plan: ResumePlan, log_calls: list[dict[str, Any]]
+) -> Round:
     """Stream the interrupted round again as a new message with the same text and calls; each call's
     result is its stored one (waited for while pending). Returns the round, ready to commit."""
     cur = Round(message_id=new_id("m_"), text=[plan.text] if plan.text else [], calls=plan.calls, started=True)
@@ -55,8 +56,12 @@ async def resume_round(hub: Hub, cid: str, rt: ConvRuntime, turn_id: str, plan: 
     # Calls sent to the page that ran or may still answer: their results, with a function_call.end. (A pending
     # one was sent: recovery cancels those never sent. An answered one without a seq was run by the relay,
     # or its seq was not written before the relay died: its result is used without an end event.)
-    waiting = {c["id"] for c in plan.calls if (row := plan.rows.get(c["id"])) is not None
-               and (row["status"] == S.CALL_PENDING or (row["status"] == S.CALL_ANSWERED and row["seq"]))}
+    waiting = {
+        c["id"]
+        for c in plan.calls
+        if (row := plan.rows.get(c["id"])) is not None
+        and (row["status"] == S.CALL_PENDING or (row["status"] == S.CALL_ANSWERED and row["seq"]))
+    }
     if any(plan.rows[i]["status"] == S.CALL_PENDING for i in waiting):
         await hub.store.update_conversation(cid, status=S.WAITING_FOR_FUNCTION)
     for c in plan.calls:
@@ -69,11 +74,33 @@ async def resume_round(hub: Hub, cid: str, rt: ConvRuntime, turn_id: str, plan: 
         elif row is None:
             cur.tools.append(tool_message(c["id"], c["name"], "relay", {"status": P.STATUS_ERROR, "error": NOT_RUN}))
         elif row["status"] == S.CALL_ANSWERED and row["error"] is None:  # run by the relay itself
-            cur.tools.append(tool_message(c["id"], c["name"], row["kind"], {
-                "status": P.STATUS_SUCCESS, "result": row["result"], "duration_ms": row["handler_ms"], "total_ms": row["total_ms"]}))
+            cur.tools.append(
+                tool_message(
+                    c["id"],
+                    c["name"],
+                    row["kind"],
+                    {
+                        "status": P.STATUS_SUCCESS,
+                        "result": row["result"],
+                        "duration_ms": row["handler_ms"],
+                        "total_ms": row["total_ms"],
+                    },
+                )
+            )
         else:
-            cur.tools.append(tool_message(c["id"], c["name"], row["kind"], {
-                "status": P.STATUS_ERROR, "error": row["error"] or NOT_RUN, "duration_ms": row["handler_ms"], "total_ms": row["total_ms"]}))
+            cur.tools.append(
+                tool_message(
+                    c["id"],
+                    c["name"],
+                    row["kind"],
+                    {
+                        "status": P.STATUS_ERROR,
+                        "error": row["error"] or NOT_RUN,
+                        "duration_ms": row["handler_ms"],
+                        "total_ms": row["total_ms"],
+                    },
+                )
+            )
     if waiting:
         await hub.store.update_conversation(cid, status=S.RUNNING)
     return cur

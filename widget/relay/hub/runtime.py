@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import asyncio
 import secrets
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any, Iterator
+from typing import Any
 
 from ... import protocol as P
 from ...errors import ProtocolError
@@ -69,8 +70,13 @@ class ConvRuntime:
 
     def unused(self) -> bool:
         """No socket, task, waiter or lock holder of this process needs the entry."""
-        return (not self.sids and (self.turn is None or self.turn.done()) and not self.lock.locked()
-                and not self.call_events and self.users == 0)
+        return (
+            not self.sids
+            and (self.turn is None or self.turn.done())
+            and not self.lock.locked()
+            and not self.call_events
+            and self.users == 0
+        )
 
 
 class Runtimes:

@@ -5,13 +5,14 @@ holds its own logic."""
 from __future__ import annotations
 
 import logging
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Awaitable, Callable
+from typing import TYPE_CHECKING, Any
 
 from ... import protocol as P
 from ...errors import ProtocolError
-from ..contract import refusal
 from .. import storage as S
+from ..contract import refusal
 from .runtime import ConvRuntime
 
 if TYPE_CHECKING:
@@ -46,7 +47,10 @@ def key_of(data: dict[str, Any]) -> str:
     """The payload's ``idempotency_key``, or ``bad_request``."""
     key = data.get("idempotency_key")
     if not isinstance(key, str) or not key or len(key) > P.MAX_IDEMPOTENCY_KEY_CHARS:
-        raise ProtocolError(P.ERR_BAD_REQUEST, f"idempotency_key must be a non-empty string of at most {P.MAX_IDEMPOTENCY_KEY_CHARS} characters")
+        raise ProtocolError(
+            P.ERR_BAD_REQUEST,
+            f"idempotency_key must be a non-empty string of at most {P.MAX_IDEMPOTENCY_KEY_CHARS} characters",
+        )
     return key
 
 
@@ -66,8 +70,10 @@ def check_rate(limiter: Any, key: str, message: str) -> None:
 
 def key_reused_message(stored: str, event: str) -> str:
     """The message of ``idempotency_key_reused``."""
-    return (f"This idempotency_key was already used for a {stored} in this conversation; a {event} needs a key "
-            "of its own. Nothing was done.")
+    return (
+        f"This idempotency_key was already used for a {stored} in this conversation; a {event} needs a key "
+        "of its own. Nothing was done."
+    )
 
 
 @dataclass
@@ -112,9 +118,15 @@ class EventSpec:
     before: Callable[[Any, Ctx], Awaitable[None]] | None = None
 
 
-def socket_event(event: str, *, shape: str | None = None, joined: bool = True, idempotent: bool = False,
-                 locked: bool = False, before: Callable[[Any, Ctx], Awaitable[None]] | None = None
-                 ) -> Callable[[Handler], Handler]:
+def socket_event(
+    event: str,
+    *,
+    shape: str | None = None,
+    joined: bool = True,
+    idempotent: bool = False,
+    locked: bool = False,
+    before: Callable[[Any, Ctx], Awaitable[None]] | None = None,
+) -> Callable[[Handler], Handler]:
     """Mark a method as the handler of a client → relay event (see ``EventSpec``)."""
     spec = EventSpec(event, shape, joined, idempotent, locked, before)
 
@@ -135,7 +147,9 @@ def handlers_of(owner: Any) -> dict[str, tuple[EventSpec, Callable[[Ctx, Any], A
     return out
 
 
-def wrap(hub: Hub, owner: Any, spec: EventSpec, fn: Callable[[Ctx, Any], Awaitable[Ack]]) -> Callable[..., Awaitable[Ack]]:
+def wrap(
+    hub: Hub, owner: Any, spec: EventSpec, fn: Callable[[Ctx, Any], Awaitable[Ack]]
+) -> Callable[..., Awaitable[Ack]]:
     """The Socket.IO handler for one event: the skeleton around ``fn``."""
 
     async def handle(sid: str, data: Any = None, *extra: Any) -> Ack:
@@ -176,7 +190,7 @@ def wrap(hub: Hub, owner: Any, spec: EventSpec, fn: Callable[[Ctx, Any], Awaitab
             return P.error(exc.code, exc.message)
         except S.IdempotencyConflict as exc:
             return P.error(P.ERR_IDEMPOTENCY_KEY_REUSED, key_reused_message(exc.kind, spec.event))
-        except Exception:  # noqa: BLE001 - one bad event never kills the socket
+        except Exception:
             log.exception("relay handler failed")
             return P.error(P.ERR_INTERNAL, "The relay failed to handle this event.")
 

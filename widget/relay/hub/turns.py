@@ -175,7 +175,7 @@ class TurnRunner:
         except ModelError as exc:
             status = "failed"
             await self.abort(cid, turn_id, cur, "failed", {"content": exc.message, "code": exc.code, "retryable": exc.retryable})
-        except Exception:  # noqa: BLE001
+        except Exception:
             status = "failed"
             log.exception("turn %s of %s failed", turn_id, cid)
             await self.abort(cid, turn_id, cur, "failed", {"content": "The relay failed while answering. Try again.", "code": P.ERR_INTERNAL, "retryable": True})
@@ -233,7 +233,7 @@ class TurnRunner:
             await hub.emit_event(cid, P.EV_USER_INPUT, {"reason": "message"})
         except KeyError:
             pass  # the conversation was deleted meanwhile
-        except Exception:  # noqa: BLE001
+        except Exception:
             log.exception("closing turn %s of %s failed", turn_id, cid)
 
     async def run_calls(

@@ -30,8 +30,9 @@ def _check_room(hub: Hub, conv: dict[str, Any]) -> None:
     """A new turn needs room in the conversation's event log (``max_events_per_conversation``)."""
     cap = hub.config.max_events_per_conversation
     if cap and conv["seq"] >= cap:
-        raise ProtocolError(P.ERR_CONVERSATION_FULL, f"This conversation holds its maximum of {cap} events; "
-                            "start a new conversation.")
+        raise ProtocolError(
+            P.ERR_CONVERSATION_FULL, f"This conversation holds its maximum of {cap} events; start a new conversation."
+        )
 
 
 class Writes:
@@ -60,7 +61,9 @@ class Writes:
         try:  # read, patch and write in one transaction: no lost update across processes
             stored = await self.hub.store.update_state(ctx.cid, patched, ctx.idempotency(ack), active_sid=ctx.sid)
         except S.NotActive:
-            raise ProtocolError(P.ERR_NOT_ACTIVE, "Another tab is the active client; send activate to use this one.") from None
+            raise ProtocolError(
+                P.ERR_NOT_ACTIVE, "Another tab is the active client; send activate to use this one."
+            ) from None
         return stored if stored is not None else ack
 
     @socket_event(P.EV_USER_MESSAGE, shape="user_message expects {text, idempotency_key}", idempotent=True, locked=True)
@@ -73,7 +76,10 @@ class Writes:
         if not isinstance(text, str) or not text.strip():
             raise ProtocolError(P.ERR_BAD_REQUEST, "text must be a non-empty string")
         if len(text) > P.MAX_USER_MESSAGE_CHARS:
-            raise ProtocolError(P.ERR_MESSAGE_TOO_LONG, f"A message may have at most {P.MAX_USER_MESSAGE_CHARS} characters; this one has {len(text)}.")
+            raise ProtocolError(
+                P.ERR_MESSAGE_TOO_LONG,
+                f"A message may have at most {P.MAX_USER_MESSAGE_CHARS} characters; this one has {len(text)}.",
+            )
         conv = await hub.store.get_conversation(cid)
         if conv is None:
             raise ProtocolError(P.ERR_NOT_FOUND, "The conversation no longer exists.")
@@ -88,9 +94,14 @@ class Writes:
         ack = P.ok(message_id=message["id"])
         try:  # conditional: a message sent through another process at the same moment loses
             await hub.emit_locked(
-                rt, cid, P.EV_MESSAGE, {"message": message}, messages=[message],
+                rt,
+                cid,
+                P.EV_MESSAGE,
+                {"message": message},
+                messages=[message],
                 conversation={"status": S.RUNNING, "turn_id": turn_id, "iteration": 0, "runner": hub.instance},
-                idempotency=ctx.idempotency(ack), require_status=IDLE_STATUSES,
+                idempotency=ctx.idempotency(ack),
+                require_status=IDLE_STATUSES,
             )
         except S.StatusConflict:
             raise ProtocolError(P.ERR_BUSY, BUSY_MESSAGE) from None
@@ -103,12 +114,20 @@ class Writes:
         if conv is not None:
             await self.hub.recovery.recover(conv)
 
-    @socket_event(P.EV_RETRY, shape="retry expects {idempotency_key}", idempotent=True, locked=True, before=_recover_first)
+    @socket_event(
+        P.EV_RETRY, shape="retry expects {idempotency_key}", idempotent=True, locked=True, before=_recover_first
+    )
     async def retry(self, ctx: Ctx, data: dict[str, Any]) -> Ack:
         """The failed turn goes on from its last completed round."""
         return await self._redo(ctx, regenerate=False)
 
-    @socket_event(P.EV_REGENERATE, shape="regenerate expects {idempotency_key}", idempotent=True, locked=True, before=_recover_first)
+    @socket_event(
+        P.EV_REGENERATE,
+        shape="regenerate expects {idempotency_key}",
+        idempotent=True,
+        locked=True,
+        before=_recover_first,
+    )
     async def regenerate(self, ctx: Ctx, data: dict[str, Any]) -> Ack:
         """A new answer to the last user message."""
         return await self._redo(ctx, regenerate=True)
@@ -130,14 +149,16 @@ class Writes:
         users = [i for i, m in enumerate(messages) if m.get("role") == "user"]
         if not users:
             raise ProtocolError(P.ERR_NOTHING_TO_RETRY, "There is no user message to answer yet.")
-        after = messages[users[-1] + 1:]
+        after = messages[users[-1] + 1 :]
         plan: ResumePlan | None = None
         if regenerate:
             turn_id, iteration = new_id("t_"), 0
             withdraw = after
         else:
             if conv["status"] != S.FAILED or not conv["turn_id"]:
-                raise ProtocolError(P.ERR_NOTHING_TO_RETRY, "The last turn did not fail; send regenerate for a new answer.")
+                raise ProtocolError(
+                    P.ERR_NOTHING_TO_RETRY, "The last turn did not fail; send regenerate for a new answer."
+                )
             # Keep the rounds the failed turn completed (their calls ran: a call runs at most once);
             # withdraw what the failing round stored, and the error message.
             turn_id, iteration = conv["turn_id"], 0
@@ -152,8 +173,13 @@ class Writes:
         ids = [m["id"] for m in withdraw]
         try:
             await hub.emit_locked(
-                rt, cid, P.EV_MESSAGES_WITHDRAWN, {"message_ids": ids, "reason": op, "turn_id": turn_id},
-                withdraw=ids, idempotency=ctx.idempotency(ack), require_status=[conv["status"]],
+                rt,
+                cid,
+                P.EV_MESSAGES_WITHDRAWN,
+                {"message_ids": ids, "reason": op, "turn_id": turn_id},
+                withdraw=ids,
+                idempotency=ctx.idempotency(ack),
+                require_status=[conv["status"]],
                 conversation={"status": S.RUNNING, "turn_id": turn_id, "iteration": iteration, "runner": hub.instance},
             )
         except S.StatusConflict:
@@ -163,8 +189,12 @@ class Writes:
         rt.turn = hub.spawn(hub.turns.run_turn(cid, turn_id, iteration, announce=False, resume_from=plan))
         return ack
 
-    @socket_event(P.EV_FUNCTION_RESPONSE, shape="function_response expects {id, status, result | error, idempotency_key}",
-                  idempotent=True, locked=True)
+    @socket_event(
+        P.EV_FUNCTION_RESPONSE,
+        shape="function_response expects {id, status, result | error, idempotency_key}",
+        idempotent=True,
+        locked=True,
+    )
     async def function_response(self, ctx: Ctx, data: dict[str, Any]) -> Ack:
         """The page's answer to a call it was sent with ``run: true``."""
         store = self.hub.store
@@ -173,6 +203,7 @@ class Writes:
         status = data.get("status")
         if not isinstance(call_id, str) or status not in (P.STATUS_SUCCESS, P.STATUS_ERROR):
             raise ProtocolError(P.ERR_BAD_REQUEST, "function_response needs an id and status 'success' or 'error'")
+
         def timing(name: str) -> float | None:
             v = data.get(name)
             return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
@@ -187,11 +218,25 @@ class Writes:
         if status == P.STATUS_ERROR:
             err = data.get("error")
             err = err if isinstance(err, str) and err else "The function failed."
-            done = await store.finish_call(cid, call_id, S.CALL_ANSWERED, error=err, idempotency=ctx.idempotency(ack),
-                                     handler_ms=handler_ms, total_ms=total_ms)
+            done = await store.finish_call(
+                cid,
+                call_id,
+                S.CALL_ANSWERED,
+                error=err,
+                idempotency=ctx.idempotency(ack),
+                handler_ms=handler_ms,
+                total_ms=total_ms,
+            )
         else:
-            done = await store.finish_call(cid, call_id, S.CALL_ANSWERED, result=data.get("result"), idempotency=ctx.idempotency(ack),
-                                     handler_ms=handler_ms, total_ms=total_ms)
+            done = await store.finish_call(
+                cid,
+                call_id,
+                S.CALL_ANSWERED,
+                result=data.get("result"),
+                idempotency=ctx.idempotency(ack),
+                handler_ms=handler_ms,
+                total_ms=total_ms,
+            )
         if not done:
             call = await store.get_call(cid, call_id)
             reason = f"call is {call['status']}" if call else "unknown call"
@@ -202,8 +247,12 @@ class Writes:
             ev.set()
         return ack
 
-    @socket_event(P.EV_ACTION_OUTCOME, idempotent=True, locked=True,
-                  shape="action_outcome expects {message_id, action_id, name, arguments, ok, outcome, idempotency_key}")
+    @socket_event(
+        P.EV_ACTION_OUTCOME,
+        idempotent=True,
+        locked=True,
+        shape="action_outcome expects {message_id, action_id, name, arguments, ok, outcome, idempotency_key}",
+    )
     async def action_outcome(self, ctx: Ctx, data: dict[str, Any]) -> Ack:
         """§8.1: the reader ran an offered action; record its outcome as an ``action`` message (any
         joined socket: the reader pressed the button in that tab)."""
@@ -222,7 +271,7 @@ class Writes:
         if not isinstance(outcome, str):
             raise ProtocolError(P.ERR_BAD_REQUEST, "outcome must be a string")
         if len(outcome) > P.TOOL_REPLY_MAX_CHARS:
-            outcome = outcome[:P.TOOL_REPLY_MAX_CHARS] + " [cut]"
+            outcome = outcome[: P.TOOL_REPLY_MAX_CHARS] + " [cut]"
         args = data.get("arguments")
         if args is None:
             args = {}
@@ -242,10 +291,21 @@ class Writes:
             await hub.store.record_refused(cid, "action_outcome", data, "already succeeded")
             raise ProtocolError(P.ERR_BAD_REQUEST, f"Action {action_id!r} already succeeded; it is done.")
         check_rate(hub.message_limiter, cid, "Too many messages; wait a moment.")
-        msg = {"id": new_id("m_"), "role": "action", "message_id": message_id, "action_id": action_id, "name": name,
-               "arguments": clean, "ok": ok, "outcome": outcome, "created_at": time.time()}
+        msg = {
+            "id": new_id("m_"),
+            "role": "action",
+            "message_id": message_id,
+            "action_id": action_id,
+            "name": name,
+            "arguments": clean,
+            "ok": ok,
+            "outcome": outcome,
+            "created_at": time.time(),
+        }
         ack = P.ok(message_id=msg["id"])
-        await hub.emit_locked(ctx.conv_rt, cid, P.EV_MESSAGE, {"message": msg}, messages=[msg], idempotency=ctx.idempotency(ack))
+        await hub.emit_locked(
+            ctx.conv_rt, cid, P.EV_MESSAGE, {"message": msg}, messages=[msg], idempotency=ctx.idempotency(ack)
+        )
         return ack
 
     @socket_event(P.EV_CANCEL, shape="cancel expects {idempotency_key}", idempotent=True)
