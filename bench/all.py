@@ -30,6 +30,9 @@ RUNS: dict[str, tuple[str, list[str], list[str], int, int]] = {
               130, 900),
     "peer": ("peer.py", ["-n", "2", "--timeout", "280"], ["-n", "5"], 300, 2400),
     "memory": ("memory.py", ["--quick", "--timeout", "280"], [], 300, 2400),
+    # every visit kind (cold, same-tab, new tab, restart, later pages of a site), from Chrome traces
+    "jank": ("jank.py", ["-n", "1"], ["-n", "3"], 300, 1800),
+    "lighthouse": ("lighthouse.py", ["-n", "1"], ["-n", "3"], 300, 1200),
 }
 
 
@@ -76,7 +79,7 @@ def main() -> int:
             status = f"stopped after {limit} s"
         dt = time.monotonic() - t0
         # Progress lines on stderr ("[peer hh:mm:ss] ...") are noise here; the tables are what matter.
-        print("\n".join(line for line in out.splitlines() if not line.startswith(("[peer ", "[memory "))),
+        print("\n".join(line for line in out.splitlines() if not line.startswith(("[peer ", "[memory ", "installing lighthouse"))),
               flush=True)
         results.append((name, status, dt))
     print(f"\n## summary ({time.monotonic() - t_all:.0f} s)")

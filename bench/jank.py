@@ -10,7 +10,12 @@ Visit kinds: ``cold`` (a fresh profile), ``second``/``third`` (navigations in th
 tab of the same profile: a new renderer process), ``restart`` (the browser restarted on a persistent profile),
 ``pages`` (a multi-page site: the cost of page views 2-4 when the reader never touches the widget).
 
+``--before-dist DIR`` also serves another build folder (an older commit's ``widget/_dist``) from a second relay
+and runs it interleaved with this one, round by round: its rows are marked ``(before)``, so a change is measured
+as a ratio within one run, under the same load.
+
     python bench/jank.py [-n 3] [--kinds cold,second,newtab,restart,pages] [--boot idle|eager|intent]
+                         [--before-dist DIR]
 """
 
 from __future__ import annotations
@@ -47,12 +52,19 @@ def host_page(relay: str, boot: str, n: int) -> str:
 
 
 async def joined(page: Any, timeout_s: float) -> bool:
-    """Wait for the widget to have joined the relay (its ``autopilot:joined`` mark)."""
+    """Wait for the widget to have joined the relay (its ``autopilot:joined`` mark); False at once when it has not
+    started 4 s after the page's load event (an intent boot, or a later page view, waits for the reader)."""
     try:
-        await page.wait_for_function(
-            "() => performance.getEntriesByName('autopilot:joined').length > 0", timeout=timeout_s * 1000)
-        return True
-    except Exception:  # noqa: BLE001 - intent boot never joins without intent: the window then ends
+        state = await page.wait_for_function(
+            """() => {
+              if (performance.getEntriesByName('autopilot:joined').length) return 'joined';
+              const nav = performance.getEntriesByType('navigation')[0];
+              if (nav && nav.loadEventEnd > 0 && performance.now() - nav.loadEventEnd > 4000
+                  && !performance.getEntriesByName('autopilot:boot').length) return 'idle';
+              return false;
+            }""", timeout=timeout_s * 1000, polling=100)
+        return await state.json_value() == "joined"
+    except Exception:  # noqa: BLE001 - a boot that never finished: the window ends
         return False
 
 
@@ -79,53 +91,65 @@ async def run(args: argparse.Namespace) -> dict[str, list[dict[str, Any]]]:
     from playwright.async_api import async_playwright
 
     work = Path(tempfile.mkdtemp(prefix="bench-jank-"))
-    relay = start_relay(work, extra=["--demo-chunk-delay-ms", "0"])
-    site = relay.url + "/site/"
-    results: dict[str, list[dict[str, Any]]] = {k: [] for k in args.kinds}
+    builds = {"": start_relay(work, extra=["--demo-chunk-delay-ms", "0"])}
+    if args.before_dist:
+        builds[" (before)"] = start_relay(work, extra=["--demo-chunk-delay-ms", "0", "--dist", args.before_dist])
+    results: dict[str, list[dict[str, Any]]] = {k + b: [] for k in args.kinds for b in builds}
+
+    try:
+        async with async_playwright() as pw:
+            for i in range(args.n):
+                order = list(builds)[i % len(builds):] + list(builds)[:i % len(builds)]
+                for label in order:
+                    await one_round(pw, args, builds[label].url, label, results)
+    finally:
+        for relay in builds.values():
+            relay.stop()
+    return results
+
+
+async def one_round(pw: Any, args: argparse.Namespace, relay_url: str, label: str,
+                    results: dict[str, list[dict[str, Any]]]) -> None:
+    """Every visit kind once, against the relay at ``relay_url``; rows go to ``results[kind + label]``."""
+    site = relay_url + "/site/"
+    want = set(args.kinds)
 
     async def route(context: Any) -> None:
         async def serve(r: Any) -> None:
             n = int(r.request.url.rsplit("/", 1)[1].split(".")[0] or 1)
-            await r.fulfill(content_type="text/html", body=host_page(relay.url, args.boot, n))
+            await r.fulfill(content_type="text/html", body=host_page(relay_url, args.boot, n))
         await context.route(site + "*", serve)
         await context.add_init_script(LONGTASK_SCRIPT)
 
-    try:
-        async with async_playwright() as pw:
-            for _ in range(args.n):
-                browser = await pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-                ctx = await browser.new_context()
-                await route(ctx)
-                page = await ctx.new_page()
-                cold = await visit(ctx, page, site + "1.html", site)
-                if "cold" in results:
-                    results["cold"].append(cold)
-                for kind in ("second", "third"):
-                    r = await visit(ctx, page, site + "1.html", site)
-                    if kind in results:
-                        results[kind].append(r)
-                if "newtab" in results:
-                    tab = await ctx.new_page()
-                    results["newtab"].append(await visit(ctx, tab, site + "1.html", site))
-                    await tab.close()
-                if "pages" in results:
-                    for i in (2, 3, 4):
-                        r = await visit(ctx, page, site + f"{i}.html", site, wait_join=False)
-                        results["pages"].append(r)
-                await browser.close()
-                if "restart" in results:
-                    profile = tempfile.mkdtemp(prefix="bench-jank-profile-")
-                    for attempt in range(2):
-                        ctx = await pw.chromium.launch_persistent_context(profile, executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-                        await route(ctx)
-                        page = ctx.pages[0] if ctx.pages else await ctx.new_page()
-                        r = await visit(ctx, page, site + "1.html", site)
-                        if attempt == 1:
-                            results["restart"].append(r)
-                        await ctx.close()
-    finally:
-        relay.stop()
-    return results
+    browser = await pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+    ctx = await browser.new_context()
+    await route(ctx)
+    page = await ctx.new_page()
+    cold = await visit(ctx, page, site + "1.html", site)
+    if "cold" in want:
+        results["cold" + label].append(cold)
+    for kind in ("second", "third"):
+        r = await visit(ctx, page, site + "1.html", site)
+        if kind in want:
+            results[kind + label].append(r)
+    if "newtab" in want:
+        tab = await ctx.new_page()
+        results["newtab" + label].append(await visit(ctx, tab, site + "1.html", site))
+        await tab.close()
+    if "pages" in want:
+        for i in (2, 3, 4):
+            results["pages" + label].append(await visit(ctx, page, site + f"{i}.html", site, wait_join=False))
+    await browser.close()
+    if "restart" in want:
+        profile = tempfile.mkdtemp(prefix="bench-jank-profile-")
+        for attempt in range(2):
+            ctx = await pw.chromium.launch_persistent_context(profile, executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+            await route(ctx)
+            page = ctx.pages[0] if ctx.pages else await ctx.new_page()
+            r = await visit(ctx, page, site + "1.html", site)
+            if attempt == 1:
+                results["restart" + label].append(r)
+            await ctx.close()
 
 
 def med(rows: list[dict[str, Any]], key: str) -> str:
@@ -140,6 +164,7 @@ def main() -> None:
     ap.add_argument("-n", type=int, default=3)
     ap.add_argument("--kinds", default=",".join(KINDS))
     ap.add_argument("--boot", default="idle", choices=["idle", "eager", "intent"])
+    ap.add_argument("--before-dist", help="another build folder, run interleaved with this build (rows '(before)')")
     args = ap.parse_args()
     args.kinds = [k for k in args.kinds.split(",") if k]
     unknown = set(args.kinds) - set(KINDS)
@@ -152,9 +177,19 @@ def main() -> None:
     cols = [("trace_longest", "longest task, trace"), ("lt_longest", "longest, Long Tasks API"),
             ("trace_tbt", "TBT, trace"), ("lt_tbt", "TBT, Long Tasks API"), ("trace_busy", "main thread busy"),
             ("input_worst", "worst input delay"), ("input_over_100", "clicks > 100 ms")]
-    print(f"{'visit':8} | " + " | ".join(f"{label:24}" for _, label in cols))
+    print(f"{'visit':17} | " + " | ".join(f"{label:24}" for _, label in cols))
     for kind, rows in results.items():
-        print(f"{kind:8} | " + " | ".join(f"{med(rows, key):24}" for key, _ in cols))
+        print(f"{kind:17} | " + " | ".join(f"{med(rows, key):24}" for key, _ in cols))
+    if args.before_dist:
+        print("ratios this build / before (medians):")
+        for kind in args.kinds:
+            now, was = results[kind], results[kind + " (before)"]
+            parts = []
+            for key, label in cols[:1] + cols[2:5]:
+                a = statistics.median([float(r[key]) for r in now]) if now else None
+                b = statistics.median([float(r[key]) for r in was]) if was else None
+                parts.append(f"{label} {a / b:.2f}x" if a is not None and b else f"{label} n/a")
+            print(f"  {kind:8} " + ", ".join(parts))
     print("(ms: median (min-max); 'pages' are page views 2-4 of a multi-page site, the widget untouched)")
 
 
