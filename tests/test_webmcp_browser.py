@@ -121,11 +121,18 @@ async def tool_names(page: Any) -> list[str]:
     return sorted(t["name"] for t in await page.webmcp.tools())
 
 
+async def wait_for(page: Any, predicate: str, arg: Any = None, timeout_s: float = 30.0) -> None:
+    """Until the async JS ``predicate(arg)`` is true (wait_for_function would take its Promise for true)."""
+    deadline = asyncio.get_running_loop().time() + timeout_s
+    while not await page.evaluate(predicate, arg):
+        assert asyncio.get_running_loop().time() < deadline, f"not true within {timeout_s} s: {predicate}"
+        await page.wait_for_timeout(50)
+
+
 async def wait_tools(page: Any, want: list[str]) -> None:
     """Until the browser's list is ``want`` (registration settles through Python)."""
-    await page.wait_for_function(
-        "async (want) => JSON.stringify((await document.modelContext.getTools()).map((t) => t.name).sort())"
-        " === JSON.stringify(want)", arg=sorted(want), timeout=20_000)
+    await wait_for(page, "async (want) => JSON.stringify((await document.modelContext.getTools()).map((t) => t.name).sort())"
+                         " === JSON.stringify(want)", sorted(want))
     assert await tool_names(page) == sorted(want)
 
 
@@ -246,9 +253,8 @@ async def test_mcp_sensitive_tool_confirmed_in_the_bar(browser: Any, page_server
 async def test_demo_page_lists_its_webmcp_tools(browser: Any, mcp_relay: RelayServer) -> None:
     ctx, page, log = await open_page(browser, mcp_relay.url + "/")
     try:
-        await page.wait_for_function(  # the list follows the browser's tool list (toolchange)
-            "async () => { const n = (await document.modelContext.getTools()).length;"
-            " return n > 0 && document.querySelectorAll('#webmcp-tools li').length === n; }", timeout=60_000)
+        await wait_for(page, "async () => { const n = (await document.modelContext.getTools()).length;"  # it follows toolchange
+                             " return n > 0 && document.querySelectorAll('#webmcp-tools li').length === n; }", timeout_s=60)
         assert await page.is_visible("#webmcp")
         published = sorted(t["name"] for t in await page.webmcp.tools())
         shown = sorted(t.split(" \u2014 ")[0] for t in await page.locator("#webmcp-tools li").all_text_contents())

@@ -81,8 +81,8 @@ class WebMcpPublisher:
     def __init__(self, client: AutopilotClient, context: Any) -> None:
         self.client = client
         self.context = context
-        #: name -> (descriptor JSON, its AbortController, the execute proxy)
-        self.published: dict[str, tuple[str, Any, Any]] = {}
+        #: name -> (descriptor JSON, its AbortController, the proxies to destroy on removal)
+        self.published: dict[str, tuple[str, Any, list[Any]]] = {}
         self.closed = False
 
     def wanted(self) -> dict[str, dict[str, Any]]:
@@ -115,9 +115,11 @@ class WebMcpPublisher:
 
         def execute(input_: Any, agent: Any = None) -> Any:
             args = input_.to_py() if hasattr(input_, "to_py") else input_
-            return asyncio.ensure_future(self.run(name, {} if args is None else args, agent))
+            task = asyncio.ensure_future(self.run(name, {} if args is None else args, agent))
+            return _promise_of(task)
 
         proxy = create_proxy(execute)
+        refused = create_proxy(lambda err: log.warning("WebMCP: %r not published: %s", name, err))
         controller = js.AbortController.new()
         obj = to_js({**desc, "execute": proxy}, dict_converter=js.Object.fromEntries)
         options = to_js({"signal": controller.signal}, dict_converter=js.Object.fromEntries)
@@ -126,20 +128,22 @@ class WebMcpPublisher:
         except Exception as exc:  # noqa: BLE001 - the browser refused it: say so, keep the widget working
             log.warning("WebMCP: %r not published: %s", name, exc)
             proxy.destroy()
+            refused.destroy()
             return
-        self.published[name] = (text, controller, proxy)
+        self.published[name] = (text, controller, [proxy, refused])
         if hasattr(promise, "then"):
-            promise.then(None, create_proxy(lambda err: log.warning("WebMCP: %r not published: %s", name, err)))
+            promise.then(None, refused)
 
     def _remove(self, name: str) -> None:
         entry = self.published.pop(name, None)
         if entry is None:
             return
-        _, controller, proxy = entry
+        _, controller, proxies = entry
         try:
             controller.abort()
         finally:
-            proxy.destroy()
+            for proxy in proxies:
+                proxy.destroy()
 
     def close(self) -> None:
         """Remove every published entry (``destroy()``); later changes publish nothing."""
@@ -174,6 +178,25 @@ class WebMcpPublisher:
         else:
             out = {"content": [{"type": "text", "text": error or "The function failed."}], "isError": True}
         return to_js(out, dict_converter=js.Object.fromEntries)
+
+
+def _promise_of(task: asyncio.Future[Any]) -> Any:
+    """A real JS Promise settled by ``task`` (the browser is handed a Promise, not a Python awaitable's proxy)."""
+    import js
+    from pyodide.ffi import create_once_callable
+
+    def executor(resolve: Any, reject: Any) -> None:
+        def settle(t: asyncio.Future[Any]) -> None:
+            if t.cancelled():
+                reject(js.Error.new("The call was cancelled."))
+            elif t.exception() is not None:
+                reject(js.Error.new(f"{type(t.exception()).__name__}: {t.exception()}"))
+            else:
+                resolve(t.result())
+
+        task.add_done_callback(settle)
+
+    return js.Promise.new(create_once_callable(executor))
 
 
 def n_ok(d: FunctionDefinition) -> bool:
