@@ -116,9 +116,9 @@ def test_ask_user_answers_checked_per_type():
     for bad, msg in [
         ([*ok[:3]], "missing"),
         ([{**ok[0], "result": 1}, *ok[1:]], "string"),
-        ([ok[0], {"id": "b", "result": "yes"}, *ok[2:]], "True or False"),
+        ([ok[0], {"id": "b", "result": "yes"}, *ok[2:]], "true or false"),
         ([*ok[:2], {"id": "r", "result": "y"}, ok[3]], "one of"),
-        ([*ok[:3], {"id": "c", "result": ["a", "z"]}], "list of values"),
+        ([*ok[:3], {"id": "c", "result": ["a", "z"]}], "'z' is not one of the option values"),
         ([*ok, {"id": "t", "result": "again"}], "twice"),
         ([*ok, {"id": "zz", "result": 1}], "No pending prompt"),
     ]:

@@ -2,8 +2,9 @@
 
 import pytest
 
-from widget.core.tools import check_tool_arguments, parse_tool, parse_tools, strict_schema
+from widget.core.tools import check_tool_arguments, parse_tool, parse_tools
 from widget.errors import ConfigError
+from widget.relay.tools import strict_schema
 
 PLAN = {"type": "object", "properties": {"plan": {"type": "string", "enum": ["free", "pro", "team"]}},
         "required": ["plan"]}
@@ -118,3 +119,20 @@ def test_one_name_rule_for_functions_tools_and_relay_tools(name: str) -> None:
         validate_definition(name, lambda: None, "d", None, False)
     with pytest.raises(ConfigError):
         _bind_tool("test", name, ToolConfig(callable=lambda args, context: None, description="d"))
+
+
+def test_problems_are_data_and_each_audience_gets_its_sentence():
+    """A failed check is a structured problem; the model's sentence and the reader's are both made from it."""
+    from widget.core.problems import ProblemCode
+    from widget.core.tools import tool_argument_problem
+    from widget.store.forms import reader_text
+
+    _, p = tool_argument_problem(SUPPORT, {"email": "nope", "message": "m"})
+    assert (p.code, p.name, p.params) == (ProblemCode.FORMAT, "email", {"format": "email"})
+    assert p.text() == "email is not an email address"
+    assert reader_text(p) == "Enter an email address, like name@example.com."
+    _, p = tool_argument_problem(SUPPORT, {"email": "a@b.co", "message": "m", "seats": 0})
+    assert (p.code, p.params) == (ProblemCode.MINIMUM, {"limit": 1})
+    assert p.text() == "seats must be at least 1" and reader_text(p) == "Enter a number at least 1."
+    _, p = tool_argument_problem(SUPPORT, {})
+    assert p.code == ProblemCode.REQUIRED and p.text() == "email, message are required"

@@ -3,10 +3,11 @@ boolean, radiolist: one option value, checklist: a list of option values)."""
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from ..errors import ConfigError
-from ..protocol import AskUserType
+from ..protocol import MAX_USER_MESSAGE_CHARS, AskUserType
 
 #: Every prompt type, in the order the docs list them.
 TYPES = tuple(AskUserType)
@@ -17,27 +18,49 @@ def _option_values(prompt: dict[str, Any]) -> list[str]:
     return [o["value"] for o in options if isinstance(o, dict) and isinstance(o.get("value"), str)]
 
 
-def check_answer(prompt: dict[str, Any], result: Any) -> None:
-    """Raise ConfigError when ``result`` is not a valid answer to ``prompt``."""
+def short(value: Any, limit: int = 80) -> str:
+    """A value as an error message quotes it (JSON, strings in quotes, cut at ``limit``)."""
+    text = json.dumps(value, ensure_ascii=False) if not isinstance(value, str) else repr(value)
+    return text if len(text) <= limit else text[:limit] + "…"
+
+
+def answer_problem(prompt: dict[str, Any], result: Any) -> str | None:
+    """What is wrong with ``result`` as the answer to ``prompt``, or None: the one answer check of the client
+    (before sending) and the relay (before storing). Text → a string of at most the user-message length,
+    bool → a boolean, radiolist → one option value, checklist → a list of distinct option values."""
     kind = prompt.get("type")
-    pid = prompt.get("id")
+    values = _option_values(prompt)
+    where = f"The answer to prompt {prompt.get('id')!r} ({kind})"
+    got = f"got {short(result)}"
     if kind == AskUserType.TEXT:
         if not isinstance(result, str):
-            raise ConfigError(f"Answer to {pid!r} (text) must be a string.")
+            return f"{where} must be a string; {got}."
+        if len(result) > MAX_USER_MESSAGE_CHARS:
+            return f"{where} may have at most {MAX_USER_MESSAGE_CHARS} characters; it has {len(result)}."
     elif kind == AskUserType.BOOL:
         if not isinstance(result, bool):
-            raise ConfigError(f"Answer to {pid!r} (bool) must be True or False.")
+            return f"{where} must be true or false; {got}."
     elif kind == AskUserType.RADIOLIST:
-        if result not in _option_values(prompt) or not isinstance(result, str):
-            raise ConfigError(f"Answer to {pid!r} (radiolist) must be one of {_option_values(prompt)}.")
+        if not isinstance(result, str) or result not in values:
+            return f"{where} must be one of the option values {values}; {got}."
     elif kind == AskUserType.CHECKLIST:
-        values = _option_values(prompt)
-        if not isinstance(result, list) or any(v not in values or not isinstance(v, str) for v in result):
-            raise ConfigError(f"Answer to {pid!r} (checklist) must be a list of values from {values}.")
+        if not isinstance(result, list) or not all(isinstance(v, str) for v in result):
+            return f"{where} must be a list of option values from {values}; {got}."
+        bad = [v for v in result if v not in values]
+        if bad:
+            return f"{where}: {short(bad[0])} is not one of the option values {values}."
         if len(set(result)) != len(result):
-            raise ConfigError(f"Answer to {pid!r} (checklist) lists a value twice.")
+            return f"{where} lists a value twice; each option at most once."
     else:
-        raise ConfigError(f"Prompt {pid!r} has unknown type {kind!r}.")
+        return f"Prompt {prompt.get('id')!r} has unknown type {kind!r}."
+    return None
+
+
+def check_answer(prompt: dict[str, Any], result: Any) -> None:
+    """Raise ConfigError when ``result`` is not a valid answer to ``prompt``."""
+    problem = answer_problem(prompt, result)
+    if problem is not None:
+        raise ConfigError(problem)
 
 
 def check_answers(prompts: list[dict[str, Any]], answers: list[dict[str, Any]]) -> None:

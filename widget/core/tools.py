@@ -16,6 +16,7 @@ Rules:
 from __future__ import annotations
 
 import math
+import operator
 import re
 from dataclasses import dataclass, field
 from datetime import date, datetime
@@ -24,6 +25,7 @@ from urllib.parse import urlsplit
 
 from ..errors import ConfigError
 from ..protocol import KIND_ACTION, KIND_TOOL, MAX_TOOLS_ADVISED, is_tool_name
+from .problems import Problem, ProblemCode
 from .templates import placeholders
 
 _TYPES = {"string", "number", "integer", "boolean"}
@@ -191,29 +193,30 @@ def parse_tools(config: Any) -> tuple[list[ToolSpec], list[str]]:
     return specs, warnings
 
 
-def _check_format(fmt: str, value: str) -> str | None:
+def _format_ok(fmt: str, value: str) -> bool:
     if fmt == "email":
-        return None if _EMAIL.match(value) and len(value) <= 254 else "is not an email address"
+        return bool(_EMAIL.match(value)) and len(value) <= 254
     if fmt == "uri":
         parts = urlsplit(value)
-        return None if parts.scheme in ("http", "https") and parts.netloc else "is not an http(s) URL"
+        return parts.scheme in ("http", "https") and bool(parts.netloc)
     if fmt == "date":
         try:
             date.fromisoformat(value)
-            return None if re.fullmatch(r"\d{4}-\d{2}-\d{2}", value) else "is not a date (YYYY-MM-DD)"
         except ValueError:
-            return "is not a date (YYYY-MM-DD)"
+            return False
+        return re.fullmatch(r"\d{4}-\d{2}-\d{2}", value) is not None
     if fmt == "date-time":
         if not re.fullmatch(r"\d{4}-\d{2}-\d{2}[Tt ]\d{2}:\d{2}(:\d{2}(\.\d+)?)?([Zz]|[+-]\d{2}:\d{2})?", value):
-            return "is not a date-time (ISO 8601)"
+            return False
         try:
             datetime.fromisoformat(value.replace("Z", "+00:00").replace("z", "+00:00"))
         except ValueError:
-            return "is not a date-time (ISO 8601)"
-    return None
+            return False
+    return True
 
 
-def _check_value(pname: str, prop: dict[str, Any], value: Any) -> str | None:
+def value_problem(pname: str, prop: dict[str, Any], value: Any) -> Problem | None:
+    """What is wrong with ``value`` for the flat property ``prop`` (type, enum, length, format, bounds)."""
     ptype = prop["type"]
     ok = {
         "string": isinstance(value, str),
@@ -223,53 +226,51 @@ def _check_value(pname: str, prop: dict[str, Any], value: Any) -> str | None:
         "number": _is_number(value),
     }[ptype]
     if not ok:
-        return f"{pname} must be {'an' if ptype == 'integer' else 'a'} {ptype}"
+        return Problem(ProblemCode.TYPE, pname, {"expected": ptype})
     # enum compares by type too: JSON false is not 0 (a known jsonschema 4.17.3 defect we do not copy).
     if "enum" in prop and not any(type(value) is type(e) and value == e for e in prop["enum"]) and not (
         ptype in ("number", "integer") and any(_is_number(e) and e == value for e in prop["enum"])
     ):
-        return f"{pname} must be one of {prop['enum']}"
+        return Problem(ProblemCode.ENUM, pname, {"enum": prop["enum"]})
     if ptype == "string":
         if "minLength" in prop and len(value) < prop["minLength"]:
-            return f"{pname} must have at least {prop['minLength']} characters"
+            return Problem(ProblemCode.MIN_LENGTH, pname, {"limit": prop["minLength"]})
         if "maxLength" in prop and len(value) > prop["maxLength"]:
-            return f"{pname} must have at most {prop['maxLength']} characters"
-        if "format" in prop:
-            problem = _check_format(prop["format"], value)
-            if problem:
-                return f"{pname} {problem}"
+            return Problem(ProblemCode.MAX_LENGTH, pname, {"limit": prop["maxLength"]})
+        if "format" in prop and not _format_ok(prop["format"], value):
+            return Problem(ProblemCode.FORMAT, pname, {"format": prop["format"]})
     if ptype in ("number", "integer"):
-        if "minimum" in prop and value < prop["minimum"]:
-            return f"{pname} must be at least {prop['minimum']}"
-        if "maximum" in prop and value > prop["maximum"]:
-            return f"{pname} must be at most {prop['maximum']}"
-        if "exclusiveMinimum" in prop and value <= prop["exclusiveMinimum"]:
-            return f"{pname} must be more than {prop['exclusiveMinimum']}"
-        if "exclusiveMaximum" in prop and value >= prop["exclusiveMaximum"]:
-            return f"{pname} must be less than {prop['exclusiveMaximum']}"
+        for key, code, fails in (
+            ("minimum", ProblemCode.MINIMUM, operator.lt),
+            ("maximum", ProblemCode.MAXIMUM, operator.gt),
+            ("exclusiveMinimum", ProblemCode.EXCLUSIVE_MINIMUM, operator.le),
+            ("exclusiveMaximum", ProblemCode.EXCLUSIVE_MAXIMUM, operator.ge),
+        ):
+            if key in prop and fails(value, prop[key]):
+                return Problem(code, pname, {"limit": prop[key]})
     return None
 
 
-def check_tool_arguments(
+def tool_argument_problem(
     parameters: dict[str, Any], args: Any, *, allow_missing_required: bool = False
-) -> tuple[dict[str, Any], str | None]:
-    """(clean arguments, None) when ``args`` pass the flat schema, else ({}, a reason naming the argument).
+) -> tuple[dict[str, Any], Problem | None]:
+    """(clean arguments, None) when ``args`` pass the flat schema, else ({}, the first problem).
 
     ``null`` for an optional property means absent and is dropped from the clean arguments.
     """
     if not isinstance(args, dict):
-        return {}, f"arguments must be an object, got {type(args).__name__}"
+        return {}, Problem(ProblemCode.NOT_OBJECT, "", {"got": type(args).__name__})
     props: dict[str, Any] = parameters.get("properties") or {}
     required = set(parameters.get("required") or [])
     clean: dict[str, Any] = {}
     for key, value in args.items():
         if key not in props:
-            return {}, f"unknown argument {key!r}"
+            return {}, Problem(ProblemCode.UNKNOWN, key)
         if value is None:
             if key in required and not allow_missing_required:
-                return {}, f"{key} is required"
+                return {}, Problem(ProblemCode.REQUIRED, key)
             continue
-        problem = _check_value(key, props[key], value)
+        problem = value_problem(key, props[key], value)
         if problem:
             return {}, problem
         if props[key]["type"] == "integer" and isinstance(value, float):
@@ -278,19 +279,13 @@ def check_tool_arguments(
     if not allow_missing_required:
         missing = sorted(r for r in required if r not in clean)
         if missing:
-            return {}, f"{', '.join(missing)} {'is' if len(missing) == 1 else 'are'} required"
+            return {}, Problem(ProblemCode.REQUIRED, missing[0], {"names": missing})
     return clean, None
 
 
-def strict_schema(parameters: dict[str, Any]) -> dict[str, Any]:
-    """The strict form the model sees: every property required, optional ones nullable (D5)."""
-    required = set(parameters.get("required") or [])
-    props = {}
-    for pname, prop in (parameters.get("properties") or {}).items():
-        p = {k: v for k, v in prop.items() if k in ("type", "enum", "description")}
-        if pname not in required:
-            p["type"] = [prop["type"], "null"]
-            if "enum" in p:
-                p["enum"] = [*p["enum"], None]
-        props[pname] = p
-    return {"type": "object", "properties": props, "required": list(props), "additionalProperties": False}
+def check_tool_arguments(
+    parameters: dict[str, Any], args: Any, *, allow_missing_required: bool = False
+) -> tuple[dict[str, Any], str | None]:
+    """:func:`tool_argument_problem` with the problem as the sentence the model reads."""
+    clean, problem = tool_argument_problem(parameters, args, allow_missing_required=allow_missing_required)
+    return clean, None if problem is None else problem.text()

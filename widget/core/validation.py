@@ -20,16 +20,17 @@ _kwargs_cache: dict[type, str] = {}
 _strict_cache: dict[type, Any] = {}
 
 
-def _json_equal(a: Any, b: Any) -> bool:
-    """JSON equality: ``false`` is not ``0`` at any depth; numbers compare by value (``1`` == ``1.0``)."""
+def json_equal(a: Any, b: Any) -> bool:
+    """JSON equality (RFC 6902's ``test``, JSON Schema's ``enum``): ``false`` is not ``0`` at any depth; numbers
+    compare by value (``1`` == ``1.0``)."""
     if isinstance(a, bool) or isinstance(b, bool):
         return type(a) is type(b) and a == b
     if isinstance(a, (int, float)) and isinstance(b, (int, float)):
         return a == b
     if isinstance(a, list) and isinstance(b, list):
-        return len(a) == len(b) and all(_json_equal(x, y) for x, y in zip(a, b))
+        return len(a) == len(b) and all(json_equal(x, y) for x, y in zip(a, b))
     if isinstance(a, dict) and isinstance(b, dict):
-        return a.keys() == b.keys() and all(_json_equal(a[k], b[k]) for k in a)
+        return a.keys() == b.keys() and all(json_equal(a[k], b[k]) for k in a)
     return type(a) is type(b) and a == b
 
 
@@ -40,7 +41,7 @@ def _strict(validator_cls: Any) -> Any:
         import jsonschema
 
         def enum(validator: Any, enums: Any, instance: Any, schema: Any) -> Any:
-            if not any(_json_equal(instance, e) for e in enums):
+            if not any(json_equal(instance, e) for e in enums):
                 yield jsonschema.exceptions.ValidationError(f"{instance!r} is not one of {enums!r}")
 
         applicable = getattr(validator_cls, "_APPLICABLE_VALIDATORS", None)

@@ -1,6 +1,6 @@
 """Form actions' fields: what the reader typed, converted by each property's type and checked against it.
 
-The reader-facing problem texts are made here from ``widget.core.tools.check_tool_arguments``' reasons.
+The reader-facing problem texts are made here from the structured problems of ``widget.core.tools``.
 """
 
 from __future__ import annotations
@@ -9,7 +9,8 @@ import math
 import re
 from typing import Any
 
-from ..core.tools import check_tool_arguments
+from ..core.problems import Problem, ProblemCode
+from ..core.tools import value_problem
 from ..errors import WidgetError
 
 #: The form-level message when some fields need the reader's attention.
@@ -40,7 +41,7 @@ def form_arguments(parameters: dict[str, Any], values: dict[str, Any]) -> tuple[
 
     Strings from form fields are converted by the property's type (``"2"`` → 2 for an integer, ``"on"`` → True);
     an empty field is absent, which a required property refuses. Each value is then checked against its
-    property with ``widget.core.tools.check_tool_arguments`` (enum, format, bounds), the same check the client
+    property with ``widget.core.tools.value_problem`` (enum, format, bounds), the same check the client
     and the relay make.
     """
     props: dict[str, Any] = (parameters or {}).get("properties") or {}
@@ -52,9 +53,9 @@ def form_arguments(parameters: dict[str, Any], values: dict[str, Any]) -> tuple[
         if problem is None and value is None and name in required:
             problem = REQUIRED
         if problem is None and value is not None:
-            _, found = check_tool_arguments({"type": "object", "properties": {name: prop}}, {name: value})
+            found = value_problem(name, prop, value)
             if found:
-                problem = _reader_problem(name, prop, found)
+                problem = reader_text(found)
         if problem:
             problems[name] = problem
         elif value is not None:
@@ -104,34 +105,39 @@ def _coerce(prop: dict[str, Any], raw: Any) -> tuple[Any, str | None]:
     return raw, None
 
 
-def _reader_problem(name: str, prop: dict[str, Any], problem: str) -> str:
-    """``check_tool_arguments``' reason (it names the argument) as a sentence for the field's reader."""
-    rest = problem[len(name) + 1:] if problem.startswith(name + " ") else problem
-    if rest == "is not an email address":
-        return "Enter an email address, like name@example.com."
-    if rest == "is not an http(s) URL":
-        return "Enter a web address that starts with https://."
-    if rest.startswith("is not a date-time"):
-        return "Enter a date and time, like 2025-01-31T14:30."
-    if rest.startswith("is not a date"):
-        return "Enter a date, like 2025-01-31."
-    if rest.startswith("must be one of"):
-        return "Choose one of: " + ", ".join(str(e) for e in prop.get("enum") or []) + "."
-    if rest == "must be an integer":
-        return "Enter a whole number."
-    if rest == "must be a number":
-        return "Enter a number."
-    if rest == "must be a string":
-        return "Enter some text."
-    if rest == "must be a boolean":
-        return "Choose yes or no."
-    m = re.fullmatch(r"must have at (least|most) (\d+) characters", rest)
-    if m:
-        return f"Use at {m.group(1)} {m.group(2)} characters."
-    m = re.fullmatch(r"must be (at least|at most|more than|less than) (.+)", rest)
-    if m:
-        return f"Enter a number {m.group(1)} {m.group(2)}."
-    return f"This value {rest}."
+#: The reader's sentence for each format a value failed.
+_FORMAT_READER = {
+    "email": "Enter an email address, like name@example.com.",
+    "uri": "Enter a web address that starts with https://.",
+    "date-time": "Enter a date and time, like 2025-01-31T14:30.",
+    "date": "Enter a date, like 2025-01-31.",
+}
+_TYPE_READER = {"integer": "Enter a whole number.", "number": "Enter a number.", "string": "Enter some text.",
+                "boolean": "Choose yes or no."}
+_BOUND_READER = {ProblemCode.MINIMUM: "at least", ProblemCode.MAXIMUM: "at most",
+                 ProblemCode.EXCLUSIVE_MINIMUM: "more than", ProblemCode.EXCLUSIVE_MAXIMUM: "less than"}
+
+
+def reader_text(problem: Problem) -> str:
+    """A field's problem as a sentence for the reader filling the form."""
+    p = problem.params
+    match problem.code:
+        case ProblemCode.FORMAT if p.get("format") in _FORMAT_READER:
+            return _FORMAT_READER[p["format"]]
+        case ProblemCode.ENUM:
+            return "Choose one of: " + ", ".join(str(e) for e in p["enum"]) + "."
+        case ProblemCode.TYPE:
+            return _TYPE_READER.get(p["expected"], f"This value must be a {p['expected']}.")
+        case ProblemCode.MIN_LENGTH:
+            return f"Use at least {p['limit']} characters."
+        case ProblemCode.MAX_LENGTH:
+            return f"Use at most {p['limit']} characters."
+        case ProblemCode.REQUIRED:
+            return REQUIRED
+        case code if code in _BOUND_READER:
+            return f"Enter a number {_BOUND_READER[code]} {p['limit']}."
+    rest = problem.text()
+    return f"This value {rest[len(problem.name) + 1:] if rest.startswith(problem.name + ' ') else rest}."
 
 
 def message_of(exc: BaseException) -> str:

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import json
 from typing import TYPE_CHECKING, Any
 
 from ... import protocol as P
+from ...core.ask_user import answer_problem, short
 from ...errors import ProtocolError
 from .. import storage as S
 from .skeleton import key_reused_message, unstorable
@@ -22,11 +22,6 @@ PROMPT_MAX_OPTIONS = 50
 PROMPT_MAX_LABEL_CHARS = 200
 
 
-def _short(value: Any, limit: int = 80) -> str:
-    text = json.dumps(value, ensure_ascii=False) if not isinstance(value, str) else repr(value)
-    return text if len(text) <= limit else text[:limit] + "…"
-
-
 def prompt_from(call: dict[str, Any]) -> tuple[dict[str, Any] | None, str]:
     """The reader-facing prompt of a model's ``ask_user`` call, keeping only known fields; or ``None``
     and what is wrong with the call (answered to the model, never shown)."""
@@ -35,7 +30,7 @@ def prompt_from(call: dict[str, Any]) -> tuple[dict[str, Any] | None, str]:
         return None, "the arguments must be a JSON object"
     t = a.get("type")
     if t not in PROMPT_TYPES:
-        return None, f"type must be one of {', '.join(PROMPT_TYPES)} (got {_short(t)})"
+        return None, f"type must be one of {', '.join(PROMPT_TYPES)} (got {short(t)})"
     q = a.get("question")
     if not isinstance(q, str) or not q.strip():
         return None, "question must be a non-empty string"
@@ -77,7 +72,7 @@ def prompt_from(call: dict[str, Any]) -> tuple[dict[str, Any] | None, str]:
                     f"{PROMPT_MAX_LABEL_CHARS} characters",
                 )
             if value in seen:
-                return None, f"option value {_short(value)} appears twice; values must be unique"
+                return None, f"option value {short(value)} appears twice; values must be unique"
             seen.add(value)
             clean.append({"value": value, "label": label})
         args["options"] = clean
@@ -88,40 +83,10 @@ def prompt_from(call: dict[str, Any]) -> tuple[dict[str, Any] | None, str]:
 
 
 def check_answer(prompt: dict[str, Any], result: Any) -> None:
-    """The answer types: text → string, bool → boolean, radiolist → one option value, checklist → a
-    list of distinct option values."""
-    t = prompt.get("type")
-    values = [
-        o["value"] for o in (prompt.get("arguments") or {}).get("options", []) if isinstance(o, dict) and "value" in o
-    ]
-    where = f"The answer to prompt {prompt['id']!r} ({t})"
-    got = f"got {_short(result)}"
-    if t == "text":
-        if not isinstance(result, str):
-            raise ProtocolError(P.ERR_BAD_REQUEST, f"{where} must be a string; {got}.")
-        if len(result) > P.MAX_USER_MESSAGE_CHARS:
-            raise ProtocolError(
-                P.ERR_BAD_REQUEST,
-                f"{where} may have at most {P.MAX_USER_MESSAGE_CHARS} characters; it has {len(result)}.",
-            )
-    elif t == "bool":
-        if not isinstance(result, bool):
-            raise ProtocolError(P.ERR_BAD_REQUEST, f"{where} must be true or false; {got}.")
-    elif t == "radiolist":
-        if not isinstance(result, str) or result not in values:
-            raise ProtocolError(P.ERR_BAD_REQUEST, f"{where} must be one of the option values {values}; {got}.")
-    elif t == "checklist":
-        if not isinstance(result, list) or not all(isinstance(v, str) for v in result):
-            raise ProtocolError(P.ERR_BAD_REQUEST, f"{where} must be a list of option values from {values}; {got}.")
-        bad = [v for v in result if v not in values]
-        if bad:
-            raise ProtocolError(
-                P.ERR_BAD_REQUEST, f"{where}: {_short(bad[0])} is not one of the option values {values}."
-            )
-        if len(set(result)) != len(result):
-            raise ProtocolError(P.ERR_BAD_REQUEST, f"{where} lists a value twice; each option at most once.")
-    else:  # pragma: no cover - prompts are checked when the model writes them
-        raise ProtocolError(P.ERR_BAD_REQUEST, f"{where}: unknown prompt type.")
+    """Refuse an answer that does not fit its prompt (the client's own check, as ``bad_request``)."""
+    problem = answer_problem(prompt, result)
+    if problem is not None:
+        raise ProtocolError(P.ERR_BAD_REQUEST, problem)
 
 
 async def answer_prompts(hub: Hub, cid: str, answers: list[dict[str, Any]], idempotency: S.Ack | None = None) -> None:

@@ -10,6 +10,7 @@ import jsonpointer
 
 from ... import protocol as P
 from ...core.limits import check_state, depth, encode_compact
+from ...core.validation import json_equal
 from ...errors import StateLimitError
 
 
@@ -57,7 +58,7 @@ def apply_patch_atomic(doc: dict[str, Any], patch: Any) -> dict[str, Any]:
             if op.get("op") == "test":  # RFC 6902 §4.6 equality (jsonpatch's is Python's ==: 1 equals true)
                 if "value" not in op:
                     raise ValueError("a test operation needs a value")
-                if not _json_equal(jsonpointer.resolve_pointer(work, op.get("path")), op["value"]):
+                if not json_equal(jsonpointer.resolve_pointer(work, op.get("path")), op["value"]):
                     raise ValueError("the value at the path is not equal to the test value")
                 continue
             if op.get("op") == "replace" and isinstance(op.get("path"), str) and op["path"].endswith("/-"):
@@ -88,21 +89,6 @@ def apply_patch_atomic(doc: dict[str, Any], patch: Any) -> dict[str, Any]:
         if key in root and not isinstance(root[key], dict):
             raise PatchFailed(f"/autopilot/{key} must be an object")
     return work
-
-
-def _json_equal(a: Any, b: Any) -> bool:
-    """JSON equality (RFC 6902 §4.6): same type, numbers by value (1 == 1.0), booleans are not numbers."""
-    if isinstance(a, bool) or isinstance(b, bool):
-        return isinstance(a, bool) and isinstance(b, bool) and a == b
-    if isinstance(a, (int, float)) and isinstance(b, (int, float)):
-        return a == b
-    if isinstance(a, str) or isinstance(b, str):
-        return isinstance(a, str) and isinstance(b, str) and a == b
-    if isinstance(a, list) and isinstance(b, list):
-        return len(a) == len(b) and all(_json_equal(x, y) for x, y in zip(a, b, strict=True))
-    if isinstance(a, dict) and isinstance(b, dict):
-        return a.keys() == b.keys() and all(_json_equal(v, b[k]) for k, v in a.items())
-    return a is None and b is None
 
 
 _PatchFailed = PatchFailed  # the name tests and older callers import
