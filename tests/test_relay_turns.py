@@ -640,7 +640,7 @@ async def test_endless_stalled_and_overcalling_models_end_with_a_clear_error(tmp
         rec.auto_answer = lambda call: ran.append(call) or {"ok": True}
 
         model.endless = TextDelta("word ")
-        await rec.call("user_message", {"text": "go on forever", "idempotency_key": "m1"})
+        assert (await rec.call("user_message", {"text": "go on forever", "idempotency_key": "m1"}))["ok"]
         msg = await rec.wait("message", pred=lambda d: d["message"]["role"] == "error")
         assert msg["message"]["code"] == "answer_too_long"
         assert (await rec.wait("completion.finished"))["status"] == "failed"
@@ -648,14 +648,14 @@ async def test_endless_stalled_and_overcalling_models_end_with_a_clear_error(tmp
 
         model.endless, model.pause = TextDelta(""), 0.02
         n = len(rec.events)
-        await rec.call("user_message", {"text": "keep alive", "idempotency_key": "m2"})
+        assert (await rec.call("user_message", {"text": "keep alive", "idempotency_key": "m2"}))["ok"]
         msg = await rec.wait("message", start=n, pred=lambda d: d["message"]["role"] == "error")
         assert msg["message"]["code"] == "model_timeout"
 
         model.endless = None
         model.script([ToolCall("count", {}) for _ in range(300)])
         n = len(rec.events)
-        await rec.call("user_message", {"text": "count a lot", "idempotency_key": "m3"})
+        assert (await rec.call("user_message", {"text": "count a lot", "idempotency_key": "m3"}))["ok"]
         msg = await rec.wait("message", start=n, pred=lambda d: d["message"]["role"] == "error")
         assert msg["message"]["code"] == "too_many_tool_calls"
         assert ran == [] and not [e for e in rec.events[n:] if e[0] == "function_call.begin"]

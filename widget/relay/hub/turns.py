@@ -76,6 +76,13 @@ async def answers_withdrawn(store: Any, cid: str) -> int:
     return sum(1 for _seq, name, _payload in events if name == P.EV_MESSAGES_WITHDRAWN)
 
 
+def release(rt: ConvRuntime) -> None:
+    """The turn's status is stored: let the next write start a turn. Done before the final ``user_input``, so a
+    reader who answers it at once is never refused ``busy`` by a turn task that is only tidying up."""
+    if rt.turn is asyncio.current_task():
+        rt.turn = None
+
+
 class TurnRunner:
     """Runs the hub's turns (one task per running turn, ``ConvRuntime.turn``)."""
 
@@ -151,6 +158,7 @@ class TurnRunner:
                     status = "suspended"
                     await hub.emit_event(cid, P.EV_ASK_USER_REQUEST, {"prompts": suspended},
                                          conversation={"status": S.WAITING_FOR_ASK_USER, "iteration": iteration})
+                    release(rt)
                     await hub.emit_event(cid, P.EV_USER_INPUT, {"reason": "ask_user"})
                     return
                 # An offer is answered by the relay within the round: alone it ends the turn.
@@ -158,6 +166,7 @@ class TurnRunner:
                     break
                 iteration += 1
             await hub.emit_event(cid, P.EV_COMPLETION_FINISHED, {"turn_id": turn_id, "status": "done"}, conversation={"status": S.IDLE})
+            release(rt)
             await hub.emit_event(cid, P.EV_USER_INPUT, {"reason": "message"})
         except asyncio.CancelledError:
             if hub.closing:
@@ -230,6 +239,7 @@ class TurnRunner:
                 await hub.emit_event(cid, P.EV_MESSAGE, {"message": msg}, messages=[msg])
             await hub.emit_event(cid, P.EV_COMPLETION_FINISHED, {"turn_id": turn_id, "status": status},
                                  conversation={"status": S.FAILED if status == "failed" else S.IDLE})
+            release(rt)
             await hub.emit_event(cid, P.EV_USER_INPUT, {"reason": "message"})
         except KeyError:
             pass  # the conversation was deleted meanwhile
