@@ -203,6 +203,11 @@ class McpLink:
         except asyncio.TimeoutError:
             return False, f"The tool did not answer within {limit:g} s."
         except Exception as exc:  # noqa: BLE001 - the server or its connection failed mid-call
+            from mcp.shared.exceptions import MCPError
+            from mcp.types import CONNECTION_CLOSED
+
+            if isinstance(exc, MCPError) and exc.code != CONNECTION_CLOSED:  # the server answered with an error
+                return False, _cut(f"The tool failed: {exc.message}")
             reason = self._describe(exc)
             self._stop.set()  # the connection is not trusted any more: the next use starts the server again
             return False, f"The MCP server {self.name!r} failed during the call ({reason})."
