@@ -1,4 +1,4 @@
-"""Full relay bad-input fuzz (issue 9.8): the fast subset's families plus N random (event, payload) pairs on a
+"""Full relay bad-input fuzz (every socket event and HTTP endpoint): the fast subset's families plus N random (event, payload) pairs on a
 joined socket (random, not derandomized), with a bystander client served after each barrage.
 
     python bench/fuzz_relay.py [-n 3000]

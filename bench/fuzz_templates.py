@@ -1,4 +1,4 @@
-"""Full URL-template fuzz (issue 9.3): ≥ 10,000 adversarial argument pairs through the template filler.
+"""Full URL-template fuzz (the template safety rules): ≥ 10,000 adversarial argument pairs through the template filler.
 
     python bench/fuzz_templates.py [-n 10000]
 """

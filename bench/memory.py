@@ -589,7 +589,7 @@ def report(results: dict[str, dict[str, Any]], args: argparse.Namespace, load: t
                   f"nodes {b['nodes']} -> {a['nodes']}, C heap in use {mib(b.get('malloc'))} -> {mib(a.get('malloc'))},"
                   f" Python objects {b.get('py_objects')} -> {a.get('py_objects')}")
 
-    print("\n## goal 9 (issue 8)")
+    print("\n## memory goal")
     for t in targets:
         got = [f"{label}: {snapshot_cell(ph[t][phase][-1])}" for label, phase in rows if phase in ph[t]]
         print(f"{t}: " + "; ".join(got))

@@ -1,4 +1,4 @@
-"""Scale-out benchmark (issue 10): throughput and per-turn latency of 1 vs 2 relay processes.
+"""Scale-out benchmark (docs/deployment.md): throughput and per-turn latency of 1 vs 2 relay processes.
 
 Starts a real PostgreSQL and redis-server on loopback (tests/relay_helpers.py: PostgreSQL as its own
 user) and relay processes (``python -m widget.relay``, demo model without chunk delays). Each of

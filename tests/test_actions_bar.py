@@ -1,4 +1,4 @@
-"""Offered actions (seed 002) in the bar, in Chromium, with the relay's demo model and the demo shop's actions.
+"""Offered actions in the bar, in Chromium, with the relay's demo model and the demo shop's actions.
 
 The demo model offers the page's action X when the reader writes "offer X {json arguments}"; the reader presses
 the button or sends the form; the page runs it (event, href, page handler); the outcome replaces the button and

@@ -1,4 +1,4 @@
-"""Offered actions (seed 002) in the headless store, under CPython against the in-memory relay: live offers per
+"""Offered actions in the headless store, under CPython against the in-memory relay: live offers per
 shown message, their state and outcome, never-raising press/submit wrappers, form checks before anything runs."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Issue 5 in Chromium: the bar on the demo page with the relay's demo model.
+"""The bar in Chromium: the bar on the demo page with the relay's demo model.
 
 Open/close, send, streamed Markdown (incremental, sanitized), function-call pills with timings and details, the
 activity log, confirmation Allow/Deny, the composer while the relay waits, Stop, errors with Retry/Regenerate,

@@ -1,4 +1,4 @@
-"""Issue 4 in the browser: a Python function registered on the page is called by the demo model end to end."""
+"""Function calls in the browser: a Python function registered on the page is called by the demo model end to end."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Seed-002 runs in a real browser: a declarative fetch tool called by the demo model, href (own host in place,
+"""Declarative tool runs in a real browser: a declarative fetch tool called by the demo model, href (own host in place,
 another host in a new tab without opener) and a CustomEvent received by page JS."""
 
 from __future__ import annotations

@@ -301,7 +301,7 @@ def test_missing_tool_is_one_line_error(tmp_path):
 
 
 # ---------------------------------------------------------------------------
-# issue 8: stdlib split, stored zips, brotli copies, the loader's boot files
+# stdlib split, stored zips, brotli copies, the loader's boot files
 
 
 def test_stdlib_split_into_core_and_lazy_groups(out):

@@ -1,4 +1,4 @@
-"""Seed-002 tools and actions in the client: run resolution, declarative runs, checked arguments, actions."""
+"""Tools and actions in the client: run resolution, declarative runs, checked arguments, actions."""
 
 import asyncio
 

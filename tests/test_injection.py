@@ -1,4 +1,4 @@
-"""Issue 9.2: no action without the reader, even when the model obeys planted instructions.
+"""Prompt injection: no action without the reader, even when the model obeys planted instructions.
 
 A compromised model (a test adapter) does whatever injected text in page context, tool replies or the
 conversation tells it: it calls the page's sensitive functions with the attacker's arguments and offers the

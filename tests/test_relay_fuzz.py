@@ -1,4 +1,4 @@
-"""Bad input on every relay socket event and HTTP endpoint (fast CI subset of issue 9 item 8).
+"""Bad input on every relay socket event and HTTP endpoint (the fast CI subset of bench/fuzz_relay.py).
 
 One relay per module, on its own event loop in a thread (``serve_in_thread``), so hypothesis can drive it from a
 sync test and the async tests can send raw Engine.IO frames. Every test follows one rule:

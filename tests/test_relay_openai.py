@@ -261,7 +261,7 @@ async def test_model_errors_reach_the_client_with_a_retry_path(provider: tuple[F
         await h.stop()
 
 
-# ---------------------------------------------------------------------------------------------- seed-002 tools and actions
+# ---------------------------------------------------------------------------------------------- tools and actions
 
 SEARCH = {"kind": "tool", "description": "Search orders.", "handler": "page", "parameters": {
     "type": "object", "properties": {
@@ -280,7 +280,7 @@ SELECTION = {"kind": "function", "description": "Returns the selected text.",
 
 @pytest.mark.parametrize("strict", [True, False], ids=["strict", "strict_tools-off"])
 async def test_relay_sends_strict_tools_and_offer_actions(provider: tuple[FakeProvider, str], tmp_path: Path, strict: bool) -> None:
-    """Through the real SDK: seed-002 tools and ``offer_actions`` go with ``strict: true`` and only the keywords
+    """Through the real SDK: tools, actions and ``offer_actions`` go with ``strict: true`` and only the keywords
     OpenAI's strict mode takes (``strict_tools = false``: neither); the model's offer in the same response as
     its answer becomes the message's actions, with no second provider request."""
     fake, base = provider

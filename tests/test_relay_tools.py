@@ -1,4 +1,4 @@
-"""Seed-002 tools and actions on the relay (docs/protocol.md §8) over real Socket.IO: strict schemas to the
+"""Tools and actions on the relay (docs/protocol.md §8) over real Socket.IO: strict schemas to the
 model, arguments checked before anything runs, relay config functions, ``offer_actions`` (demo model and
 scripted), answers restored without actions, ``action_outcome`` and the note the model sees next turn.
 
@@ -346,7 +346,7 @@ async def test_config_function_failures_never_crash(relay: Any, model: ScriptedM
 async def test_page_handler_wins_and_undeclared_names_run_no_server_code(relay: Any, model: ScriptedModel, http: aiohttp.ClientSession) -> None:
     rec, _, _ = await joined(http, relay.url, app="shop")
     # plan_limits: the page registered a handler → the page runs it, not the config function.
-    # shadowed: the page declares a seed-000 function of that name → the page's function.
+    # shadowed: the page declares a page function of that name → the page's function.
     # page_run: a declarative run the config does not declare → the page runs it; no server code.
     await declare(rec, {"plan_limits": PLAN_LIMITS, "shadowed": FUNCTION,
                         "page_run": {**PLAN_LIMITS, "description": "Declarative.", "handler": "run"}})

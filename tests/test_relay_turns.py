@@ -1,4 +1,4 @@
-"""Turn operations over real Socket.IO: retry and regenerate (D3), seed-002 tool dedupe (D6), ask-user
+"""Turn operations over real Socket.IO: retry and regenerate (D3), tool dedupe (D6), ask-user
 prompt and answer checks, rate limits on messages and joins, cancel mid-stream, the context hook.
 
 Most tests drive the relay with a ScriptedModel (one scripted round per model request) so every
@@ -306,7 +306,7 @@ async def test_tool_dedupe_within_a_round(relay: Any, model: ScriptedModel, http
     await rec.call("user_message", {"text": "go", "idempotency_key": "m1"})
     await finished(rec)
     begins = [d for e, d in rec.events if e == "function_call.begin"]
-    # the repeated tool call is not sent to the page; seed-000 functions are never deduplicated
+    # the repeated tool call is not sent to the page; page functions are never deduplicated
     assert [(b["name"], b["arguments"]) for b in begins] == [("lookup", {"q": 1}), ("lookup", {"q": 2}), ("get_selection", {}), ("get_selection", {})]
     body = await info(http, url)
     assistant = body["messages"][1]

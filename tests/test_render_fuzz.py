@@ -1,4 +1,4 @@
-"""Issue 9.1 (CPython part): Markdown built from hostile fragments, through the whole render path, checked by
+"""Hostile Markdown (CPython part): Markdown built from hostile fragments, through the whole render path, checked by
 parsing the output — no script, no event attribute, no style, no non-http(s)/mailto URL, no auto-loading
 element. The browser part (sanitizer, bar, 0 executions, 0 requests) is in tests/test_bar_corpus.py."""
 

@@ -1,4 +1,4 @@
-"""Scale-out smoke test (issue 10): a real PostgreSQL and redis-server (Debian's, started once per session
+"""Scale-out smoke test: a real PostgreSQL and redis-server (Debian's, started once per session
 on loopback, PostgreSQL as its own user) and two relay processes sharing them.
 
 - The real CPython client (``AutopilotClient`` over python-socketio) is joined to process A; another

@@ -1,4 +1,4 @@
-"""Issue 9.3: adversarial arguments never change the scheme or host and never send a '.'/'..' segment.
+"""URL templates: adversarial arguments never change the scheme or host and never send a '.'/'..' segment.
 
 A fast subset runs here; ``python bench/fuzz_templates.py`` runs ≥ 10,000 examples.
 """

@@ -1,4 +1,4 @@
-"""Seed-002 declarations and argument checks (sans-I/O)."""
+"""Tool and action declarations and argument checks (sans-I/O)."""
 
 import pytest
 

@@ -10,7 +10,7 @@ from typing import Any, Protocol
 
 
 class Signal:
-    """An abort signal handed to tool handlers (seed 002 ``{signal}``): ``aborted`` turns true at the limit."""
+    """An abort signal handed to tool handlers (docs/tools.md ``{signal}``): ``aborted`` turns true at the limit."""
 
     def __init__(self) -> None:
         self.aborted = False

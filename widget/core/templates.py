@@ -1,4 +1,4 @@
-"""URL templates of seed-002 declarative runs: ``/api/plans/{plan}`` (RFC 6570 level 1, simple names only).
+"""URL templates of declarative tool runs: ``/api/plans/{plan}`` (RFC 6570 level 1, simple names only).
 
 Rules:
 - A placeholder is ``{name}``, ``name`` of letters, digits and ``_``; any other use of ``{`` or ``}``

@@ -1,4 +1,4 @@
-"""Seed-002 tools and actions: declarations checked at registration, arguments checked in code (D5, D6).
+"""Tools and actions (docs/tools.md): declarations checked at registration, arguments checked in code (D5, D6).
 
 Rules:
 - ``confirm`` decides the kind: absent → a function tool (must only read), ``True`` → a button action,
@@ -141,7 +141,7 @@ def _check_run(name: str, run: Any, kind: str) -> dict[str, Any] | None:
 
 
 def parse_tool(name: str, config: Any) -> ToolSpec:
-    """Check one ``tools`` entry (seed 002 shape); ConfigError naming what is wrong."""
+    """Check one ``tools`` entry (the shape docs/tools.md gives); ConfigError naming what is wrong."""
     if not is_tool_name(name):
         raise ConfigError(f"Tool name {name!r} is invalid: use letters, digits, '_' or '-' (at most 64).")
     if not isinstance(config, dict):

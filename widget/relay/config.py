@@ -63,7 +63,7 @@ class ModelConfig:
     request_timeout_s: float = 60.0
     #: SDK-level retries of a failed request (rate limits, 5xx) before the turn fails.
     max_retries: int = 1
-    #: ``openai`` adapter: send seed-002 tools and ``offer_actions`` with ``strict: true`` and the
+    #: ``openai`` adapter: send tools, actions and ``offer_actions`` with ``strict: true`` and the
     #: constraint keywords OpenAI's strict mode takes. ``false`` for hosts or models that refuse them
     #: (fine-tuned models, some compatible servers): no ``strict`` flag, only types, nullability and
     #: ``enum`` in the schemas (the relay enforces the rest in code either way).
@@ -72,7 +72,7 @@ class ModelConfig:
 
 @dataclass
 class ToolConfig:
-    """A relay config function (seed 002 "a function in the config"): ``apps.<id>.tools.<name>``.
+    """A relay config function ("a function in the config", docs/tools.md): ``apps.<id>.tools.<name>``.
 
     ``callable`` is ``"module:function"`` (bound at start; a bad import is a ConfigError) or, when the
     relay is built in Python, the callable itself. It is called as ``callable(args, context)`` with
@@ -94,7 +94,7 @@ class AppConfig:
     allowed_origins: list[str] = field(default_factory=list)
     #: Bearer secret a site's backend uses to create conversations; ``None``: browsers only.
     secret: str | None = None
-    #: The seed-000 Ask User preset (default off).
+    #: Ask User on: the model may ask the reader structured questions (the relay's ``ask_user`` tool; default off).
     ask_user: bool = False
     #: Name of an entry of ``RelayConfig.models`` (``demo`` is always there).
     model: str = DEMO_MODEL

@@ -233,7 +233,7 @@ class _Engine(abc.ABC):
 class _Prompts(_Engine):
     """Offered actions and ask-user prompts."""
 
-    # -- offered actions (seed 002, D7) ---------------------------------------------------------
+    # -- offered actions (docs/tools.md, D7) ---------------------------------------------------------
     async def get_offers(self, conversation_id: str) -> dict[str, dict[str, Any]]:
         """Every stored offer, by the id of the assistant message it was made on."""
         rows = await self._one(fetch("SELECT message_id, call_id, actions, note FROM offers WHERE conversation_id = ?",

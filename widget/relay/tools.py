@@ -1,4 +1,4 @@
-"""Seed-002 tools and actions on the relay side (docs/protocol.md §8, D5–D7).
+"""Tools and actions (flat schemas, docs/tools.md) on the relay side (docs/protocol.md §8, D5–D7).
 
 Argument checks and the flat-schema rules are the client's own (``widget.core.tools``: one validation
 module for both sides, D6); this module adds what only the relay does:
