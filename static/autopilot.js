@@ -54,7 +54,7 @@
     python: { type: "list", def: [] },
     tools: { type: "object" },
     webmcp: { type: "boolean", def: false }, // publish the page's functions to in-browser agents (WebMCP)
-    prewarm: { type: "prewarm" }, // true | false | a mode name (bench/peer.py); unset: once per build
+    prewarm: { type: "prewarm" }, // true | false | a mode name (bench/peer.py); unset: once per tab
     onReady: { type: "function" }, // AutopilotConfig only: called with window.Autopilot once Python runs it
     onError: { type: "function" }, // AutopilotConfig only: called with an Error when a start fails
   };
@@ -198,6 +198,19 @@
   // The bar's open state survives a navigation within the site, per tab (the bar writes it).
   const OPEN_KEY = "autopilot:open:" + config.app;
   let wantOpen = config.open || (() => { try { return sessionStorage.getItem(OPEN_KEY) === "1"; } catch (e) { return false; } })();
+  // Later page views of a site: once the widget started in this tab (a per-tab, per-app marker; a new tab or a
+  // new browser session counts as a first view), the default boot waits for the reader's intent instead of
+  // starting Python on idle: a reader who never touches the widget costs the host page next to nothing. A turn
+  // or a function call still running when the reader navigated (the busy marker) starts it at once.
+  const STARTED_KEY = "autopilot:started:" + config.app;
+  const BUSY_KEY = "autopilot:busy:" + config.app;
+  function tabFlag(key, value) { // read (value undefined), set (true) or clear (false) a per-tab marker
+    try {
+      if (value === undefined) return sessionStorage.getItem(key) === "1";
+      if (value) sessionStorage.setItem(key, "1"); else sessionStorage.removeItem(key);
+    } catch (e) { /* storage blocked: every view is a first view */ }
+    return false;
+  }
   // Autopilot.ready: settles once per start. A failed start rejects it (it stays rejected); a Retry starts
   // again with a new promise, which resolves (or rejects) like the first.
   let readyResolve, readyReject;
@@ -354,16 +367,16 @@
     return Promise.all(blocks);
   }
 
-  // Pre-warm (first visit of a build): static/prewarm-worker.js starts the same Pyodide off the main thread, so
-  // its WebAssembly is compiled before the page's own start-up (still on the main thread) calls it. Later visits
-  // find the compiled code in the HTTP cache and skip the worker.
-  const WARM_KEY = "autopilot:warm:" + BUILD_ID;
+  // Pre-warm (a tab's first start): static/prewarm-worker.js starts the same Pyodide off the main thread, so its
+  // WebAssembly is compiled before the page's own start-up (still on the main thread) calls it. The compiled code
+  // is reused within the renderer process only (measured: a new tab or a restarted browser compiled again on the
+  // main thread), so the worker runs on a tab's first start (no started marker yet), not once per build.
   function wasWarmed() {
-    try { return window.localStorage.getItem(WARM_KEY) === "1"; } catch (e) { return false; }
+    return tabFlag(STARTED_KEY);
   }
   function prewarm(options, snapshotUrl) {
     const setting = config.prewarm;
-    // Unset (null here) and "handoff": once per build; true and the other modes: every visit.
+    // Unset (null here) and "handoff": once per tab; true and the other modes: every visit.
     const oncePerBuild = setting == null || setting === "handoff";
     if (setting === false || (oncePerBuild && wasWarmed()) || typeof Worker === "undefined") return null;
     // "full" (the default) also warms the widget's imports and Markdown; "basic" only the start-up.
@@ -471,13 +484,6 @@
           if (warm) warm.stop();
         }
         performance.mark("autopilot:pyodide");
-        try {
-          for (let i = window.localStorage.length - 1; i >= 0; i--) { // flags of older builds
-            const k = window.localStorage.key(i);
-            if (k && k.startsWith("autopilot:warm:") && k !== WARM_KEY) window.localStorage.removeItem(k);
-          }
-          window.localStorage.setItem(WARM_KEY, "1");
-        } catch (e) { /* storage blocked: pre-warm on every visit */ }
         let lazy = null;
         const urls = {};
         if (BOOT_FILES.lazy) {
@@ -553,6 +559,10 @@
     api.handle = handle;
     pyApi = handle.api;
     flushQueue();
+    tabFlag(STARTED_KEY, true);
+    // A turn or call in progress when the reader navigates: the next page view starts at once to show it.
+    ["completion.started", "functionCall", "askUserRequired"].forEach((e) => api.on(e, () => tabFlag(BUSY_KEY, true)));
+    api.on("completion.finished", () => tabFlag(BUSY_KEY, false));
     readyResolve(api);
     window.dispatchEvent(new CustomEvent("autopilot:ready", { detail: api }));
     if (callbacks.onReady) {
@@ -1004,9 +1014,9 @@
     applyBootPolicy();
   }
   function applyBootPolicy() {
-    if (config.boot === "eager" || wantOpen) {
+    if (config.boot === "eager" || wantOpen || tabFlag(BUSY_KEY)) {
       startBoot(false);
-    } else if (config.boot === "intent") {
+    } else if (config.boot === "intent" || tabFlag(STARTED_KEY)) {
       button.addEventListener("pointerenter", onIntent);
       button.addEventListener("focus", onIntent);
     } else {

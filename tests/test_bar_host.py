@@ -86,6 +86,7 @@ async def test_the_open_bar_stays_open_across_the_sites_pages_per_tab(browser, p
         # Closed on this page: the next one starts closed.
         await page.click(q("button.close"))
         await page.goto(one)
+        await page.hover("#autopilot-toggle-host >> button.toggle")  # a later page view starts on intent
         await wait_mark(page, "autopilot:joined")
         assert await page.is_hidden(q("section.panel"))
         # Per tab: opening it here does not open it in another tab of the same site.

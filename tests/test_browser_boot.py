@@ -99,6 +99,7 @@ async def test_reload_resumes_the_same_conversation(browser, relay_server):
     try:
         first = await py_eval(page, "from widget import get_client\nget_client().conversation['id']")
         await page.reload()
+        await page.hover(TOGGLE)  # a later page view of this tab starts on the reader's intent
         await wait_mark(page, "autopilot:joined")
         second = await py_eval(page, "from widget import get_client\nget_client().conversation['id']")
         assert first == second
@@ -131,6 +132,7 @@ async def joined_marks(page, url: str | None = None) -> list[str]:
         await page.reload()
     else:
         await page.goto(url)
+    await page.hover(TOGGLE)  # a later page view of this tab starts on the reader's intent (a first one on idle)
     await wait_mark(page, "autopilot:joined")
     return await page.evaluate("performance.getEntriesByType('mark').map(m => m.name)")
 
@@ -155,8 +157,8 @@ async def test_first_visit_restores_the_prewarm_workers_snapshot(browser, relay_
         await ctx.close()
 
 
-async def test_default_first_visit_warms_in_a_worker_once_per_build(browser, relay_server):
-    """The default: the first visit runs the worker, then the page starts Python itself; a reload runs none."""
+async def test_default_first_visit_warms_in_a_worker_once_per_tab(browser, relay_server):
+    """The default: a tab's first start runs the worker, then the page starts Python itself; a reload runs none."""
     ctx = await browser.new_context()
     page = await ctx.new_page()
     try:

@@ -125,6 +125,7 @@ async def test_relay_restarts_and_socket_cuts_with_calls_in_flight(browser, page
         assert state["seq"] == stored["seq"]
         # A reload shows the same conversation, with the call timings kept by the relay.
         await page.reload()
+        await page.hover("#autopilot-toggle-host >> button.toggle")  # a later page view starts on intent
         await wait_mark(page, "autopilot:joined")
         after = await py_eval(page, STATE)
         assert after["ids"] == state["ids"]
