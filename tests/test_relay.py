@@ -344,7 +344,7 @@ async def test_plain_markdown_answer_and_busy(relay: Any, http: aiohttp.ClientSe
     assert err(await rec.call("user_message", {"text": "again", "idempotency_key": "b"})) == "busy"
     assert err(await rec.call("user_message", {"text": "x" * (P.MAX_USER_MESSAGE_CHARS + 1), "idempotency_key": "c"})) == "message_too_long"
     assert err(await rec.call("user_message", {"text": "  ", "idempotency_key": "d"})) == "bad_request"
-    await rec.wait("completion.finished", timeout=5)  # the call times out (0.6 s) and the turn ends
+    await rec.wait("completion.finished", timeout=10)  # the call times out (2 s) and the turn ends
     ack = await rec.call("user_message", {"text": "What is this?", "idempotency_key": "e"})
     start = len(rec.events)
     ended = await rec.wait("completion.ended", start=start - 3, pred=lambda d: "Demo answer" in d["message"]["content"])
@@ -359,8 +359,8 @@ async def test_unanswered_call_times_out_and_turn_continues(relay: Any, http: ai
     t0 = time.monotonic()
     await rec.call("user_message", {"text": "call get_selection", "idempotency_key": "m"})
     begin = await rec.wait("function_call.begin")
-    end = await rec.wait("function_call.end", timeout=5)
-    assert 0.5 < time.monotonic() - t0 < 4
+    end = await rec.wait("function_call.end", timeout=10)
+    assert 1.9 < time.monotonic() - t0 < 9
     assert end["status"] == "error" and "did not answer" in end["error"]
     fin = await rec.wait("completion.finished")
     assert fin["status"] == "done"

@@ -632,7 +632,7 @@ async def test_endless_stalled_and_overcalling_models_end_with_a_clear_error(tmp
     model = Unbounded()
     h = await launch(tmp_path, adapters={"script": model}, apps={"demo": AppConfig(model="script")},
                      models={"demo": ModelConfig(chunk_delay_ms=0), "script": ModelConfig(chunk_delay_ms=0)},
-                     max_answer_chars=200, model_stall_timeout_s=0.5, max_tool_calls_per_response=3)
+                     max_answer_chars=200, model_stall_timeout_s=2.0, max_tool_calls_per_response=3)
     try:
         rec, _, _ = await joined(http, h.url)
         await declare(rec, {"count": {"description": "Count.", "parameters": {"type": "object", "properties": {}}}})
