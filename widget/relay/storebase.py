@@ -9,6 +9,7 @@ import time
 from collections.abc import Callable, Iterable
 from typing import Any, ClassVar, TypeVar
 
+from ..protocol import CallState, ConversationStatus, Event
 from .sql import READ, WRITE, Body, Dialect, Q, execute, executemany, fetch, fetchrow, fetchval
 
 T = TypeVar("T")
@@ -16,23 +17,26 @@ T = TypeVar("T")
 #: (the client → relay event name; a key reused by a write of another kind is ``IdempotencyConflict``).
 Ack = tuple[str, dict[str, Any]] | tuple[str, dict[str, Any], str]
 
-#: Conversation statuses (docs/protocol.md §2.2).
-IDLE = "idle"
-RUNNING = "running"
-WAITING_FOR_FUNCTION = "waiting_for_function"
-WAITING_FOR_ASK_USER = "WAITING_FOR_ASK_USER"
-FAILED = "failed"
+#: Conversation statuses (docs/protocol.md §2.2), short names for the vocabulary's.
+IDLE = ConversationStatus.IDLE
+RUNNING = ConversationStatus.RUNNING
+WAITING_FOR_FUNCTION = ConversationStatus.WAITING_FOR_FUNCTION
+WAITING_FOR_ASK_USER = ConversationStatus.WAITING_FOR_ASK_USER
+FAILED = ConversationStatus.FAILED
 
-#: Function-call and prompt statuses.
-CALL_PENDING = "pending"
-CALL_ANSWERED = "answered"
-CALL_TIMED_OUT = "timed_out"
-CALL_CANCELLED = "cancelled"
+#: Function-call statuses (stored only), short names for the vocabulary's.
+CALL_PENDING = CallState.PENDING
+CALL_ANSWERED = CallState.ANSWERED
+CALL_TIMED_OUT = CallState.TIMED_OUT
+CALL_CANCELLED = CallState.CANCELLED
+#: A stored ask-user prompt whose answers a resumed turn has taken (stored only).
 PROMPT_TAKEN = "taken"
 
 #: Events of a model round whose content the stored messages reflect only from the round's
 #: ``completion.ended`` on (it stores the assistant message and its tool results together).
-UNCOMMITTED_EVENTS = frozenset({"completion.started", "completion_stream", "function_call.begin", "function_call.end"})
+UNCOMMITTED_EVENTS = frozenset(
+    {Event.COMPLETION_STARTED, Event.COMPLETION_STREAM, Event.FUNCTION_CALL_BEGIN, Event.FUNCTION_CALL_END}
+)
 
 
 #: A relay process whose heartbeat is older than this is dead: its turns are failed when next
