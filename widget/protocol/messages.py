@@ -595,6 +595,14 @@ class StatsResponse(TypedDict):
     model_errors: dict[str, int]
 
 
+class OriginCheckResponse(TypedDict):
+    """200 answer to ``GET /api/apps/{app_id}/origin``: the requesting page's origin may use the app."""
+
+    ok: Literal[True]
+    app_id: str
+    origin: str
+
+
 class HealthResponse(TypedDict):
     """``GET /healthz``: the process is up."""
 

@@ -384,6 +384,7 @@ HTTP_CONVERSATION: Final = "/api/conversations/{conversation_id}"
 HTTP_ASK_USER: Final = "/api/conversations/{conversation_id}/ask_user"
 HTTP_FEEDBACK: Final = "/api/conversations/{conversation_id}/feedback"
 HTTP_STATS: Final = "/api/apps/{app_id}/stats"
+HTTP_ORIGIN_CHECK: Final = "/api/apps/{app_id}/origin"
 DEFAULT_RELAY_PATH: Final = "/socket.io"
 
 # --- The state document ---------------------------------------------------------

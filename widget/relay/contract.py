@@ -136,6 +136,7 @@ def openapi() -> dict[str, Any]:
                 "403": "Origin not allowed",
                 "404": "Not found",
                 "413": "Body too large",
+                "415": "Not JSON",
                 "429": "Rate limited",
                 "503": "Unavailable (shutting down, store down) or not ready",
             }[status]
