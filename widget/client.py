@@ -405,22 +405,6 @@ class AutopilotClient(ConnectionMixin, InputMixin, CallsMixin, ToolsMixin):
         """The last calls, newest first, as FunctionCallRecords."""
         return [dict(r) for r in self.core.history]
 
-    def get_offered_actions(self, message_id: str) -> list[dict[str, Any]]:
-        """Live action offers on an assistant message, with the page's label, schema and state."""
-        out = []
-        for offer in self.core.offers.of(message_id):
-            spec = self._tools.get(offer["name"])
-            if spec is None or spec.kind != P.KIND_ACTION:
-                continue
-            out.append({
-                **offer,
-                "label": spec.label or spec.title or spec.name,
-                "title": spec.title,
-                "confirm": spec.confirm,
-                "parameters": spec.parameters,
-            })
-        return out
-
     # ------------------------------------------------------------------ incoming
     def _on_transport_event(self, event: str, data: Any) -> None:
         now = self._clock()
