@@ -161,6 +161,10 @@ COMPOSER_EDITABLE = """(cfg) => {
   return !el.readOnly && !el.disabled;
 }"""
 
+CLOSED_NEXT_TIME = """() => { try {
+  Object.keys(sessionStorage).filter(k => k.startsWith('autopilot:open:')).forEach(k => sessionStorage.removeItem(k));
+} catch (e) {} }"""
+
 SUBMIT_ENABLED = """(cfg) => {
   const h = document.getElementById(cfg.bar_host);
   const b = h && h.shadowRoot && h.shadowRoot.querySelector(cfg.submit);
@@ -440,6 +444,10 @@ async def _run_once(tab: Tab, run: Run, token: str) -> dict[str, Any]:
     page, cfg = tab.page, run.cfg
     tab.bytes = 0
     tab.finished.clear()
+    if page.url.startswith("http"):
+        # A visit again in this tab: the reader left the bar closed, so every visit starts closed and the bench's
+        # click opens it (ours would otherwise reopen it by itself while the bench clicks: a race).
+        await page.evaluate(CLOSED_NEXT_TIME)
     await page.goto(run.url, wait_until="commit", timeout=run.timeout_ms)
     if run.target == "bare":
         await page.wait_for_function("performance.getEntriesByName('bare:ready').length > 0",
