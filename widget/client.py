@@ -123,6 +123,11 @@ class AutopilotClient(ConnectionMixin, InputMixin, CallsMixin, ToolsMixin):
         return self.core.stream
 
     @property
+    def messages_revision(self) -> int:
+        """Moves whenever ``messages`` changes (a view compares it instead of the list)."""
+        return self.core.stream.revision
+
+    @property
     def connection_state(self) -> str:
         """idle, connecting, connected, reconnecting, disconnected or error."""
         return self.core.connection_state

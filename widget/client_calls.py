@@ -13,6 +13,7 @@ import logging
 from typing import TYPE_CHECKING, Any, Awaitable, Callable
 
 from . import protocol as P
+from .protocol import ClientEvent, ConfirmationDecision, ConfirmationReason
 from .core.mcp_names import is_mcp_name
 from .core.pyfunctions import handler_error
 from .core.registry import FunctionRegistry
@@ -83,11 +84,11 @@ class CallsMixin:
         """The handler set by ``set_confirmation_handler`` (None: sensitive calls are denied)."""
         return self._confirmation_handler
 
-    async def _confirm(self, request: dict[str, Any]) -> str:
+    async def _confirm(self, request: dict[str, Any]) -> ConfirmationDecision:
         """Ask the confirmation handler; deny on no handler, an exception, any other answer, or once the relay
         has ended the call (timed out or cancelled): a late 'allow' never runs it."""
-        self.events.emit("functionConfirmationRequired", {"request": request})
-        decision, reason = "deny", "no_handler"
+        self.events.emit(ClientEvent.FUNCTION_CONFIRMATION_REQUIRED, {"request": request})
+        decision, reason = ConfirmationDecision.DENY, ConfirmationReason.NO_HANDLER
         handler = self._confirmation_handler
         ended = self._call_ended_future(request["id"])
         if handler is not None:
@@ -103,14 +104,17 @@ class CallsMixin:
                     value = answer.result()
                 if ended.done():
                     raise _CallEnded()
-                decision, reason = ("allow", "allowed") if value == "allow" else ("deny", "denied")
+                if value == ConfirmationDecision.ALLOW:
+                    decision, reason = ConfirmationDecision.ALLOW, ConfirmationReason.ALLOWED
+                else:
+                    decision, reason = ConfirmationDecision.DENY, ConfirmationReason.DENIED
             except _CallEnded:
-                decision, reason = "deny", "expired"
+                decision, reason = ConfirmationDecision.DENY, ConfirmationReason.EXPIRED
             except Exception as exc:  # noqa: BLE001 - fail closed
                 log.warning("confirmation handler raised, denying: %r", exc)
-                decision, reason = "deny", "handler_error"
+                decision, reason = ConfirmationDecision.DENY, ConfirmationReason.HANDLER_ERROR
         self.events.emit(
-            "functionConfirmationResolved", {"request": request, "decision": decision, "reason": reason}
+            ClientEvent.FUNCTION_CONFIRMATION_RESOLVED, {"request": request, "decision": decision, "reason": reason}
         )
         return decision
 
@@ -190,8 +194,10 @@ class CallsMixin:
         name = request["name"]
         definition = self.registry.get(name)
         if definition is None and is_mcp_name(name):  # the relay runs it once the reader allows it
-            allowed = await self._confirm(request) == "allow"
-            return (P.STATUS_SUCCESS, "allow", None) if allowed else (P.STATUS_ERROR, None, P.MSG_SENSITIVE_DENIED)
+            allowed = await self._confirm(request) == ConfirmationDecision.ALLOW
+            if allowed:
+                return P.STATUS_SUCCESS, ConfirmationDecision.ALLOW.value, None
+            return P.STATUS_ERROR, None, P.MSG_SENSITIVE_DENIED
         if definition is None:
             return P.STATUS_ERROR, None, f"Unknown function: {name!r} is not registered on this page."
         if definition.kind == P.KIND_TOOL:
@@ -200,7 +206,7 @@ class CallsMixin:
             return P.STATUS_ERROR, None, f"{name!r} is an action: the model may offer it, never call it."
         args = request["arguments"]
         if definition.sensitive:
-            if await self._confirm(request) != "allow":
+            if await self._confirm(request) != ConfirmationDecision.ALLOW:
                 return P.STATUS_ERROR, None, P.MSG_SENSITIVE_DENIED
         try:
             value = definition.handler(args, {"id": request["id"], "name": name, "timestamp": request["timestamp"]})

@@ -100,7 +100,7 @@ class ToolsMixin:
         raise WidgetError("tools run through their spec, not a function handler")
 
     def _tool_context(self, signal: Signal) -> dict[str, Any]:
-        question = next((m.get("content") for m in reversed(self.messages) if m.get("role") == "user"), None)
+        question = next((m.get("content") for m in reversed(self.messages) if m.get("role") == P.Role.USER), None)
         page = self.env.page_info() if self.env is not None else None
         return {"question": question, "page": page, "signal": signal}
 
@@ -181,12 +181,13 @@ class ToolsMixin:
             raise ConfigError("That action is not on offer (a restored conversation has no live actions).")
         if offer["status"] in (P.OfferStatus.DONE, P.OfferStatus.RUNNING):
             raise ConfigError(f"{spec.label or spec.name} is already {offer['status']}.")
-        given = arguments if (spec.confirm == "form" and arguments is not None) else offer["arguments"]
+        given = arguments if (spec.confirm == P.ActionConfirm.FORM and arguments is not None) else offer["arguments"]
         args, problem = check_tool_arguments(spec.parameters, given)
         if problem is not None:
             raise ConfigError(problem[0].upper() + problem[1:] + ".")
         offer["status"] = P.OfferStatus.RUNNING
-        self.events.emit("actionStarted", {"message_id": message_id, "action_id": action_id, "name": spec.name})
+        started = {"message_id": message_id, "action_id": action_id, "name": spec.name}
+        self.events.emit(P.ClientEvent.ACTION_STARTED, started)
         signal = Signal()
         leave_to: str | None = None
         try:
@@ -216,7 +217,7 @@ class ToolsMixin:
         offer["status"] = P.OfferStatus.DONE if ok else P.OfferStatus.FAILED
         offer["outcome"] = outcome
         result = {"ok": ok, "outcome": outcome, "message_id": message_id, "action_id": action_id, "name": spec.name}
-        self.events.emit("actionOutcome", result)
+        self.events.emit(P.ClientEvent.ACTION_OUTCOME, result)
         payload = {
             "message_id": message_id, "action_id": action_id, "name": spec.name, "arguments": args,
             "ok": ok, "outcome": outcome, "idempotency_key": self.core.next_key("o"),

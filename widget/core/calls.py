@@ -93,7 +93,7 @@ class CallsPart:
         record: FunctionCallRecord = {
             "id": call_id,
             "name": name,
-            "status": "running",
+            "status": P.CallProgress.RUNNING,
             "startedAt": wall_ms,
             "settledAt": None,
             "respondedAt": None,

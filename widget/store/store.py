@@ -194,11 +194,11 @@ class Store(ConversationOps):
     def revision(self) -> int:
         """Moves on every change of what the store shows (the client's messages included); derived lists are
         rebuilt on the first read after it moved."""
-        return self.client.session.revision + self._own
+        return self.client.messages_revision + self._own
 
     def _messages_key(self) -> tuple[int, int]:
         """Changes when the shown messages may have: the client's list, or what the store shows with it."""
-        return (self.client.session.revision, self._committed)
+        return (self.client.messages_revision, self._committed)
 
     def _bump(self, *, committed: bool = False) -> None:
         self._own += 1
