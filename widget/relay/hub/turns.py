@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from ... import protocol as P
 from ...core.tools import check_tool_arguments
+from ...protocol import MSG_CALL_CANCELLED, Role, ToolMessageKind, TurnErrorCode, TurnStatus, UserInputReason
 from .. import storage as S
 from ..config import AppConfig
 from ..model import ASK_USER_TOOL, ModelError, StreamLimits, TextDelta, ToolCall, guarded
@@ -51,10 +52,10 @@ class Round:
     offer: dict[str, Any] | None = None
 
 
-def tool_message(call_id: str, name: str, kind: str, end: dict[str, Any]) -> dict[str, Any]:
+def tool_message(call_id: str, name: str, kind: ToolMessageKind | str, end: dict[str, Any]) -> dict[str, Any]:
     """The stored ``tool`` message of a call's end."""
     return {
-        "id": new_id("m_"), "role": "tool", "function_call_id": call_id, "name": name, "kind": kind,
+        "id": new_id("m_"), "role": Role.TOOL, "function_call_id": call_id, "name": name, "kind": kind,
         "status": end["status"], "result": end.get("result"), "error": end.get("error"),
         "duration_ms": end.get("duration_ms"), "total_ms": end.get("total_ms"), "created_at": time.time(),
     }
@@ -100,7 +101,7 @@ class TurnRunner:
         rt.users += 1
         t0 = time.monotonic()
         log_calls: list[dict[str, Any]] = []
-        status = "done"
+        status: str = TurnStatus.DONE  # the turn log also says suspended or interrupted
         cur = Round()
         try:
             conv = await hub.store.get_conversation(cid)
@@ -116,7 +117,7 @@ class TurnRunner:
                 answers = await hub.store.take_answers(cid)
                 for prompt, answer in answers:
                     end = {"status": P.STATUS_SUCCESS, "result": answer}
-                    tm = tool_message(prompt["id"], ASK_USER_TOOL, "relay", end)
+                    tm = tool_message(prompt["id"], ASK_USER_TOOL, ToolMessageKind.RELAY, end)
                     await hub.emit_event(cid, P.EV_MESSAGE, {"message": tm}, messages=[tm])
             first = True
             if resume_from is not None:
@@ -159,15 +160,15 @@ class TurnRunner:
                     await hub.emit_event(cid, P.EV_ASK_USER_REQUEST, {"prompts": suspended},
                                          conversation={"status": S.WAITING_FOR_ASK_USER, "iteration": iteration})
                     release(rt)
-                    await hub.emit_event(cid, P.EV_USER_INPUT, {"reason": "ask_user"})
+                    await hub.emit_event(cid, P.EV_USER_INPUT, {"reason": UserInputReason.ASK_USER})
                     return
                 # An offer is answered by the relay within the round: alone it ends the turn.
                 if all(c.name == P.OFFER_ACTIONS_TOOL and info.actions for c in raw_calls):
                     break
                 iteration += 1
-            await hub.emit_event(cid, P.EV_COMPLETION_FINISHED, {"turn_id": turn_id, "status": "done"}, conversation={"status": S.IDLE})
+            await hub.emit_event(cid, P.EV_COMPLETION_FINISHED, {"turn_id": turn_id, "status": TurnStatus.DONE}, conversation={"status": S.IDLE})
             release(rt)
-            await hub.emit_event(cid, P.EV_USER_INPUT, {"reason": "message"})
+            await hub.emit_event(cid, P.EV_USER_INPUT, {"reason": UserInputReason.MESSAGE})
         except asyncio.CancelledError:
             if hub.closing:
                 # The relay is shutting down: leave the turn as it is; the next open of the
@@ -175,19 +176,19 @@ class TurnRunner:
                 status = "interrupted"
             elif hub.draining:  # the drain deadline passed: end it now, Retry goes on elsewhere
                 status = "interrupted"
-                await self.abort(cid, turn_id, cur, "failed", {
+                await self.abort(cid, turn_id, cur, TurnStatus.FAILED, {
                     "content": "The answer was interrupted because the relay restarted. Try again.",
-                    "code": P.TurnErrorCode.TURN_INTERRUPTED.value, "retryable": True})
+                    "code": TurnErrorCode.TURN_INTERRUPTED, "retryable": True})
             else:
-                status = "cancelled"
-                await self.abort(cid, turn_id, cur, "cancelled", None)
+                status = TurnStatus.CANCELLED
+                await self.abort(cid, turn_id, cur, TurnStatus.CANCELLED, None)
         except ModelError as exc:
-            status = "failed"
-            await self.abort(cid, turn_id, cur, "failed", {"content": exc.message, "code": exc.code, "retryable": exc.retryable})
+            status = TurnStatus.FAILED
+            await self.abort(cid, turn_id, cur, TurnStatus.FAILED, {"content": exc.message, "code": exc.code, "retryable": exc.retryable})
         except Exception:
-            status = "failed"
+            status = TurnStatus.FAILED
             log.exception("turn %s of %s failed", turn_id, cid)
-            await self.abort(cid, turn_id, cur, "failed", {"content": "The relay failed while answering. Try again.", "code": P.ERR_INTERNAL, "retryable": True})
+            await self.abort(cid, turn_id, cur, TurnStatus.FAILED, {"content": "The relay failed while answering. Try again.", "code": TurnErrorCode.INTERNAL, "retryable": True})
         finally:
             if rt.turn is asyncio.current_task():
                 rt.turn = None
@@ -202,7 +203,7 @@ class TurnRunner:
         """Commit the round's assistant message with its tool messages. Offered actions are stored with
         it but only the emitted copy carries them as ``actions``: the stored message (GET) never does (§8)."""
         assert cur.message_id is not None
-        msg: dict[str, Any] = {"id": cur.message_id, "role": "assistant", "content": "".join(cur.text), "created_at": time.time()}
+        msg: dict[str, Any] = {"id": cur.message_id, "role": Role.ASSISTANT, "content": "".join(cur.text), "created_at": time.time()}
         if cur.calls:
             msg["function_calls"] = cur.calls
         tools = cur.tools
@@ -217,15 +218,15 @@ class TurnRunner:
                 shown = {**msg, "actions": [{"id": a["id"], "name": a["name"], "arguments": a["arguments"]} for a in offer["actions"]]}
         await self.hub.emit_event(cid, P.EV_COMPLETION_ENDED, {"message": shown, "tool_messages": tools}, messages=[msg, *tools], **kw)
 
-    async def abort(self, cid: str, turn_id: str, cur: Round, status: str, error: dict[str, Any] | None) -> None:
+    async def abort(self, cid: str, turn_id: str, cur: Round, status: TurnStatus, error: dict[str, Any] | None) -> None:
         """Close a turn that was cancelled or failed: pending calls cancelled, the streaming message
         committed as far as it got, an error message, ``completion.finished``, ``user_input``."""
         hub = self.hub
         try:
             rt = hub.rt(cid)
             for c in await hub.store.pending_calls(cid):
-                if await hub.store.finish_call(cid, c["id"], S.CALL_CANCELLED, error="Cancelled."):
-                    end = {"id": c["id"], "name": c["name"], "status": P.STATUS_ERROR, "error": "Cancelled.", "duration_ms": None, "total_ms": None}
+                if await hub.store.finish_call(cid, c["id"], S.CALL_CANCELLED, error=MSG_CALL_CANCELLED):
+                    end = {"id": c["id"], "name": c["name"], "status": P.STATUS_ERROR, "error": MSG_CALL_CANCELLED, "duration_ms": None, "total_ms": None}
                     await hub.emit_event(cid, P.EV_FUNCTION_CALL_END, end)
                     cur.tools.append(tool_message(c["id"], c["name"], c["kind"], end))
                     ev = rt.call_events.get(c["id"])
@@ -235,12 +236,12 @@ class TurnRunner:
             if cur.message_id and cur.started:
                 await self.end_message(cid, cur)
             if error is not None:
-                msg = {"id": new_id("m_"), "role": "error", "created_at": time.time(), **error}
+                msg = {"id": new_id("m_"), "role": Role.ERROR, "created_at": time.time(), **error}
                 await hub.emit_event(cid, P.EV_MESSAGE, {"message": msg}, messages=[msg])
             await hub.emit_event(cid, P.EV_COMPLETION_FINISHED, {"turn_id": turn_id, "status": status},
-                                 conversation={"status": S.FAILED if status == "failed" else S.IDLE})
+                                 conversation={"status": S.FAILED if status == TurnStatus.FAILED else S.IDLE})
             release(rt)
-            await hub.emit_event(cid, P.EV_USER_INPUT, {"reason": "message"})
+            await hub.emit_event(cid, P.EV_USER_INPUT, {"reason": UserInputReason.MESSAGE})
         except KeyError:
             pass  # the conversation was deleted meanwhile
         except Exception:
@@ -277,11 +278,11 @@ class TurnRunner:
             if tc.name == ASK_USER_TOOL and app.ask_user:
                 prompt, wrong = prompt_from(call)
                 if prompt is None:
-                    cur.tools.append(tool_message(call["id"], tc.name, "relay", {"status": P.STATUS_ERROR, "error": f"Invalid ask_user call: {wrong}. Nothing was shown to the reader; fix the arguments and call again."}))
+                    cur.tools.append(tool_message(call["id"], tc.name, ToolMessageKind.RELAY, {"status": P.STATUS_ERROR, "error": f"Invalid ask_user call: {wrong}. Nothing was shown to the reader; fix the arguments and call again."}))
                 else:
                     prompts.append(prompt)
             elif tc.name not in catalogue:
-                cur.tools.append(tool_message(call["id"], tc.name, "relay", {"status": P.STATUS_ERROR, "error": f"Unknown function {tc.name!r}."}))
+                cur.tools.append(tool_message(call["id"], tc.name, ToolMessageKind.RELAY, {"status": P.STATUS_ERROR, "error": f"Unknown function {tc.name!r}."}))
             elif not isinstance(tc.arguments, dict):
                 cur.tools.append(tool_message(call["id"], tc.name, catalogue[tc.name]["kind"], {"status": P.STATUS_ERROR, "error": "The arguments were not a JSON object."}))
             else:
