@@ -42,7 +42,7 @@ def wait_port(port: int, proc: subprocess.Popen[bytes], limit: float = 60) -> No
             return
         except OSError:
             if proc.poll() is not None or time.monotonic() > deadline:
-                raise SystemExit(f"port {port} never answered")
+                raise SystemExit(f"port {port} never answered") from None
             time.sleep(0.1)
 
 
@@ -97,7 +97,7 @@ async def webmcp(n: int) -> None:
                     assert time.monotonic() < deadline, "the demo page published nothing"
                     await page.wait_for_timeout(100)
                 samples = []
-                for i in range(n):
+                for _ in range(n):
                     t0 = time.perf_counter()
                     out = await page.webmcp.call_tool("get_cart", {})
                     samples.append((time.perf_counter() - t0) * 1000)

@@ -1,4 +1,4 @@
-"""Streaming cost (docs/performance.md, Streaming): streamed events reach Python in batches, the bar renders streamed text at a
+"""Streaming cost (docs/performance.md): streamed events reach Python in batches, the bar renders streamed text at a
 bounded cadence, and neither changes what is shown.
 
 - ``BrowserTransport`` applies a ``__batch__`` from static/bridge.mjs event by event, in order (CPython).

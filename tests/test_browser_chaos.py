@@ -1,4 +1,4 @@
-"""Chaos (the CI subset of bench/chaos.py): the relay is killed and restarted, and WebSockets are cut, while function calls are in
+"""Chaos, the CI subset: the relay is killed and restarted, and WebSockets are cut, while function calls are in
 flight. The widget comes back, no call runs twice, no response is lost or applied twice, no event is missed,
 and a reload shows the same conversation with its call timings. ``bench/chaos.py`` runs the long version.
 """

@@ -27,6 +27,7 @@ from relay_helpers import (
 from widget import protocol as P
 from widget.relay.model import ModelRequest, TextDelta, ToolCall
 from widget.relay.ratelimit import EXPIRE_PER_CHECK, RateLimiter
+from widget.relay.sql import fetch as S_fetch
 
 
 class Clock:
@@ -592,3 +593,46 @@ def test_socket_bounds_are_settings(tmp_path: Path) -> None:
     assert got == (3.0, 1000, 60.0)
     with pytest.raises(ConfigError, match="replay_rate_per_minute must be >= 0"):
         load_config(env={"AUTOPILOT_REPLAY_RATE_PER_MINUTE": "-1"})
+
+
+@pytest.mark.parametrize("store_kind", STORE_KINDS)
+async def test_streamed_chunks_are_packed_at_the_turn_end_and_replay_is_unchanged(
+        store_kind: str, tmp_path: Path, http: aiohttp.ClientSession) -> None:
+    """A long streamed answer costs the event log one row once its turn ends; a replay from 0 still gives every
+    chunk with its own seq, exactly as it went out live."""
+    model = ScriptedModel()
+    model.script([TextDelta(f"w{i} ") for i in range(60)], [TextDelta("a"), TextDelta("b")])
+    relay = await launch(tmp_path, adapters={"demo": model}, store=store_kind)
+    try:
+        rec, data, url = await joined(http, relay.url)
+        cid = data["conversation"]["id"]
+        for key in ("m1", "m2"):
+            n = len(rec.events)
+            assert (await rec.call("user_message", {"text": "talk", "idempotency_key": key}))["ok"]
+            await rec.wait("user_input", start=n, pred=lambda d: d["reason"] == "message")
+        live = rec.seqd()
+        assert len([e for e, _ in live if e == "completion_stream"]) == 62
+        store = relay.hub.store
+        deadline = time.monotonic() + 10
+        while True:  # the packing runs as the turn task ends, just after its last event
+            rows = await store._one(S_fetch("SELECT name FROM events WHERE conversation_id = ?", cid), "read")
+            names = [r[0] for r in rows]
+            if names.count("completion_stream") == 0 or time.monotonic() > deadline:
+                break
+            await asyncio.sleep(0.05)
+        assert names.count("completion_stream") == 0 and names.count("completion_stream.packed") == 2
+        again = await Recorder(data["relay_url"], data["relay_path"]).connect()
+        fresh = await info(http, url)
+        assert (await again.join(fresh["token"], 0))["ok"]
+        await again.wait("replay.done")
+        assert again.seqd() == live
+        # a replay from the middle of a packed run starts at the right chunk
+        middle = [d["seq"] for e, d in live if e == "completion_stream"][30]
+        third = await Recorder(data["relay_url"], data["relay_path"]).connect()
+        assert (await third.join((await info(http, url))["token"], middle))["ok"]
+        await third.wait("replay.done")
+        assert third.seqd() == [x for x in live if x[1]["seq"] > middle]
+        for r in (rec, again, third):
+            await r.disconnect()
+    finally:
+        await relay.stop()

@@ -152,7 +152,7 @@ HTTP: tuple[HttpOperation, ...] = (
         "get",
         "/api/apps/{app_id}/origin",
         "checkOrigin",
-        "Whether the requesting page's origin may use the app (readable from any origin, so a refused page can say why).",
+        "Whether the requesting page's origin may use the app (readable from any origin: a refused page can say why).",
         None,
         ((200, M.OriginCheckResponse), (400, M.ErrorAck), (403, M.ErrorAck), (404, M.ErrorAck), (429, M.ErrorAck)),
     ),

@@ -19,6 +19,7 @@ import time
 from collections.abc import Callable, Iterable
 from typing import Any
 
+from ..protocol.names import Event
 from .sql import READ, SNAPSHOT, Body, execute, executemany, fetch, fetchrow, fetchval
 from .storebase import (  # the shared names: import them from here
     _CALL_SQL,
@@ -53,6 +54,10 @@ from .storebase import (  # the shared names: import them from here
     _Prompts,
     refused_excerpt,
 )
+
+#: The streamed-chunk event, and the storage-only name of a packed run of them (never sent: replay unpacks it).
+STREAM_EVENT: str = Event.COMPLETION_STREAM.value
+PACKED_STREAM = "completion_stream.packed"
 
 __all__ = ["Ack", "CALL_ANSWERED", "CALL_CANCELLED", "CALL_PENDING", "CALL_TIMED_OUT", "FAILED", "IDLE", "INSTANCE_TTL_S", "IdempotencyConflict", "NotActive", "PROMPT_TAKEN", "REFUSED_MAX_FIELDS", "REFUSED_MAX_VALUE_CHARS", "RUNNING", "StatusConflict", "Store", "UNCOMMITTED_EVENTS", "WAITING_FOR_ASK_USER", "WAITING_FOR_FUNCTION", "_dumps", "refused_excerpt"]
 
@@ -194,12 +199,50 @@ class Store(_Presence, _Prompts):
         return await self._perform(go)
 
     async def events_after(self, conversation_id: str, seq: int, limit: int | None = None) -> list[tuple[int, str, dict[str, Any]]]:
-        """The stored events after ``seq``, in order: ``(seq, name, payload)``; at most ``limit`` of them."""
+        """The stored events after ``seq``, in order: ``(seq, name, payload)``; at most ``limit`` stored rows (a
+        packed run of streamed chunks is one row and comes back as the events it holds, exactly as they went out)."""
         sql = "SELECT seq, name, payload FROM events WHERE conversation_id = ? AND seq > ? ORDER BY seq"
         if limit is not None:
             sql += f" LIMIT {int(limit)}"
         rows = await self._one(fetch(sql, conversation_id, seq), READ)
-        return [(r[0], r[1], json.loads(r[2])) for r in rows]
+        out: list[tuple[int, str, dict[str, Any]]] = []
+        for r in rows:
+            if r[1] == PACKED_STREAM:
+                out += [(s, STREAM_EVENT, p) for s, p in json.loads(r[2])["events"] if s > seq]
+            else:
+                out.append((r[0], r[1], json.loads(r[2])))
+        return out
+
+    async def pack_stream(self, conversation_id: str) -> int:
+        """Pack each run of one message's streamed chunks (consecutive seqs) into one stored row, kept at the run's
+        last seq, so a long answer costs the event log one row; replay unpacks it into the very same events.
+        Returns how many chunk rows were packed. Run once the answers are complete (a turn's end)."""
+
+        def go() -> Body[int]:
+            rows = yield fetch("SELECT seq, payload FROM events WHERE conversation_id = ? AND name = ? ORDER BY seq",
+                               conversation_id, STREAM_EVENT)
+            runs: list[list[tuple[int, dict[str, Any]]]] = []
+            for seq, text in rows:
+                payload = json.loads(text)
+                prev = runs[-1][-1] if runs else None
+                if prev is not None and prev[0] == seq - 1 and prev[1].get("message_id") == payload.get("message_id"):
+                    runs[-1].append((seq, payload))
+                else:
+                    runs.append([(seq, payload)])
+            packed = 0
+            for run in runs:
+                if len(run) < 2:
+                    continue
+                first, last = run[0][0], run[-1][0]  # a run is consecutive seqs, all chunks
+                yield execute("DELETE FROM events WHERE conversation_id = ? AND name = ? AND seq >= ? AND seq <= ?",
+                              conversation_id, STREAM_EVENT, first, last)
+                yield execute("INSERT INTO events (conversation_id, seq, name, payload) VALUES (?,?,?,?)",
+                              conversation_id, last, PACKED_STREAM,
+                              _dumps({"message_id": run[0][1].get("message_id"), "events": [[s, p] for s, p in run]}))
+                packed += len(run)
+            return packed
+
+        return await self._perform(go)
 
     # -- state --------------------------------------------------------------------------------
     async def get_state(self, conversation_id: str) -> dict[str, Any]:

@@ -192,12 +192,23 @@ class TurnRunner:
         finally:
             if rt.turn is asyncio.current_task():
                 rt.turn = None
+            if status != "interrupted":
+                await self.pack_stream(cid)
             rt.users -= 1
             hub.runtimes.release(cid)
             turn_log.info(json.dumps({
                 "event": "turn", "conversation": cid, "turn_id": turn_id, "status": status,
                 "ms": round((time.monotonic() - t0) * 1000, 1), "calls": log_calls,
             }))
+
+    async def pack_stream(self, cid: str) -> None:
+        """The turn's answers are complete: pack their streamed chunks into one stored row each (replay unchanged)."""
+        try:
+            await self.hub.store.pack_stream(cid)
+        except KeyError:
+            pass  # the conversation was deleted meanwhile
+        except Exception:
+            log.exception("packing the streamed chunks of %s failed (they stay as they are)", cid)
 
     async def end_message(self, cid: str, cur: Round) -> None:
         """Commit the round's assistant message with its tool messages. Offered actions are stored with
