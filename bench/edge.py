@@ -7,11 +7,14 @@ Scenarios (each prints one JSON line of numbers; all by default):
   slowloris  300 connections trickling one header line a second for --slow-s seconds, from 3 addresses
              (100 each), then 300 from one address: how many the relay closed, when, how many it refused
   sessions   8,000 Engine.IO long-polling sessions opened from one address: accepted, refused, RSS growth
+  unjoined   8,000 Socket.IO sockets (WebSocket) from 32 addresses (250 each, under the per-address cap) that
+             connect the namespace and never join: how many were accepted, how many the relay closed within its
+             unjoined_socket_timeout_s (set to --unjoined-s) plus 10 s, RSS growth while they were open
   fdlimit    the relay under a 1,024-descriptor limit and 1,100 idle connections from 11 addresses, with its
              total cap off (max_connections huge: accept() fails) and on (automatic): /healthz answer time,
              log bytes and lines written in the next --fd-s seconds
 
-    python bench/edge.py [--root DIR] [--only body,slowloris,sessions,fdlimit] [--slow-s 20] [--fd-s 10]
+    python bench/edge.py [--root DIR] [--only body,slowloris,sessions,unjoined,fdlimit] [--slow-s 20] [--fd-s 10]
 
 ``--root`` runs the relay from another checkout (e.g. an older commit, for the numbers before a change).
 """
@@ -247,6 +250,64 @@ async def bench_sessions(root: Path, tmp: Path, count: int = 8000) -> dict[str, 
         relay.stop()
 
 
+async def bench_unjoined(root: Path, tmp: Path, timeout_s: float, count: int = 8000, sources: int = 32) -> dict[str, Any]:
+    import aiohttp
+
+    relay = Relay(root, tmp, toml=f"unjoined_socket_timeout_s = {timeout_s}\n")
+    sessions: list[aiohttp.ClientSession] = []
+    closed_at: list[float] = []
+    refused = 0
+    try:
+        before = relay.mem()
+        sockets = []
+        for k in range(sources):
+            sessions.append(aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0, local_addr=(f"127.0.2.{1 + k}", 0))))
+        t0 = time.monotonic()
+
+        async def one(http: aiohttp.ClientSession) -> None:
+            nonlocal refused
+            try:
+                ws = await http.ws_connect(f"ws://127.0.0.1:{relay.port}/socket.io/?EIO=4&transport=websocket")
+                opened = await ws.receive(timeout=30)
+                if not str(opened.data).startswith("0"):
+                    refused += 1
+                    return
+                await ws.send_str("40")  # connect the default namespace, then never join
+                sockets.append(ws)
+            except (aiohttp.ClientError, asyncio.TimeoutError):
+                refused += 1
+
+        per = count // sources
+        for k in range(sources):
+            await asyncio.gather(*(one(sessions[k]) for _ in range(per)))
+        opened_s = time.monotonic() - t0
+        during = relay.mem()
+
+        async def watch(ws: aiohttp.ClientWebSocketResponse) -> None:
+            while True:
+                msg = await ws.receive()
+                if msg.type in (aiohttp.WSMsgType.CLOSE, aiohttp.WSMsgType.CLOSED, aiohttp.WSMsgType.CLOSING,
+                                aiohttp.WSMsgType.ERROR):
+                    break
+                if msg.type == aiohttp.WSMsgType.TEXT and msg.data == "2":
+                    await ws.send_str("3")  # answer Engine.IO pings: only the relay's own timeout may close it
+                elif msg.type == aiohttp.WSMsgType.TEXT and msg.data.startswith("41"):
+                    break  # the namespace disconnect
+            closed_at.append(time.monotonic() - t0)
+
+        try:
+            await asyncio.wait_for(asyncio.gather(*(watch(ws) for ws in sockets)), timeout_s + opened_s + 10)
+        except asyncio.TimeoutError:
+            pass
+        return {"tried": count, "accepted": len(sockets), "refused": refused, "open_s": round(opened_s, 1),
+                "closed_by_relay": len(closed_at), "last_closed_s": round(max(closed_at, default=0), 1),
+                "unjoined_timeout_s": timeout_s, "rss_growth_mb": round((during["VmRSS"] - before["VmRSS"]) / 1024, 1)}
+    finally:
+        for http in sessions:
+            await http.close()
+        relay.stop()
+
+
 async def bench_fdlimit(root: Path, tmp: Path, seconds: float) -> dict[str, Any]:
     out = {}
     for label, toml in (("total_cap_off", "max_connections = 1000000\n"), ("total_cap_auto", "")):
@@ -288,7 +349,8 @@ async def bench_fdlimit(root: Path, tmp: Path, seconds: float) -> dict[str, Any]
 async def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--root", type=Path, default=ROOT)
-    ap.add_argument("--only", default="body,slowloris,sessions,fdlimit")
+    ap.add_argument("--only", default="body,slowloris,sessions,unjoined,fdlimit")
+    ap.add_argument("--unjoined-s", type=float, default=10.0)
     ap.add_argument("--slow-s", type=float, default=20.0)
     ap.add_argument("--fd-s", type=float, default=10.0)
     args = ap.parse_args()
@@ -305,6 +367,8 @@ async def main() -> None:
                 result = await bench_slowloris(args.root, tmp, args.slow_s)
             elif name == "sessions":
                 result = await bench_sessions(args.root, tmp)
+            elif name == "unjoined":
+                result = await bench_unjoined(args.root, tmp, args.unjoined_s)
             elif name == "fdlimit":
                 result = await bench_fdlimit(args.root, tmp, args.fd_s)
             else:
