@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Any
 from ... import protocol as P
 from ...core.ask_user import answer_problem, short
 from ...errors import ProtocolError
+from ...protocol import AskUserType
 from .. import storage as S
 from .skeleton import key_reused_message, unstorable
 
@@ -15,7 +16,7 @@ if TYPE_CHECKING:
 
 #: The kind an ask-user answer's idempotency key is stored for (the other kinds are socket event names).
 ASK_USER_WRITE = "ask_user"
-PROMPT_TYPES = ("text", "bool", "radiolist", "checklist")
+PROMPT_TYPES = tuple(AskUserType)
 #: Bounds on an ask-user prompt the model writes (a prompt over them is refused to the model).
 PROMPT_MAX_QUESTION_CHARS = 2000
 PROMPT_MAX_OPTIONS = 50
@@ -42,17 +43,17 @@ def prompt_from(call: dict[str, Any]) -> tuple[dict[str, Any] | None, str]:
     if not isinstance(extra, dict):
         return None, "arguments must be an object"
     args: dict[str, Any] = {}
-    allowed = {"bool": ("yes_label", "no_label"), "text": ("placeholder",)}.get(t, ())
+    allowed = {AskUserType.BOOL: ("yes_label", "no_label"), AskUserType.TEXT: ("placeholder",)}.get(t, ())
     for k in allowed:
         if extra.get(k) is not None:
             if not isinstance(extra[k], str) or len(extra[k]) > PROMPT_MAX_LABEL_CHARS:
                 return None, f"arguments.{k} must be a string of at most {PROMPT_MAX_LABEL_CHARS} characters"
             args[k] = extra[k]
-    if t == "text" and extra.get("multiline") is not None:
+    if t == AskUserType.TEXT and extra.get("multiline") is not None:
         if not isinstance(extra["multiline"], bool):
             return None, "arguments.multiline must be true or false"
         args["multiline"] = extra["multiline"]
-    if t in ("radiolist", "checklist"):
+    if t in (AskUserType.RADIOLIST, AskUserType.CHECKLIST):
         options = extra.get("options")
         if not isinstance(options, list) or not options:
             return None, f"a {t} prompt needs arguments.options, a non-empty list of {{value, label}}"

@@ -9,6 +9,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from ... import protocol as P
+from ...protocol import Kind, Role, TurnErrorCode, TurnStatus, UserInputReason
 from .. import storage as S
 from .runtime import LIVE_STATUSES, ConvRuntime, new_id
 from .turns import tool_message
@@ -84,10 +85,10 @@ class Lifecycle:
                 rt,
                 cid,
                 P.EV_COMPLETION_FINISHED,
-                {"turn_id": conv["turn_id"], "status": "cancelled"},
+                {"turn_id": conv["turn_id"], "status": TurnStatus.CANCELLED},
                 conversation={"status": S.IDLE},
             )
-            await hub.emit_locked(rt, cid, P.EV_USER_INPUT, {"reason": "message"})
+            await hub.emit_locked(rt, cid, P.EV_USER_INPUT, {"reason": UserInputReason.MESSAGE})
             return True
 
     async def close_leftover_calls(self, rt: ConvRuntime, cid: str) -> None:
@@ -171,9 +172,9 @@ class Lifecycle:
                         "total_ms": None,
                     }
                     await hub.emit_locked(rt, cid, P.EV_FUNCTION_CALL_END, end)
-                    tools.append(tool_message(c["id"], c["name"], c.get("kind", "function"), end))
+                    tools.append(tool_message(c["id"], c["name"], c.get("kind", Kind.FUNCTION), end))
             if message_id is not None:
-                msg = {"id": message_id, "role": "assistant", "content": "".join(text), "created_at": time.time()}
+                msg = {"id": message_id, "role": Role.ASSISTANT, "content": "".join(text), "created_at": time.time()}
                 if calls:
                     msg["function_calls"] = calls
                 await hub.emit_locked(
@@ -181,9 +182,9 @@ class Lifecycle:
                 )
             err = {
                 "id": new_id("m_"),
-                "role": "error",
+                "role": Role.ERROR,
                 "content": "The answer was interrupted because the relay restarted. Try again.",
-                "code": "turn_interrupted",
+                "code": TurnErrorCode.TURN_INTERRUPTED,
                 "retryable": True,
                 "created_at": time.time(),
             }
@@ -192,8 +193,8 @@ class Lifecycle:
                 rt,
                 cid,
                 P.EV_COMPLETION_FINISHED,
-                {"turn_id": turn_id, "status": "failed"},
+                {"turn_id": turn_id, "status": TurnStatus.FAILED},
                 conversation={"status": S.FAILED},
             )
-            await hub.emit_locked(rt, cid, P.EV_USER_INPUT, {"reason": "message"})
+            await hub.emit_locked(rt, cid, P.EV_USER_INPUT, {"reason": UserInputReason.MESSAGE})
             return True

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ... import protocol as P
+from ...protocol import ActionConfirm, Role, ToolHandler
 from .. import storage as S
 from ..config import AppConfig, RelayConfig, ToolConfig
 from ..model import ASK_USER_SPEC, ASK_USER_TOOL, ModelAdapter, ModelRequest
@@ -99,7 +100,7 @@ def catalogue(
             continue
         if kind not in (P.KIND_TOOL, P.KIND_ACTION):
             continue
-        if kind == P.KIND_TOOL and d.get("handler") == "run" and name in app.tools:
+        if kind == P.KIND_TOOL and d.get("handler") == ToolHandler.RUN and name in app.tools:
             relay_tool(name, app.tools[name])
             continue
         params, problem = flat_parameters(name, d.get("parameters"))
@@ -117,7 +118,8 @@ def catalogue(
                 }
             )
         else:
-            confirm = {True: "button", "button": "button", "form": "form"}.get(d.get("confirm"))
+            button, form = ActionConfirm.BUTTON, ActionConfirm.FORM
+            confirm = {True: button, button: button, form: form}.get(d.get("confirm"))
             if confirm is None:
                 log.info("page action %r left out: confirm must be 'button' or 'form'", name)
                 continue
@@ -145,7 +147,7 @@ def history(
     an ``action`` message is a user-role note marked as data (§8.1)."""
     offers = offers or {}
     out: list[tuple[bool, dict[str, Any]]] = []  # (starts an exchange, chat message)
-    answered = {m.get("function_call_id") for m in messages if m.get("role") == "tool"}
+    answered = {m.get("function_call_id") for m in messages if m.get("role") == Role.TOOL}
     for m in messages:
         role = m.get("role")
         if role == "user":
@@ -241,7 +243,7 @@ async def build_request(
     context = doc.get(P.STATE_ROOT, {}).get("context", {})
     if config.context_redactor is not None and isinstance(context, dict):
         context = config.context_redactor(conv["app_id"], copy.deepcopy(context))
-    question = next((m.get("content") or "" for m in reversed(messages) if m.get("role") == "user"), "")
+    question = next((m.get("content") or "" for m in reversed(messages) if m.get("role") == Role.USER), "")
     info = RoundInfo(
         catalogue=entries,
         actions=actions,
@@ -249,7 +251,7 @@ async def build_request(
         page=context if isinstance(context, dict) else {},
         app_id=conv["app_id"],
     )
-    offers = await store.get_offers(cid) if any(m.get("role") == "assistant" for m in messages) else {}
+    offers = await store.get_offers(cid) if any(m.get("role") == Role.ASSISTANT for m in messages) else {}
     system = [{"role": "system", "content": config.system_prompt}]
     if context:
         system.append(

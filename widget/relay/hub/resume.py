@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ... import protocol as P
+from ...protocol import Role, ToolMessageKind
 from .. import storage as S
 from .runtime import ConvRuntime, new_id
 from .turns import Round, tool_message
@@ -35,7 +36,7 @@ class ResumePlan:
 async def resume_plan(store: S.Store, cid: str, turn_id: str, withdrawn: list[dict[str, Any]]) -> ResumePlan | None:
     """The plan for resuming, when the interrupted round (the last assistant message ``retry`` withdraws)
     made a call that ran or may still answer; None when the round should be asked of the model again."""
-    msg = next((m for m in reversed(withdrawn) if m.get("role") == "assistant" and m.get("function_calls")), None)
+    msg = next((m for m in reversed(withdrawn) if m.get("role") == Role.ASSISTANT and m.get("function_calls")), None)
     if msg is None:
         return None
     rows = {c["id"]: c for c in await store.turn_calls(cid, turn_id)}
@@ -72,7 +73,8 @@ async def resume_round(
             log_calls.append({"tool": c["name"], "ok": end["status"] == P.STATUS_SUCCESS, "ms": ms, "resumed": True})
             cur.tools.append(tool_message(c["id"], c["name"], row["kind"], end))
         elif row is None:
-            cur.tools.append(tool_message(c["id"], c["name"], "relay", {"status": P.STATUS_ERROR, "error": NOT_RUN}))
+            not_run = {"status": P.STATUS_ERROR, "error": NOT_RUN}
+            cur.tools.append(tool_message(c["id"], c["name"], ToolMessageKind.RELAY, not_run))
         elif row["status"] == S.CALL_ANSWERED and row["error"] is None:  # run by the relay itself
             cur.tools.append(
                 tool_message(

@@ -10,6 +10,7 @@ from ... import protocol as P
 from ...core.limits import check_state
 from ...core.tools import check_tool_arguments
 from ...errors import ProtocolError, StateLimitError
+from ...protocol import Event, Role
 from .. import storage as S
 from .patching import PatchFailed, apply_patch_atomic
 from .resume import ResumePlan, resume_plan
@@ -89,7 +90,7 @@ class Writes:
         check_rate(hub.message_limiter, cid, "Too many messages; wait a moment.")
         if conv["status"] == S.FAILED:
             await hub.recovery.close_leftover_calls(rt, cid)
-        message = {"id": new_id("m_"), "role": "user", "content": text, "created_at": time.time()}
+        message = {"id": new_id("m_"), "role": Role.USER, "content": text, "created_at": time.time()}
         turn_id = new_id("t_")
         ack = P.ok(message_id=message["id"])
         try:  # conditional: a message sent through another process at the same moment loses
@@ -240,7 +241,7 @@ class Writes:
         if not done:
             call = await store.get_call(cid, call_id)
             reason = f"call is {call['status']}" if call else "unknown call"
-            await store.record_refused(cid, "function_response", data, reason)
+            await store.record_refused(cid, Event.FUNCTION_RESPONSE, data, reason)
             raise ProtocolError(P.ERR_CALL_NOT_PENDING, f"The relay is not waiting for call {call_id!r} ({reason}).")
         ev = ctx.conv_rt.call_events.get(call_id)
         if ev is not None:
@@ -280,7 +281,7 @@ class Writes:
         offer = await hub.store.get_offer(cid, str(message_id))
         action = next((a for a in offer["actions"] if a["id"] == action_id), None) if offer else None
         if action is None:
-            await hub.store.record_refused(cid, "action_outcome", data, "not offered")
+            await hub.store.record_refused(cid, Event.ACTION_OUTCOME, data, "not offered")
             raise ProtocolError(P.ERR_NOT_FOUND, f"No action {action_id!r} was offered on message {message_id!r}.")
         if action["name"] != name:
             raise ProtocolError(P.ERR_BAD_REQUEST, f"Action {action_id!r} is {action['name']!r}, not {name!r}.")
@@ -288,12 +289,12 @@ class Writes:
         if problem is not None:
             raise ProtocolError(P.ERR_BAD_REQUEST, f"The arguments of {name} do not pass its schema: {problem}")
         if await hub.store.action_succeeded(cid, str(action_id)):
-            await hub.store.record_refused(cid, "action_outcome", data, "already succeeded")
+            await hub.store.record_refused(cid, Event.ACTION_OUTCOME, data, "already succeeded")
             raise ProtocolError(P.ERR_BAD_REQUEST, f"Action {action_id!r} already succeeded; it is done.")
         check_rate(hub.message_limiter, cid, "Too many messages; wait a moment.")
         msg = {
             "id": new_id("m_"),
-            "role": "action",
+            "role": Role.ACTION,
             "message_id": message_id,
             "action_id": action_id,
             "name": name,
