@@ -17,6 +17,7 @@ from typing import Any, Callable
 from . import protocol as P
 from .client_calls import CallsMixin, ConfirmationHandler, Navigate
 from .client_connection import ConnectionMixin, storage_key
+from .client_feedback import FeedbackMixin
 from .client_input import InputMixin
 from .client_tools import ToolsMixin
 from .core.events import Emitter
@@ -58,7 +59,7 @@ CONNECTED_STATE, DISCONNECTED_STATE = CONNECTED, DISCONNECTED
 __all__ += ["IDLE", "CONNECTING", "CONNECTED_STATE", "RECONNECTING", "DISCONNECTED_STATE", "ERROR"]
 
 
-class AutopilotClient(ConnectionMixin, InputMixin, CallsMixin, ToolsMixin):
+class AutopilotClient(ConnectionMixin, InputMixin, CallsMixin, ToolsMixin, FeedbackMixin):
     """Connects to a relay, mirrors functions and context, runs the functions the model calls."""
 
     def __init__(
@@ -422,7 +423,7 @@ class AutopilotClient(ConnectionMixin, InputMixin, CallsMixin, ToolsMixin):
                 self._state_waiter.set_result(data if isinstance(data, dict) else {})
             else:
                 self._apply(self.core.state_received(data, now))
-        elif event in P.SEQUENCED_EVENTS or event in (P.EV_CLIENT_ROLE, P.EV_REPLAY_DONE):
+        elif event in P.SEQUENCED_EVENTS or event in (P.EV_CLIENT_ROLE, P.EV_REPLAY_DONE, P.EV_FEEDBACK):
             self._apply(self.core.received(event, data, now))
         else:
             log.debug("unhandled relay event %r", event)

@@ -191,7 +191,8 @@ class ClientSession(CallsPart):
         self.seq.reset(int(conversation.get("seq") or 0))
         return [
             *self.set_pending_ask_user(info.get("pending_ask_user") or []),
-            Notify(ClientEvent.CONVERSATION_LOADED, {"conversation": conversation, "messages": self.stream.messages}),
+            Notify(ClientEvent.CONVERSATION_LOADED, {"conversation": conversation, "messages": self.stream.messages,
+                                                     "feedback": info.get("feedback") or []}),
         ]
 
     def token_received(self, token: str, now: float) -> None:
@@ -279,6 +280,8 @@ class ClientSession(CallsPart):
             last = data.get("last_seq") if isinstance(data, dict) else None
             if isinstance(last, int) and not isinstance(last, bool) and last > self.seq.last_seq:
                 return self._ask_replay()
+        if event == P.EV_FEEDBACK and isinstance(data, dict):  # a rating of an answer changed (any tab)
+            return [Notify(ClientEvent.FEEDBACK, data)]
         return []
 
     def _ask_replay(self) -> list[Effect]:

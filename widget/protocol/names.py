@@ -130,6 +130,8 @@ class ClientEvent(StrEnum):
     ACTIONS_OFFERED = "actionsOffered"
     ACTION_STARTED = "actionStarted"
     ACTION_OUTCOME = "actionOutcome"
+    #: The reader's rating of an answer was stored or changed (in any tab of the conversation).
+    FEEDBACK = "feedback"
     ERROR = "error"
     PAGE_ERROR = "pageError"
     ANY = "*"

@@ -15,6 +15,7 @@ from ..protocol import ClientEvent, ConfirmationReason, ConnectionState, Event, 
 from .actions import OfferedActions
 from .activity import build_activity, call_timing, cancelled, error_entry
 from .confirm import ConfirmationQueue
+from .feedback import Ratings
 from .forms import message_of
 from .local import LocalErrors
 from .ops import ConversationOps
@@ -65,6 +66,8 @@ class Store(ConversationOps):
         self._activity: list[dict[str, Any]] = []
         self._activity_at = -1
         self.offers = OfferedActions(self, self._actions_changed)
+        #: The reader's thumbs up/down on answers (widget.store.feedback).
+        self.ratings = Ratings(client, self._ratings_changed)
         on = client.on
         self._unsubscribe = [
             on(ClientEvent.CONNECTION_STATE_CHANGED, self._on_connection),
@@ -260,6 +263,10 @@ class Store(ConversationOps):
         self._bump()
         self._notify("actions")
 
+    def _ratings_changed(self) -> None:
+        self._bump()
+        self._notify("messages")
+
     def _on_started(self, payload: Any) -> None:
         if isinstance(payload, dict) and isinstance(payload.get("message_id"), str):
             self._streaming_id = payload["message_id"]
@@ -426,7 +433,7 @@ class Store(ConversationOps):
         if self._closed:
             return
         self._closed = True
-        for off in self._unsubscribe:
+        for off in [*self._unsubscribe, *self.ratings.unsubscribe]:
             off()
         self._unsubscribe = []
         self._confirmations.deny_all()

@@ -28,6 +28,7 @@ from ..loader_data import TOGGLE_CSS  # one toggle CSS for the loader and the ba
 from ..store import Store
 from .actions import Actions
 from .activity import ActivityLog
+from .answer_tools import AnswerTools
 from .ask import AskUser
 from .calls import CallPills
 from .composer import Composer
@@ -125,6 +126,7 @@ class Bar:
         self.header = Header(self)
         pills = CallPills(dom, store)
         self.messages = Messages(self, pills)
+        self.answer_tools = AnswerTools(self)
         self.actions = Actions(self)
         self.activity = ActivityLog(dom, store, pills)
         self.confirmations = Confirmations(self)

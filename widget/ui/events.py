@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from ..protocol import ConfirmationDecision
+from .answer_tools import ACTIONS as ANSWER_ACTIONS
 from .dom import FOCUSABLE, absent, has
 
 if TYPE_CHECKING:
@@ -70,6 +71,8 @@ class PanelEvents:
             self.bar.actions.press(el)
         elif action == "action-cancel":
             s.cancel_action_form(str(el.getAttribute("data-mid")), str(el.getAttribute("data-aid")))
+        elif action in ANSWER_ACTIONS:  # copy or rate an answer (widget.ui.answer_tools)
+            self.bar.answer_tools.on_action(action, arg, el)
 
     def keep_key(self, event: Any) -> None:
         """A key released in the bar: the page does not see it."""

@@ -81,6 +81,16 @@ LABELS: dict[str, str] = {
     "action_yes": "Yes",
     "action_no": "No",
     "action_required": "(required)",
+    # under an answer: copy and rate it
+    "answer_tools": "Copy or rate this answer",
+    "copy_markdown": "Copy",
+    "copy_text": "Copy as text",
+    "copy_code": "Copy code",
+    "copy_code_n": "Copy code {n}",
+    "copied": "Copied",
+    "copy_failed": "Copy failed",
+    "rate_up": "Good answer",
+    "rate_down": "Bad answer",
     # composer
     "input": "Message",
     "placeholder": "Ask anything…",

@@ -115,6 +115,7 @@ class Messages:
                 self._fill(view, streaming, streaming=True, last=False)
         for key in [k for k in self.views if k not in keys]:
             self.views.pop(key).el.remove()
+            self.bar.answer_tools.forget(key)
         if keys != self.order:
             for key in keys:  # appendChild moves: the list ends up in order
                 self.list.appendChild(self.views[key].el)
@@ -204,6 +205,8 @@ class Messages:
         self.pills.render(view.calls, view.call_views, m.get("function_calls") or [])
         if view.actions is not None:
             self.bar.actions.render(view, [] if streaming else self.bar.store.actions_for(m.get("id")))
+        if view.role == "assistant":
+            self.bar.answer_tools.render(view, m, streaming)
         # Footer: Stopped mark, Retry on the last error, Regenerate on the last answer.
         stopped = bool(m.get("stopped"))
         retry = view.role == Role.ERROR and last and (m.get("retryable", True) is not False)
