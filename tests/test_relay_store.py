@@ -17,8 +17,9 @@ import pytest_asyncio
 
 from relay_helpers import STORE_KINDS, database_for, pg_server, store_kind  # noqa: F401 - a fixture
 from widget.relay import sqlite as sqlite_engine
+from widget.protocol import CallState, ConversationStatus
 from widget.relay import storage as S
-from widget.relay.storage import CALL_ANSWERED, SQLiteStore, Store
+from widget.relay.storage import SQLiteStore, Store
 
 
 def make_store(kind: str, tmp: Path) -> Store:
@@ -154,20 +155,20 @@ async def test_conditional_transitions_have_one_winner(two: tuple[Store, Store])
     await a.create_conversation("c", "demo", {"autopilot": {}})
     # two user messages at once through two processes: one turn starts, the other is refused
     outcomes = await asyncio.gather(*(s.append_event("c", "message", {"message": {"id": f"m{i}"}}, messages=[{"id": f"m{i}"}],
-                                                     conversation={"status": S.RUNNING, "runner": f"r{i}"},
-                                                     require_status=(S.IDLE, S.FAILED))
+                                                     conversation={"status": ConversationStatus.RUNNING, "runner": f"r{i}"},
+                                                     require_status=(ConversationStatus.IDLE, ConversationStatus.FAILED))
                                       for i, s in enumerate((a, b, a, b))), return_exceptions=True)
     assert sum(isinstance(o, int) for o in outcomes) == 1
-    assert sum(isinstance(o, S.StatusConflict) and o.status == S.RUNNING for o in outcomes) == 3
+    assert sum(isinstance(o, S.StatusConflict) and o.status == ConversationStatus.RUNNING for o in outcomes) == 3
     conv = await b.get_conversation("c")
     assert conv["seq"] == 1 and len((await b.snapshot("c"))[1]) == 1  # type: ignore[index]
     # taking a dead runner's turn over: one process wins
-    won = await asyncio.gather(*(s.claim_status("c", [S.RUNNING], runner_was=conv["runner"], runner=f"x{i}")
+    won = await asyncio.gather(*(s.claim_status("c", [ConversationStatus.RUNNING], runner_was=conv["runner"], runner=f"x{i}")
                                  for i, s in enumerate((a, b, a, b))))
     assert won.count(True) == 1
     assert (await a.get_conversation("c"))["runner"] == f"x{won.index(True)}"
-    assert await a.claim_status("c", [S.WAITING_FOR_ASK_USER], status=S.IDLE) is False
-    assert await a.claim_status("c", [S.RUNNING], status=S.IDLE) is True
+    assert await a.claim_status("c", [ConversationStatus.WAITING_FOR_ASK_USER], status=ConversationStatus.IDLE) is False
+    assert await a.claim_status("c", [ConversationStatus.RUNNING], status=ConversationStatus.IDLE) is True
 
 
 async def test_call_dispatch_follows_liveness(store: Store) -> None:
@@ -195,12 +196,12 @@ async def test_call_dispatch_follows_liveness(store: Store) -> None:
     assert not await store.instance_alive("B")
     assert await store.claim_call("c", "k2", "s2") == "s2"
     # an answered call is dispatched to nobody
-    assert await store.finish_call("c", "k2", CALL_ANSWERED, result=1)
+    assert await store.finish_call("c", "k2", CallState.ANSWERED, result=1)
     assert await store.claim_call("c", "k2", "s2") is None
     # the active client is forgotten when its socket leaves
     await store.remove_member("s2")
     assert (await store.get_conversation("c"))["active_sid"] is None
-    assert await store.conversations_brief(["c", "nope"]) == {"c": {"seq": 0, "status": S.IDLE, "runner": None}}
+    assert await store.conversations_brief(["c", "nope"]) == {"c": {"seq": 0, "status": ConversationStatus.IDLE, "runner": None}}
 
 
 async def test_answer_prompts_all_or_nothing(store: Store) -> None:
@@ -211,7 +212,7 @@ async def test_answer_prompts_all_or_nothing(store: Store) -> None:
     assert await store.answer_prompts("c", [("p2", True), ("p1", "y")], ("k", {"ok": True})) is False
     assert [p["id"] for p in await store.pending_prompts("c")] == ["p2"]
     assert await store.get_ack("c", "k") is None
-    assert await store.prompt_statuses("c", ["p1", "p2", "p9"]) == {"p1": CALL_ANSWERED, "p2": "pending"}
+    assert await store.prompt_statuses("c", ["p1", "p2", "p9"]) == {"p1": CallState.ANSWERED, "p2": "pending"}
     assert await store.answer_prompts("c", [("p2", False)], ("k", {"ok": True})) is True
     assert await store.get_ack("c", "k") == {"ok": True}
     assert await store.take_answers("c") == [({"id": "p1", "type": "text"}, "x"), ({"id": "p2", "type": "bool"}, False)]
@@ -221,15 +222,15 @@ async def test_answer_prompts_all_or_nothing(store: Store) -> None:
 async def test_calls_offers_refusals_and_delete(store: Store) -> None:
     await store.create_conversation("c", "demo", {"autopilot": {}})
     await store.add_calls("c", "t1", [{"id": "k1", "name": "f", "kind": "tool", "arguments": {"q": 1}},
-                                      {"id": "k2", "name": "g", "arguments": {}, "status": CALL_ANSWERED, "result": {"r": [1]},
+                                      {"id": "k2", "name": "g", "arguments": {}, "status": CallState.ANSWERED, "result": {"r": [1]},
                                        "handler_ms": 1.5, "total_ms": 2.0}])
     assert [c["id"] for c in await store.turn_calls("c", "t1")] == ["k1", "k2"]
     await store.set_call_seq("c", "k1", 7)
     assert [c["id"] for c in await store.pending_calls("c")] == ["k1"]
-    assert await store.finish_call("c", "k1", CALL_ANSWERED, error="no", handler_ms=3.0, total_ms=4.0, idempotency=("fr", {"ok": True}))
-    assert not await store.finish_call("c", "k1", CALL_ANSWERED, result=2)
+    assert await store.finish_call("c", "k1", CallState.ANSWERED, error="no", handler_ms=3.0, total_ms=4.0, idempotency=("fr", {"ok": True}))
+    assert not await store.finish_call("c", "k1", CallState.ANSWERED, result=2)
     k1 = await store.get_call("c", "k1")
-    assert (k1["status"], k1["error"], k1["seq"], k1["total_ms"], k1["arguments"]) == (CALL_ANSWERED, "no", 7, 4.0, {"q": 1})
+    assert (k1["status"], k1["error"], k1["seq"], k1["total_ms"], k1["arguments"]) == (CallState.ANSWERED, "no", 7, 4.0, {"q": 1})
     assert (await store.get_call("c", "k2"))["result"] == {"r": [1]}
     await store.record_refused("c", "function_response", {"id": "k1"}, "call is answered")
     assert [r["reason"] for r in await store.refused("c")] == ["call is answered"]  # type: ignore[attr-defined]
@@ -283,7 +284,7 @@ async def test_signals_reach_every_process(two: tuple[Store, Store]) -> None:
     b.add_listener(got_b.append)
     await a.create_conversation("c", "demo", {"autopilot": {}})
     await a.add_calls("c", "t", [{"id": "k", "name": "f", "arguments": {}}])
-    assert await a.finish_call("c", "k", CALL_ANSWERED, result=1)
+    assert await a.finish_call("c", "k", CallState.ANSWERED, result=1)
     await a.signal({"t": "cancel", "c": "c"})
     want = [{"t": "call", "c": "c", "id": "k"}, {"t": "cancel", "c": "c"}]
     assert got_a == want

@@ -24,7 +24,7 @@ from starlette.responses import JSONResponse, Response
 
 from .. import protocol as P
 from ..errors import ProtocolError
-from . import storage as S
+from ..protocol import ConversationStatus
 from .feedback import feedback_of
 from .hub import Hub, empty_state
 from .ratelimit import RateLimiter
@@ -252,7 +252,7 @@ class Api:
             "token": token,
             "token_expires_at": expires_at,
         }
-        if conv["status"] == S.WAITING_FOR_ASK_USER:
+        if conv["status"] == ConversationStatus.WAITING_FOR_ASK_USER:
             body["pending_ask_user"] = await self.store.pending_prompts(cid)
         ratings = await feedback_of(self.store, cid)
         if ratings:

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 from .. import protocol as P
 from ..core.mcp_names import mcp_tool_name
 from ..errors import ConfigError
-from . import storage as S
+from ..protocol import ConversationStatus
 from .config import AppConfig, RelayConfig
 from .mcp_config import McpServerConfig
 from .model import ASK_USER_TOOL
@@ -291,10 +291,10 @@ class McpTool:
                                                        "arguments": c["arguments"]}])
         rt.call_events[c["id"]] = asyncio.Event()
         seq = await hub.emit_event(cid, P.EV_FUNCTION_CALL_BEGIN, {**begin, "kind": P.KIND_FUNCTION},
-                                   conversation={"status": S.WAITING_FOR_FUNCTION})
+                                   conversation={"status": ConversationStatus.WAITING_FOR_FUNCTION})
         await hub.store.set_call_seq(cid, c["id"], seq)
         answer, _ms = await hub.dispatch.await_call(cid, rt, {**c, "kind": P.KIND_FUNCTION}, announce=False)
-        await hub.store.update_conversation(cid, status=S.RUNNING)
+        await hub.store.update_conversation(cid, status=ConversationStatus.RUNNING)
         if answer["status"] == P.STATUS_SUCCESS and answer.get("result") == "allow":
             return None
         return str(answer.get("error") or P.MSG_SENSITIVE_DENIED)

@@ -19,26 +19,17 @@ import time
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from ..protocol.names import Event
+from ..protocol.names import CallState, ConversationStatus, Event
 from .sql import READ, SNAPSHOT, Body, execute, executemany, fetch, fetchrow, fetchval
 from .storebase import (  # the shared names: import them from here
     _CALL_SQL,
     _CONV_SQL,
     _TABLES,
-    CALL_ANSWERED,
-    CALL_CANCELLED,
-    CALL_PENDING,
-    CALL_TIMED_OUT,
-    FAILED,
-    IDLE,
     INSTANCE_TTL_S,
     PROMPT_TAKEN,
     REFUSED_MAX_FIELDS,
     REFUSED_MAX_VALUE_CHARS,
-    RUNNING,
     UNCOMMITTED_EVENTS,
-    WAITING_FOR_ASK_USER,
-    WAITING_FOR_FUNCTION,
     Ack,
     IdempotencyConflict,
     NotActive,
@@ -59,7 +50,7 @@ from .storebase import (  # the shared names: import them from here
 STREAM_EVENT: str = Event.COMPLETION_STREAM.value
 PACKED_STREAM = "completion_stream.packed"
 
-__all__ = ["Ack", "CALL_ANSWERED", "CALL_CANCELLED", "CALL_PENDING", "CALL_TIMED_OUT", "FAILED", "IDLE", "INSTANCE_TTL_S", "IdempotencyConflict", "NotActive", "PROMPT_TAKEN", "REFUSED_MAX_FIELDS", "REFUSED_MAX_VALUE_CHARS", "RUNNING", "StatusConflict", "Store", "UNCOMMITTED_EVENTS", "WAITING_FOR_ASK_USER", "WAITING_FOR_FUNCTION", "_dumps", "refused_excerpt"]
+__all__ = ["Ack", "INSTANCE_TTL_S", "IdempotencyConflict", "NotActive", "PROMPT_TAKEN", "REFUSED_MAX_FIELDS", "REFUSED_MAX_VALUE_CHARS", "StatusConflict", "Store", "UNCOMMITTED_EVENTS", "_dumps", "refused_excerpt"]
 
 
 class Store(_Presence, _Prompts):
@@ -73,7 +64,7 @@ class Store(_Presence, _Prompts):
 
         def go() -> Body[dict[str, Any]]:
             yield execute("INSERT INTO conversations (id, app_id, status, created_at, updated_at, state) VALUES (?,?,?,?,?,?)",
-                          conversation_id, app_id, IDLE, now, now, _dumps(state))
+                          conversation_id, app_id, ConversationStatus.IDLE, now, now, _dumps(state))
             conv = _conv_row((yield fetchrow(_CONV_SQL, conversation_id)))
             assert conv is not None
             return conv
@@ -315,10 +306,10 @@ class Store(_Presence, _Prompts):
         now = time.time()
         rows = []
         for c in calls:
-            status = c.get("status", CALL_PENDING)
+            status = c.get("status", CallState.PENDING)
             rows.append((conversation_id, c["id"], turn_id, c["name"], c.get("kind", "function"), _dumps(c["arguments"]),
                          c.get("seq", 0), status, _json_or_none(c.get("result")), c.get("error"),
-                         c.get("handler_ms"), c.get("total_ms"), now, None if status == CALL_PENDING else now))
+                         c.get("handler_ms"), c.get("total_ms"), now, None if status == CallState.PENDING else now))
         await self._one(executemany(
             "INSERT INTO calls (conversation_id, id, turn_id, name, kind, arguments, seq, status, result, error,"
             " handler_ms, total_ms, created_at, finished_at) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)", rows))
@@ -335,7 +326,7 @@ class Store(_Presence, _Prompts):
     async def pending_calls(self, conversation_id: str) -> list[dict[str, Any]]:
         """The pending calls, by seq."""
         rows = await self._one(fetch(f"{_CALL_SQL} WHERE conversation_id = ? AND status = ? ORDER BY seq",
-                                     conversation_id, CALL_PENDING), READ)
+                                     conversation_id, CallState.PENDING), READ)
         return [_call_row(r) for r in rows]
 
     async def turn_calls(self, conversation_id: str, turn_id: str) -> list[dict[str, Any]]:
@@ -364,7 +355,7 @@ class Store(_Presence, _Prompts):
             changed = yield execute(
                 "UPDATE calls SET status = ?, result = ?, error = ?, handler_ms = ?, total_ms = ?, finished_at = ?"
                 " WHERE conversation_id = ? AND id = ? AND status = ?",
-                status, _json_or_none(result), error, handler_ms, total_ms, now, conversation_id, call_id, CALL_PENDING)
+                status, _json_or_none(result), error, handler_ms, total_ms, now, conversation_id, call_id, CallState.PENDING)
             if not changed:
                 return False
             if idempotency:

@@ -9,7 +9,7 @@ import time
 from collections.abc import Callable, Iterable
 from typing import Any, ClassVar, TypeVar
 
-from ..protocol import CallState, ConversationStatus, Event
+from ..protocol import CallState, Event
 from .sql import READ, WRITE, Body, Dialect, Q, execute, executemany, fetch, fetchrow, fetchval
 
 T = TypeVar("T")
@@ -17,18 +17,6 @@ T = TypeVar("T")
 #: (the client → relay event name; a key reused by a write of another kind is ``IdempotencyConflict``).
 Ack = tuple[str, dict[str, Any]] | tuple[str, dict[str, Any], str]
 
-#: Conversation statuses (docs/protocol.md §2.2), short names for the vocabulary's.
-IDLE = ConversationStatus.IDLE
-RUNNING = ConversationStatus.RUNNING
-WAITING_FOR_FUNCTION = ConversationStatus.WAITING_FOR_FUNCTION
-WAITING_FOR_ASK_USER = ConversationStatus.WAITING_FOR_ASK_USER
-FAILED = ConversationStatus.FAILED
-
-#: Function-call statuses (stored only), short names for the vocabulary's.
-CALL_PENDING = CallState.PENDING
-CALL_ANSWERED = CallState.ANSWERED
-CALL_TIMED_OUT = CallState.TIMED_OUT
-CALL_CANCELLED = CallState.CANCELLED
 #: A stored ask-user prompt whose answers a resumed turn has taken (stored only).
 PROMPT_TAKEN = "taken"
 
@@ -261,12 +249,12 @@ class _Prompts(_Engine):
         """Store ask-user prompts, pending, in their order."""
         await self._one(executemany(
             "INSERT INTO prompts (conversation_id, id, turn_id, prompt, status, pos) VALUES (?,?,?,?,?,?)",
-            [(conversation_id, p["id"], turn_id, _dumps(p), CALL_PENDING, i) for i, p in enumerate(prompts)]))
+            [(conversation_id, p["id"], turn_id, _dumps(p), CallState.PENDING, i) for i, p in enumerate(prompts)]))
 
     async def pending_prompts(self, conversation_id: str) -> list[dict[str, Any]]:
         """The pending prompts, in the order they were stored."""
         rows = await self._one(fetch("SELECT prompt FROM prompts WHERE conversation_id = ? AND status = ?"
-                                     f" ORDER BY {self.dialect.order}", conversation_id, CALL_PENDING), READ)
+                                     f" ORDER BY {self.dialect.order}", conversation_id, CallState.PENDING), READ)
         return [json.loads(r[0]) for r in rows]
 
     async def prompt_statuses(self, conversation_id: str, prompt_ids: Iterable[str]) -> dict[str, str]:
@@ -286,7 +274,7 @@ class _Prompts(_Engine):
             for pid, answer in answers:
                 if not (yield execute("UPDATE prompts SET status = ?, answer = ?"
                                       " WHERE conversation_id = ? AND id = ? AND status = ?",
-                                      CALL_ANSWERED, _dumps(answer), conversation_id, pid, CALL_PENDING)):
+                                      CallState.ANSWERED, _dumps(answer), conversation_id, pid, CallState.PENDING)):
                     raise _NotPending  # rolls the whole write back
             if idempotency:
                 yield self._put_ack(conversation_id, *idempotency)
@@ -302,13 +290,13 @@ class _Prompts(_Engine):
         # One UPDATE ... RETURNING: two processes resuming at once cannot both take an answer.
         rows = await self._one(fetch(
             "UPDATE prompts SET status = ? WHERE conversation_id = ? AND status = ?"
-            f" RETURNING prompt, answer, {self.dialect.order}", PROMPT_TAKEN, conversation_id, CALL_ANSWERED))
+            f" RETURNING prompt, answer, {self.dialect.order}", PROMPT_TAKEN, conversation_id, CallState.ANSWERED))
         return [(json.loads(p), json.loads(a)) for p, a, _n in sorted(rows, key=lambda r: r[2])]
 
     async def cancel_prompts(self, conversation_id: str) -> int:
         """Cancel the pending prompts; how many."""
         cancelled: int = await self._one(execute("UPDATE prompts SET status = ? WHERE conversation_id = ? AND status = ?",
-                                                 CALL_CANCELLED, conversation_id, CALL_PENDING))
+                                                 CallState.CANCELLED, conversation_id, CallState.PENDING))
         return cancelled
 
 
@@ -391,7 +379,7 @@ class _Presence(_Engine):
         def go() -> Body[str | None]:
             row = yield fetchrow(f"SELECT status, dispatched_to FROM calls WHERE conversation_id = ? AND id = ?{self.dialect.lock}",
                                  conversation_id, call_id)
-            if row is None or row[0] != CALL_PENDING:
+            if row is None or row[0] != CallState.PENDING:
                 return None
             owner = row[1]
             want = sid

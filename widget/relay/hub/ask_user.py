@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any
 from ... import protocol as P
 from ...core.ask_user import answer_problem, short
 from ...errors import ProtocolError
-from ...protocol import AskUserType
+from ...protocol import AskUserType, CallState, ConversationStatus
 from .. import storage as S
 from .skeleton import key_reused_message, unstorable
 
@@ -112,7 +112,7 @@ async def answer_prompts(hub: Hub, cid: str, answers: list[dict[str, Any]], idem
             if conv is None:
                 raise ProtocolError(P.ERR_NOT_FOUND, "Unknown conversation.")
             pending = {p["id"]: p for p in await store.pending_prompts(cid)}
-            if conv["status"] != S.WAITING_FOR_ASK_USER or not pending:
+            if conv["status"] != ConversationStatus.WAITING_FOR_ASK_USER or not pending:
                 raise ProtocolError(P.ERR_BAD_REQUEST, "The conversation is not waiting for ask-user answers.")
             seen: set[str] = set()
             for a in answers:
@@ -126,7 +126,7 @@ async def answer_prompts(hub: Hub, cid: str, answers: list[dict[str, Any]], idem
             if unknown:
                 statuses = await store.prompt_statuses(cid, unknown)
                 pid = unknown[0]
-                if statuses.get(pid) in (S.CALL_ANSWERED, S.PROMPT_TAKEN):
+                if statuses.get(pid) in (CallState.ANSWERED, S.PROMPT_TAKEN):
                     raise ProtocolError(
                         P.ERR_BAD_REQUEST, f"Prompt {pid!r} was already answered; each prompt is answered once."
                     )
@@ -140,6 +140,8 @@ async def answer_prompts(hub: Hub, cid: str, answers: list[dict[str, Any]], idem
             if await store.pending_prompts(cid):
                 return
             # Conditional: when the last answers reach two processes at once, one of them resumes.
-            if not await store.claim_status(cid, [S.WAITING_FOR_ASK_USER], status=S.RUNNING, runner=hub.instance):
+            if not await store.claim_status(
+                cid, [ConversationStatus.WAITING_FOR_ASK_USER], status=ConversationStatus.RUNNING, runner=hub.instance
+            ):
                 return
             rt.turn = hub.spawn(hub.turns.run_turn(cid, conv["turn_id"], conv["iteration"] + 1, resume=True))

@@ -17,7 +17,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from ... import protocol as P
-from .. import storage as S
+from ...protocol import CallState
 from ..config import ToolConfig
 from ..mcp_servers import McpTool
 from ..tools import ToolError
@@ -80,7 +80,7 @@ class CallDispatch:
         (live, join replay, replay, catch-up) it takes."""
         store = self.hub.store
         call = await store.get_call(cid, call_id)
-        if call is None or call["status"] != S.CALL_PENDING:
+        if call is None or call["status"] != CallState.PENDING:
             return False
         if call["dispatched_to"] == sid:
             return True
@@ -158,12 +158,12 @@ class CallDispatch:
                 row = await hub.store.get_call(cid, c["id"])
                 if row is None:
                     raise KeyError(cid)
-                if row["status"] != S.CALL_PENDING:
+                if row["status"] != CallState.PENDING:
                     break
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
                     await hub.store.finish_call(
-                        cid, c["id"], S.CALL_TIMED_OUT, error=f"The page did not answer within {timeout:g} s."
+                        cid, c["id"], CallState.TIMED_OUT, error=f"The page did not answer within {timeout:g} s."
                     )
                     continue
                 try:
@@ -174,12 +174,12 @@ class CallDispatch:
             rt.call_events.pop(c["id"], None)
         ms = round((time.monotonic() - t0) * 1000, 1)
         end: dict[str, Any] = {"id": c["id"], "name": c["name"]}
-        if row["status"] == S.CALL_ANSWERED and row["error"] is None:
+        if row["status"] == CallState.ANSWERED and row["error"] is None:
             end.update(status=P.STATUS_SUCCESS, result=row["result"])
         else:
             end.update(status=P.STATUS_ERROR, error=row["error"] or "The function failed.")
         end.update(duration_ms=row["handler_ms"], total_ms=row["total_ms"])
-        if row["status"] == S.CALL_CANCELLED:
+        if row["status"] == CallState.CANCELLED:
             raise asyncio.CancelledError  # the turn is being cancelled; its abort emits the end events
         if announce:
             await hub.emit_event(cid, P.EV_FUNCTION_CALL_END, end)

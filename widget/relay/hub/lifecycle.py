@@ -9,8 +9,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from ... import protocol as P
-from ...protocol import Kind, Role, TurnErrorCode, TurnStatus, UserInputReason
-from .. import storage as S
+from ...protocol import CallState, ConversationStatus, Kind, Role, TurnErrorCode, TurnStatus, UserInputReason
 from .runtime import LIVE_STATUSES, ConvRuntime, new_id
 from .turns import tool_message
 
@@ -76,9 +75,11 @@ class Lifecycle:
             return False
         async with rt.lock:
             conv = await hub.store.get_conversation(cid)
-            if conv is None or conv["status"] != S.WAITING_FOR_ASK_USER:
+            if conv is None or conv["status"] != ConversationStatus.WAITING_FOR_ASK_USER:
                 return False
-            if not await hub.store.claim_status(cid, [S.WAITING_FOR_ASK_USER], status=S.IDLE):
+            if not await hub.store.claim_status(
+                cid, [ConversationStatus.WAITING_FOR_ASK_USER], status=ConversationStatus.IDLE
+            ):
                 return False  # answered or cancelled through another process meanwhile
             await hub.store.cancel_prompts(cid)
             await hub.emit_locked(
@@ -86,7 +87,7 @@ class Lifecycle:
                 cid,
                 P.EV_COMPLETION_FINISHED,
                 {"turn_id": conv["turn_id"], "status": TurnStatus.CANCELLED},
-                conversation={"status": S.IDLE},
+                conversation={"status": ConversationStatus.IDLE},
             )
             await hub.emit_locked(rt, cid, P.EV_USER_INPUT, {"reason": UserInputReason.MESSAGE})
             return True
@@ -96,7 +97,7 @@ class Lifecycle:
         without retrying it, so their results are no longer wanted."""
         hub = self.hub
         for c in await hub.store.pending_calls(cid):
-            if await hub.store.finish_call(cid, c["id"], S.CALL_CANCELLED, error=ABANDONED):
+            if await hub.store.finish_call(cid, c["id"], CallState.CANCELLED, error=ABANDONED):
                 end = {
                     "id": c["id"],
                     "name": c["name"],
@@ -162,7 +163,7 @@ class Lifecycle:
             for c in await store.pending_calls(cid):
                 if c["seq"] or c["id"] in begun:
                     continue
-                if await store.finish_call(cid, c["id"], S.CALL_CANCELLED, error=NEVER_SENT):
+                if await store.finish_call(cid, c["id"], CallState.CANCELLED, error=NEVER_SENT):
                     end = {
                         "id": c["id"],
                         "name": c["name"],
@@ -194,7 +195,7 @@ class Lifecycle:
                 cid,
                 P.EV_COMPLETION_FINISHED,
                 {"turn_id": turn_id, "status": TurnStatus.FAILED},
-                conversation={"status": S.FAILED},
+                conversation={"status": ConversationStatus.FAILED},
             )
             await hub.emit_locked(rt, cid, P.EV_USER_INPUT, {"reason": UserInputReason.MESSAGE})
             return True

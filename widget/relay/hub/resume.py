@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ... import protocol as P
-from ...protocol import Role, ToolMessageKind
+from ...protocol import CallState, ConversationStatus, Role, ToolMessageKind
 from .. import storage as S
 from .runtime import ConvRuntime, new_id
 from .turns import Round, tool_message
@@ -40,7 +40,9 @@ async def resume_plan(store: S.Store, cid: str, turn_id: str, withdrawn: list[di
     if msg is None:
         return None
     rows = {c["id"]: c for c in await store.turn_calls(cid, turn_id)}
-    if not any(rows.get(c["id"], {}).get("status") in (S.CALL_PENDING, S.CALL_ANSWERED) for c in msg["function_calls"]):
+    if not any(
+        rows.get(c["id"], {}).get("status") in (CallState.PENDING, CallState.ANSWERED) for c in msg["function_calls"]
+    ):
         return None
     return ResumePlan(text=msg.get("content") or "", calls=[dict(c) for c in msg["function_calls"]], rows=rows)
 
@@ -61,10 +63,10 @@ async def resume_round(
         c["id"]
         for c in plan.calls
         if (row := plan.rows.get(c["id"])) is not None
-        and (row["status"] == S.CALL_PENDING or (row["status"] == S.CALL_ANSWERED and row["seq"]))
+        and (row["status"] == CallState.PENDING or (row["status"] == CallState.ANSWERED and row["seq"]))
     }
-    if any(plan.rows[i]["status"] == S.CALL_PENDING for i in waiting):
-        await hub.store.update_conversation(cid, status=S.WAITING_FOR_FUNCTION)
+    if any(plan.rows[i]["status"] == CallState.PENDING for i in waiting):
+        await hub.store.update_conversation(cid, status=ConversationStatus.WAITING_FOR_FUNCTION)
     for c in plan.calls:
         row = plan.rows.get(c["id"])
         if c["id"] in waiting:
@@ -75,7 +77,7 @@ async def resume_round(
         elif row is None:
             not_run = {"status": P.STATUS_ERROR, "error": NOT_RUN}
             cur.tools.append(tool_message(c["id"], c["name"], ToolMessageKind.RELAY, not_run))
-        elif row["status"] == S.CALL_ANSWERED and row["error"] is None:  # run by the relay itself
+        elif row["status"] == CallState.ANSWERED and row["error"] is None:  # run by the relay itself
             cur.tools.append(
                 tool_message(
                     c["id"],
@@ -104,5 +106,5 @@ async def resume_round(
                 )
             )
     if waiting:
-        await hub.store.update_conversation(cid, status=S.RUNNING)
+        await hub.store.update_conversation(cid, status=ConversationStatus.RUNNING)
     return cur

@@ -16,7 +16,7 @@ from typing import Any
 
 from ... import protocol as P
 from ...errors import ProtocolError
-from .. import storage as S
+from ...protocol import ConversationStatus
 
 #: How often a waiting turn re-reads a pending call from the store (another process may answer it).
 CALL_POLL_S = 0.5
@@ -26,9 +26,13 @@ HEARTBEAT_S = 2.0
 #: turns whose relay died; faster while the Redis connection is down.
 POLL_S = 1.0
 POLL_DEGRADED_S = 0.25
-BUSY_STATUSES = {S.RUNNING, S.WAITING_FOR_FUNCTION, S.WAITING_FOR_ASK_USER}
-IDLE_STATUSES = (S.IDLE, S.FAILED)
-LIVE_STATUSES = (S.RUNNING, S.WAITING_FOR_FUNCTION)
+BUSY_STATUSES = {
+    ConversationStatus.RUNNING,
+    ConversationStatus.WAITING_FOR_FUNCTION,
+    ConversationStatus.WAITING_FOR_ASK_USER,
+}
+IDLE_STATUSES = (ConversationStatus.IDLE, ConversationStatus.FAILED)
+LIVE_STATUSES = (ConversationStatus.RUNNING, ConversationStatus.WAITING_FOR_FUNCTION)
 #: The largest ``seq`` a client may name (``last_seq``): stores keep it in a signed 64-bit integer.
 MAX_SEQ = 2**63 - 1
 

@@ -18,8 +18,16 @@ from typing import TYPE_CHECKING, Any
 
 from ... import protocol as P
 from ...core.tools import check_tool_arguments
-from ...protocol import MSG_CALL_CANCELLED, Role, ToolMessageKind, TurnErrorCode, TurnStatus, UserInputReason
-from .. import storage as S
+from ...protocol import (
+    MSG_CALL_CANCELLED,
+    CallState,
+    ConversationStatus,
+    Role,
+    ToolMessageKind,
+    TurnErrorCode,
+    TurnStatus,
+    UserInputReason,
+)
 from ..config import AppConfig
 from ..model import ASK_USER_TOOL, ModelError, StreamLimits, TextDelta, ToolCall, guarded
 from ..tools import check_offer
@@ -130,7 +138,7 @@ class TurnRunner:
             while True:
                 if iteration > 0 and (announce or not first):
                     await hub.emit_event(cid, P.EV_FUNCTION_CALL_ITERATION, {"turn_id": turn_id, "iteration": iteration},
-                                         conversation={"iteration": iteration, "status": S.RUNNING})
+                                         conversation={"iteration": iteration, "status": ConversationStatus.RUNNING})
                 last_round = iteration >= hub.config.max_iterations - 1
                 request, info = await build_request(hub.store, hub.config, cid, conv, app, turn_id, with_tools=not last_round, model=model)
                 await hub.mcp.extend(app, info, request, model, with_tools=not last_round)
@@ -158,7 +166,7 @@ class TurnRunner:
                 if suspended:
                     status = "suspended"
                     await hub.emit_event(cid, P.EV_ASK_USER_REQUEST, {"prompts": suspended},
-                                         conversation={"status": S.WAITING_FOR_ASK_USER, "iteration": iteration})
+                                         conversation={"status": ConversationStatus.WAITING_FOR_ASK_USER, "iteration": iteration})
                     release(rt)
                     await hub.emit_event(cid, P.EV_USER_INPUT, {"reason": UserInputReason.ASK_USER})
                     return
@@ -166,7 +174,7 @@ class TurnRunner:
                 if all(c.name == P.OFFER_ACTIONS_TOOL and info.actions for c in raw_calls):
                     break
                 iteration += 1
-            await hub.emit_event(cid, P.EV_COMPLETION_FINISHED, {"turn_id": turn_id, "status": TurnStatus.DONE}, conversation={"status": S.IDLE})
+            await hub.emit_event(cid, P.EV_COMPLETION_FINISHED, {"turn_id": turn_id, "status": TurnStatus.DONE}, conversation={"status": ConversationStatus.IDLE})
             release(rt)
             await hub.emit_event(cid, P.EV_USER_INPUT, {"reason": UserInputReason.MESSAGE})
         except asyncio.CancelledError:
@@ -236,7 +244,7 @@ class TurnRunner:
         try:
             rt = hub.rt(cid)
             for c in await hub.store.pending_calls(cid):
-                if await hub.store.finish_call(cid, c["id"], S.CALL_CANCELLED, error=MSG_CALL_CANCELLED):
+                if await hub.store.finish_call(cid, c["id"], CallState.CANCELLED, error=MSG_CALL_CANCELLED):
                     end = {"id": c["id"], "name": c["name"], "status": P.STATUS_ERROR, "error": MSG_CALL_CANCELLED, "duration_ms": None, "total_ms": None}
                     await hub.emit_event(cid, P.EV_FUNCTION_CALL_END, end)
                     cur.tools.append(tool_message(c["id"], c["name"], c["kind"], end))
@@ -250,7 +258,7 @@ class TurnRunner:
                 msg = {"id": new_id("m_"), "role": Role.ERROR, "created_at": time.time(), **error}
                 await hub.emit_event(cid, P.EV_MESSAGE, {"message": msg}, messages=[msg])
             await hub.emit_event(cid, P.EV_COMPLETION_FINISHED, {"turn_id": turn_id, "status": status},
-                                 conversation={"status": S.FAILED if status == TurnStatus.FAILED else S.IDLE})
+                                 conversation={"status": ConversationStatus.FAILED if status == TurnStatus.FAILED else ConversationStatus.IDLE})
             release(rt)
             await hub.emit_event(cid, P.EV_USER_INPUT, {"reason": UserInputReason.MESSAGE})
         except KeyError:
@@ -314,7 +322,7 @@ class TurnRunner:
                     if earlier is None:
                         earlier = {
                             cache_key(c["name"], c["arguments"]): c for c in reversed(await hub.store.turn_calls(cid, turn_id))
-                            if c["kind"] == P.KIND_TOOL and c["status"] == S.CALL_ANSWERED and c["error"] is None
+                            if c["kind"] == P.KIND_TOOL and c["status"] == CallState.ANSWERED and c["error"] is None
                         }
                     prior = earlier.get(key)
                     if prior is not None:
@@ -338,14 +346,14 @@ class TurnRunner:
                     seq = await hub.emit_event(cid, P.EV_FUNCTION_CALL_BEGIN,
                                                {"id": c["id"], "name": c["name"], "arguments": c["arguments"], "message_id": cur.message_id,
                                                 "kind": c["kind"]},
-                                               conversation={"status": S.WAITING_FOR_FUNCTION})
+                                               conversation={"status": ConversationStatus.WAITING_FOR_FUNCTION})
                     await hub.store.set_call_seq(cid, c["id"], seq)
             results = await asyncio.gather(*(hub.dispatch.await_call(cid, rt, c) for c in client_calls),
                                            *(hub.dispatch.run_relay_tool(cid, c, info) for c in relay_calls))
             if relay_calls:
                 await hub.store.add_calls(cid, turn_id, [
                     {"id": c["id"], "name": c["name"], "kind": c["kind"], "arguments": c["arguments"],
-                     "status": S.CALL_TIMED_OUT if end.get("timed_out") else S.CALL_ANSWERED,
+                     "status": CallState.TIMED_OUT if end.get("timed_out") else CallState.ANSWERED,
                      "result": end.get("result"), "error": end.get("error"), "handler_ms": end["duration_ms"], "total_ms": end["total_ms"]}
                     for c, (end, _ms) in zip(relay_calls, results[len(client_calls):]) if not end.get("stored")
                 ])
@@ -359,7 +367,7 @@ class TurnRunner:
                 cur.tools.append({**by_id[first["id"]], "id": new_id("m_"), "function_call_id": call["id"],
                                   "created_at": time.time(), "answered_from": first["id"]})
             if client_calls:
-                await hub.store.update_conversation(cid, status=S.RUNNING)
+                await hub.store.update_conversation(cid, status=ConversationStatus.RUNNING)
         order = {c["id"]: i for i, c in enumerate(cur.calls)}
         cur.tools.sort(key=lambda t: order.get(t.get("function_call_id"), len(order)))
         if prompts:

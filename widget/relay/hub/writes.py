@@ -10,7 +10,7 @@ from ... import protocol as P
 from ...core.limits import check_state
 from ...core.tools import check_tool_arguments
 from ...errors import ProtocolError, StateLimitError
-from ...protocol import Event, Role
+from ...protocol import CallState, ConversationStatus, Event, Role
 from .. import storage as S
 from .patching import PatchFailed, apply_patch_atomic
 from .resume import ResumePlan, resume_plan
@@ -88,7 +88,7 @@ class Writes:
             raise ProtocolError(P.ERR_BUSY, BUSY_MESSAGE)
         _check_room(hub, conv)
         check_rate(hub.message_limiter, cid, "Too many messages; wait a moment.")
-        if conv["status"] == S.FAILED:
+        if conv["status"] == ConversationStatus.FAILED:
             await hub.recovery.close_leftover_calls(rt, cid)
         message = {"id": new_id("m_"), "role": Role.USER, "content": text, "created_at": time.time()}
         turn_id = new_id("t_")
@@ -100,7 +100,12 @@ class Writes:
                 P.EV_MESSAGE,
                 {"message": message},
                 messages=[message],
-                conversation={"status": S.RUNNING, "turn_id": turn_id, "iteration": 0, "runner": hub.instance},
+                conversation={
+                    "status": ConversationStatus.RUNNING,
+                    "turn_id": turn_id,
+                    "iteration": 0,
+                    "runner": hub.instance,
+                },
                 idempotency=ctx.idempotency(ack),
                 require_status=IDLE_STATUSES,
             )
@@ -156,7 +161,7 @@ class Writes:
             turn_id, iteration = new_id("t_"), 0
             withdraw = after
         else:
-            if conv["status"] != S.FAILED or not conv["turn_id"]:
+            if conv["status"] != ConversationStatus.FAILED or not conv["turn_id"]:
                 raise ProtocolError(
                     P.ERR_NOTHING_TO_RETRY, "The last turn did not fail; send regenerate for a new answer."
                 )
@@ -181,11 +186,16 @@ class Writes:
                 withdraw=ids,
                 idempotency=ctx.idempotency(ack),
                 require_status=[conv["status"]],
-                conversation={"status": S.RUNNING, "turn_id": turn_id, "iteration": iteration, "runner": hub.instance},
+                conversation={
+                    "status": ConversationStatus.RUNNING,
+                    "turn_id": turn_id,
+                    "iteration": iteration,
+                    "runner": hub.instance,
+                },
             )
         except S.StatusConflict:
             raise ProtocolError(P.ERR_BUSY, BUSY_MESSAGE) from None
-        if regenerate and conv["status"] == S.FAILED:
+        if regenerate and conv["status"] == ConversationStatus.FAILED:
             await hub.recovery.close_leftover_calls(rt, cid)
         rt.turn = hub.spawn(hub.turns.run_turn(cid, turn_id, iteration, announce=False, resume_from=plan))
         return ack
@@ -222,7 +232,7 @@ class Writes:
             done = await store.finish_call(
                 cid,
                 call_id,
-                S.CALL_ANSWERED,
+                CallState.ANSWERED,
                 error=err,
                 idempotency=ctx.idempotency(ack),
                 handler_ms=handler_ms,
@@ -232,7 +242,7 @@ class Writes:
             done = await store.finish_call(
                 cid,
                 call_id,
-                S.CALL_ANSWERED,
+                CallState.ANSWERED,
                 result=data.get("result"),
                 idempotency=ctx.idempotency(ack),
                 handler_ms=handler_ms,
