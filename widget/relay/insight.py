@@ -30,6 +30,7 @@ from starlette.routing import Route
 
 from .. import protocol as P
 from ..errors import ConfigError, ProtocolError
+from ..protocol import CallState
 from ..protocol.messages import AnswerStats, CallStats, FeedbackComment, KindStats, StatsResponse, StatsTiming
 from .sql import SNAPSHOT, Body, fetch, fetchval
 
@@ -156,9 +157,9 @@ async def app_stats(store: Store, app_id: str, since: float | None = None, until
 
     per_kind: dict[str, list[tuple[str, bool, float | None, float | None]]] = {k: [] for k in CALL_KINDS}
     for kind, name, status, error, total, handler in calls:
-        if status == "pending":  # not finished yet: neither a success nor a failure
+        if status == CallState.PENDING:  # not finished yet: neither a success nor a failure
             continue
-        ok = status == "answered" and error is None
+        ok = status == CallState.ANSWERED and error is None
         per_kind.setdefault(str(kind), []).append(
             (
                 str(name),

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..protocol import MSG_CALL_CANCELLED, CallStatus
+from ..protocol import MSG_CALL_CANCELLED, CallProgress, CallStatus
 
 
 def cancelled(call: dict[str, Any]) -> bool:
@@ -52,7 +52,7 @@ def build_activity(messages: list[dict[str, Any]], streaming: dict[str, Any] | N
             seen.add(call.get("id"))
             duration, total = call_timing(call, history)
             record = history.get(call.get("id")) or {}
-            status = call.get("status") or record.get("status") or "running"
+            status = call.get("status") or record.get("status") or CallProgress.RUNNING
             entries.append(
                 {
                     "kind": "call",
@@ -78,7 +78,7 @@ def build_activity(messages: list[dict[str, Any]], streaming: dict[str, Any] | N
                 "id": call_id,
                 "name": record.get("name", ""),
                 "arguments": None,
-                "status": record.get("status", "running"),
+                "status": record.get("status", CallProgress.RUNNING),
                 "result": None,
                 "error": None,
                 "duration_ms": num(record.get("handlerMs")),

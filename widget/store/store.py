@@ -11,7 +11,7 @@ from typing import Any
 
 from ..client import AutopilotClient
 from ..core.conversation import visible_messages
-from ..protocol import ClientEvent, ConfirmationReason, ConnectionState, Event, Role, TurnStatus
+from ..protocol import CallProgress, ClientEvent, ConfirmationReason, ConnectionState, Event, Role, TurnStatus
 from .actions import OfferedActions
 from .activity import build_activity, call_timing, cancelled, error_entry
 from .confirm import ConfirmationQueue
@@ -335,7 +335,7 @@ class Store(ConversationOps):
         elif self.pending_confirmations:
             waiting = WAIT_CONFIRMATION
         elif self.is_streaming and any(
-            isinstance(c, dict) and c.get("status") == "running"
+            isinstance(c, dict) and c.get("status") == CallProgress.RUNNING
             for c in (self.streaming_message or {}).get("function_calls") or []
         ):
             waiting = WAIT_FUNCTION
