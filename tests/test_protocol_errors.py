@@ -53,3 +53,15 @@ def test_state_limit_error_carries_the_wire_code() -> None:
     with pytest.raises(StateLimitError) as info:
         check_state({"a": "x" * 70_000})
     assert info.value.code == "state_too_large" and "65536" in str(info.value)
+
+
+def test_one_rule_reads_every_ack() -> None:
+    """Accepted, refused with a code and message (and a rate limit's wait), or malformed (``internal``)."""
+    from widget.protocol import refusal_of
+
+    assert refusal_of({"ok": True, "seq": 3}) is None
+    r = refusal_of({"ok": False, "error": {"code": "rate_limited", "message": "Slow down.", "retry_after": 2}})
+    assert r is not None and (r.code, r.message, r.retry_after) == ("rate_limited", "Slow down.", 2.0)
+    for bad in (None, "ok", {"ok": "yes"}, {"ok": False}, {"ok": False, "error": "x"}):
+        r = refusal_of(bad, "join refused")
+        assert r is not None and (r.code, r.message, r.retry_after) == ("internal", "join refused", None)

@@ -221,7 +221,7 @@ class AutopilotClient(ConnectionMixin, InputMixin, CallsMixin, ToolsMixin, Feedb
             self._settle_patch(effect.tag, False)
             self._apply(self.core.send_failed(effect.tag, self._clock()))
             return
-        self._settle_patch(effect.tag, isinstance(ack, dict) and ack.get("ok") is True)
+        self._settle_patch(effect.tag, P.refusal_of(ack) is None)
         self._apply(self.core.acked(effect.tag, ack, self._clock()))
 
     def _settle_patch(self, tag: str, ok: bool) -> None:

@@ -174,12 +174,11 @@ class ConnectionMixin:
         ack = await self._with_timeout(
             self.transport.emit(P.EV_JOIN, self.core.join_payload(info["token"])), "The relay did not answer join"
         )
-        if not isinstance(ack, dict) or not ack.get("ok"):
-            err = ack.get("error", {}) if isinstance(ack, dict) else {}
-            refusal = ProtocolError(err.get("code", P.ERR_INTERNAL), err.get("message", "join refused"))
-            retry_after = err.get("retry_after") if isinstance(err, dict) else None
-            if isinstance(retry_after, (int, float)) and not isinstance(retry_after, bool):
-                refusal.retry_after = float(retry_after)  # type: ignore[attr-defined]
+        refused = P.refusal_of(ack, "join refused")
+        if refused is not None:
+            refusal = ProtocolError(refused.code, refused.message)
+            if refused.retry_after is not None:
+                refusal.retry_after = refused.retry_after  # type: ignore[attr-defined]
             raise refusal
         snapshot = await self._with_timeout(waiter, "The relay sent no state snapshot")
         if self._state_waiter is waiter:

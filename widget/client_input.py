@@ -81,9 +81,9 @@ class InputMixin:
         if not self.transport.connected:
             raise ConnectionFailed("Not connected to the relay.")
         ack = await self.transport.emit(event, payload)
-        if not isinstance(ack, dict) or not ack.get("ok"):
-            err = ack.get("error", {}) if isinstance(ack, dict) else {}
-            raise ProtocolError(err.get("code", P.ERR_INTERNAL), err.get("message", f"{event} refused"))
+        refused = P.refusal_of(ack, f"{event} refused")
+        if refused is not None:
+            raise ProtocolError(refused.code, refused.message)
         return ack
 
     # ------------------------------------------------------------------ ask user

@@ -185,12 +185,8 @@ class CallsPart:
         call = self._calls.get(call_id)
         if call is None or call.payload is None or str(call.attempts) != attempt:
             return []  # a stale attempt: a later one decides
-        code = None
-        if not isinstance(ack, dict):
-            code = P.ERR_INTERNAL
-        elif not ack.get("ok"):
-            err = ack.get("error")
-            code = err.get("code") if isinstance(err, dict) else P.ERR_INTERNAL
+        refused = P.refusal_of(ack)
+        code = None if refused is None else refused.code
         if code == P.ERR_NOT_JOINED:
             return []  # kept: the rejoin resends it
         if code in TRANSIENT_RESPONSE_ERRORS:

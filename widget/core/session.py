@@ -337,16 +337,11 @@ class ClientSession(CallsPart):
         if tag.startswith("fr:"):
             return self._response_acked(tag, ack, now)
         if tag.startswith("patch:"):
-            ok = isinstance(ack, dict) and ack.get("ok") is True
+            refused = P.refusal_of(ack, "State patch refused.")
             effects: list[Effect] = []
-            if not ok:
-                err = ack.get("error") if isinstance(ack, dict) else None
-                err = err if isinstance(err, dict) else {}
-                effects.append(
-                    Notify(ClientEvent.STATE_ERROR, {"code": err.get("code", P.ERR_INTERNAL),
-                                          "message": err.get("message", "State patch refused.")})
-                )
-            self.state.ack(tag[len("patch:"):], ok)
+            if refused is not None:
+                effects.append(Notify(ClientEvent.STATE_ERROR, {"code": refused.code, "message": refused.message}))
+            self.state.ack(tag[len("patch:"):], refused is None)
             return effects + self._pump(now)
         return []
 

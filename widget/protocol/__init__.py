@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Final
 
+from .acks import Refusal, refusal_of
 from .limits import (
     CONTEXT_DEBOUNCE_MS,
     CONTEXT_RESOLUTION_TIMEOUT_MS,
@@ -147,6 +148,8 @@ ERR_CONVERSATION_FULL: Final = ErrorCode.CONVERSATION_FULL.value
 ERROR_CODES: Final = frozenset(ErrorCode)
 
 __all__ = [
+    "Refusal",
+    "refusal_of",
     "ASK_USER_TOOL",
     "CLIENT_EVENTS",
     "CONTEXT_DEBOUNCE_MS",
