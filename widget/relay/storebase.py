@@ -10,6 +10,7 @@ from collections.abc import Callable, Iterable
 from typing import Any, ClassVar, TypeVar
 
 from ..protocol import CallState, Event
+from ..protocol.messages import AskUserPrompt
 from .sql import READ, WRITE, Body, Dialect, Q, execute, executemany, fetch, fetchrow, fetchval
 
 T = TypeVar("T")
@@ -245,7 +246,7 @@ class _Prompts(_Engine):
         return await self._one(fetchval(self.dialect.action_ok, conversation_id, action_id), READ) is not None
 
     # -- ask-user prompts ---------------------------------------------------------------------
-    async def add_prompts(self, conversation_id: str, turn_id: str, prompts: list[dict[str, Any]]) -> None:
+    async def add_prompts(self, conversation_id: str, turn_id: str, prompts: list[AskUserPrompt]) -> None:
         """Store ask-user prompts, pending, in their order."""
         await self._one(executemany(
             "INSERT INTO prompts (conversation_id, id, turn_id, prompt, status, pos) VALUES (?,?,?,?,?,?)",

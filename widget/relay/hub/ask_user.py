@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from ... import protocol as P
 from ...core.ask_user import answer_problem, short
 from ...errors import ProtocolError
 from ...protocol import AskUserType, CallState, ConversationStatus
+from ...protocol.messages import AskUserArguments, AskUserPrompt
 from .. import storage as S
 from .skeleton import key_reused_message, unstorable
 
@@ -23,7 +24,7 @@ PROMPT_MAX_OPTIONS = 50
 PROMPT_MAX_LABEL_CHARS = 200
 
 
-def prompt_from(call: dict[str, Any]) -> tuple[dict[str, Any] | None, str]:
+def prompt_from(call: dict[str, Any]) -> tuple[AskUserPrompt | None, str]:
     """The reader-facing prompt of a model's ``ask_user`` call, keeping only known fields; or ``None``
     and what is wrong with the call (answered to the model, never shown)."""
     a = call["arguments"]
@@ -77,9 +78,9 @@ def prompt_from(call: dict[str, Any]) -> tuple[dict[str, Any] | None, str]:
             seen.add(value)
             clean.append({"value": value, "label": label})
         args["options"] = clean
-    prompt: dict[str, Any] = {"id": call["id"], "type": t, "question": q}
+    prompt: AskUserPrompt = {"id": call["id"], "type": AskUserType(t), "question": q}
     if args:
-        prompt["arguments"] = args
+        prompt["arguments"] = cast(AskUserArguments, args)  # only the type's known keys, each checked above
     return prompt, ""
 
 

@@ -28,6 +28,7 @@ from ...protocol import (
     TurnStatus,
     UserInputReason,
 )
+from ...protocol.messages import AskUserPrompt
 from ..config import AppConfig
 from ..model import ASK_USER_TOOL, ModelError, StreamLimits, TextDelta, ToolCall, guarded
 from ..tools import check_offer
@@ -269,7 +270,7 @@ class TurnRunner:
     async def run_calls(
         self, cid: str, rt: ConvRuntime, turn_id: str, cur: Round, raw_calls: list[ToolCall],
         info: RoundInfo, app: AppConfig, log_calls: list[dict[str, Any]],
-    ) -> list[dict[str, Any]]:
+    ) -> list[AskUserPrompt]:
         """Run one round's calls. Returns the ask-user prompts when the turn must suspend.
 
         Page tools: arguments are checked against the tool's schema first (a failing call never runs;
@@ -283,7 +284,7 @@ class TurnRunner:
         catalogue = info.catalogue
         client_calls: list[dict[str, Any]] = []
         relay_calls: list[dict[str, Any]] = []
-        prompts: list[dict[str, Any]] = []
+        prompts: list[AskUserPrompt] = []
         offered: list[Any] = []
         in_round: dict[str, dict[str, Any]] = {}  # cache key -> the round's first call of it
         dupes: list[tuple[dict[str, Any], dict[str, Any]]] = []
