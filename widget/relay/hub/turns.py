@@ -14,7 +14,7 @@ import json
 import logging
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from ... import protocol as P
 from ...core.tools import check_tool_arguments
@@ -28,7 +28,7 @@ from ...protocol import (
     TurnStatus,
     UserInputReason,
 )
-from ...protocol.messages import AskUserPrompt
+from ...protocol.messages import AskUserPrompt, CallRecord
 from ..config import AppConfig
 from ..model import ASK_USER_TOOL, ModelError, StreamLimits, TextDelta, ToolCall, guarded
 from ..tools import check_offer
@@ -54,17 +54,18 @@ class Round:
     #: ``{"id", "name", "arguments"}`` of every call the model made (its ``function_calls``)
     calls: list[dict[str, Any]] = field(default_factory=list)
     #: the tool messages answering them, stored with the message
-    tools: list[dict[str, Any]] = field(default_factory=list)
+    tools: list[CallRecord] = field(default_factory=list)
     #: ``completion.started`` was emitted
     started: bool = False
     #: the round's offer of actions (``offer_actions``), stored with the message
     offer: dict[str, Any] | None = None
 
 
-def tool_message(call_id: str, name: str, kind: ToolMessageKind | str, end: dict[str, Any]) -> dict[str, Any]:
+def tool_message(call_id: str, name: str, kind: ToolMessageKind | str, end: dict[str, Any]) -> CallRecord:
     """The stored ``tool`` message of a call's end."""
     return {
-        "id": new_id("m_"), "role": Role.TOOL, "function_call_id": call_id, "name": name, "kind": kind,
+        "id": new_id("m_"), "role": Role.TOOL, "function_call_id": call_id, "name": name,
+        "kind": cast(ToolMessageKind, kind),  # a stored call kind (function, tool) or relay
         "status": end["status"], "result": end.get("result"), "error": end.get("error"),
         "duration_ms": end.get("duration_ms"), "total_ms": end.get("total_ms"), "created_at": time.time(),
     }
@@ -358,7 +359,7 @@ class TurnRunner:
                      "result": end.get("result"), "error": end.get("error"), "handler_ms": end["duration_ms"], "total_ms": end["total_ms"]}
                     for c, (end, _ms) in zip(relay_calls, results[len(client_calls):]) if not end.get("stored")
                 ])
-            by_id: dict[str, dict[str, Any]] = {}
+            by_id: dict[str, CallRecord] = {}
             for c, (end, ms) in zip(client_calls + relay_calls, results):
                 tm = tool_message(c["id"], c["name"], c["kind"], end)
                 by_id[c["id"]] = tm
