@@ -17,6 +17,7 @@ from typing import Any, Iterator
 
 from .client import AutopilotClient
 from .errors import WidgetError
+from .protocol import ClientEvent
 from .page import set_client
 from .store import Store
 from .transports.browser import BrowserTransport
@@ -129,7 +130,7 @@ _EXEC_LINE = re.compile(r'File "<exec>", line (\d+)')
 def report_page_error(client: AutopilotClient, payload: dict[str, Any]) -> None:
     """Page Python that failed: its traceback to the console, its one line to the bar (``pageError``)."""
     log.error("%s\n%s", payload["message"], payload.get("traceback") or "")
-    client.events.emit("pageError", payload)
+    client.events.emit(ClientEvent.PAGE_ERROR, payload)
 
 
 async def run_page_python(sources: list[tuple[str, str]], client: AutopilotClient) -> list[str]:
@@ -252,7 +253,7 @@ async def boot(config_json: str, page_sources: Any, loader: Any) -> Any:
     import js
 
     js.performance.mark("autopilot:mounted")
-    client.on("ready", lambda p: js.performance.mark("autopilot:joined"))
+    client.on(ClientEvent.READY, lambda p: js.performance.mark("autopilot:joined"))
     if loader.wantOpen():
         bar.open()
     page = [(str(src), str(name)) for src, name in page_sources]
@@ -353,7 +354,7 @@ class _Handle:
         if self.client.connection_state == "connected":
             return
         fut: asyncio.Future[None] = asyncio.get_event_loop().create_future()
-        off = self.client.on("ready", lambda _p: fut.done() or fut.set_result(None))
+        off = self.client.on(ClientEvent.READY, lambda _p: fut.done() or fut.set_result(None))
         try:
             await asyncio.wait_for(fut, self.CONNECT_WAIT_S)
         except asyncio.TimeoutError:

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from ..errors import ConfigError
-from ..protocol import KIND_FUNCTION, is_tool_name
+from ..protocol import KIND_FUNCTION, Source, is_tool_name
 from .schema import DerivedSchema
 from .validation import checker_ready, prefetch_checker, schema_problem
 
@@ -44,7 +44,7 @@ class FunctionDefinition:
             "parameters": self.parameters,
             "kind": self.kind,
             "sensitive": self.sensitive,
-            "source": "client",
+            "source": Source.CLIENT.value,
             **self.extra,
         }
 

@@ -135,7 +135,7 @@ def offer_actions_spec(actions: dict[str, dict[str, Any]], keywords: Iterable[st
     lines = []
     items = []
     for name, a in actions.items():
-        form = a.get("confirm") == "form"
+        form = a.get("confirm") == P.ActionConfirm.FORM
         desc = " ".join(str(a.get("description") or "").split())
         lines.append(f"- {name}: {desc}" + (" (a form: the reader can fill in or change the values)" if form else ""))
         items.append({
@@ -196,7 +196,7 @@ def check_offer(arguments: Any, actions: dict[str, dict[str, Any]]) -> tuple[lis
         args = o.get("arguments")
         a = actions[name]
         clean, problem = check_tool_arguments(a["parameters"], {} if args is None else args,
-                                              allow_missing_required=a.get("confirm") == "form")
+                                              allow_missing_required=a.get("confirm") == P.ActionConfirm.FORM)
         if problem is not None:
             dropped.append(f"actions[{i}] {name}: {problem}")
             continue

@@ -6,6 +6,8 @@ import logging
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from ..protocol import ClientEvent, FeedbackRating
+
 if TYPE_CHECKING:
     from ..client import AutopilotClient
 
@@ -21,7 +23,8 @@ class Ratings:
         self.by_message: dict[str, str] = {}
         #: Why the last rating failed (None when it did not).
         self.error: str | None = None
-        self.unsubscribe = [client.on("conversationLoaded", self._loaded), client.on("feedback", self._record)]
+        self.unsubscribe = [client.on(ClientEvent.CONVERSATION_LOADED, self._loaded),
+                            client.on(ClientEvent.FEEDBACK, self._record)]
 
     def _loaded(self, payload: Any) -> None:
         records = payload.get("feedback") if isinstance(payload, dict) else None
@@ -34,7 +37,7 @@ class Ratings:
         if not isinstance(record, dict) or not isinstance(record.get("message_id"), str):
             return
         rating = record.get("rating")
-        if rating in ("up", "down"):
+        if rating in (FeedbackRating.UP, FeedbackRating.DOWN):
             self.by_message[record["message_id"]] = rating
         else:
             self.by_message.pop(record["message_id"], None)
