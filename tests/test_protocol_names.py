@@ -160,6 +160,14 @@ def test_wire_values_exactly() -> None:
     assert "join" not in names.SUBSCRIBABLE_EVENTS
 
 
+def test_client_side_statuses_and_the_cancelled_call_text_exactly() -> None:
+    # What page code reads (offer and call statuses) and what the relay writes on a cancelled call.
+    assert [e.value for e in names.OfferStatus] == ["offered", "running", "done", "failed"]
+    assert [e.value for e in names.CallProgress] == ["running", "success", "error"]
+    assert {e.value for e in names.CallProgress} - {"running"} == {e.value for e in names.CallStatus}
+    assert names.MSG_CALL_CANCELLED == "Cancelled." and P.MSG_CALL_CANCELLED == names.MSG_CALL_CANCELLED
+
+
 def test_every_wire_name_is_in_the_document() -> None:
     """The document names every event, error code, status, role, kind and reason the code has."""
     for enum in (
