@@ -57,9 +57,6 @@ STATE_LABELS = {
 
 
 #: The bar's parts (attributes of ``Bar``), each holding the bar: ``destroy`` drops them.
-_PARTS = ("frames", "header", "messages", "actions", "activity", "confirmations", "ask", "composer", "theme")
-
-
 class Bar:
     """The overlay bar; create it with ``enable_bar``."""
 
@@ -383,9 +380,11 @@ class Bar:
         self.host.remove()
         self.toggle_host.remove()
         # Each part points back at the bar: dropping them breaks those cycles, so reference counting alone frees
-        # the bar and every element it rendered (as above, the cycle collector may never run).
-        for part in _PARTS:
-            delattr(self, part)
+        # the bar and every element it rendered (as above, the cycle collector may never run). Found by looking,
+        # not listed: a part added later cannot be forgotten here.
+        for name, value in list(vars(self).items()):
+            if getattr(value, "bar", None) is self:
+                delattr(self, name)
 
 
 class BarHandle:
