@@ -261,6 +261,7 @@ def test_protocol_imports_only_the_standard_library(tmp_path: Path) -> None:
     }
 
 
+@pytest.mark.build  # starts Node and Pyodide: the build tier, so the unit tier stays a few seconds
 @pytest.mark.skipif(not PYODIDE or shutil.which("node") is None, reason="needs the build cache's Pyodide and node")
 def test_imports_under_pyodide(tmp_path: Path) -> None:
     """The package ships to the browser: it imports under Pyodide and its enum members reach JS as strings."""
