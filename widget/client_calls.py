@@ -51,6 +51,19 @@ class _CallEnded(Exception):
     """The relay ended a call while it waited for the reader's confirmation."""
 
 
+def unwrap_navigate(
+    name: str, status: str, result: Any, error: str | None
+) -> tuple[str, Any, str | None, Navigate | None]:
+    """A handler's outcome with a ``Navigate`` taken apart: ``(status, JSON result, error, the navigation or None)``
+    (a navigation's result that is not JSON turns the call into an error)."""
+    if status != P.STATUS_SUCCESS or not isinstance(result, Navigate):
+        return status, result, error, None
+    try:
+        return status, to_json_value(result.result, f"The result of {name!r}"), error, result
+    except TypeError as exc:
+        return P.STATUS_ERROR, None, str(exc), result
+
+
 class CallsMixin:
     """Page-function execution of ``AutopilotClient`` (see ``widget.client``)."""
 
@@ -146,13 +159,7 @@ class CallsMixin:
             raise
         finally:
             self._ended_calls.pop(call_id, None)
-        navigate = None
-        if status == P.STATUS_SUCCESS and isinstance(result, Navigate):
-            navigate, result = result, None
-            try:
-                result = to_json_value(navigate.result, f"The result of {name!r}")
-            except TypeError as exc:
-                status, error = P.STATUS_ERROR, str(exc)
+        status, result, error, navigate = unwrap_navigate(name, status, result, error)
         self._apply(self.core.call_settled(call_id, status, result, error, self._clock()))
         if navigate is not None:
             await self._navigate_after_ack(call_id, navigate)

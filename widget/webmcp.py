@@ -23,7 +23,7 @@ import logging
 from typing import TYPE_CHECKING, Any
 
 from . import protocol as P
-from .client_calls import Navigate
+from .client_calls import unwrap_navigate
 from .core.registry import FunctionDefinition
 from .core.state import to_json_value
 
@@ -228,13 +228,7 @@ async def call_here(client: AutopilotClient, name: str, args: Any) -> tuple[str,
         raise
     finally:
         client._ended_calls.pop(call_id, None)
-    navigate = None
-    if status == P.STATUS_SUCCESS and isinstance(result, Navigate):
-        navigate, result = result, None
-        try:
-            result = to_json_value(navigate.result, f"The result of {name!r}")
-        except TypeError as exc:
-            status, error = P.STATUS_ERROR, str(exc)
+    status, result, error, navigate = unwrap_navigate(name, status, result, error)
     # The call is answered to the agent, never to the relay.
     client._apply(core.local_call_settled(call_id, status, result, error, client._clock()))
     if navigate is not None and client.env is not None:
