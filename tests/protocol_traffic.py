@@ -32,6 +32,7 @@ CHECKED_MODULES = {
     "test_conformance_scale",
     "test_relay_mcp",
     "test_relay_store",
+    "test_relay_summaries",
 }
 #: Socket.IO's own pseudo-events, not protocol messages.
 _INTERNAL = {"connect", "disconnect", "connect_error", "__disconnect_final"}

@@ -38,5 +38,11 @@ JOIN_TOKEN_TTL_S: Final = 300
 MAX_IDEMPOTENCY_KEY_CHARS: Final = 128
 #: Characters of the comment a reader may add to a thumbs up/down.
 MAX_FEEDBACK_COMMENT_CHARS: Final = 2000
+#: Conversation ids one summaries request may name (also how many a browser keeps per app).
+MAX_SUMMARY_IDS: Final = 50
+#: Bytes of a summaries request body.
+MAX_SUMMARIES_BODY_BYTES: Final = 16_384
+#: Characters of a conversation's title (its first message, whitespace collapsed, cut with "…").
+MAX_TITLE_CHARS: Final = 80
 #: Largest ``seq``/``last_seq`` a peer may send (a signed 64-bit integer).
 MAX_SEQ: Final = 2**63 - 1

@@ -528,6 +528,30 @@ class FeedbackResponse(TypedDict):
     feedback: FeedbackRecord
 
 
+class SummariesBody(TypedDict):
+    """``POST /api/apps/{app_id}/conversations/summaries`` body: the conversation ids this browser holds."""
+
+    ids: list[str]
+
+
+class ConversationSummary(TypedDict):
+    """What a list of past conversations shows of one: its title and times, nothing else of its content."""
+
+    id: str
+    #: The reader's first message, whitespace collapsed, at most ``MAX_TITLE_CHARS`` (null: no message yet).
+    title: str | None
+    created_at: float
+    #: When anything last happened in it (a message, a turn, the page's state).
+    updated_at: float
+
+
+class SummariesResponse(TypedDict):
+    """200 answer to a summaries POST: the named conversations that exist, most recently active first."""
+
+    ok: Literal[True]
+    conversations: list[ConversationSummary]
+
+
 class StatsTiming(TypedDict):
     """Percentiles of call times in milliseconds (null without a measured call)."""
 

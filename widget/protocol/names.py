@@ -387,6 +387,8 @@ HTTP_ASK_USER: Final = "/api/conversations/{conversation_id}/ask_user"
 HTTP_FEEDBACK: Final = "/api/conversations/{conversation_id}/feedback"
 HTTP_STATS: Final = "/api/apps/{app_id}/stats"
 HTTP_ORIGIN_CHECK: Final = "/api/apps/{app_id}/origin"
+#: Titles and times of the conversations whose ids a browser holds (never any other).
+HTTP_CONVERSATION_SUMMARIES: Final = "/api/apps/{app_id}/conversations/summaries"
 DEFAULT_RELAY_PATH: Final = "/socket.io"
 
 # --- The state document ---------------------------------------------------------

@@ -165,6 +165,15 @@ HTTP: tuple[HttpOperation, ...] = (
         ((200, M.FeedbackResponse), *_ERRORS, (403, M.ErrorAck), (429, M.ErrorAck)),
     ),
     HttpOperation(
+        "post",
+        "/api/apps/{app_id}/conversations/summaries",
+        "conversationSummaries",
+        "Titles and times of the named conversations of the app (application/json; from an allowed Origin when one"
+        " is sent); unknown ids are left out.",
+        M.SummariesBody,
+        ((200, M.SummariesResponse), *_ERRORS, (403, M.ErrorAck), (415, M.ErrorAck), (429, M.ErrorAck)),
+    ),
+    HttpOperation(
         "get",
         "/api/apps/{app_id}/stats",
         "appStats",

@@ -19,6 +19,7 @@ from .config import RelayConfig
 from .contract import routes as contract_routes
 from .feedback import routes as feedback_routes
 from .insight import routes as stats_routes
+from .summaries import routes as summaries_routes
 from .http_limits import BodyLimit
 from .hub import Hub
 from .model import ModelAdapter
@@ -135,6 +136,7 @@ def create_app(
         *contract_routes(),  # GET /api/protocol/{asyncapi,openapi,protocol.schema}.json
         *feedback_routes(api),  # POST /api/conversations/{id}/feedback
         *stats_routes(api),  # GET /api/apps/{app_id}/stats
+        *summaries_routes(api),  # POST /api/apps/{app_id}/conversations/summaries
         Route("/api/{path:path}", api_not_found, methods=["GET", "POST", "DELETE", "OPTIONS"]),
         Route("/widget/{path:path}", dist.widget, methods=["GET", "HEAD"]),
         Route("/widget/{path:path}", dist.preflight, methods=["OPTIONS"]),
