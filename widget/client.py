@@ -18,6 +18,7 @@ from . import protocol as P
 from .client_calls import CallsMixin, ConfirmationHandler, Navigate
 from .client_connection import ConnectionMixin, storage_key
 from .client_feedback import FeedbackMixin
+from .client_history import HistoryMixin
 from .client_input import InputMixin
 from .client_tools import ToolsMixin
 from .core.events import Emitter
@@ -59,7 +60,7 @@ CONNECTED_STATE, DISCONNECTED_STATE = CONNECTED, DISCONNECTED
 __all__ += ["IDLE", "CONNECTING", "CONNECTED_STATE", "RECONNECTING", "DISCONNECTED_STATE", "ERROR"]
 
 
-class AutopilotClient(ConnectionMixin, InputMixin, CallsMixin, ToolsMixin, FeedbackMixin):
+class AutopilotClient(ConnectionMixin, InputMixin, CallsMixin, ToolsMixin, FeedbackMixin, HistoryMixin):
     """Connects to a relay, mirrors functions and context, runs the functions the model calls."""
 
     def __init__(

@@ -51,6 +51,12 @@ class ConnectionMixin:
 
         def _loop(self) -> asyncio.AbstractEventLoop: ...
 
+        def _remember_conversation(self, info: dict[str, Any]) -> None: ...
+
+        def _forget_stored_url(self, url: str) -> None: ...
+
+        def _leaving_current(self) -> None: ...
+
     async def connect(
         self,
         conversation_url: str | None = None,
@@ -95,7 +101,8 @@ class ConnectionMixin:
             self.conversation_url = conversation_url
             info = await self._get_conversation(conversation_url)
             if info is None:
-                # A stored conversation that no longer exists: start a new one.
+                # A stored conversation that no longer exists: start a new one (and forget it in the app's list).
+                self._forget_stored_url(conversation_url)
                 self.storage.pop(storage_key(app_id or ""), None)
                 conversation_url = await self._create_conversation()
                 self.conversation_url = conversation_url
@@ -164,6 +171,7 @@ class ConnectionMixin:
 
     def _load_conversation(self, info: dict[str, Any]) -> None:
         self.conversation = info["conversation"]
+        self._remember_conversation(info)  # the app's list of past conversations (widget.client_history)
         self._apply(self.core.load(info))
 
     async def _join(self, info: dict[str, Any]) -> None:
@@ -237,6 +245,7 @@ class ConnectionMixin:
         """Start a fresh conversation for this app ("New chat") and connect to it."""
         if not self._relay_url or not self._app_id:
             raise ConfigError("new_conversation() needs a client connected with relay_url and app_id.")
+        self._leaving_current()  # an empty chat left behind is not a past conversation
         await self._quiet_disconnect()
         self.storage.pop(storage_key(self._app_id), None)
         self.core.new_conversation()

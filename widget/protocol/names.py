@@ -132,6 +132,8 @@ class ClientEvent(StrEnum):
     ACTION_OUTCOME = "actionOutcome"
     #: The reader's rating of an answer was stored or changed (in any tab of the conversation).
     FEEDBACK = "feedback"
+    #: The list of this browser's conversations with the app changed (``{"ids"}``, most recently added first).
+    CONVERSATIONS_CHANGED = "conversationsChanged"
     ERROR = "error"
     PAGE_ERROR = "pageError"
     ANY = "*"
