@@ -117,6 +117,8 @@ class McpLink:
             log.info("MCP server %r of app %r started: %d tools", self.name, self.app_id, len(tools))
             return tools
         await self._teardown()
+        if ready.done() and not ready.cancelled():
+            ready.exception()  # the teardown after a timeout fails it with nobody left waiting: mark it seen
         self._error, self._failed_at = f"The MCP server {self.name!r} is unavailable: {reason}.", time.monotonic()
         log.warning(json.dumps({"event": "mcp_unavailable", "app": self.app_id, "server": self.name, "reason": reason}))
         raise McpUnavailable(self._error)
