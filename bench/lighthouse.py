@@ -11,7 +11,10 @@ Prints per variant the medians of N runs: performance score, total blocking time
 main-thread work, transfer, best-practices score, and the deprecation warnings Lighthouse found (with the file
 that triggered each).
 
-    python bench/lighthouse.py [-n 3] [--variants plain,default,intent] [--unthrottled]
+``default-3p`` is the default tag with the relay on another site (see ``OTHER_SITE``); ``--dist`` serves another
+build output folder (an older commit's build, to compare).
+
+    python bench/lighthouse.py [-n 3] [--variants plain,default,intent,default-3p] [--unthrottled] [--dist DIR]
 """
 
 from __future__ import annotations
@@ -39,7 +42,11 @@ from support import CHROMIUM, CHROMIUM_ARGS, free_port, start_relay  # noqa: E40
 LIGHTHOUSE_VERSION = "12"
 LH_DIR = Path(os.environ.get("AUTOPILOT_LIGHTHOUSE_DIR") or Path.home() / ".cache" / "autopilot-widget" / "lighthouse")
 APP = "lhbench"
-VARIANTS = {"plain": None, "default": "", "intent": ' data-boot="intent"'}
+VARIANTS = {"plain": None, "default": "", "intent": ' data-boot="intent"', "default-3p": ""}
+# The relay on another site than the page, as in most real deployments (a page on 127.0.0.1, the relay reached as
+# localhost: Lighthouse counts its scripts as third-party). Every other variant has both on 127.0.0.1 (same site:
+# the relay's scripts count as first-party, as when a site mounts the relay under its own domain).
+OTHER_SITE = {"default-3p"}
 
 
 def host_page(relay: str | None, attrs: str | None) -> str:
@@ -113,6 +120,10 @@ def run_lighthouse(cli: Path, url: str, out: Path, unthrottled: bool) -> dict[st
     for item in (audits.get("deprecations", {}).get("details") or {}).get("items", []):
         src = item.get("source") or {}
         deprecations.append(f"{item.get('value', '')} ({Path(str(src.get('url', ''))).name or 'page'})")
+    maps = []  # scripts the source-map audit complains about (it weighs 0 in the score)
+    for item in (audits.get("valid-source-maps", {}).get("details") or {}).get("items", []):
+        if (item.get("subItems") or {}).get("items"):
+            maps.append(Path(str(item.get("scriptUrl", ""))).name)
     errors = []
     for item in (audits.get("errors-in-console", {}).get("details") or {}).get("items", []):
         errors.append(str(item.get("description", ""))[:120])
@@ -125,6 +136,7 @@ def run_lighthouse(cli: Path, url: str, out: Path, unthrottled: bool) -> dict[st
         "bytes": audits["total-byte-weight"]["numericValue"],
         "deprecations": deprecations,
         "console_errors": errors,
+        "source_maps": maps,
         "failed_best_practices": sorted(
             k for k, a in audits.items() if a.get("score") is not None and a["score"] < 1
             and k in {r["id"] for r in lhr["categories"]["best-practices"]["auditRefs"]}),
@@ -136,6 +148,7 @@ def main() -> int:
     ap.add_argument("-n", type=int, default=3, help="runs per variant (median)")
     ap.add_argument("--variants", default=",".join(VARIANTS), help="comma-separated: " + ", ".join(VARIANTS))
     ap.add_argument("--unthrottled", action="store_true", help="the machine's CPU and network, no simulation")
+    ap.add_argument("--dist", help="the build output folder the relay serves (default: widget/_dist)")
     args = ap.parse_args()
     variants = [v for v in args.variants.split(",") if v]
     unknown = set(variants) - set(VARIANTS)
@@ -144,10 +157,13 @@ def main() -> int:
     cli = lighthouse_cli()
     work = Path(tempfile.mkdtemp(prefix="bench-lighthouse-"))
     pages = Pages()
-    relay = start_relay(work, extra=["--demo-chunk-delay-ms", "0", "--app", f"{APP}={pages.origin}"])
+    relay = start_relay(work, extra=["--demo-chunk-delay-ms", "0", "--app", f"{APP}={pages.origin}"]
+                        + (["--dist", args.dist] if args.dist else []))
     rows: dict[str, list[dict[str, Any]]] = {v: [] for v in variants}
     try:
-        urls = {v: pages.add(f"/{v}.html", host_page(relay.url, VARIANTS[v])) for v in variants}
+        other_site = relay.url.replace("//127.0.0.1:", "//localhost:")
+        urls = {v: pages.add(f"/{v}.html", host_page(other_site if v in OTHER_SITE else relay.url, VARIANTS[v]))
+                for v in variants}
         for i in range(args.n):  # interleaved
             for v in variants[i % len(variants):] + variants[:i % len(variants)]:
                 rows[v].append(run_lighthouse(cli, urls[v], work / f"{v}-{i}.json", args.unthrottled))
@@ -169,15 +185,17 @@ def main() -> int:
         nd = 1 if unit == " s" else 0
         return f"{statistics.median(vals):.{nd}f}{unit} ({min(vals):.{nd}f}-{max(vals):.{nd}f})"
 
-    print(f"{'variant':8} | " + " | ".join(f"{label:22}" for _, label, _, _ in cols))
+    print(f"{'variant':10} | " + " | ".join(f"{label:22}" for _, label, _, _ in cols))
     for v in variants:
-        print(f"{v:8} | " + " | ".join(f"{cell(v, *c[0:1], *c[2:]):22}" for c in cols))
+        print(f"{v:10} | " + " | ".join(f"{cell(v, *c[0:1], *c[2:]):22}" for c in cols))
     for v in variants:
         deps = sorted({d for r in rows[v] for d in r["deprecations"]})
         failed = sorted({a for r in rows[v] for a in r["failed_best_practices"]})
         print(f"{v}: best-practices audits not passed: {', '.join(failed) or 'none'}")
         for d in deps:
             print(f"  deprecation: {d}")
+        for m in sorted({m for r in rows[v] for m in r["source_maps"]}):
+            print(f"  source map missing or invalid: {m}")
         for e in sorted({e for r in rows[v] for e in r["console_errors"]}):
             print(f"  console error: {e}")
     return 0

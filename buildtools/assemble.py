@@ -29,6 +29,7 @@ from .config import (
     PYSCRIPT_DIST,
     WHEEL_PINS,
 )
+from .patch import edited
 from .util import BuildError, Progress, json_bytes, rmtree, sha256, sha256_file, write_atomic
 
 
@@ -57,7 +58,7 @@ def assemble(pr: Progress, root: Path, out_dir: Path, cache_dir: Path, parts: Pa
         src = pkg_dirs[pkg] / inner
         if not src.is_file():
             raise BuildError(f"npm {pkg} {NPM_PINS[pkg]} has no {inner}")
-        files[rel] = src
+        files[rel] = edited(rel, src, cache_dir / "edited")
     files["pyodide/python_stdlib.zip"] = stdlib_out  # the whole stdlib (other users of pyodide/)
     if split_paths:
         files["pyodide/python_stdlib_core.zip"] = split_paths["core"]

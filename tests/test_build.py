@@ -208,6 +208,65 @@ def test_node_boots_pyodide_from_output(out, tmp_path):
     assert res["jsonschema"] == "/lib/bundle.zip/jsonschema/__init__.pyc"
 
 
+# A stdin handler that asks for a retry once (EAGAIN), then reads "hi\n": Pyodide waits 100 ms on its shared
+# memory (Atomics.wait) and retries, where waiting is allowed (a worker, Node); on a page's main thread it cannot
+# wait and the read ends empty. Counts the shared memories made while loading and after the read.
+EAGAIN_READ = r"""
+const shared = [];
+const Memory = WebAssembly.Memory;
+WebAssembly.Memory = function (d) { if (d && d.shared) shared.push(d); return new Memory(d); };
+WebAssembly.Memory.prototype = Memory.prototype;
+const pyodide = await loadPyodide(options);
+const atLoad = shared.length;
+let calls = 0;
+pyodide.setStdin({ read(buf) {
+  calls += 1;
+  if (calls === 1) { const e = new Error("try again"); e.code = "EAGAIN"; throw e; }
+  buf.set([104, 105, 10]);
+  return 3;
+} });
+const result = { read: pyodide.runPython("import sys\nsys.stdin.readline()"), calls, atLoad, after: shared.length };
+WebAssembly.Memory = Memory;
+"""
+
+
+def test_pyodide_makes_its_shared_memory_on_first_use(out, tmp_path):
+    """pyodide.asm.mjs as shipped makes no shared WebAssembly.Memory when it loads (without cross-origin isolation
+    that is a deprecated use of SharedArrayBuffer: Chrome warns, Lighthouse's best practices score drops); its one
+    use, the wait before a stdin/stdout handler's retry, makes it then and still waits."""
+    from buildtools.patch import _ALREADY_LAZY, _EAGER_SHARED_MEMORY
+
+    js = (out / "pyodide" / "pyodide.asm.mjs").read_text()
+    assert not _EAGER_SHARED_MEMORY.search(js), "the eager shared memory is back in pyodide.asm.mjs"
+    assert len(_ALREADY_LAZY.findall(js)) == 1
+    assert len(re.findall(r"shared:\s*(?:!0|true)", js)) == 1
+    script = tmp_path / "eagain.mjs"
+    script.write_text(r"""
+import path from "node:path"; import { pathToFileURL } from "node:url";
+const base = process.argv[2];
+const { loadPyodide } = await import(pathToFileURL(path.join(base, "pyodide", "pyodide.mjs")).href);
+const options = { indexURL: path.join(base, "pyodide") + path.sep,
+                  stdLibURL: path.join(base, "pyodide", "python_stdlib_core.zip") };
+""" + EAGAIN_READ + "console.log(JSON.stringify(result));\n")
+    proc = subprocess.run(["node", str(script), str(out)], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert json.loads(proc.stdout.strip().splitlines()[-1]) == {"read": "hi\n", "calls": 2, "atLoad": 0, "after": 1}
+
+
+def test_the_shared_memory_edit_fails_clearly_on_text_it_does_not_know():
+    from buildtools.patch import lazy_shared_memory
+    from buildtools.util import BuildError
+
+    eager = ("var io=new Int32Array(new WebAssembly.Memory({shared:!0,initial:1,maximum:1}).buffer);"
+             "function so(t){try{return Atomics.wait(io,0,0,t),!0}catch{return!1}}")
+    lazy = lazy_shared_memory("a;" + eager + "b")
+    assert lazy.startswith("a;var io=null;function so(t){try{return io||(io=new Int32Array(") and lazy.endswith("}b")
+    assert lazy_shared_memory(lazy) == lazy  # idempotent
+    assert lazy_shared_memory("no shared memory at all") == "no shared memory at all"
+    with pytest.raises(BuildError, match="shared memory in a way the build does not know"):
+        lazy_shared_memory(eager.replace("maximum:1", "maximum:2"))
+
+
 def _fake_root(tmp_path: Path) -> Path:
     """A repo-like tree with files build.py must pick up generically (or leave out)."""
     root = tmp_path / "repo"
@@ -485,3 +544,40 @@ def test_node_programs_parse() -> None:
     for p in programs:
         proc = subprocess.run(["node", "--check", str(p)], capture_output=True, text=True, timeout=60)
         assert proc.returncode == 0, f"{p.name}: {proc.stderr[-1000:]}"
+
+
+async def test_browser_no_shared_memory_warning_and_the_retry_wait_behaves_as_before(demo_page):
+    """A booted page has no SharedArrayBuffer issue (deprecation) in DevTools' issues; a stdin handler's EAGAIN
+    retry behaves as before the edit: on the page's main thread Pyodide cannot wait (the read ends empty after one
+    call), in a worker it waits, retries and reads."""
+    page = demo_page.page
+    cdp = await page.context.new_cdp_session(page)
+    issues: list[dict] = []
+    cdp.on("Audits.issueAdded", lambda ev: issues.append(ev["issue"]))
+    await cdp.send("Audits.enable")  # sends the issues found so far
+    await page.evaluate("() => new Promise((r) => setTimeout(r, 200))")
+    await cdp.detach()
+    assert not [i for i in issues if "SharedArrayBuffer" in json.dumps(i)], issues
+    js_read = EAGAIN_READ.replace("const pyodide = await loadPyodide(options);",
+                                  "const pyodide = window.Autopilot.pyodide;")
+    js_read = (js_read.replace("const result", "try {\nconst result")
+               + "return result;\n} finally { pyodide.setStdin(); WebAssembly.Memory = Memory; }")
+    got = await page.evaluate("async () => {" + js_read + "}")
+    assert got == {"read": "", "calls": 1, "atLoad": 0, "after": 1}
+    worker = await page.evaluate("""async (body) => {
+        const root = window.Autopilot.config.root;
+        const src = `const { loadPyodide } = await import(${JSON.stringify(root + "pyodide/pyodide.mjs")});
+          const options = { indexURL: ${JSON.stringify(root + "pyodide/")},
+                            stdLibURL: ${JSON.stringify(root + "pyodide/python_stdlib_core.zip")} };
+          ${body}
+          postMessage(result);`;
+        const url = URL.createObjectURL(new Blob([src], { type: "text/javascript" }));
+        const w = new Worker(url, { type: "module" });
+        try {
+          return await new Promise((resolve) => {
+            w.onmessage = (e) => resolve(e.data);
+            w.onerror = (e) => resolve({ error: String(e.message) });
+          });
+        } finally { w.terminate(); URL.revokeObjectURL(url); }
+    }""", EAGAIN_READ)
+    assert worker == {"read": "hi\n", "calls": 2, "atLoad": 0, "after": 1}
