@@ -33,7 +33,11 @@ RUNS: dict[str, tuple[str, list[str], list[str], int, int]] = {
     # every visit kind (cold, same-tab, new tab, restart, later pages of a site), from Chrome traces
     "jank": ("jank.py", ["-n", "1"], ["-n", "3"], 300, 1800),
     "lighthouse": ("lighthouse.py", ["-n", "1"], ["-n", "3"], 300, 1200),
+    # a prototype: Python in a dedicated worker against today's main-thread boot (run with --only worker_python)
+    "worker_python": ("worker_python.py", ["-n", "1", "--calls", "200"], ["-n", "3"], 240, 900),
 }
+#: Run only when named with --only.
+OPTIONAL = {"worker_python"}
 
 
 def main() -> int:
@@ -42,7 +46,7 @@ def main() -> int:
     ap.add_argument("--only", default="", help="comma-separated subset of: " + ", ".join(RUNS))
     ap.add_argument("--list", action="store_true", help="print what would run and exit")
     args = ap.parse_args()
-    names = [n.strip() for n in args.only.split(",") if n.strip()] or list(RUNS)
+    names = [n.strip() for n in args.only.split(",") if n.strip()] or [n for n in RUNS if n not in OPTIONAL]
     unknown = [n for n in names if n not in RUNS]
     if unknown:
         ap.error(f"unknown benchmark(s) {unknown}; known: {', '.join(RUNS)}")
