@@ -134,3 +134,43 @@ async def test_protocol_version_mismatch_is_a_clear_error(browser, relay_server,
         assert await page.is_visible(RETRY)
     finally:
         await ctx.close()
+
+
+async def test_typing_while_connecting_is_kept_and_sent_once_connected(browser, relay_server, page_server):
+    """A slow relay: what the reader types and sends before the connection is up is neither lost nor refused."""
+    ctx, page, console, url = await open_test_page(browser, page_server, "slowjoin", page_html(relay_server.url))
+    held: list = []
+
+    async def hold(route):
+        if route.request.method == "GET" and not held:
+            held.append(route)  # the first GET of the conversation waits until the test lets it go
+        else:
+            await route.continue_()
+
+    await page.route(re.compile(r".*/api/conversations/c_[^/]+$"), hold)
+    field = "#autopilot-bar-host >> textarea.input"
+    try:
+        await page.goto(url)
+        await page.wait_for_selector(field, timeout=60000)
+        assert await page.text_content(CONN) != "Connected"
+        await page.focus(field)
+        await page.keyboard.type("hello while connecting")
+        await page.keyboard.press("Enter")
+        assert await page.input_value(field) == "hello while connecting"  # kept, not sent yet
+        form = page.locator("#autopilot-bar-host >> form.composer")
+        assert await form.get_attribute("data-held") == "true"
+        assert "once connected" in await page.text_content("#autopilot-bar-host >> .hint")
+        for _ in range(400):
+            if held:
+                break
+            await page.wait_for_timeout(25)
+        assert held, "the conversation GET never came"
+        await held[0].continue_()
+        await page.wait_for_selector(f"{CONN}:text('Connected')", timeout=20000)
+        user = page.locator("#autopilot-bar-host >> .message.user")
+        await user.first.wait_for(timeout=20000)
+        assert "hello while connecting" in await user.first.text_content()
+        assert await page.input_value(field) == ""
+        assert await form.get_attribute("data-held") == "false"
+    finally:
+        await ctx.close()

@@ -1,9 +1,14 @@
-"""The composer: the message field with Send (Stop while an answer streams), read-only while the relay waits."""
+"""The composer: the message field with Send (Stop while an answer streams), read-only while the relay waits.
+
+While the connection is not up the reader may still type (keys pressed while the widget connects are not lost),
+and Enter or Send holds the message until the connection is up, then sends it.
+"""
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from ..protocol import ConnectionState
 from ..store import WAIT_ASK_USER, WAIT_CONFIRMATION, WAIT_FUNCTION
 
 if TYPE_CHECKING:
@@ -17,6 +22,7 @@ class Composer:
         self.bar = bar
         dom, lbl = bar.dom, bar.dom.labels
         self._sig: Any = None
+        self._held = False  # Enter/Send pressed before the connection was up: send once it is
         self.el = dom.el("form", "composer", part="composer")
         self.el.setAttribute("data-form", "composer")
         row = dom.el("div", "composer-row")
@@ -34,7 +40,9 @@ class Composer:
         row.appendChild(self.send_btn)
         row.appendChild(self.stop_btn)
         self.el.appendChild(row)
-        self.el.appendChild(dom.el("p", "hint", text=lbl["hint"], id="ap-hint"))
+        self.hint = dom.el("p", "hint", text=lbl["hint"], id="ap-hint")
+        self.hint.setAttribute("aria-live", "polite")
+        self.el.appendChild(self.hint)
 
     def render(self) -> None:
         """Enabled, read-only while the relay waits for the reader or the page, Stop while streaming."""
@@ -42,8 +50,9 @@ class Composer:
         lbl = self.bar.dom.labels
         streaming = s.is_streaming
         waiting = s.waiting_for
-        if s.connection_state != "connected":
-            blocked = True
+        offline = s.connection_state != ConnectionState.CONNECTED
+        if offline:
+            blocked = False  # typing is fine; sending waits for the connection (see send)
             placeholder = lbl.get(f"state_{s.connection_state}", lbl["placeholder_offline"])
         elif not s.active:
             blocked, placeholder = True, lbl["placeholder_read_only"]
@@ -55,10 +64,16 @@ class Composer:
             blocked, placeholder = True, lbl["placeholder_wait_function"]
         else:
             blocked, placeholder = False, lbl["placeholder"]
-        sig = (blocked, placeholder, streaming)
+        if self._held and s.can_send:
+            self._held = False
+            self.send()
+        held = self._held
+        sig = (blocked, placeholder, streaming, held)
         if sig == self._sig:  # per chunk this is the common case: no DOM write, no style invalidation
             return
         self._sig = sig
+        self.el.setAttribute("data-held", "true" if held else "false")
+        self.hint.textContent = lbl["hint_held"] if held else lbl["hint"]
         # read-only rather than disabled: a focused composer keeps focus (keyboard users are not dropped).
         self.input.readOnly = blocked
         self.input.setAttribute("aria-disabled", "true" if blocked else "false")
@@ -75,7 +90,13 @@ class Composer:
         """Send what was typed; the text comes back into the field when the send failed and nothing new was typed."""
         text = str(self.input.value)
         store = self.bar.store
-        if not text.strip() or not store.can_send:
+        if not text.strip():
+            return
+        if store.connection_state != ConnectionState.CONNECTED:
+            self._held = True  # kept in the field; render() sends it when the connection is up
+            self.render()
+            return
+        if not store.can_send:
             return
         self.input.value = ""
         self.bar.stick_to_end()

@@ -102,6 +102,7 @@ LABELS: dict[str, str] = {
     "send": "Send",
     "stop": "Stop",
     "hint": "Enter to send · Shift+Enter for a new line",
+    "hint_held": "Sends once connected…",
     # the loader, before Python runs (static/autopilot.js keeps a copy of these keys; a test checks they match)
     "starting": "Starting {title}…",
     "boot_failed": "{title} could not start ({stage}): {message}",
