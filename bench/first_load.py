@@ -3,8 +3,8 @@
 One cold visit (a fresh browser context) of the demo page served by a local relay (``python -m widget.relay``, as
 built in ``widget/_dist``, or ``--dist``): the bench opens the bar, sends a message and waits for the answer, as
 ``bench/peer.py`` does; then it prints the bytes of every request the page and its pre-warm worker made (encoded
-body + headers, Playwright's sizes; a URL fetched again by the other one counts 0 bytes: it came from the HTTP
-cache), largest first, and the total.
+body + headers, Playwright's sizes; a URL fetched again by the other one counts its headers only: its body came from
+the HTTP cache), largest first, and the total.
 
     python bench/first_load.py [--dist widget/_dist] [-n 1]
 """
@@ -24,8 +24,8 @@ import peer
 from peer import BROWSER_ARGS, CHROMIUM, Run, Tab, new_context, start_relay, stop_process
 
 
-async def visit(browser: Any, url: str, token: str) -> list[tuple[str, int]]:
-    """One cold visit; (url, bytes) per finished request."""
+async def visit(browser: Any, url: str, token: str) -> list[tuple[str, int, int]]:
+    """One cold visit; (url, body bytes, header bytes) per finished request."""
     ctx = await new_context(browser, "ours")
     try:
         foreign: list[str] = []
@@ -37,7 +37,7 @@ async def visit(browser: Any, url: str, token: str) -> list[tuple[str, int]]:
                 sz = await req.sizes()
             except Exception:  # noqa: BLE001 - a request of a closed worker
                 continue
-            rows.append((req.url, max(0, sz["responseBodySize"]) + max(0, sz["responseHeadersSize"])))
+            rows.append((req.url, max(0, sz["responseBodySize"]), max(0, sz["responseHeadersSize"])))
         return rows
     finally:
         await ctx.close()
@@ -58,17 +58,17 @@ async def main() -> int:
             browser = await pw.chromium.launch(executable_path=CHROMIUM, args=BROWSER_ARGS)
             for i in range(args.n):
                 rows = await visit(browser, relay.url + "/", f"bytes-{i}")
-                totals.append(sum(b for _, b in rows))
+                totals.append(sum(b + h for _, b, h in rows))
             await browser.close()
     finally:
         stop_process(relay.proc)
-    seen = Counter(u for u, _ in rows)
+    seen = Counter(u for u, _, _ in rows)
     print(f"{datetime.datetime.now(datetime.UTC):%Y-%m-%d %H:%M} UTC, load average "
           f"{os.getloadavg()[0]:.2f}")
-    for url, b in sorted(rows, key=lambda r: -r[1]):
+    for url, b, h in sorted(rows, key=lambda r: -r[1] - r[2]):
         name = url.split("/widget/", 1)[-1] if "/widget/" in url else url.rsplit("/", 1)[-1] or url
-        note = "  (again: from the HTTP cache)" if seen[url] > 1 and not b else ""
-        print(f"{b / 1e6:9.3f} MB  {name[:90]}{note}")
+        note = "  (again, no body: the HTTP cache)" if seen[url] > 1 and not b else ""
+        print(f"{(b + h) / 1e6:9.3f} MB  {name[:90]}{note}")
     print(f"total {statistics.median(totals) / 1e6:.3f} MB (median of {len(totals)}: "
           + ", ".join(f"{t / 1e6:.3f}" for t in totals) + ")")
     return 0

@@ -39,6 +39,11 @@ STDLIB_DROP_FILES = {"ctypes/macholib/fetch_macholib", "ctypes/macholib/fetch_ma
 # Dropped from the wheels in the bundle: <package>/tests/ and <package>/benchmarks/
 # (jsonschema ships its test suite, ~90 KB compressed).
 WHEEL_DROP_SUBDIRS = {"tests", "benchmarks"}
+# Of a wheel's .dist-info, the browser needs what importlib.metadata reads: METADATA's header block (name,
+# version, requirements) and entry_points.txt (markdown finds its extensions there); the licenses stay with the
+# code they cover. Left out: METADATA's body (the long description: the project's README, 28 KB for pyrsistent)
+# and pip's installation records.
+WHEEL_METADATA_DROP = {"RECORD", "INSTALLER", "REQUESTED", "direct_url.json"}
 
 # Our own package: everything under widget/ except these (server-only / generated),
 # __pycache__ and dotfiles.  Non-.py files (data) are included as they are.

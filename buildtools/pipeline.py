@@ -31,6 +31,7 @@ from .config import (
     VERIFY_BUNDLE,
     VERIFY_STDLIB,
     WHEEL_DROP_SUBDIRS,
+    WHEEL_METADATA_DROP,
     WHEEL_PINS,
     WIDGET_EXCLUDE,
 )
@@ -205,7 +206,8 @@ def run_steps(root: Path, out_dir: Path, cache_dir: Path, lock_path: Path, clean
     widget_hashes = {rel: sha256_file(p) for rel, p in widget.items()}
     bundle_key = sha256(json.dumps([
         {n: new_lock["wheels"][n]["sha256"] for n in sorted(wheels)}, widget_hashes,
-        bundle_prefix, sorted(WHEEL_DROP_SUBDIRS), sorted(WIDGET_EXCLUDE), STRIP_DOCS_BUNDLE]).encode())[:16]
+        bundle_prefix, sorted(WHEEL_DROP_SUBDIRS), sorted(WIDGET_EXCLUDE), STRIP_DOCS_BUNDLE,
+        sorted(WHEEL_METADATA_DROP), "metadata-headers"]).encode())[:16]
     pyc_key = lambda k: sha256(f"{k}{scripts_sha}{NPM_PINS['pyodide']}".encode())[:16]  # noqa: E731
     paths = {
         "stdlib": (pc / f"stdlib-src-{stdlib_key}.zip", pc / f"stdlib-pyc-{pyc_key(stdlib_key)}.zip"),

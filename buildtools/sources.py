@@ -4,10 +4,11 @@ from __future__ import annotations
 import ast
 import hashlib
 import os
+import re
 import zipfile
 from pathlib import Path
 
-from .config import STDLIB_DROP_FILES, STDLIB_DROP_TOP, WHEEL_DROP_SUBDIRS, WIDGET_EXCLUDE
+from .config import STDLIB_DROP_FILES, STDLIB_DROP_TOP, WHEEL_DROP_SUBDIRS, WHEEL_METADATA_DROP, WIDGET_EXCLUDE
 from .util import BuildError, sha256_file
 
 
@@ -60,6 +61,15 @@ def stdlib_source_entries(stdlib_zip: Path) -> dict[str, bytes]:
     return entries
 
 
+def metadata_headers(data: bytes) -> bytes:
+    """A core-metadata file's header block, without the long description after it (or in its body)."""
+    text = data.replace(b"\r\n", b"\n")
+    head, sep, _ = text.partition(b"\n\n")
+    # An old-style "Description:" header holds the README too, in continuation lines.
+    head = re.sub(rb"^Description:.*(?:\n[ \t|].*)*\n?", b"", head + b"\n", flags=re.M | re.I)
+    return head.rstrip(b"\n") + b"\n"
+
+
 def bundle_source_entries(wheels: dict[str, Path], widget: dict[str, Path]) -> dict[str, bytes]:
     entries: dict[str, bytes] = {}
     origin: dict[str, str] = {}
@@ -79,9 +89,14 @@ def bundle_source_entries(wheels: dict[str, Path], widget: dict[str, Path]) -> d
                 parts = fn.split("/")
                 if len(parts) > 2 and parts[1] in WHEEL_DROP_SUBDIRS:
                     continue
+                meta = len(parts) == 2 and parts[0].endswith(".dist-info")
+                if meta and parts[1] in WHEEL_METADATA_DROP:
+                    continue
                 if fn in entries:
                     raise BuildError(f"bundle: {fn} is in both {origin[fn]} and {whl.name}")
                 entries[fn] = z.read(info)
+                if meta and parts[1] == "METADATA":
+                    entries[fn] = metadata_headers(entries[fn])
                 origin[fn] = whl.name
     for rel, path in widget.items():
         if rel in entries:

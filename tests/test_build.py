@@ -417,6 +417,40 @@ json.dumps({"typing": typing.get_type_hints.__doc__, "markdown": markdown.markdo
     assert res == {"typing": None, "markdown": None, "widget": True, "cols": False}
 
 
+def test_wheel_metadata_is_what_importlib_metadata_reads(out, tmp_path):
+    """The bundle keeps each wheel's METADATA header block and entry points (versions, requirements, markdown's
+    extensions by name) and licenses; not the long description (the README) nor pip's RECORD."""
+    with zipfile.ZipFile(out / "bundle.zip") as z:
+        meta = {n: z.read(n) for n in z.namelist() if ".dist-info/" in n and not n.endswith("/")}
+    names = {n.split("/", 1)[1] for n in meta}
+    assert "RECORD" not in names and {"METADATA", "entry_points.txt"} <= names
+    assert any("LICENSE" in n or "COPYING" in n for n in names)
+    for n, data in meta.items():
+        if n.endswith("/METADATA"):
+            assert b"\n\n" not in data and data.startswith(b"Metadata-Version:"), n
+    script = tmp_path / "meta.mjs"
+    script.write_text(r"""
+import fs from "node:fs"; import path from "node:path"; import { pathToFileURL } from "node:url";
+const base = process.argv[2];
+const { loadPyodide } = await import(pathToFileURL(path.join(base, "pyodide", "pyodide.mjs")).href);
+const py = await loadPyodide({ indexURL: path.join(base, "pyodide") + path.sep });
+py.FS.writeFile("/lib/bundle.zip", fs.readFileSync(path.join(base, "bundle-full.zip")));
+console.log(py.runPython(`
+import json, sys
+sys.path.insert(0, "/lib/bundle.zip")
+from importlib import metadata
+import markdown
+json.dumps({"version": metadata.version("jsonschema"), "requires": bool(metadata.requires("jsonschema")),
+            "toc": "toc" in {e.name for e in metadata.entry_points(group="markdown.extensions")},
+            "html": "<h1 id=\\"a\\">a</h1>" in markdown.markdown("# a", extensions=["toc"])})
+`));
+""")
+    proc = subprocess.run(["node", str(script), str(out)], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert json.loads(proc.stdout.strip().splitlines()[-1]) == {"version": "4.17.3", "requires": True, "toc": True,
+                                                                 "html": True}
+
+
 def test_brotli_copies_and_loader_boot_files(dist, manifest, out):
     # A .br copy next to every big file the loader fetches (the relay serves it), listed in the manifest.
     bid = manifest["build_id"]
