@@ -985,6 +985,21 @@
       if (!pyApi && phase === "waiting") startBoot(false);
       return call("newConversation");
     },
+    /** Past conversations of this browser with the app, most recently active first ({id, title, ..., current}). */
+    conversations() {
+      if (!pyApi && phase === "waiting") startBoot(false);
+      return call("conversations");
+    },
+    /** Switch to one of them; resolves to true once it is shown (false: it is gone, or the switch failed). */
+    openConversation(id) {
+      if (!pyApi && phase === "waiting") startBoot(false);
+      return call("openConversation", id);
+    },
+    /** Delete one of them (the current one: a fresh conversation takes its place); resolves to true when done. */
+    deleteConversation(id) {
+      if (!pyApi && phase === "waiting") startBoot(false);
+      return call("deleteConversation", id);
+    },
     /** Remove the toggle, the bar, every listener and proxy; disconnect. Later calls are refused. */
     destroy() {
       if (destroyRequested) return Promise.resolve(false);

@@ -128,6 +128,10 @@ async def test_new_chat_list_reopen_and_delete(relay: Any) -> None:
         assert changes[-1] == [fresh]
         with pytest.raises(ConfigError):
             await client.open_conversation("not an id")
+        with pytest.raises(ConfigError, match="not one of this browser's"):
+            await client.open_conversation(second)  # deleted and forgotten: no longer this browser's
+        with pytest.raises(ConfigError, match="not one of this browser's"):
+            await client.delete_conversation("c_" + "z" * 32)
     finally:
         await client.disconnect()
 
@@ -144,6 +148,9 @@ async def test_two_browsers_never_see_each_others_lists(relay: Any) -> None:
         assert [e["title"] for e in await a.conversations()] == ["Reader A asks"]
         assert [e["title"] for e in await b.conversations()] == ["Reader B asks"]
         assert b_id not in json.dumps(await a.conversations()) and a_id not in json.dumps(await b.conversations())
+        with pytest.raises(ConfigError):
+            await b.open_conversation(a_id)  # another reader's id is not one of this browser's
+        assert b.conversation_id == b_id
     finally:
         await a.disconnect()
         await b.disconnect()

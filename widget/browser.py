@@ -373,6 +373,18 @@ class _Handle:
             await self._until_connected()
         return await self.store.new_chat()
 
+    async def _op_conversations(self, _: Any) -> list[Any]:
+        await self._until_connected()
+        return list(await self.client.conversations())
+
+    async def _op_openConversation(self, conversation_id: Any) -> bool:  # noqa: N802 - the JS name
+        await self._until_connected()
+        return await self.store.history.open(str(conversation_id))
+
+    async def _op_deleteConversation(self, conversation_id: Any) -> bool:  # noqa: N802 - the JS name
+        await self._until_connected()
+        return await self.store.history.delete(str(conversation_id))
+
     def _op_subscribe(self, event: Any) -> None:
         event = str(event)
         if event not in self._subscriptions:

@@ -112,10 +112,12 @@ class HistoryMixin:
         relay_url, _ = self._needs_app("A past conversation")
         return relay_url + P.HTTP_CONVERSATION.format(conversation_id=conversation_id)
 
-    @staticmethod
-    def _checked_id(conversation_id: Any) -> str:
+    def _held_id(self, conversation_id: Any) -> str:
+        """``conversation_id`` when it is one of this browser's conversations (the current one included)."""
         if not is_conversation_id(conversation_id):
             raise ConfigError(f"{conversation_id!r} is not a conversation id.")
+        if conversation_id != self.conversation_id and conversation_id not in self.conversation_ids():
+            raise ConfigError(f"{conversation_id!r} is not one of this browser's conversations.")
         return str(conversation_id)
 
     # ------------------------------------------------------------------ the page API
@@ -158,8 +160,9 @@ class HistoryMixin:
         """Switch to one of this browser's conversations: read it, join it, show its messages; returns it.
 
         ``not_found`` (and the id is forgotten) when the relay no longer has it; the current conversation stays.
+        ``ConfigError`` for an id this browser does not hold (the list is of the reader's own conversations).
         """
-        cid = self._checked_id(conversation_id)
+        cid = self._held_id(conversation_id)
         relay_url, app_id = self._needs_app("open_conversation()")
         if cid == self.conversation_id and self.conversation is not None:
             return self.conversation
@@ -181,7 +184,7 @@ class HistoryMixin:
         """Delete one of this browser's conversations on the relay and forget it; True when it existed.
 
         Deleting the current one starts a fresh conversation in its place ("New chat")."""
-        cid = self._checked_id(conversation_id)
+        cid = self._held_id(conversation_id)
         relay_url, app_id = self._needs_app("delete_conversation()")
         current = cid == self.conversation_id
         if current:

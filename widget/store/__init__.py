@@ -20,6 +20,7 @@ What ``what`` can be (a subscriber is called once per change, synchronously, in 
 ``waiting``         ``waiting_for`` changed: what the relay waits for (composer disabled meanwhile)
 ``notice``          ``notice`` changed (a dismissible problem that is not part of the conversation)
 ``actions``         offered actions changed: offered, pressed, running, done, failed, form state
+``history``         past conversations (``store.history``: entries, loading, error, the deletion being confirmed)
 ==================  ====================================================================================
 
 Streaming is cheap on purpose: a chunk only says ``streaming``; committed messages are recomputed (tool results

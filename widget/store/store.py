@@ -17,6 +17,7 @@ from .activity import build_activity, call_timing, cancelled, error_entry
 from .confirm import ConfirmationQueue
 from .feedback import Ratings
 from .forms import message_of
+from .history import PastConversations
 from .local import LocalErrors
 from .ops import ConversationOps
 
@@ -68,6 +69,8 @@ class Store(ConversationOps):
         self.offers = OfferedActions(self, self._actions_changed)
         #: The reader's thumbs up/down on answers (widget.store.feedback).
         self.ratings = Ratings(client, self._ratings_changed)
+        #: This browser's past conversations with the app (widget.store.history).
+        self.history = PastConversations(client, lambda: self._notify("history"), self._confirmations.deny_all)
         on = client.on
         self._unsubscribe = [
             on(ClientEvent.CONNECTION_STATE_CHANGED, self._on_connection),

@@ -37,6 +37,7 @@ from .dom import ICONS, Dom, Listeners, absent, has, live_proxies, noop
 from .events import PanelEvents
 from .frames import Frames
 from .header import Header
+from .history import HistoryPanel
 from .labels import merged
 from .messages import Messages, MessageView
 from .theme import PageTheme
@@ -126,6 +127,7 @@ class Bar:
         self.answer_tools = AnswerTools(self)
         self.actions = Actions(self)
         self.activity = ActivityLog(dom, store, pills)
+        self.history = HistoryPanel(self)  # past conversations (widget.ui.history)
         self.confirmations = Confirmations(self)
         self.ask = AskUser(self)
         self.composer = Composer(self)
@@ -137,6 +139,7 @@ class Bar:
         self.scroller.appendChild(self.messages.list)
         body.appendChild(self.scroller)
         body.appendChild(self.activity.el)
+        body.appendChild(self.history.el)
         for part in (self.header.el, self.header.notice, body, self.confirmations.el, self.ask.el, self.composer.el):
             self.panel.appendChild(part)
         self.root.appendChild(self.panel)
@@ -300,6 +303,8 @@ class Bar:
         """Show the activity log instead of the conversation (or back)."""
         if self._destroyed:
             return
+        if show and self.history.visible:
+            self.history.show(False, focus=False)
         self.activity_open = show
         self.activity.el.hidden = not show
         self.scroller.hidden = show
@@ -341,6 +346,8 @@ class Bar:
             self.composer.render()
         if self.activity_open and "activity" in dirty:
             self.activity.render()
+        if "history" in dirty:
+            self.history.render()
         if stick or self._stick:
             self._stick = False
             self._scroll_to_end()

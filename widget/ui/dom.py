@@ -25,6 +25,9 @@ ICONS = {
     "chevron": _SVG.format('<path d="m6 9 6 6 6-6"/>'),
     "new": _SVG.format('<path d="M12 20h9"/><path d="M16.5 3.5a2.1 2.1 0 0 1 3 3L7 19l-4 1 1-4z"/>'),
     "activity": _SVG.format('<path d="M22 12h-4l-3 9L9 3l-3 9H2"/>'),
+    "history": _SVG.format('<path d="M3 12a9 9 0 1 0 3-6.7L3 8"/><path d="M3 3v5h5"/><path d="M12 7v5l3 2"/>'),
+    "trash": _SVG.format('<path d="M3 6h18"/><path d="M8 6V4h8v2"/><path d="M19 6l-1 14H6L5 6"/>'
+                         '<path d="M10 11v6M14 11v6"/>'),
     "back": _SVG.format('<path d="m15 18-6-6 6-6"/>'),
     "send": _SVG.format('<path d="M12 19V5M5 12l7-7 7 7"/>'),
     "stop": _SVG.format('<rect x="6" y="6" width="12" height="12" rx="2" fill="currentColor" stroke="none"/>'),

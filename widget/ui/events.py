@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 from ..protocol import ConfirmationDecision
 from .answer_tools import ACTIONS as ANSWER_ACTIONS
 from .dom import FOCUSABLE, absent, has
+from .history import ACTIONS as HISTORY_ACTIONS
 
 if TYPE_CHECKING:
     from .bar import Bar
@@ -43,6 +44,8 @@ class PanelEvents:
         if action == "close":
             self.bar.close()
         elif action == "new-chat":
+            if self.bar.history.visible:
+                self.bar.history.show(False, focus=False)
             self.bar.spawn(s.new_chat())
             self.bar.input.focus()
         elif action == "activity":
@@ -71,6 +74,8 @@ class PanelEvents:
             self.bar.actions.press(el)
         elif action == "action-cancel":
             s.cancel_action_form(str(el.getAttribute("data-mid")), str(el.getAttribute("data-aid")))
+        elif action in HISTORY_ACTIONS:  # past conversations (widget.ui.history)
+            self.bar.history.on_action(action, arg)
         elif action in ANSWER_ACTIONS:  # copy or rate an answer (widget.ui.answer_tools)
             self.bar.answer_tools.on_action(action, arg, el)
 
@@ -94,7 +99,10 @@ class PanelEvents:
                 mid, aid = str(form.getAttribute("data-mid")), str(form.getAttribute("data-aid"))
                 self.bar.store.cancel_action_form(mid, aid)
                 return
-            if self.bar.activity_open:
+            if self.bar.history.visible:  # a deletion waiting for confirmation, else the list itself
+                if not self.bar.history.cancel_delete():
+                    self.bar.history.show(False)
+            elif self.bar.activity_open:
                 self.bar.show_activity(False)
             else:
                 self.bar.close()

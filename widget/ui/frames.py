@@ -32,6 +32,7 @@ KINDS: dict[str, tuple[str, ...]] = {
     "notice": ("status",),
     "context_resolutions": ("composer",),
     "actions": ("messages",),
+    "history": ("history",),
 }
 
 #: Dirty parts a streamed chunk makes (the composer's signature only changes when streaming starts or ends).

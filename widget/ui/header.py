@@ -1,4 +1,5 @@
-"""The header (logo, title, connection state, New chat, Activity, Close) and the notice under it."""
+"""The header (logo, title, connection state, New chat, Past conversations, Activity, Close) and the notice under
+it."""
 
 from __future__ import annotations
 
@@ -33,13 +34,18 @@ class Header:
         actions = dom.el("div", "header-actions")
         self.new_chat = dom.icon_button("new", "new-chat", lbl["new_chat"], action="new-chat",
                                         part="new-chat header-button")
+        self.history_btn = dom.icon_button(
+            "history", "history-button", lbl["history_open"], action="history", part="history-button header-button"
+        )
+        self.history_btn.setAttribute("aria-pressed", "false")
+        self.history_btn.setAttribute("aria-controls", "ap-history")
         self.activity_btn = dom.icon_button(
             "activity", "activity-button", lbl["activity_open"], action="activity", part="activity-button header-button"
         )
         self.activity_btn.setAttribute("aria-pressed", "false")
         self.activity_btn.setAttribute("aria-controls", "ap-activity")
         self.close_btn = dom.icon_button("close", "close", dom.t("close"), action="close", part="close header-button")
-        for b in (self.new_chat, self.activity_btn, self.close_btn):
+        for b in (self.new_chat, self.history_btn, self.activity_btn, self.close_btn):
             actions.appendChild(b)
         self.el.appendChild(actions)
 

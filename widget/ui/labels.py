@@ -14,6 +14,8 @@ LABELS: dict[str, str] = {
     "activity": "Activity",
     "activity_open": "Show the activity log",
     "activity_close": "Back to the conversation",
+    "history_open": "Past conversations",
+    "history_close": "Back to the conversation",
     "close": "Close {title}",
     "open": "Open {title}",
     "dialog": "{title}",
@@ -56,6 +58,16 @@ LABELS: dict[str, str] = {
     # activity log
     "activity_title": "Activity log",
     "activity_empty": "No function calls yet.",
+    # past conversations
+    "history_title": "Past conversations",
+    "history_loading": "Loading…",
+    "history_empty": "No past conversations yet.",
+    "history_failed": "Past conversations could not be loaded: {message}",
+    "history_current": "Current",
+    "history_delete": "Delete “{title}”",
+    "history_confirm": "Delete “{title}”? This cannot be undone.",
+    "history_delete_yes": "Delete",
+    "history_delete_no": "Cancel",
     # confirmation
     "confirm_title": "Allow “{name}” to run?",
     "confirm_text": "The assistant wants to run this page function with these arguments:",
