@@ -3,6 +3,7 @@ storage that holds junk, cannot be read or refuses writes."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import Iterator, MutableMapping
 
@@ -147,3 +148,80 @@ def test_ids_and_urls() -> None:
     assert conversation_id_of(f"https://relay.example/api/conversations/{cid(3)}") == cid(3)
     assert conversation_id_of(f"https://relay.example/copilot/api/conversations/{cid(3)}/?x=1") == cid(3)
     assert conversation_id_of("https://relay.example/api/conversations/") is None
+
+
+class FakeClient:
+    """What ``PastConversations`` uses of the client: scripted answers, and a way to hold one back."""
+
+    def __init__(self) -> None:
+        self.conversation_id = cid(1)
+        self.listed: list[dict[str, object]] = []
+        self.fail: Exception | None = None
+        self.gate: asyncio.Event | None = None
+        self.opened: list[str] = []
+        self.deleted: list[str] = []
+
+    async def conversations(self) -> list[dict[str, object]]:
+        listed = [dict(e) for e in self.listed]
+        if self.gate is not None:
+            await self.gate.wait()
+        if self.fail is not None:
+            raise self.fail
+        return listed
+
+    async def open_conversation(self, conversation_id: str) -> None:
+        if self.fail is not None:
+            raise self.fail
+        self.opened.append(conversation_id)
+        self.conversation_id = conversation_id
+
+    async def delete_conversation(self, conversation_id: str) -> None:
+        if self.fail is not None:
+            raise self.fail
+        self.deleted.append(conversation_id)
+        self.listed = [e for e in self.listed if e["id"] != conversation_id]
+
+
+def entry(n: int, title: str | None) -> dict[str, object]:
+    return {"id": cid(n), "title": title, "created_at": 1.0, "updated_at": float(n), "current": False}
+
+
+async def test_the_store_lists_titled_entries_and_marks_the_current_one() -> None:
+    from widget.store.history import PastConversations
+
+    client, changes, switches = FakeClient(), [], []
+    client.listed = [entry(3, "third"), entry(2, None), entry(1, "first")]
+    past = PastConversations(client, lambda: changes.append(1), lambda: switches.append(1))  # type: ignore[arg-type]
+    assert await past.refresh()
+    assert [(e["id"], e["current"]) for e in past.entries] == [(cid(3), False), (cid(1), True)]
+    assert past.loaded and not past.loading and past.error is None and changes
+
+    past.ask_delete(cid(3))
+    assert past.confirming == cid(3)
+    assert await past.delete(cid(3)) and client.deleted == [cid(3)] and past.confirming is None
+    assert [e["id"] for e in past.entries] == [cid(1)] and switches == []  # not the current one: nothing to switch
+
+    assert await past.open(cid(1)) and client.opened == [cid(1)] and switches == [1]
+
+    client.fail = RuntimeError("relay down")
+    assert not await past.delete(cid(1))
+    assert past.error == "relay down" and past.busy is None and [e["id"] for e in past.entries] == [cid(1)]
+    assert not await past.refresh() and past.error == "relay down" and not past.loading
+
+
+async def test_only_the_latest_read_of_the_list_is_shown() -> None:
+    from widget.store.history import PastConversations
+
+    client = FakeClient()
+    past = PastConversations(client, lambda: None, lambda: None)  # type: ignore[arg-type]
+    client.listed = [entry(1, "old title")]
+    gate = client.gate = asyncio.Event()
+    slow = asyncio.ensure_future(past.refresh())
+    await asyncio.sleep(0)  # the first read is under way, held by the gate
+    client.gate = None
+    client.listed = [entry(1, "new title"), entry(2, "another")]
+    assert await past.refresh()
+    assert [e["title"] for e in past.entries] == ["new title", "another"]
+    gate.set()
+    assert await slow is False  # it finished last with what it read first: not shown
+    assert [e["title"] for e in past.entries] == ["new title", "another"] and not past.loading

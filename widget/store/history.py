@@ -36,20 +36,30 @@ class PastConversations:
         self.confirming: str | None = None
         #: The id being opened or deleted now.
         self.busy: str | None = None
+        self._reads = 0  # refreshes started (only the latest one's answer is shown)
 
     def _set(self, **fields: Any) -> None:
         for name, value in fields.items():
             setattr(self, name, value)
         self._changed()
 
+    def begin_refresh(self) -> None:
+        """Mark the list as being read (before ``refresh`` runs: a view shows it at once)."""
+        self.loading = True
+
     async def refresh(self) -> bool:
-        """Read the list again; True when it was read."""
+        """Read the list again; True when it was read (and it is the latest read)."""
+        self._reads += 1
+        read = self._reads
         self._set(loading=True)
         try:
             listed = await self.client.conversations()
         except Exception as exc:  # noqa: BLE001 - shown with the list
-            self._set(loading=False, error=message_of(exc))
+            if read == self._reads:
+                self._set(loading=False, error=message_of(exc))
             return False
+        if read != self._reads:
+            return False  # a later read is under way: its answer is the one to show
         current = self.client.conversation_id
         entries = [e for e in listed if e["title"]]
         for e in entries:

@@ -60,6 +60,7 @@ class HistoryPanel:
         store = bar.store.history
         if show:
             store.confirming = None
+            store.begin_refresh()  # the entries shown until it is read again may be old: the list says so
             self.render()
             bar.spawn(store.refresh())
             if focus:
