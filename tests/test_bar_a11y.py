@@ -1,7 +1,8 @@
 """axe-core on the demo page in Chromium, shadow DOM included: the widget adds no violation in any state.
 
-States: closed, empty, answers with call pills (one opened), a stopped call, confirmation, ask-user, an offered
-action and a form action's form, the activity log, then the same conversation dark and on a phone-sized screen.
+States: closed, empty, answers with call pills (one opened), an answer's tools with a rating and its comment
+form open (too long) then sent, a stopped call, confirmation, ask-user, an offered action and a form action's
+form, the activity log, then the same conversation dark (with a comment form open) and on a phone-sized screen.
 Also the two focus cues axe does not measure: the focus ring and the composer's typing ring are 3:1 on the panel.
 
 axe-core comes from the npm registry (``npm pack``, pinned by version and sha256) into the build cache, never from
@@ -130,6 +131,19 @@ async def test_axe_finds_no_violation_of_ours_in_any_state(browser, bar_relay, a
         await send(page, 'add_to_cart {"sku": "nimbus"}')
         await js_root(page, "r.querySelector('.call').open = true; return true;")
         await check("answer with pills")
+        # The answer tools (copy, thumbs) with a rating, its comment form open with the too-long message, then
+        # the thanks once a comment is stored.
+        answer = page.locator(q(".messages > .message.assistant >> nth=-1"))
+        assert await answer.locator(".answer-tools button.copy").count() >= 2
+        await answer.locator("button.rate-down").click()
+        box = answer.locator("textarea.comment-input")
+        await box.fill("x" * 2001)
+        await answer.locator(".comment-error").wait_for()
+        await check("comment form")
+        await box.fill("A short comment")
+        await answer.locator("button.comment-send").click()
+        await answer.locator(".answer-status").filter(has_text="Thanks").wait_for()
+        await check("comment sent")
         # A call the reader stopped.
         n = await user_count(page)
         await send(page, 'check_stock {"sku": "nimbus"}', wait=False)
@@ -177,6 +191,12 @@ True""")
         # Dark, then a phone-sized screen (the full-screen sheet).
         await page.emulate_media(color_scheme="dark")
         await check("dark")
+        rated = page.locator(q(".message.assistant:has(button.rate-down[aria-pressed='true'])")).last
+        await rated.locator("button.comment-toggle").click()
+        await rated.locator("form.comment-form").wait_for()
+        await check("dark comment form")
+        await page.keyboard.press("Escape")
+        await rated.locator("form.comment-form").wait_for(state="detached")
         await page.click(q("button.activity-button"))
         await check("dark activity log")
         dark = await ring_contrast(page)

@@ -1,6 +1,8 @@
-"""Copy and rate an answer in Chromium: the clipboard holds the answer's Markdown, its plain text or a code block;
-each copy button says "Copied"; a thumb is stored by the relay, shown pressed, changed, taken back, restored after a
-reload, and reaches the page as a ``feedback`` event; everything works from the keyboard."""
+"""Copy, rate and comment on an answer in Chromium: the clipboard holds the answer's Markdown, its plain text or a
+code block; each copy button says "Copied"; a thumb is stored by the relay, shown pressed, changed, taken back,
+restored after a reload, and reaches the page as a ``feedback`` event; a thumb opens the optional comment form,
+whose comment is stored with the rating (one record per answer, changed in place), restored and shown after a
+reload, refused when too long and kept when the relay is down; everything works from the keyboard."""
 
 from __future__ import annotations
 
@@ -39,6 +41,26 @@ async def stored_feedback(page: Any) -> list[dict[str, Any]]:
             return list(json.load(r).get("feedback") or [])
 
     return await asyncio.to_thread(get)
+
+
+async def feedback_events(page: Any) -> None:
+    """Collect the page's ``feedback`` events in ``window.__feedback`` (JSON texts)."""
+    await py(
+        page,
+        "import json as _json\njs.window.__feedback = js.Array.new()\n"
+        "_off = client.on('feedback', lambda p: js.window.__feedback.push(\n"
+        "    _json.dumps(p.to_py() if hasattr(p, 'to_py') else p)))\n"
+        "None",
+    )
+
+
+async def last_answer_id(page: Any) -> str:
+    return str(await py(page, "[m for m in store.messages if m.get('role') == 'assistant'][-1]['id']"))
+
+
+async def focused_class(page: Any) -> str:
+    """The class of the element focused in the bar."""
+    return str(await js_root(page, "return r.activeElement ? r.activeElement.className : '';"))
 
 
 async def pressed(page: Any) -> tuple[str | None, str | None]:
@@ -126,3 +148,174 @@ async def test_rate_an_answer_stored_changed_restored_and_taken_back(clip_page: 
     await page.locator(q(TOOLS + ' >> button.rate-down[aria-pressed="false"]')).wait_for()
     assert await stored_feedback(page) == []
     assert clip_page.log.page_errors == []
+
+
+ANSWER = ".messages > .message.assistant >> nth=-1"
+FORM = ANSWER + " >> form.comment-form"
+STATUS = ANSWER + " >> .answer-status"
+
+
+async def test_a_comment_is_stored_with_the_rating_restored_and_changed_in_place(clip_page: BarPage) -> None:
+    page = clip_page.page
+    await open_bar(page)
+    await send(page, "hello, comment")
+    await feedback_events(page)
+    answer_id = await last_answer_id(page)
+    tools = page.locator(q(TOOLS))
+    assert not await tools.locator("button.comment-toggle").is_visible()  # nothing to comment on before a rating
+    # A thumb down: stored at once, and the comment form opens with the focus in its box.
+    await tools.locator("button.rate-down").click()
+    form = page.locator(q(FORM))
+    await form.wait_for()
+    await page.locator(q(TOOLS + ' >> button.rate-down[aria-pressed="true"]')).wait_for()
+    assert await focused_class(page) == "comment-input"
+    assert await form.locator("label").text_content() == "Your comment (optional)"
+    assert await form.locator(".comment-count").text_content() == "0 / 2000"
+    await page.keyboard.type("The sizes are wrong")
+    assert await form.locator(".comment-count").text_content() == "19 / 2000"
+    await form.locator("button.comment-send").click()
+    await page.locator(q(STATUS)).filter(has_text="Thanks for your feedback!").wait_for()
+    assert await form.count() == 0
+    stored = await stored_feedback(page)
+    assert [(f["message_id"], f["rating"], f["comment"]) for f in stored] == [
+        (answer_id, "down", "The sizes are wrong")]
+    await page.wait_for_function(
+        "() => window.__feedback.some((e) => JSON.parse(e).comment === 'The sizes are wrong')")
+    comment_button = tools.locator("button.comment-toggle")
+    assert await comment_button.text_content() == "Edit comment"
+    # Restored after a reload: the rating, that a comment was left, and the comment itself when editing.
+    await page.reload()
+    await wait_mark(page, "autopilot:joined")
+    await open_bar(page)
+    await page.locator(q(TOOLS + ' >> button.rate-down[aria-pressed="true"]')).wait_for()
+    comment_button = page.locator(q(TOOLS)).locator("button.comment-toggle")
+    assert await comment_button.text_content() == "Edit comment"
+    assert await comment_button.get_attribute("data-commented") == "true"
+    await comment_button.click()
+    box = page.locator(q(FORM + " >> textarea.comment-input"))
+    assert await box.input_value() == "The sizes are wrong"
+    assert await comment_button.get_attribute("aria-expanded") == "true"
+    # Changed: the one record of this answer is replaced, not duplicated.
+    await feedback_events(page)
+    await box.fill("Sizes are fine, the colours are wrong")
+    await box.press("Control+Enter")
+    await page.locator(q(STATUS)).filter(has_text="Thanks").wait_for()
+    stored = await stored_feedback(page)
+    assert [(f["message_id"], f["rating"], f["comment"]) for f in stored] == [
+        (answer_id, "down", "Sizes are fine, the colours are wrong")]
+    await page.wait_for_function("() => window.__feedback.length >= 1")
+    event = json.loads(await page.evaluate("() => window.__feedback[0]"))
+    assert (event["message_id"], event["rating"], event["comment"]) == (
+        answer_id, "down", "Sizes are fine, the colours are wrong")
+    # The same comment again changes nothing (idempotent): the stored record keeps its time.
+    await page.locator(q(TOOLS)).locator("button.comment-toggle").click()
+    await page.locator(q(FORM + " >> button.comment-send")).click()
+    await page.locator(q(STATUS)).filter(has_text="Thanks").wait_for()
+    assert await stored_feedback(page) == stored
+    # Another thumb keeps the comment.
+    await page.locator(q(TOOLS)).locator("button.rate-up").click()
+    await page.locator(q(TOOLS + ' >> button.rate-up[aria-pressed="true"]')).wait_for()
+    await page.locator(q(FORM + " >> button.comment-cancel")).click()
+    assert [(f["rating"], f["comment"]) for f in await stored_feedback(page)] == [
+        ("up", "Sizes are fine, the colours are wrong")]
+    assert clip_page.log.page_errors == []
+
+
+async def test_comment_from_the_keyboard_only(clip_page: BarPage) -> None:
+    page = clip_page.page
+    await open_bar(page)
+    await send(page, "hello, keyboard")
+    answer_id = await last_answer_id(page)
+    tools = page.locator(q(TOOLS))
+    await tools.locator("button.copy").first.focus()
+    await page.keyboard.press("Tab")  # Copy as text
+    await page.keyboard.press("Tab")  # Good answer
+    assert await js_root(page, "return r.activeElement.getAttribute('aria-label');") == "Good answer"
+    await page.keyboard.press("Enter")
+    await page.locator(q(FORM)).wait_for()
+    assert await focused_class(page) == "comment-input"
+    await page.locator(q(TOOLS + ' >> button.rate-up[aria-pressed="true"]')).wait_for()
+    await page.keyboard.type("never mind")
+    # Escape closes the form: the focus is back on the answer's buttons, the rating stays, no comment is sent.
+    await page.keyboard.press("Escape")
+    await page.locator(q(FORM)).wait_for(state="detached")
+    assert await page.is_visible(q("section.panel"))  # Escape closed the form, not the bar
+    assert await focused_class(page) == "comment-toggle"
+    await page.locator(q(TOOLS + ' >> button.rate-up[aria-pressed="true"]')).wait_for()
+    assert [(f["rating"], f["comment"]) for f in await stored_feedback(page) if f["message_id"] == answer_id] == [
+        ("up", None)]
+    # "Add a comment", from the keyboard: Enter alone is a new line, Ctrl+Enter sends.
+    assert await tools.locator("button.comment-toggle").text_content() == "Add a comment"
+    await page.keyboard.press("Enter")
+    await page.locator(q(FORM)).wait_for()
+    assert await focused_class(page) == "comment-input"
+    await page.keyboard.type("first line")
+    await page.keyboard.press("Enter")
+    await page.keyboard.type("second line")
+    await page.keyboard.press("Control+Enter")
+    await page.locator(q(STATUS)).filter(has_text="Thanks for your feedback!").wait_for()
+    assert await focused_class(page) == "comment-toggle"
+    assert [(f["rating"], f["comment"]) for f in await stored_feedback(page) if f["message_id"] == answer_id] == [
+        ("up", "first line\nsecond line")]
+    assert clip_page.log.page_errors == []
+
+
+async def test_an_over_long_comment_is_refused_and_kept(clip_page: BarPage) -> None:
+    page = clip_page.page
+    await open_bar(page)
+    await send(page, "hello, long comment")
+    answer_id = await last_answer_id(page)
+    await page.locator(q(TOOLS)).locator("button.rate-down").click()
+    box = page.locator(q(FORM + " >> textarea.comment-input"))
+    await box.wait_for()
+    long = "x" * 2001
+    await box.fill(long)
+    count = page.locator(q(FORM + " >> .comment-count"))
+    assert await count.text_content() == "2001 / 2000"
+    assert await count.get_attribute("data-over") == "true"
+    error = page.locator(q(FORM + " >> .comment-error"))
+    assert "at most 2000 characters" in (await error.text_content() or "")
+    assert await box.get_attribute("aria-invalid") == "true"
+    await page.locator(q(FORM + " >> button.comment-send")).click()
+    # Refused here: the form stays, the text is kept, the message is visible, nothing was stored.
+    assert await error.is_visible()
+    assert await box.input_value() == long
+    await page.locator(q(TOOLS + ' >> button.rate-down[aria-pressed="true"]')).wait_for()
+    assert [(f["rating"], f["comment"]) for f in await stored_feedback(page) if f["message_id"] == answer_id] == [
+        ("down", None)]
+    # One character less fits: the message goes and Send stores it.
+    await box.press("End")
+    await box.press("Backspace")
+    assert await count.text_content() == "2000 / 2000"
+    assert not await error.is_visible()
+    await page.locator(q(FORM + " >> button.comment-send")).click()
+    await page.locator(q(STATUS)).filter(has_text="Thanks").wait_for()
+    assert [(f["rating"], f["comment"]) for f in await stored_feedback(page) if f["message_id"] == answer_id] == [
+        ("down", "x" * 2000)]
+    assert clip_page.log.page_errors == []
+
+
+async def test_a_comment_sent_while_the_relay_is_down_is_kept(clip_page: BarPage) -> None:
+    """Last in the module: it stops the module's relay (and starts it again on the same port and database)."""
+    page = clip_page.page
+    await open_bar(page)
+    await send(page, "hello, relay down")
+    answer_id = await last_answer_id(page)
+    await page.locator(q(TOOLS)).locator("button.rate-up").click()
+    await page.locator(q(TOOLS + ' >> button.rate-up[aria-pressed="true"]')).wait_for()
+    box = page.locator(q(FORM + " >> textarea.comment-input"))
+    await box.fill("Sent while the relay was away")
+    await asyncio.to_thread(clip_page.relay.stop)
+    try:
+        await page.locator(q(FORM + " >> button.comment-send")).click()
+        error = page.locator(q(FORM + " >> .comment-error"))
+        await error.filter(has_text="Not sent").wait_for()
+        assert "Your text is still here" in (await error.text_content() or "")
+        assert await box.input_value() == "Sent while the relay was away"
+    finally:
+        await asyncio.to_thread(clip_page.relay.restart)
+    # The relay is back: the same form sends the kept text.
+    await page.locator(q(FORM + " >> button.comment-send")).click()
+    await page.locator(q(STATUS)).filter(has_text="Thanks").wait_for(timeout=60_000)
+    assert [(f["rating"], f["comment"]) for f in await stored_feedback(page) if f["message_id"] == answer_id] == [
+        ("up", "Sent while the relay was away")]

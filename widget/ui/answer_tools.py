@@ -1,14 +1,21 @@
-"""Under each finished answer: copy it (as Markdown or as plain text), copy a code block, and rate it.
+"""Under each finished answer: copy it (as Markdown or as plain text), copy a code block, rate it and comment.
 
 Every control is a real button (keyboard reachable, named for assistive technology). A copy writes to the
 clipboard and the button says "Copied" for a moment (announced through the bar's live region); a thumb shows its
-state with ``aria-pressed`` and pressing the pressed one takes the rating back. Nothing here runs page code.
+state with ``aria-pressed`` and pressing the pressed one takes the rating back. A thumb opens the optional comment
+form (``widget.ui.comment_form``); once an answer is rated, its row has "Add a comment" / "Edit comment". The
+buttons are built once per answer text and only their state changes afterwards, so a focused button keeps the
+focus. Nothing here runs page code.
 """
 
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
+
+from .comment_form import CommentForm, CommentForms
+from .dom import absent, bidi_safe
 
 if TYPE_CHECKING:
     from .bar import Bar
@@ -19,40 +26,85 @@ log = logging.getLogger("widget")
 #: How long a copy button says "Copied", ms.
 COPIED_MS = 1600
 #: ``data-action`` values of these controls (the bar's click handler hands them here).
-ACTIONS = frozenset({"answer-copy-md", "answer-copy-text", "answer-copy-code", "answer-rate-up", "answer-rate-down"})
+ACTIONS = frozenset({"answer-copy-md", "answer-copy-text", "answer-copy-code", "answer-rate-up", "answer-rate-down",
+                     "answer-comment", "comment-cancel"})
+
+
+@dataclass(eq=False)
+class AnswerRow:
+    """The tools of one answer: the button row, and under it the comment form and a status line."""
+
+    message_id: str | None
+    el: Any
+    #: Under the row: the comment form (while open) and the status line (thanks, or why a rating failed).
+    area: Any
+    status: Any
+    built: Any = None  # (message id, text, hidden) the buttons were built for
+    shown: Any = None  # the state last shown on them
+    up: Any = None
+    down: Any = None
+    comment: Any = None
+    form: CommentForm | None = None
+    #: The comment was just sent from here: the status line thanks the reader.
+    thanked: bool = False
 
 
 class AnswerTools:
-    """The copy and rating buttons of the bar's answers (one row per finished assistant message)."""
+    """The copy, rating and comment controls of the bar's answers (one row per finished assistant message)."""
 
     def __init__(self, bar: Bar) -> None:
         self.bar = bar
         self.dom = bar.dom
-        #: view key -> (row element, what it last rendered)
-        self._rows: dict[str, tuple[Any, Any]] = {}
+        #: view key -> its row
+        self._rows: dict[str, AnswerRow] = {}
+        self.comments = CommentForms(bar)
 
     def render(self, view: MessageView, m: dict[str, Any], streaming: bool) -> None:
         """The row of one assistant message: hidden while it streams or when it has no text."""
         message_id = m.get("id")
+        mid = message_id if isinstance(message_id, str) else None
         text = str(m.get("content") or "")
-        rating = self.bar.store.ratings.rating(message_id)
-        sig = (message_id, text, streaming, rating)
-        row, last = self._rows.get(view.key, (None, None))
-        if row is not None and last == sig:
-            return
+        row = self._rows.get(view.key)
         if row is None:
-            row = self.dom.el("div", "answer-tools", part="answer-tools")
-            row.setAttribute("role", "group")
-            row.setAttribute("aria-label", self.dom.labels["answer_tools"])
-            view.el.insertBefore(row, view.footer)
-        self._rows[view.key] = (row, sig)
-        row.textContent = ""
-        row.hidden = streaming or not text or not isinstance(message_id, str)
-        if row.hidden or not isinstance(message_id, str):
+            row = self._new_row(view, mid)
+        hidden = streaming or not text or mid is None
+        built = (mid, text, hidden)
+        if row.built != built:
+            if row.message_id != mid:
+                self.comments.close(row, focus_back=False)
+                row.thanked = False
+                row.message_id = mid
+            focused = self._focused_control(row)
+            self._build(view, row, hidden)
+            row.built, row.shown = built, None
+            self._refocus(row, focused)
+        row.el.hidden = row.area.hidden = hidden
+        if not hidden:
+            self.show_state(row)
+
+    def _new_row(self, view: MessageView, mid: str | None) -> AnswerRow:
+        el = self.dom.el("div", "answer-tools", part="answer-tools")
+        el.setAttribute("role", "group")
+        el.setAttribute("aria-label", self.dom.labels["answer_tools"])
+        area = self.dom.el("div", "answer-comment", part="answer-comment")
+        status = self.dom.el("p", "answer-status", part="answer-status")
+        status.setAttribute("role", "status")
+        area.appendChild(status)
+        view.el.insertBefore(el, view.footer)
+        view.el.insertBefore(area, view.footer)
+        row = AnswerRow(message_id=mid, el=el, area=area, status=status)
+        self._rows[view.key] = row
+        return row
+
+    def _build(self, view: MessageView, row: AnswerRow, hidden: bool) -> None:
+        row.el.textContent = ""
+        row.up = row.down = row.comment = None
+        message_id = row.message_id
+        if hidden or message_id is None:
             return
         lbl = self.dom.labels
-        row.appendChild(self._button(lbl["copy_markdown"], "copy", "answer-copy-md", message_id))
-        row.appendChild(self._button(lbl["copy_text"], "copy", "answer-copy-text", message_id))
+        row.el.appendChild(self._button(lbl["copy_markdown"], "copy", "answer-copy-md", message_id))
+        row.el.appendChild(self._button(lbl["copy_text"], "copy", "answer-copy-text", message_id))
         thumbs = (("up", "answer-rate-up", lbl["rate_up"], "👍"), ("down", "answer-rate-down", lbl["rate_down"], "👎"))
         for value, action, label, face in thumbs:
             b = self.dom.el("button", f"rate rate-{value}", part=f"rate-{value}", text=face)
@@ -61,9 +113,77 @@ class AnswerTools:
             b.setAttribute("data-id", message_id)
             b.setAttribute("aria-label", label)
             b.setAttribute("title", label)
-            b.setAttribute("aria-pressed", "true" if rating == value else "false")
-            row.appendChild(b)
-        self._code_buttons(view, row, message_id)
+            row.el.appendChild(b)
+            if value == "up":
+                row.up = b
+            else:
+                row.down = b
+        row.comment = self.dom.text_button(lbl["comment_add"], "comment-toggle", "answer-comment", message_id)
+        row.comment.setAttribute("aria-expanded", "false")
+        row.el.appendChild(row.comment)
+        self._code_buttons(view, row.el, message_id)
+
+    def show_state(self, row: AnswerRow) -> None:
+        """The rating, whether there is a comment, the form and the status line, as they are now."""
+        ratings = self.bar.store.ratings
+        mid = row.message_id
+        if mid is None or row.up is None:
+            return
+        rating, comment, error = ratings.rating(mid), ratings.comment(mid), ratings.errors.get(mid)
+        form_id = row.form.el.id if row.form is not None else None
+        state = (rating, comment, error, form_id, row.thanked)
+        if row.shown == state:
+            return
+        row.shown = state
+        lbl = self.dom.labels
+        row.up.setAttribute("aria-pressed", "true" if rating == "up" else "false")
+        row.down.setAttribute("aria-pressed", "true" if rating == "down" else "false")
+        b = row.comment
+        b.hidden = rating is None and form_id is None
+        label = lbl["comment_edit"] if comment else lbl["comment_add"]
+        if b.textContent != label:
+            b.textContent = label
+        if comment:
+            b.setAttribute("data-commented", "true")
+            b.setAttribute("title", bidi_safe(comment))
+        else:
+            b.removeAttribute("data-commented")
+            b.removeAttribute("title")
+        b.setAttribute("aria-expanded", "true" if form_id else "false")
+        if form_id:
+            b.setAttribute("aria-controls", form_id)
+        else:
+            b.removeAttribute("aria-controls")
+        if error:
+            status = self.dom.t("rate_failed", message=error)
+        elif row.thanked and form_id is None:
+            status = lbl["comment_thanks"]
+        else:
+            status = ""
+        row.status.textContent = bidi_safe(status)
+        row.status.setAttribute("data-kind", "error" if error else "thanks" if status else "none")
+
+    def _focused_control(self, row: AnswerRow) -> tuple[str, str] | None:
+        active = self.bar.root.activeElement
+        if absent(active) or not row.el.contains(active):
+            return None
+        return str(active.getAttribute("data-action") or ""), str(active.getAttribute("data-block") or "")
+
+    def _refocus(self, row: AnswerRow, focused: tuple[str, str] | None) -> None:
+        """After a rebuild, the focus goes back to the button that had it (or the row's first)."""
+        if focused is None:
+            return
+        for b in row.el.querySelectorAll("button"):
+            if (str(b.getAttribute("data-action") or ""), str(b.getAttribute("data-block") or "")) == focused:
+                b.focus()
+                return
+        first = row.el.querySelector("button:not([hidden])")
+        if not absent(first):
+            first.focus()
+
+    def row_of(self, message_id: str) -> AnswerRow | None:
+        """The row of an answer, if it is on screen."""
+        return next((r for r in self._rows.values() if r.message_id == message_id), None)
 
     def _button(self, label: str, cls: str, action: str, message_id: str) -> Any:
         b = self.dom.text_button(label, cls, action, message_id)
@@ -80,8 +200,10 @@ class AnswerTools:
             row.appendChild(b)
 
     def forget(self, key: str) -> None:
-        """A message view went away."""
-        self._rows.pop(key, None)
+        """A message view went away (its row and comment area went with it)."""
+        row = self._rows.pop(key, None)
+        if row is not None:
+            row.form = None
 
     # --- actions -------------------------------------------------------------------------------------
     def on_action(self, action: str, message_id: str | None, el: Any) -> None:
@@ -89,11 +211,39 @@ class AnswerTools:
         if message_id is None:
             return
         if action in ("answer-rate-up", "answer-rate-down"):
-            self.bar.spawn(self.bar.store.ratings.rate(message_id, "up" if action == "answer-rate-up" else "down"))
+            self._rate(message_id, "up" if action == "answer-rate-up" else "down")
+            return
+        row = self.row_of(message_id)
+        if action == "answer-comment" and row is not None:
+            if row.form is not None:
+                self.comments.close(row, focus_back=True)
+            else:
+                rating = self.bar.store.ratings.rating(message_id)
+                if rating is not None:
+                    self.comments.open(row, rating)
+            return
+        if action == "comment-cancel":
+            if row is not None:
+                self.comments.close(row, focus_back=True)
             return
         text = self._copy_text(action, message_id, el)
         if text is not None:
             self.bar.spawn(self._copy(text, el))
+
+    def _rate(self, message_id: str, value: str) -> None:
+        """A thumb: stored at once; setting one opens the comment form, taking it back closes it."""
+        ratings = self.bar.store.ratings
+        taking_back = ratings.rating(message_id) == value
+        self.bar.spawn(ratings.rate(message_id, value))
+        row = self.row_of(message_id)
+        if row is None:
+            return
+        row.thanked = False
+        if taking_back:
+            self.comments.close(row, focus_back=False)
+        else:
+            self.comments.open(row, value)
+        self.show_state(row)
 
     def _copy_text(self, action: str, message_id: str, el: Any) -> str | None:
         message = next((m for m in self.bar.store.messages if m.get("id") == message_id), None)

@@ -150,6 +150,7 @@ class Bar:
         ev.add(self.panel, "keydown", handlers.on_keydown)
         ev.add(self.panel, "submit", handlers.on_submit)
         ev.add(self.panel, "change", handlers.on_change)
+        ev.add(self.panel, "input", handlers.on_input)
         ev.add(self.panel, "keyup", handlers.keep_key)
         if shortcut:
             ev.add(doc, "keydown", handlers.on_document_keydown)

@@ -24,7 +24,7 @@ def is_shortcut(event: Any) -> bool:
 
 
 class PanelEvents:
-    """Clicks on ``data-action`` controls, keys (Esc, Tab trap, Enter, tab arrows), form submits and changes."""
+    """Clicks on ``data-action`` controls, keys (Esc, Tab trap, Enter, tab arrows), form submits, changes, input."""
 
     def __init__(self, bar: Bar) -> None:
         self.bar = bar
@@ -99,6 +99,8 @@ class PanelEvents:
                 mid, aid = str(form.getAttribute("data-mid")), str(form.getAttribute("data-aid"))
                 self.bar.store.cancel_action_form(mid, aid)
                 return
+            if self.bar.answer_tools.comments.escape(event.target):  # Esc in a comment form closes it
+                return
             if self.bar.history.visible:  # a deletion waiting for confirmation, else the list itself
                 if not self.bar.history.cancel_delete():
                     self.bar.history.show(False)
@@ -112,6 +114,11 @@ class PanelEvents:
             return
         target = event.target
         cls = target.classList
+        if cls.contains("comment-input"):  # Ctrl/Cmd+Enter sends a comment; Enter alone is a new line
+            if key == "Enter" and (event.ctrlKey or event.metaKey) and not event.isComposing:
+                event.preventDefault()
+                self.bar.answer_tools.comments.submit(target)
+            return
         if cls.contains("input"):
             if key == "Enter" and not event.shiftKey and not event.isComposing:
                 event.preventDefault()
@@ -153,6 +160,14 @@ class PanelEvents:
             self.bar.ask.submit()
         elif form == "action":
             self.bar.actions.submit(event.target)
+        elif form == "comment":
+            self.bar.answer_tools.comments.submit(event.target)
+
+    def on_input(self, event: Any) -> None:
+        """Typing in a comment box: its counter follows."""
+        target = event.target
+        if not absent(target) and has(target, "classList") and target.classList.contains("comment-input"):
+            self.bar.answer_tools.comments.on_input(target)
 
     def on_change(self, event: Any) -> None:
         """A field changed: its error goes."""
