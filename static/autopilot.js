@@ -561,8 +561,19 @@
     flushQueue();
     tabFlag(STARTED_KEY, true);
     // A turn or call in progress when the reader navigates: the next page view starts at once to show it.
-    ["completion.started", "functionCall", "askUserRequired"].forEach((e) => api.on(e, () => tabFlag(BUSY_KEY, true)));
-    api.on("completion.finished", () => tabFlag(BUSY_KEY, false));
+    let turnOpen = false; // a turn started (or a call or question came) in this view and has not finished
+    ["completion.started", "functionCall", "askUserRequired"].forEach((e) => api.on(e, () => {
+      turnOpen = true;
+      tabFlag(BUSY_KEY, true);
+    }));
+    api.on("completion.finished", () => { turnOpen = false; tabFlag(BUSY_KEY, false); });
+    // A turn that ended on the relay while no page of this tab was there (the reader left mid-turn) never clears
+    // the marker above: once joined, a conversation the relay reports idle (or failed: nothing runs, nothing
+    // waits for a call or an answer) clears it, unless this view saw a turn begin since.
+    api.on("ready", (p) => {
+      const status = p && p.conversation && p.conversation.status;
+      if (!turnOpen && (status === "idle" || status === "failed")) tabFlag(BUSY_KEY, false);
+    });
     readyResolve(api);
     window.dispatchEvent(new CustomEvent("autopilot:ready", { detail: api }));
     if (callbacks.onReady) {

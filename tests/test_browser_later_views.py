@@ -68,10 +68,12 @@ async def test_later_page_views_start_python_on_intent_only(browser: Any, relay_
         await page.wait_for_function("() => window.__busy.length > 0")
         assert await page.evaluate("window.__busy[0]") == "1"
         await page.wait_for_function("() => sessionStorage.getItem('autopilot:busy:demo') === null")
-        # Busy when the reader navigates: the next page view starts without intent.
+        # Busy when the reader navigates: the next page view starts without intent. The turn ended on the relay
+        # while the reader was away: once joined to the idle conversation, that view clears the marker.
         await page.evaluate("sessionStorage.setItem('autopilot:busy:demo', '1')")
         await page.goto(urls[2])
         await wait_mark(page, "autopilot:joined")
+        await page.wait_for_function("() => sessionStorage.getItem('autopilot:busy:demo') === null")
         # A new tab of the same site is a first view again (per-tab marker): idle boot.
         other = await ctx.new_page()
         await other.goto(urls[1])
