@@ -160,6 +160,8 @@ async def test_a_comment_is_stored_with_the_rating_restored_and_changed_in_place
     await open_bar(page)
     await send(page, "hello, comment")
     await feedback_events(page)
+    await page.evaluate("""() => { window.__jsFeedback = [];
+        window.Autopilot.on('feedback', (p) => window.__jsFeedback.push(p)); }""")
     answer_id = await last_answer_id(page)
     tools = page.locator(q(TOOLS))
     assert not await tools.locator("button.comment-toggle").is_visible()  # nothing to comment on before a rating
@@ -181,6 +183,10 @@ async def test_a_comment_is_stored_with_the_rating_restored_and_changed_in_place
         (answer_id, "down", "The sizes are wrong")]
     await page.wait_for_function(
         "() => window.__feedback.some((e) => JSON.parse(e).comment === 'The sizes are wrong')")
+    # ... and to the page's JS (window.Autopilot.on).
+    await page.wait_for_function("() => window.__jsFeedback.some((p) => p.comment === 'The sizes are wrong')")
+    js_event = await page.evaluate("() => window.__jsFeedback.find((p) => p.comment)")
+    assert (js_event["message_id"], js_event["rating"]) == (answer_id, "down")
     comment_button = tools.locator("button.comment-toggle")
     assert await comment_button.text_content() == "Edit comment"
     # Restored after a reload: the rating, that a comment was left, and the comment itself when editing.
@@ -301,12 +307,14 @@ async def test_a_comment_sent_while_the_relay_is_down_is_kept(clip_page: BarPage
     await open_bar(page)
     await send(page, "hello, relay down")
     answer_id = await last_answer_id(page)
-    await page.locator(q(TOOLS)).locator("button.rate-up").click()
-    await page.locator(q(TOOLS + ' >> button.rate-up[aria-pressed="true"]')).wait_for()
-    box = page.locator(q(FORM + " >> textarea.comment-input"))
-    await box.fill("Sent while the relay was away")
     await asyncio.to_thread(clip_page.relay.stop)
     try:
+        # The thumb cannot be stored: the answer says so, and the comment form opens all the same.
+        await page.locator(q(TOOLS)).locator("button.rate-up").click()
+        await page.locator(q(STATUS)).filter(has_text="Your rating was not saved").wait_for()
+        assert await page.locator(q(TOOLS + " >> button.rate-up")).get_attribute("aria-pressed") == "false"
+        box = page.locator(q(FORM + " >> textarea.comment-input"))
+        await box.fill("Sent while the relay was away")
         await page.locator(q(FORM + " >> button.comment-send")).click()
         error = page.locator(q(FORM + " >> .comment-error"))
         await error.filter(has_text="Not sent").wait_for()
@@ -314,8 +322,9 @@ async def test_a_comment_sent_while_the_relay_is_down_is_kept(clip_page: BarPage
         assert await box.input_value() == "Sent while the relay was away"
     finally:
         await asyncio.to_thread(clip_page.relay.restart)
-    # The relay is back: the same form sends the kept text.
+    # The relay is back: the same form sends the kept text, with the thumb that opened it.
     await page.locator(q(FORM + " >> button.comment-send")).click()
     await page.locator(q(STATUS)).filter(has_text="Thanks").wait_for(timeout=60_000)
+    await page.locator(q(TOOLS + ' >> button.rate-up[aria-pressed="true"]')).wait_for()
     assert [(f["rating"], f["comment"]) for f in await stored_feedback(page) if f["message_id"] == answer_id] == [
         ("up", "Sent while the relay was away")]
