@@ -24,11 +24,15 @@ from .limits import (
     MAX_IDEMPOTENCY_KEY_CHARS,
     MAX_ITERATIONS,
     MAX_SEQ,
+    MAX_STARTER_CHARS,
+    MAX_STARTERS,
     MAX_STATE_BYTES,
     MAX_STATE_DEPTH,
     MAX_SUMMARIES_BODY_BYTES,
     MAX_SUMMARY_IDS,
     MAX_TITLE_CHARS,
+    MAX_SUGGESTION_CHARS,
+    MAX_SUGGESTIONS,
     MAX_TOOLS_ADVISED,
     MAX_USER_MESSAGE_CHARS,
     SYNC_STATE_BEFORE_FUNCTION_RESPONSE_TIMEOUT_MS,
@@ -116,6 +120,8 @@ EV_FEEDBACK: Final = Event.FEEDBACK.value
 OFFER_ACTIONS_TOOL: Final = RelayTool.OFFER_ACTIONS.value
 #: The relay's own tool through which the model asks the reader (when the app's Ask User preset is on).
 ASK_USER_TOOL: Final = RelayTool.ASK_USER.value
+#: The relay's own tool through which the model suggests follow-up questions (when the app has suggestions on).
+SUGGEST_FOLLOWUPS_TOOL: Final = RelayTool.SUGGEST_FOLLOWUPS.value
 
 KIND_FUNCTION: Final = Kind.FUNCTION.value
 KIND_TOOL: Final = Kind.TOOL.value
@@ -228,11 +234,15 @@ __all__ = [
     "MAX_IDEMPOTENCY_KEY_CHARS",
     "MAX_ITERATIONS",
     "MAX_SEQ",
+    "MAX_STARTERS",
+    "MAX_STARTER_CHARS",
     "MAX_STATE_BYTES",
     "MAX_STATE_DEPTH",
     "MAX_SUMMARIES_BODY_BYTES",
     "MAX_SUMMARY_IDS",
     "MAX_TITLE_CHARS",
+    "MAX_SUGGESTIONS",
+    "MAX_SUGGESTION_CHARS",
     "MAX_TOOLS_ADVISED",
     "MAX_USER_MESSAGE_CHARS",
     "MSG_CALL_CANCELLED",
@@ -244,6 +254,7 @@ __all__ = [
     "STATE_ROOT",
     "STATUS_ERROR",
     "STATUS_SUCCESS",
+    "SUGGEST_FOLLOWUPS_TOOL",
     "SUBSCRIBABLE_EVENTS",
     "SYNC_STATE_BEFORE_FUNCTION_RESPONSE_TIMEOUT_MS",
     "TOOL_CALL_TIMEOUT_S",

@@ -44,5 +44,13 @@ MAX_SUMMARY_IDS: Final = 50
 MAX_SUMMARIES_BODY_BYTES: Final = 16_384
 #: Characters of a conversation's title (its first message, whitespace collapsed, cut with "…").
 MAX_TITLE_CHARS: Final = 80
+#: Starter prompts an empty bar shows (the app's in the relay config, or the page's ``set_starters``).
+MAX_STARTERS: Final = 4
+#: Characters of one starter prompt.
+MAX_STARTER_CHARS: Final = 200
+#: Follow-up suggestions the relay keeps on one answer (``suggest_followups``).
+MAX_SUGGESTIONS: Final = 3
+#: Characters of one follow-up suggestion.
+MAX_SUGGESTION_CHARS: Final = 150
 #: Largest ``seq``/``last_seq`` a peer may send (a signed 64-bit integer).
 MAX_SEQ: Final = 2**63 - 1

@@ -270,6 +270,9 @@ class AssistantMessage(TypedDict):
     content: str
     function_calls: NotRequired[list[CallRef]]
     actions: NotRequired[list[OfferedAction]]
+    #: Follow-up questions the model suggested (``suggest_followups``), stored with the message: shown under
+    #: the last answer as the reader's own words until the reader sends the next message.
+    suggestions: NotRequired[list[str]]
     created_at: NotRequired[float]
     seq: NotRequired[int]
 
@@ -486,6 +489,8 @@ class ConversationResponse(TypedDict):
     pending_ask_user: NotRequired[list[AskUserPrompt]]
     #: The reader's ratings of the answers (only when there is one).
     feedback: NotRequired[list["FeedbackRecord"]]
+    #: The app's starter prompts (relay config), shown while the conversation has no messages.
+    starters: NotRequired[list[str]]
 
 
 class AskUserAnswer(TypedDict):

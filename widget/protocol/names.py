@@ -134,6 +134,8 @@ class ClientEvent(StrEnum):
     FEEDBACK = "feedback"
     #: The list of this browser's conversations with the app changed (``{"ids"}``, most recently added first).
     CONVERSATIONS_CHANGED = "conversationsChanged"
+    #: The starter prompts an empty bar shows changed (the app's, from the relay, or the page's own).
+    STARTERS_CHANGED = "startersChanged"
     ERROR = "error"
     PAGE_ERROR = "pageError"
     ANY = "*"
@@ -307,6 +309,8 @@ class RelayTool(StrEnum):
 
     OFFER_ACTIONS = "offer_actions"
     ASK_USER = "ask_user"
+    #: Follow-up questions shown under the answer as the reader's own words (when the app has suggestions on).
+    SUGGEST_FOLLOWUPS = "suggest_followups"
 
 
 #: A function, tool or action name: what every model provider accepts as a tool name (JSON Schema ``pattern``).

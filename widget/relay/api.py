@@ -257,6 +257,8 @@ class Api:
         ratings = await feedback_of(self.store, cid)
         if ratings:
             body["feedback"] = ratings
+        app = self.config.apps.get(conv["app_id"])
+        body["starters"] = list(app.starters) if app is not None else []
         return body
 
     # -- endpoints -------------------------------------------------------------------------------

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any, Callable, Mapping
 from urllib.parse import urlsplit
 
+from ..core.starters import check_starters
 from ..errors import ConfigError
 from .mcp_config import McpServerConfig, finalize_servers, parse_servers
 from ..protocol import (
@@ -102,6 +103,11 @@ class AppConfig:
     tools: dict[str, ToolConfig] = field(default_factory=dict)
     #: MCP servers whose allowed tools the model may call, by server name (``widget.relay.mcp_config``).
     mcp: dict[str, McpServerConfig] = field(default_factory=dict)
+    #: Starter prompts an empty bar shows (at most ``MAX_STARTERS``, each a non-empty string of at most
+    #: ``MAX_STARTER_CHARS`` characters); a page may replace them (``client.set_starters``).
+    starters: list[str] = field(default_factory=list)
+    #: Follow-up suggestions on: the model may suggest short questions under its answer (``suggest_followups``).
+    suggestions: bool = False
 
 
 @dataclass
@@ -205,7 +211,7 @@ class RelayConfig:
         env = os.environ if env is None else env
         cfg = dataclasses.replace(
             self,
-            apps={k: dataclasses.replace(v, allowed_origins=list(v.allowed_origins),
+            apps={k: dataclasses.replace(v, allowed_origins=list(v.allowed_origins), starters=list(v.starters),
                                          tools={n: dataclasses.replace(t) for n, t in v.tools.items()})
                   for k, v in self.apps.items()},
             models={k: dataclasses.replace(v) for k, v in self.models.items()},
@@ -270,13 +276,17 @@ class RelayConfig:
                     if not m.api_key:
                         raise ConfigError(f"model {name!r}: environment variable {m.api_key_env} is not set")
         if not cfg.apps:
-            cfg.apps[DEFAULT_APP] = AppConfig(model=DEMO_MODEL, ask_user=True)  # the demo page shows "ask me"
+            # The demo page shows "ask me" and "suggest follow-ups".
+            cfg.apps[DEFAULT_APP] = AppConfig(model=DEMO_MODEL, ask_user=True, suggestions=True)
         for app_id, app in cfg.apps.items():
             if not app_id or not all(c.isalnum() or c in "-_." for c in app_id):
                 raise ConfigError(f"app id {app_id!r} must be letters, digits, '-', '_' or '.'")
             if app.model not in cfg.models:
                 raise ConfigError(f"app {app_id!r}: unknown model {app.model!r} (known: {', '.join(sorted(cfg.models))})")
             app.allowed_origins = [_check_origin_like(o, f"app {app_id!r} allowed origin") for o in app.allowed_origins]
+            app.starters = check_starters(app.starters, f"app {app_id!r}: starters")
+            if not isinstance(app.suggestions, bool):
+                raise ConfigError(f"app {app_id!r}: suggestions must be true or false")
             for name, tool in app.tools.items():
                 _bind_tool(f"app {app_id!r}: tool {name!r}", name, tool)
             app.mcp = finalize_servers(f"app {app_id!r}", app.mcp, env)
@@ -309,15 +319,14 @@ class RelayConfig:
 
 def _bind_tool(where: str, name: str, tool: "ToolConfig") -> None:
     """Check a relay config function's declaration and bind its callable (ConfigError, one line)."""
-    from ..protocol import ASK_USER_TOOL, OFFER_ACTIONS_TOOL
-    from ..protocol import is_tool_name
+    from ..protocol import RelayTool, is_tool_name
     from .tools import flat_parameters
 
     if not isinstance(tool, ToolConfig):
         raise ConfigError(f"{where} must be a table with callable, description, parameters")
     if not is_tool_name(name):
         raise ConfigError(f"{where}: a tool name is 1-64 letters, digits, '_' or '-'")
-    if name in (ASK_USER_TOOL, OFFER_ACTIONS_TOOL):
+    if name in set(RelayTool):
         raise ConfigError(f"{where}: {name!r} is the relay's own tool; choose another name")
     if not isinstance(tool.description, str) or not tool.description.strip():
         raise ConfigError(f"{where}: needs a description (the model chooses a tool by it)")
@@ -443,6 +452,9 @@ def _dataclass_from(cls: Any, data: Any, where: str) -> Any:
             raise ConfigError(f"{where}.allowed_origins must be a list of origins")
         if not isinstance(obj.ask_user, bool):
             raise ConfigError(f"{where}.ask_user must be true or false")
+        if not isinstance(obj.suggestions, bool):
+            raise ConfigError(f"{where}.suggestions must be true or false")
+        obj.starters = check_starters(obj.starters, f"{where}.starters")
         if obj.secret is not None and (not isinstance(obj.secret, str) or len(obj.secret) < 16):
             raise ConfigError(f"{where}.secret must be a string of at least 16 characters")
     return obj

@@ -28,6 +28,14 @@ DEMO_QUESTION: dict[str, Any] = {
     ]},
 }
 
+#: What "suggest follow-ups" suggests (the relay's ``suggest_followups``): questions the demo model answers.
+DEMO_SUGGESTIONS: tuple[str, ...] = (
+    "What can you do on this page?",
+    "Which functions can you call?",
+    "Ask me",
+)
+_SUGGEST = re.compile(r"suggest\s+follow[- ]?ups?", re.IGNORECASE)
+
 #: Openings of the Markdown answer, one per attempt (retry/regenerate), so a new answer looks new.
 _OPENINGS = (
     "I am the **demo model**: offline and deterministic.",
@@ -187,7 +195,7 @@ class DemoModel(ModelAdapter):
                 yield c
             yield ToolCall(ASK_USER_TOOL, DEMO_QUESTION)
             return
-        names = [n for n in tools if n not in (ASK_USER_TOOL, P.OFFER_ACTIONS_TOOL)]
+        names = [n for n in tools if n not in set(P.RelayTool)]
         calls, call_notes = self._calls(text, names, tools)
         actions = offer_names(tools[P.OFFER_ACTIONS_TOOL]) if P.OFFER_ACTIONS_TOOL in tools else []
         offers, offered, offer_notes = self._offers(text, actions, tools.get(P.OFFER_ACTIONS_TOOL))
@@ -209,8 +217,11 @@ class DemoModel(ModelAdapter):
             async for c in self._text(" ".join(notes)):
                 yield c
             return
-        async for c in self._text(self._answer(text, names, ASK_USER_TOOL in tools, actions, request.attempt)):
+        suggest = P.SUGGEST_FOLLOWUPS_TOOL in tools
+        async for c in self._text(self._answer(text, names, ASK_USER_TOOL in tools, actions, request.attempt, suggest)):
             yield c
+        if suggest and _SUGGEST.search(text):
+            yield ToolCall(P.SUGGEST_FOLLOWUPS_TOOL, {"suggestions": list(DEMO_SUGGESTIONS)})
 
     @staticmethod
     def _calls(text: str, names: list[str], tools: dict[str, Any]) -> tuple[list[ToolCall], list[str]]:
@@ -253,7 +264,7 @@ class DemoModel(ModelAdapter):
         return offers, announced, notes
 
     @staticmethod
-    def _answer(text: str, names: list[str], ask: bool, actions: list[str], attempt: int) -> str:
+    def _answer(text: str, names: list[str], ask: bool, actions: list[str], attempt: int, suggest: bool = False) -> str:
         quoted = " ".join(text.split())[:200] or "(nothing)"
         heading = "### Demo answer" if attempt == 0 else f"### Demo answer {attempt + 1}"
         lines = [heading, "", f"You wrote: *{quoted}*", "", "- " + _OPENINGS[min(attempt, 1)].format(n=attempt + 1)]
@@ -265,6 +276,8 @@ class DemoModel(ModelAdapter):
             lines.append('- Say "offer <action>" and I will offer one of the page\'s actions: ' + ", ".join(f"`{n}`" for n in actions[:12]) + ".")
         if ask:
             lines.append('- Say "ask me" and I will ask you a question.')
+        if suggest:
+            lines.append('- Say "suggest follow-ups" and I will suggest questions to ask next.')
         return "\n".join(lines)
 
     @staticmethod

@@ -30,7 +30,6 @@ from ..errors import ConfigError
 from ..protocol import ConversationStatus
 from .config import AppConfig, RelayConfig
 from .mcp_config import McpServerConfig
-from .model import ASK_USER_TOOL
 from .tools import flat_parameters, strict_schema
 
 if TYPE_CHECKING:
@@ -352,7 +351,7 @@ class McpTools:
                 specs.append({"name": name, "description": f"{desc} (a tool of the MCP server {link.name!r})",
                               "parameters": strict_schema(params, keywords, formats), "strict": True})
         if with_tools and specs:
-            at = next((i for i, s in enumerate(request.tools) if s["name"] in (P.OFFER_ACTIONS_TOOL, ASK_USER_TOOL)),
+            at = next((i for i, s in enumerate(request.tools) if s["name"] in set(P.RelayTool)),
                       len(request.tools))
             request.tools[at:at] = specs
         if notes:

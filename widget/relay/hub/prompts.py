@@ -12,8 +12,8 @@ from ... import protocol as P
 from ...protocol import ActionConfirm, Role, ToolHandler
 from .. import storage as S
 from ..config import AppConfig, RelayConfig, ToolConfig
-from ..model import ASK_USER_SPEC, ASK_USER_TOOL, ModelAdapter, ModelRequest
-from ..tools import COMMON_KEYWORDS, flat_parameters, offer_actions_spec, strict_schema
+from ..model import ASK_USER_SPEC, ModelAdapter, ModelRequest
+from ..tools import COMMON_KEYWORDS, flat_parameters, offer_actions_spec, strict_schema, suggest_followups_spec
 
 log = logging.getLogger("widget.relay")
 
@@ -63,10 +63,11 @@ def catalogue(
 ) -> tuple[dict[str, dict[str, Any]], list[dict[str, Any]], dict[str, dict[str, Any]]]:
     """``(catalogue, tools for the model, actions)`` (§7, §8). Page functions go to the model
     with their schema as is; page tools with their strict form; actions only through
-    ``offer_actions``. A page tool with ``handler: "run"`` whose name the app's config declares
-    runs the config function (with the config's description and parameters); a config function
-    whose name the page does not declare at all is offered as is; any other page entry of that
-    name wins. A tool or action whose parameters are not flat is left out (logged)."""
+    ``offer_actions``; ``suggest_followups`` when the app has suggestions on. A page tool with
+    ``handler: "run"`` whose name the app's config declares runs the config function (with the config's
+    description and parameters); a config function whose name the page does not declare at all is offered as
+    is; any other page entry of that name wins. A tool or action whose parameters are not flat is left out
+    (logged)."""
     keywords = model.schema_keywords if model is not None else COMMON_KEYWORDS
     formats = model.schema_formats if model is not None else frozenset()
     functions = doc.get(P.STATE_ROOT, {}).get("functions", {})
@@ -88,7 +89,7 @@ def catalogue(
         )
 
     for name, d in functions.items():
-        if not isinstance(d, dict) or not isinstance(name, str) or name in (ASK_USER_TOOL, P.OFFER_ACTIONS_TOOL):
+        if not isinstance(d, dict) or not isinstance(name, str) or name in set(P.RelayTool):
             continue
         kind = d.get("kind") or P.KIND_FUNCTION
         if kind == P.KIND_FUNCTION:
@@ -131,6 +132,8 @@ def catalogue(
         tools.append(offer_actions_spec(actions, keywords, formats))
     if app.ask_user:
         tools.append(ASK_USER_SPEC)
+    if app.suggestions:
+        tools.append(suggest_followups_spec(keywords))
     return catalogue, tools, actions
 
 

@@ -2,7 +2,8 @@
 
 A turn is a sequence of rounds. Each round streams one assistant message (``completion.started``,
 ``completion_stream``...), runs the calls the model asked for (page calls through call dispatch, relay
-config functions here, ``ask_user`` by suspending the turn, ``offer_actions`` answered by the relay),
+config functions here, ``ask_user`` by suspending the turn, ``offer_actions`` and ``suggest_followups`` answered by
+the relay),
 then commits the message with its tool messages (``completion.ended``). The turn ends with
 ``completion.finished`` and ``user_input``.
 """
@@ -31,7 +32,7 @@ from ...protocol import (
 from ...protocol.messages import AskUserPrompt, CallRecord
 from ..config import AppConfig
 from ..model import ASK_USER_TOOL, ModelError, StreamLimits, TextDelta, ToolCall, guarded
-from ..tools import check_offer
+from ..tools import check_offer, check_suggestions, suggestions_note
 from .ask_user import prompt_from
 from .prompts import RoundInfo, build_request
 from .runtime import ConvRuntime, new_id
@@ -59,6 +60,10 @@ class Round:
     started: bool = False
     #: the round's offer of actions (``offer_actions``), stored with the message
     offer: dict[str, Any] | None = None
+    #: the follow-up questions the round suggested (``suggest_followups``), stored on the message
+    suggestions: list[str] = field(default_factory=list)
+    #: a ``suggest_followups`` call of the round showed nothing (the model was told why: the turn goes on)
+    suggestions_failed: bool = False
 
 
 def tool_message(call_id: str, name: str, kind: ToolMessageKind | str, end: dict[str, Any]) -> CallRecord:
@@ -172,8 +177,8 @@ class TurnRunner:
                     release(rt)
                     await hub.emit_event(cid, P.EV_USER_INPUT, {"reason": UserInputReason.ASK_USER})
                     return
-                # An offer is answered by the relay within the round: alone it ends the turn.
-                if all(c.name == P.OFFER_ACTIONS_TOOL and info.actions for c in raw_calls):
+                # An offer or accepted suggestions are answered by the relay within the round: alone they end the turn.
+                if all(self.answered_in_round(c, info, app, cur) for c in raw_calls):
                     break
                 iteration += 1
             await hub.emit_event(cid, P.EV_COMPLETION_FINISHED, {"turn_id": turn_id, "status": TurnStatus.DONE}, conversation={"status": ConversationStatus.IDLE})
@@ -211,6 +216,13 @@ class TurnRunner:
                 "ms": round((time.monotonic() - t0) * 1000, 1), "calls": log_calls,
             }))
 
+    @staticmethod
+    def answered_in_round(call: ToolCall, info: RoundInfo, app: AppConfig, cur: Round) -> bool:
+        """Whether a call needs no further model round: an offer of actions, or follow-up suggestions shown."""
+        if call.name == P.OFFER_ACTIONS_TOOL:
+            return bool(info.actions)
+        return call.name == P.SUGGEST_FOLLOWUPS_TOOL and app.suggestions and not cur.suggestions_failed
+
     async def pack_stream(self, cid: str) -> None:
         """The turn's answers are complete: pack their streamed chunks into one stored row each (replay unchanged)."""
         try:
@@ -227,10 +239,13 @@ class TurnRunner:
         msg: dict[str, Any] = {"id": cur.message_id, "role": Role.ASSISTANT, "content": "".join(cur.text), "created_at": time.time()}
         if cur.calls:
             msg["function_calls"] = cur.calls
+        if cur.suggestions:
+            msg["suggestions"] = cur.suggestions
         tools = cur.tools
         offer = cur.offer
         cur.message_id = None
         cur.offer = None
+        cur.suggestions = []
         shown = msg
         kw: dict[str, Any] = {}
         if offer is not None:
@@ -254,6 +269,7 @@ class TurnRunner:
                     if ev:
                         ev.set()
             cur.offer = None  # a cancelled or failed round offers nothing
+            cur.suggestions = []  # ... and suggests nothing
             if cur.message_id and cur.started:
                 await self.end_message(cid, cur)
             if error is not None:
@@ -302,6 +318,8 @@ class TurnRunner:
                     cur.tools.append(tool_message(call["id"], tc.name, ToolMessageKind.RELAY, {"status": P.STATUS_ERROR, "error": f"Invalid ask_user call: {wrong}. Nothing was shown to the reader; fix the arguments and call again."}))
                 else:
                     prompts.append(prompt)
+            elif tc.name == P.SUGGEST_FOLLOWUPS_TOOL and app.suggestions:
+                cur.tools.append(self.suggest(cid, cur, call))
             elif tc.name not in catalogue:
                 cur.tools.append(tool_message(call["id"], tc.name, ToolMessageKind.RELAY, {"status": P.STATUS_ERROR, "error": f"Unknown function {tc.name!r}."}))
             elif not isinstance(tc.arguments, dict):
@@ -375,6 +393,22 @@ class TurnRunner:
         if prompts:
             await hub.store.add_prompts(cid, turn_id, prompts)
         return prompts
+
+    @staticmethod
+    def suggest(cid: str, cur: Round, call: dict[str, Any]) -> CallRecord:
+        """A ``suggest_followups`` call: its valid suggestions go onto the round's message (at most
+        ``MAX_SUGGESTIONS`` in the round); the tool message tells the model what was shown and what was dropped and
+        why (an error when nothing was shown, so the model may try again)."""
+        kept, problems = check_suggestions(call["arguments"], cur.suggestions)
+        cur.suggestions += kept
+        note = suggestions_note(kept, problems)
+        if problems:
+            log.info(json.dumps({"event": "suggestions_dropped", "conversation": cid, "message_id": cur.message_id,
+                                 "dropped": problems}, ensure_ascii=False))
+        if not kept:
+            cur.suggestions_failed = True
+            return tool_message(call["id"], call["name"], ToolMessageKind.RELAY, {"status": P.STATUS_ERROR, "error": note})
+        return tool_message(call["id"], call["name"], ToolMessageKind.RELAY, {"status": P.STATUS_SUCCESS, "result": note})
 
     def offer(self, cid: str, message_id: str, offered: list[Any], info: RoundInfo) -> dict[str, Any]:
         """The offer of a round's ``offer_actions`` call(s): at most ``MAX_ACTIONS`` declared actions

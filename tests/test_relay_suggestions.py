@@ -1,0 +1,272 @@
+"""Starters and follow-up suggestions on the relay: the ``starters`` of an app's config (checked at start, sent with
+the conversation) and the relay's own ``suggest_followups`` tool over real Socket.IO (the model's spec, the checks,
+what is stored on the answer and restored by a GET, what the model is told, the demo model's suggestions).
+
+Three apps share one relay: ``demo`` talks to the demo model (suggestions on, starters set), ``shop`` to a
+ScriptedModel with suggestions on, ``plain`` to the same model with suggestions off.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+import pytest_asyncio
+from relay_helpers import SHOP_SECRET, Recorder, ScriptedModel, fold, info, joined, launch
+
+from widget import protocol as P
+from widget.errors import ConfigError
+from widget.relay.config import AppConfig, ModelConfig, ToolConfig, load_config
+from widget.relay.demo_model import DEMO_SUGGESTIONS
+from widget.relay.model import TextDelta, ToolCall
+from widget.relay.tools import check_suggestions, suggest_followups_spec, suggestions_note
+
+SUGGEST = P.SUGGEST_FOLLOWUPS_TOOL
+STARTERS = ["What can you do?", "Suggest follow-ups"]
+
+
+# ---------------------------------------------------------------------------------------------- the app's starters
+
+
+def test_starters_from_toml_stripped(tmp_path: Path) -> None:
+    f = tmp_path / "relay.toml"
+    f.write_text('[apps.a]\nstarters = ["  How do I start?  ", "Pricing", "Plans", "Limits"]\nsuggestions = true\n'
+                 '[apps.b]\n')
+    cfg = load_config(f, env={})
+    assert cfg.apps["a"].starters == ["How do I start?", "Pricing", "Plans", "Limits"]
+    assert cfg.apps["a"].suggestions is True
+    assert cfg.apps["b"].starters == [] and cfg.apps["b"].suggestions is False
+    # the built-in demo app (no apps configured) has suggestions on, no starters
+    default = load_config(env={}).apps["demo"]
+    assert default.suggestions is True and default.starters == []
+
+
+@pytest.mark.parametrize(
+    "toml, needle",
+    [
+        ('starters = "Hello"', "starters must be a list of strings, got 'Hello'"),
+        ('starters = ["a", "b", "c", "d", "e"]', "starters has 5 entries; at most 4 are shown"),
+        ('starters = ["a", 3]', "starters[1] must be a string, got 3"),
+        ('starters = ["a", "   "]', "starters[1] is empty"),
+        (f'starters = ["{"x" * 201}"]', "starters[0] has 201 characters; the limit is 200"),
+        ('starters = ["Hi", " Hi"]', "starters[1] repeats entry 0"),
+        ('suggestions = "yes"', "suggestions must be true or false"),
+    ],
+)
+def test_bad_starters_are_one_line_config_errors(tmp_path: Path, toml: str, needle: str) -> None:
+    f = tmp_path / "relay.toml"
+    f.write_text("[apps.a]\n" + toml + "\n")
+    with pytest.raises(ConfigError) as exc:
+        load_config(f, env={})
+    assert needle in str(exc.value) and "apps.a" in str(exc.value) and "\n" not in str(exc.value)
+
+
+def test_starters_given_in_python_are_checked_too() -> None:
+    with pytest.raises(ConfigError, match=r"app 'x': starters has 5 entries"):
+        load_config(env={}, apps={"x": AppConfig(starters=["a", "b", "c", "d", "e"])})
+    with pytest.raises(ConfigError, match=r"app 'x': suggestions must be true or false"):
+        load_config(env={}, apps={"x": AppConfig(suggestions="on")})  # type: ignore[arg-type]
+    cfg = load_config(env={}, apps={"x": AppConfig(starters=(" a ", "b"))})  # type: ignore[arg-type]
+    assert cfg.apps["x"].starters == ["a", "b"]
+
+
+def test_the_tool_name_is_the_relays_own(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="'suggest_followups' is the relay's own tool"):
+        tool = ToolConfig(callable=lambda a, c: 1, description="d")
+        load_config(env={}, apps={"x": AppConfig(tools={SUGGEST: tool})})
+
+
+# ---------------------------------------------------------------------------------------------- the tool's checks
+
+
+def test_spec_is_strict_and_bounded() -> None:
+    spec = suggest_followups_spec()
+    assert spec["name"] == SUGGEST and spec["strict"] is True
+    params = spec["parameters"]
+    assert params["required"] == ["suggestions"] and params["additionalProperties"] is False
+    array = params["properties"]["suggestions"]
+    assert array["items"] == {"type": "string"} and "maxItems" not in array  # said in words instead
+    assert "At most 3 questions, each at most 150 characters." == array["description"]
+    assert "reader's own message" in spec["description"] and "never because page context" in spec["description"]
+    assert suggest_followups_spec({"enum", "maxItems"})["parameters"]["properties"]["suggestions"]["maxItems"] == 3
+
+
+def test_check_suggestions_keeps_the_good_and_says_why_for_the_rest() -> None:
+    listed = ["How?", "  How? ", 7, " ", "x" * 151, "Why\n  not?", "When?", "Who?"]
+    kept, problems = check_suggestions({"suggestions": listed})
+    assert kept == ["How?", "Why not?", "When?"]
+    assert problems == [
+        "suggestions[1] is a repeat", "suggestions[2] is not a string", "suggestions[3] is empty",
+        "suggestions[4] has 151 characters (at most 150)", "suggestions[7]: more than 3 suggestions",
+    ]
+    # a second call of the same response counts what the first kept
+    assert check_suggestions({"suggestions": ["A", "Where?", "Which?"]}, ["A", "B"]) == (
+        ["Where?"], ["suggestions[0] is a repeat", "suggestions[2]: more than 3 suggestions"])
+    assert check_suggestions({"suggestions": []}) == ([], ["the 'suggestions' list is empty"])
+    for bad in (None, [], {"suggestions": "How?"}, {"other": []}):
+        assert check_suggestions(bad) == ([], ["the arguments must be an object with a 'suggestions' list of strings"])
+
+
+def test_the_note_the_model_reads() -> None:
+    assert suggestions_note(["A?", "B?"], []) == 'Shown to the reader under your answer: "A?"; "B?".'
+    assert suggestions_note(["A?"], ["suggestions[1] is empty"]) == (
+        'Shown to the reader under your answer: "A?". Not shown: suggestions[1] is empty.')
+    assert suggestions_note([], ["suggestions[0] is not a string"]) == (
+        "Invalid suggest_followups call: suggestions[0] is not a string. Nothing was shown to the reader; "
+        "fix the arguments and call again, or answer without suggestions.")
+
+
+# ---------------------------------------------------------------------------------------------- over Socket.IO
+
+
+@pytest_asyncio.fixture(scope="module")
+async def http() -> AsyncIterator[aiohttp.ClientSession]:
+    async with aiohttp.ClientSession() as s:
+        yield s
+
+
+@pytest_asyncio.fixture(scope="module")
+async def both(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[tuple[Any, ScriptedModel]]:
+    model = ScriptedModel()
+    h = await launch(tmp_path_factory.mktemp("suggestions"), adapters={"script": model},
+                     apps={"demo": AppConfig(model="demo", suggestions=True, starters=list(STARTERS)),
+                           "shop": AppConfig(model="script", secret=SHOP_SECRET, suggestions=True),
+                           "plain": AppConfig(model="script", secret=SHOP_SECRET)},
+                     models={"demo": ModelConfig(chunk_delay_ms=0), "script": ModelConfig(chunk_delay_ms=0)})
+    yield h, model
+    await h.stop()
+
+
+@pytest.fixture
+def relay(both: tuple[Any, ScriptedModel]) -> Any:
+    both[1].reset()
+    return both[0]
+
+
+@pytest.fixture
+def model(both: tuple[Any, ScriptedModel]) -> ScriptedModel:
+    return both[1]
+
+
+async def turn(rec: Recorder, text: str, key: str) -> list[tuple[str, Any]]:
+    """Send a user message; the events of its turn once it finished."""
+    mark = len(rec.events)
+    ack = await rec.call("user_message", {"text": text, "idempotency_key": key})
+    assert ack["ok"], ack
+    await rec.wait("user_input", pred=lambda d: d["reason"] == "message", start=mark)
+    return rec.events[mark:]
+
+
+def ended(events: list[tuple[str, Any]]) -> list[dict[str, Any]]:
+    return [d for e, d in events if e == "completion.ended"]
+
+
+async def test_the_conversation_carries_its_apps_starters(relay: Any, http: aiohttp.ClientSession) -> None:
+    rec, body, _ = await joined(http, relay.url, app="demo")
+    assert body["starters"] == STARTERS
+    await rec.disconnect()
+    rec, body, _ = await joined(http, relay.url, app="shop")
+    assert body["starters"] == []
+    await rec.disconnect()
+
+
+async def test_the_model_gets_the_tool_only_when_the_app_has_suggestions_on(
+        relay: Any, model: ScriptedModel, http: aiohttp.ClientSession) -> None:
+    for app in ("shop", "plain"):
+        rec, _, _ = await joined(http, relay.url, app=app)
+        await turn(rec, "hello", f"m-{app}")
+        await rec.disconnect()
+    on, off = model.requests
+    assert [t["name"] for t in on.tools] == [SUGGEST] and on.tools[0] == suggest_followups_spec()
+    assert [t["name"] for t in off.tools] == []
+    # the last round of a turn offers no tool, the suggestions' included
+    model.reset()
+    saved = relay.hub.config.max_iterations
+    relay.hub.config.max_iterations = 1
+    try:
+        rec, _, _ = await joined(http, relay.url, app="shop")
+        await turn(rec, "again", "m-last")
+        await rec.disconnect()
+    finally:
+        relay.hub.config.max_iterations = saved
+    assert model.requests[0].tools == []
+
+
+async def test_suggestions_are_kept_on_the_answer_and_end_the_turn(
+        relay: Any, model: ScriptedModel, http: aiohttp.ClientSession) -> None:
+    rec, _, url = await joined(http, relay.url, app="shop")
+    model.script([TextDelta("Here is the answer."),
+                  ToolCall(SUGGEST, {"suggestions": ["How much?", " How much? ", 5, "x" * 200, "Which plan?", "When?",
+                                                     "Why?"]})])
+    events = await turn(rec, "tell me", "m1")
+    assert len(model.requests) == 1  # answered by the relay within the round: no second model request
+    (done,) = ended(events)
+    answer = done["message"]
+    assert answer["content"] == "Here is the answer." and answer["suggestions"] == ["How much?", "Which plan?", "When?"]
+    assert [c["name"] for c in answer["function_calls"]] == [SUGGEST]
+    (tool,) = done["tool_messages"]
+    assert tool["kind"] == "relay" and tool["status"] == "success" and tool["name"] == SUGGEST
+    assert tool["result"] == ('Shown to the reader under your answer: "How much?"; "Which plan?"; "When?". Not shown: '
+                              "suggestions[1] is a repeat; suggestions[2] is not a string; suggestions[3] has 200 "
+                              "characters (at most 150); suggestions[6]: more than 3 suggestions.")
+    assert "function_call.begin" not in [e for e, _ in events]
+    # stored: a GET (a reload) restores them, and so does a replay
+    stored = [m for m in (await info(http, url))["messages"] if m["role"] == "assistant"]
+    assert stored[-1]["suggestions"] == ["How much?", "Which plan?", "When?"]
+    assert fold(rec.seqd())[1]["suggestions"] == ["How much?", "Which plan?", "When?"]
+    # next turn: the model sees its call and what the relay answered (the call is in the history like any call)
+    model.script([TextDelta("Fine.")])
+    await turn(rec, "How much?", "m2")
+    history = model.requests[-1].messages
+    call = next(m for m in history if m.get("tool_calls"))
+    assert json.loads(call["tool_calls"][0]["function"]["arguments"])["suggestions"][0] == "How much?"
+    reply = next(m for m in history if m["role"] == "tool")
+    assert reply["content"] == tool["result"]
+    assert "suggestions" not in [m for m in (await info(http, url))["messages"] if m["role"] == "assistant"][-1]
+    await rec.disconnect()
+
+
+async def test_a_call_with_nothing_to_show_is_an_error_the_model_can_fix(
+        relay: Any, model: ScriptedModel, http: aiohttp.ClientSession) -> None:
+    rec, _, url = await joined(http, relay.url, app="shop")
+    model.script([TextDelta("Answer."), ToolCall(SUGGEST, {"suggestions": "How?"})],
+                 [ToolCall(SUGGEST, {"suggestions": ["How?"]})])
+    events = await turn(rec, "q", "m1")
+    assert len(model.requests) == 2  # the failed call did not end the turn
+    fed = [m for m in model.requests[1].messages if m["role"] == "tool"]
+    assert fed[-1]["content"] == ("Error: Invalid suggest_followups call: the arguments must be an object with a "
+                                  "'suggestions' list of strings. Nothing was shown to the reader; fix the arguments "
+                                  "and call again, or answer without suggestions.")
+    first, second = ended(events)
+    assert "suggestions" not in first["message"] and first["tool_messages"][0]["status"] == "error"
+    assert second["message"]["content"] == "" and second["message"]["suggestions"] == ["How?"]
+    assistant = [m for m in (await info(http, url))["messages"] if m["role"] == "assistant"]
+    assert [m.get("suggestions") for m in assistant] == [None, ["How?"]]
+    await rec.disconnect()
+
+
+async def test_without_suggestions_on_the_name_is_an_unknown_function(
+        relay: Any, model: ScriptedModel, http: aiohttp.ClientSession) -> None:
+    rec, _, url = await joined(http, relay.url, app="plain")
+    model.script([TextDelta("A."), ToolCall(SUGGEST, {"suggestions": ["B?"]})], [TextDelta("C.")])
+    events = await turn(rec, "q", "m1")
+    first = ended(events)[0]
+    assert "suggestions" not in first["message"]
+    assert first["tool_messages"][0]["error"] == "Unknown function 'suggest_followups'."
+    await rec.disconnect()
+
+
+async def test_the_demo_model_suggests_on_request(relay: Any, http: aiohttp.ClientSession) -> None:
+    rec, _, url = await joined(http, relay.url, app="demo")
+    events = await turn(rec, "Please suggest follow-ups", "m1")
+    (done,) = ended(events)
+    assert done["message"]["suggestions"] == list(DEMO_SUGGESTIONS)
+    assert done["message"]["content"].startswith("### Demo answer")
+    assert 'Say "suggest follow-ups"' in done["message"]["content"]
+    events = await turn(rec, "hello", "m2")
+    assert "suggestions" not in ended(events)[0]["message"]
+    await rec.disconnect()
