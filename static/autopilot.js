@@ -991,6 +991,13 @@
         if (!destroyRequested) quiet(call("removeTool", name));
       };
     },
+    /** Starter prompts for an empty bar on this page (null: the app's); resolves to the starters shown. */
+    setStarters(starters) {
+      if (starters !== null && (!Array.isArray(starters) || !starters.every((s) => typeof s === "string"))) {
+        return Promise.reject(new TypeError("[autopilot] setStarters(starters) needs an array of strings, or null"));
+      }
+      return call("setStarters", starters);
+    },
     /** "New chat": resolves to true when the fresh conversation is joined. */
     newConversation() {
       if (!pyApi && phase === "waiting") startBoot(false);

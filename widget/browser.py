@@ -461,6 +461,10 @@ class _Handle:
     def _op_unregisterFunction(self, name: Any) -> bool:  # noqa: N802 - the JS name
         return self.client.unregister_function(str(name))
 
+    def _op_setStarters(self, starters: Any) -> list[str]:  # noqa: N802 - the JS name
+        """``Autopilot.setStarters(list | null)``: the page's starter prompts (``client.set_starters``)."""
+        return self.client.set_starters(starters)
+
     def _op_registerTool(self, name: Any) -> None:  # noqa: N802 - the JS name
         name = str(name)
 

@@ -20,6 +20,7 @@ from .client_connection import ConnectionMixin, storage_key
 from .client_feedback import FeedbackMixin
 from .client_history import HistoryMixin
 from .client_input import InputMixin
+from .client_starters import StartersMixin
 from .client_tools import ToolsMixin
 from .core.events import Emitter
 from .core.offers import Offer
@@ -60,7 +61,7 @@ CONNECTED_STATE, DISCONNECTED_STATE = CONNECTED, DISCONNECTED
 __all__ += ["IDLE", "CONNECTING", "CONNECTED_STATE", "RECONNECTING", "DISCONNECTED_STATE", "ERROR"]
 
 
-class AutopilotClient(ConnectionMixin, InputMixin, CallsMixin, ToolsMixin, FeedbackMixin, HistoryMixin):
+class AutopilotClient(ConnectionMixin, InputMixin, CallsMixin, ToolsMixin, FeedbackMixin, HistoryMixin, StartersMixin):
     """Connects to a relay, mirrors functions and context, runs the functions the model calls."""
 
     def __init__(

@@ -56,6 +56,7 @@ class ConnectionMixin:
         def _forget_stored_url(self, url: str) -> None: ...
 
         def _leaving_current(self) -> None: ...
+        def _app_starters_loaded(self, raw: Any) -> None: ...
 
     async def connect(
         self,
@@ -172,6 +173,7 @@ class ConnectionMixin:
     def _load_conversation(self, info: dict[str, Any]) -> None:
         self.conversation = info["conversation"]
         self._remember_conversation(info)  # the app's list of past conversations (widget.client_history)
+        self._app_starters_loaded(info.get("starters"))  # before the load's events: a view sees both at once
         self._apply(self.core.load(info))
 
     async def _join(self, info: dict[str, Any]) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from ..protocol import Role
+from ..protocol import RelayTool, Role
 
 #: The roles a reader sees (tool results are shown on their calls, action outcomes on their offers).
 VISIBLE_ROLES = (Role.USER, Role.ASSISTANT, Role.ERROR)
@@ -40,11 +40,20 @@ def _only_calls(m: dict[str, Any]) -> bool:
 
 
 def visible_messages(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """User, assistant and error messages; consecutive empty assistant messages with only calls merged."""
+    """User, assistant and error messages; consecutive empty assistant messages with only calls merged. The
+    ``suggest_followups`` call is not shown as a call (its suggestions are shown as the reader's words instead)."""
     out: list[dict[str, Any]] = []
     for m in enrich_messages(messages):
         if m.get("role") not in VISIBLE_ROLES:
             continue
+        calls = m.get("function_calls")
+        if isinstance(calls, list) and any(isinstance(c, dict) and c.get("name") == RelayTool.SUGGEST_FOLLOWUPS
+                                           for c in calls):
+            kept = [c for c in calls if not (isinstance(c, dict) and c.get("name") == RelayTool.SUGGEST_FOLLOWUPS)]
+            if kept:
+                m["function_calls"] = kept
+            else:
+                del m["function_calls"]
         if m.get("role") == Role.ASSISTANT and not (m.get("content") or "").strip() and not m.get("function_calls"):
             continue
         if out and _only_calls(m) and out[-1].get("role") == Role.ASSISTANT and _only_calls(out[-1]):

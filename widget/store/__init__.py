@@ -21,6 +21,7 @@ What ``what`` can be (a subscriber is called once per change, synchronously, in 
 ``notice``          ``notice`` changed (a dismissible problem that is not part of the conversation)
 ``actions``         offered actions changed: offered, pressed, running, done, failed, form state
 ``history``         past conversations (``store.history``: entries, loading, error, the deletion being confirmed)
+``starters``        the starter prompts changed (``store.starters``: the page's ``set_starters`` or the app's)
 ==================  ====================================================================================
 
 Streaming is cheap on purpose: a chunk only says ``streaming``; committed messages are recomputed (tool results
@@ -32,6 +33,10 @@ Actions (``send``, ``stop``, ``retry``, ``regenerate``, ``new_chat``, ``use_here
 ``submit_ask_user``, ``press_action``, ``submit_action_form``) are thin wrappers over client methods that never
 raise: a failure becomes a local error message (a failed send keeps its text for Retry), a ``notice``,
 ``ask_user_error``, or the error of an offered action (a failed action is offered again, for a retry).
+
+Starters and suggestions (``widget.store.starters``): ``store.starters`` lists the starter prompts while the
+conversation is empty, ``store.suggestions`` is ``(answer id, texts)`` of the model's follow-up questions under the
+last answer; ``send_prompt(text)`` sends one as the reader's message.
 
 Offered actions are live only: ``store.actions_for(message_id)`` lists the offers shown under a
 message, each ``{id, name, label, title, confirm, parameters, arguments, message_id, status, outcome, error,

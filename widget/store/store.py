@@ -20,6 +20,7 @@ from .forms import message_of
 from .history import PastConversations
 from .local import LocalErrors
 from .ops import ConversationOps
+from .starters import PromptsMixin
 
 log = logging.getLogger("widget")
 
@@ -30,7 +31,7 @@ WAIT_ASK_USER = "ask_user"
 WAIT_CONFIRMATION = "confirmation"
 WAIT_FUNCTION = "function"
 
-class Store(ConversationOps):
+class Store(ConversationOps, PromptsMixin):
     """Reactive-by-subscription state of one client's conversation."""
 
     def __init__(self, client: AutopilotClient) -> None:
@@ -95,6 +96,7 @@ class Store(ConversationOps):
             on(ClientEvent.PAGE_ERROR, self._on_page_error),
             on(ClientEvent.ACTIONS_OFFERED, self._on_actions_offered),
             on(ClientEvent.ACTION_OUTCOME, lambda p: self._actions_changed()),
+            on(ClientEvent.STARTERS_CHANGED, lambda p: self._notify("starters")),
         ]
         self._update_waiting(notify=False)
 

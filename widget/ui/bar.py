@@ -40,6 +40,7 @@ from .header import Header
 from .history import HistoryPanel
 from .labels import merged
 from .messages import Messages, MessageView
+from .starters import Prompts
 from .theme import PageTheme
 
 __all__ = ["ICONS", "STATE_LABELS", "TOGGLE_CSS", "Bar", "BarHandle", "enable_bar", "live_proxies"]
@@ -125,6 +126,7 @@ class Bar:
         pills = CallPills(dom, store)
         self.messages = Messages(self, pills)
         self.answer_tools = AnswerTools(self)
+        self.prompts = Prompts(self)  # starters (in the empty state) and follow-up suggestions (after the list)
         self.actions = Actions(self)
         self.activity = ActivityLog(dom, store, pills)
         self.history = HistoryPanel(self)  # past conversations (widget.ui.history)
@@ -136,7 +138,9 @@ class Bar:
         body = dom.el("div", "body")
         self.scroller = dom.el("div", "scroller", part="scroller")
         self.scroller.appendChild(self.messages.empty)
+        self.messages.empty.appendChild(self.prompts.starters_el)
         self.scroller.appendChild(self.messages.list)
+        self.scroller.appendChild(self.prompts.suggestions_el)
         body.appendChild(self.scroller)
         body.appendChild(self.activity.el)
         body.appendChild(self.history.el)
@@ -345,6 +349,8 @@ class Bar:
             self.ask.render()
         if "composer" in dirty:
             self.composer.render()
+        if dirty & {"messages", "composer", "starters"}:
+            self.prompts.render()
         if self.activity_open and "activity" in dirty:
             self.activity.render()
         if "history" in dirty:

@@ -12,6 +12,7 @@ from ..protocol import ConfirmationDecision
 from .answer_tools import ACTIONS as ANSWER_ACTIONS
 from .dom import FOCUSABLE, absent, has
 from .history import ACTIONS as HISTORY_ACTIONS
+from .starters import ACTIONS as PROMPT_ACTIONS
 
 if TYPE_CHECKING:
     from .bar import Bar
@@ -78,6 +79,8 @@ class PanelEvents:
             self.bar.history.on_action(action, arg)
         elif action in ANSWER_ACTIONS:  # copy or rate an answer (widget.ui.answer_tools)
             self.bar.answer_tools.on_action(action, arg, el)
+        elif action in PROMPT_ACTIONS:  # a starter or a follow-up suggestion (widget.ui.starters)
+            self.bar.prompts.on_action(action, el)
 
     def keep_key(self, event: Any) -> None:
         """A key released in the bar: the page does not see it."""

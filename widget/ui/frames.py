@@ -33,6 +33,7 @@ KINDS: dict[str, tuple[str, ...]] = {
     "context_resolutions": ("composer",),
     "actions": ("messages",),
     "history": ("history",),
+    "starters": ("starters",),
 }
 
 #: Dirty parts a streamed chunk makes (the composer's signature only changes when streaming starts or ends).

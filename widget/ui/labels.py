@@ -41,6 +41,9 @@ LABELS: dict[str, str] = {
     "error": "Error",
     "stopped": "Stopped",
     "thinking": "Thinking…",
+    # one press sends these as the reader's message
+    "starters": "Suggested questions",
+    "suggestions": "Follow-up questions",
     # function calls
     "call_running": "Running",
     "call_success": "Done",

@@ -1,0 +1,65 @@
+"""What the reader can send with one press, as the bar shows it: starter prompts while the conversation is empty,
+the model's follow-up suggestions under the last answer until the reader sends the next message.
+
+Both are the reader's own words: ``send_prompt`` sends the text exactly as if it had been typed.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from ..core.starters import suggestions_of
+from ..protocol import Role
+
+if TYPE_CHECKING:
+    from ..client import AutopilotClient
+
+
+class PromptsMixin:
+    """``starters``, ``suggestions`` and ``send_prompt`` of ``Store`` (see the module doc)."""
+
+    client: AutopilotClient
+    #: The answer whose suggestion the reader pressed (hidden at once, before the relay echoes the message).
+    _suggestion_used: str | None = None
+
+    if TYPE_CHECKING:  # provided by the store
+
+        @property
+        def messages(self) -> list[dict[str, Any]]: ...
+
+        @property
+        def is_streaming(self) -> bool: ...
+
+        async def send(self, text: str) -> bool: ...
+
+        def _notify(self, what: str) -> None: ...
+
+    @property
+    def starters(self) -> list[str]:
+        """The starter prompts to show: the client's (the page's or the app's) while nothing was said yet."""
+        if self.messages or self.is_streaming:
+            return []
+        return self.client.starters
+
+    @property
+    def suggestions(self) -> tuple[str | None, list[str]]:
+        """``(answer id, texts)``: the model's follow-up suggestions on the last answer, while it is the last thing
+        shown and nothing streams; ``(None, [])`` otherwise."""
+        if self.is_streaming:
+            return None, []
+        shown = self.messages
+        if not shown or shown[-1].get("role") != Role.ASSISTANT:
+            return None, []  # a newer message of the reader, or an error, after the answer
+        message_id, texts = suggestions_of(self.client.messages)
+        if message_id is None or message_id == self._suggestion_used:
+            return None, []
+        return message_id, texts
+
+    async def send_prompt(self, text: str) -> bool:
+        """Send a starter or a suggestion as the reader's message (exactly as typed). A pressed suggestion's row goes
+        at once; if the send fails the failure is shown like a typed message's (with Retry)."""
+        message_id, texts = self.suggestions
+        if message_id is not None and text in texts:
+            self._suggestion_used = message_id
+            self._notify("messages")
+        return await self.send(text)

@@ -1,0 +1,105 @@
+"""Starter prompts on the empty bar and the model's follow-up suggestions under the last answer.
+
+Both are the reader's own words: each is a real button (keyboard reachable, named by its text, in a labelled group)
+and pressing it sends its text as the reader's message, exactly as if it had been typed; nothing here runs a page
+function or an action. Starters sit in the empty state and go with the first message; suggestions sit under the
+conversation and go when the reader sends the next message.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from .dom import absent
+
+if TYPE_CHECKING:
+    from .bar import Bar
+
+#: ``data-action`` values of these buttons (the bar's click handler hands them here).
+ACTIONS = frozenset({"starter", "suggestion"})
+
+
+class Prompts:
+    """The starters row (in the empty state) and the suggestions row (after the message list)."""
+
+    def __init__(self, bar: Bar) -> None:
+        self.bar = bar
+        dom, lbl = bar.dom, bar.dom.labels
+        self.starters_el = dom.el("div", "starters", part="starters")
+        self.starters_el.setAttribute("role", "group")
+        self.starters_el.setAttribute("aria-label", lbl["starters"])
+        self.starters_el.hidden = True
+        self.suggestions_el = dom.el("div", "suggestions", part="suggestions")
+        self.suggestions_el.setAttribute("role", "group")
+        self.suggestions_el.setAttribute("aria-label", lbl["suggestions"])
+        self.suggestions_el.hidden = True
+        #: What each row last rendered: (texts, enabled), and the texts its buttons stand for, by index.
+        self._sig: dict[str, Any] = {"starter": None, "suggestion": None}
+        self._texts: dict[str, list[str]] = {"starter": [], "suggestion": []}
+
+    def render(self) -> None:
+        """Both rows, touched only when what they show changed."""
+        s = self.bar.store
+        enabled = s.can_send
+        self._row("starter", self.starters_el, s.starters, enabled)
+        self._row("suggestion", self.suggestions_el, s.suggestions[1], enabled)
+
+    def _row(self, kind: str, row: Any, texts: list[str], enabled: bool) -> None:
+        sig = (tuple(texts), enabled)
+        if sig == self._sig[kind]:
+            return
+        self._sig[kind] = sig
+        if tuple(self._texts[kind]) == sig[0] and int(row.children.length) == len(texts):
+            for b in row.children:  # same texts: only the enabled state changed (focus stays where it is)
+                b.disabled = not enabled
+        else:
+            focused = self._focused_index(row)
+            row.textContent = ""
+            for i, text in enumerate(texts):
+                b = self.bar.dom.text_button(text, kind, kind, part=kind)
+                b.setAttribute("data-index", str(i))
+                b.setAttribute("dir", "auto")
+                b.disabled = not enabled
+                row.appendChild(b)
+            self._texts[kind] = list(texts)
+            if focused is not None:
+                self._refocus(row, focused)
+        row.hidden = not texts
+
+    def _focused_index(self, row: Any) -> int | None:
+        active = self.bar.root.activeElement
+        if absent(active) or not row.contains(active):
+            return None
+        return int(active.getAttribute("data-index") or 0)
+
+    def _refocus(self, row: Any, index: int) -> None:
+        """Focus stays in a row whose buttons were replaced (else it would fall to the page's body)."""
+        n = int(row.children.length)
+        if n:
+            row.children.item(min(index, n - 1)).focus()
+        else:
+            self.bar.input.focus()
+
+    def on_action(self, action: str, el: Any) -> None:
+        """A press on a starter or a suggestion: its text goes as the reader's message."""
+        texts = self._texts.get(action, [])
+        try:
+            index = int(el.getAttribute("data-index"))
+        except (TypeError, ValueError):
+            return
+        if not 0 <= index < len(texts) or not self.bar.store.can_send:
+            return
+        self.send(texts[index])
+
+    def send(self, text: str) -> None:
+        """Send ``text`` as if typed: the conversation scrolls to it, the composer takes the focus (the pressed
+        button goes away) and gets the text back if the send failed and nothing new was typed."""
+        bar, store = self.bar, self.bar.store
+        bar.stick_to_end()
+        bar.input.focus()
+
+        async def go() -> None:
+            if not await store.send_prompt(text) and not str(bar.input.value):
+                bar.input.value = text
+
+        bar.spawn(go())
