@@ -47,6 +47,13 @@ class Navigate:
         self.ack_timeout_s = ack_timeout_s
 
 
+#: The limit of a call answered on the page, by the entry's kind, as the relay's calls have it: a function's 30 s
+#: include the reader's confirmation; a tool's 10 s are its own (``_execute_tool``); an action waits for the reader
+#: as long as a sensitive function may, then runs within the tools' 10 s.
+LOCAL_LIMITS_S: dict[str, float | None] = {P.KIND_FUNCTION: P.FUNCTION_CALL_TIMEOUT_S, P.KIND_TOOL: None,
+                                           P.KIND_ACTION: P.FUNCTION_CALL_TIMEOUT_S}
+
+
 class _CallEnded(Exception):
     """The relay ended a call while it waited for the reader's confirmation."""
 
@@ -83,7 +90,7 @@ class CallsMixin:
 
         def _apply(self, effects: list[Effect]) -> None: ...
 
-        async def _execute_tool(self, request: dict[str, Any], spec: ToolSpec) -> Outcome: ...
+        async def _execute_tool(self, request: dict[str, Any], spec: ToolSpec, *, confirm: bool = False) -> Outcome: ...
 
     # ------------------------------------------------------------------ confirmation
     def set_confirmation_handler(self, handler: ConfirmationHandler | None) -> None:
@@ -163,6 +170,42 @@ class CallsMixin:
         self._apply(self.core.call_settled(call_id, status, result, error, self._clock()))
         if navigate is not None:
             await self._navigate_after_ack(call_id, navigate)
+
+    async def answer_call_locally(self, call_id: str, name: str, args: Any) -> Outcome:
+        """Run a call that came from the page itself (an agent in the browser, not the relay) through the same path
+        as the relay's calls - record, events, argument check, the reader's confirmation, handler, time limit -
+        and answer it here: nothing goes to the relay. An action (which the relay never calls) runs after the
+        reader's confirmation. ``(status, JSON result, error)``; a ``Navigate`` leaves the page just after."""
+        request, effects = self.core.call_received(call_id, name, args, self._wall() * 1000)
+        self._apply(effects)
+        definition = self.registry.get(name)
+        kind = definition.kind if definition is not None else P.KIND_FUNCTION
+        limit = LOCAL_LIMITS_S.get(kind, P.FUNCTION_CALL_TIMEOUT_S)
+        try:
+            refused = await self._check_call(request)
+            self.core.call_ready(call_id, self._clock(), self._wall() * 1000)
+            if refused is not None:
+                status, result, error = refused
+            else:
+                try:
+                    if definition is not None and definition.kind == P.KIND_ACTION:
+                        run = self._execute_tool(request, self._tools[name], confirm=True)
+                    else:
+                        run = self._execute(request)
+                    status, result, error = await asyncio.wait_for(run, limit)
+                except asyncio.TimeoutError:
+                    status, result, error = P.STATUS_ERROR, None, f"The page did not answer within {limit or 0:g} s."
+        except asyncio.CancelledError:
+            self.core.call_forgotten(call_id)
+            raise
+        finally:
+            self._ended_calls.pop(call_id, None)
+        status, result, error, navigate = unwrap_navigate(name, status, result, error)
+        self._apply(self.core.local_call_settled(call_id, status, result, error, self._clock()))
+        if navigate is not None and self.env is not None:
+            env, url = self.env, navigate.url
+            asyncio.get_event_loop().call_later(0.05, lambda: env.navigate(url))  # after the answer is handed out
+        return status, result, error
 
     async def _navigate_after_ack(self, call_id: str, navigate: Navigate) -> None:
         # Until the relay has the response, leaving the page would lose it: wait for it (a resend after a

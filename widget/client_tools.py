@@ -38,6 +38,8 @@ class ToolsMixin:
 
         def _functions_changed(self) -> None: ...
 
+        async def _confirm(self, request: dict[str, Any]) -> P.ConfirmationDecision: ...
+
         async def _emit_checked(self, event: str, payload: dict[str, Any]) -> dict[str, Any]: ...
 
         @property
@@ -104,10 +106,15 @@ class ToolsMixin:
         page = self.env.page_info() if self.env is not None else None
         return {"question": question, "page": page, "signal": signal}
 
-    async def _execute_tool(self, request: dict[str, Any], spec: ToolSpec) -> tuple[str, Any, str | None]:
+    async def _execute_tool(
+        self, request: dict[str, Any], spec: ToolSpec, *, confirm: bool = False
+    ) -> tuple[str, Any, str | None]:
+        """Run a tool (or, with ``confirm``, an action once the reader allows it) with its arguments checked."""
         args, problem = check_tool_arguments(spec.parameters, request["arguments"])
         if problem is not None:
             return P.STATUS_ERROR, None, f"Invalid arguments for {spec.name!r}: {problem}"
+        if confirm and await self._confirm({**request, "arguments": args}) != P.ConfirmationDecision.ALLOW:
+            return P.STATUS_ERROR, None, P.MSG_SENSITIVE_DENIED
         signal = Signal()
         try:
             value = await asyncio.wait_for(self._run_tool(spec, args, signal), P.TOOL_CALL_TIMEOUT_S)

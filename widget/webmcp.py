@@ -23,20 +23,13 @@ import logging
 from typing import TYPE_CHECKING, Any
 
 from . import protocol as P
-from .client_calls import unwrap_navigate
 from .core.registry import FunctionDefinition
-from .core.state import to_json_value
 
 if TYPE_CHECKING:
     from .client import AutopilotClient
 
 log = logging.getLogger("widget")
 
-#: The limit of a published call, by the entry's kind, as the relay's calls have it: a function's 30 s include the
-#: reader's confirmation; a tool's 10 s are its own (``_execute_tool``); an action waits for the reader as long as
-#: a sensitive function may, then runs within the tools' 10 s.
-LIMITS_S: dict[str, float | None] = {P.KIND_FUNCTION: P.FUNCTION_CALL_TIMEOUT_S, P.KIND_TOOL: None,
-                                     P.KIND_ACTION: P.FUNCTION_CALL_TIMEOUT_S}
 _ids = itertools.count(1)
 
 
@@ -207,55 +200,4 @@ def n_ok(d: FunctionDefinition) -> bool:
 async def call_here(client: AutopilotClient, name: str, args: Any) -> tuple[str, Any, str | None]:
     """Run one call that came from the page itself (not the relay) through the client's call path: its record,
     events, argument check, confirmation, handler and limit. ``(status, JSON result, error)``."""
-    call_id = f"webmcp-{next(_ids)}"
-    core = client.core
-    request, effects = core.call_received(call_id, name, args, client._wall() * 1000)
-    client._apply(effects)
-    definition = client.registry.get(name)
-    limit = LIMITS_S.get(definition.kind, P.FUNCTION_CALL_TIMEOUT_S) if definition else P.FUNCTION_CALL_TIMEOUT_S
-    try:
-        refused = await client._check_call(request)
-        core.call_ready(call_id, client._clock(), client._wall() * 1000)
-        if refused is not None:
-            status, result, error = refused
-        else:
-            try:
-                status, result, error = await asyncio.wait_for(_execute(client, request, definition), limit)
-            except asyncio.TimeoutError:
-                status, result, error = P.STATUS_ERROR, None, f"The page did not answer within {limit or 0:g} s."
-    except asyncio.CancelledError:
-        core.call_forgotten(call_id)
-        raise
-    finally:
-        client._ended_calls.pop(call_id, None)
-    status, result, error, navigate = unwrap_navigate(name, status, result, error)
-    # The call is answered to the agent, never to the relay.
-    client._apply(core.local_call_settled(call_id, status, result, error, client._clock()))
-    if navigate is not None and client.env is not None:
-        asyncio.get_event_loop().call_later(0.05, client.env.navigate, navigate.url)
-    return status, result, error
-
-
-async def _execute(client: AutopilotClient, request: dict[str, Any], definition: FunctionDefinition | None) -> tuple[str, Any, str | None]:
-    """The handler as the relay's calls run it; an action (which the relay never calls) runs here after the
-    reader's confirmation, with its arguments checked against its schema."""
-    if definition is None or definition.kind != P.KIND_ACTION:
-        return await client._execute(request)
-    from .core.tools import check_tool_arguments
-    from .env import Signal
-
-    spec = client._tools[definition.name]
-    args, problem = check_tool_arguments(spec.parameters, request["arguments"])
-    if problem is not None:
-        return P.STATUS_ERROR, None, f"Invalid arguments for {spec.name!r}: {problem}"
-    if await client._confirm({**request, "arguments": args}) != "allow":
-        return P.STATUS_ERROR, None, P.MSG_SENSITIVE_DENIED
-    signal = Signal()
-    try:
-        value = await asyncio.wait_for(client._run_tool(spec, args, signal), P.TOOL_CALL_TIMEOUT_S)
-    except asyncio.TimeoutError:
-        signal.abort("timeout")
-        return P.STATUS_ERROR, None, f"{spec.name!r} did not finish within {P.TOOL_CALL_TIMEOUT_S:g} s."
-    except Exception as exc:  # noqa: BLE001 - handlers, templates and fetches may fail in many ways
-        return P.STATUS_ERROR, None, str(exc) or type(exc).__name__
-    return P.STATUS_SUCCESS, to_json_value(value, f"The reply of {spec.name!r}"), None
+    return await client.answer_call_locally(f"webmcp-{next(_ids)}", name, args)
