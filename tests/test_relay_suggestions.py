@@ -20,7 +20,7 @@ from relay_helpers import SHOP_SECRET, Recorder, ScriptedModel, fold, info, join
 
 from widget import protocol as P
 from widget.errors import ConfigError
-from widget.relay.config import AppConfig, ModelConfig, ToolConfig, load_config
+from widget.relay.config import DEMO_STARTERS, AppConfig, ModelConfig, ToolConfig, load_config
 from widget.relay.demo_model import DEMO_SUGGESTIONS
 from widget.relay.model import TextDelta, ToolCall
 from widget.relay.tools import check_suggestions, suggest_followups_spec, suggestions_note
@@ -40,9 +40,9 @@ def test_starters_from_toml_stripped(tmp_path: Path) -> None:
     assert cfg.apps["a"].starters == ["How do I start?", "Pricing", "Plans", "Limits"]
     assert cfg.apps["a"].suggestions is True
     assert cfg.apps["b"].starters == [] and cfg.apps["b"].suggestions is False
-    # the built-in demo app (no apps configured) has suggestions on, no starters
+    # the built-in demo app (no apps configured) has suggestions on and starters the demo model acts on
     default = load_config(env={}).apps["demo"]
-    assert default.suggestions is True and default.starters == []
+    assert default.suggestions is True and default.starters == list(DEMO_STARTERS)
 
 
 @pytest.mark.parametrize(

@@ -44,6 +44,8 @@ DEFAULT_SYSTEM_PROMPT = (
 )
 
 ADAPTERS = ("demo", "openai")
+#: The built-in demo app's starter prompts (what the demo model does something with).
+DEMO_STARTERS = ("What can you do on this page?", "Suggest follow-ups", "Ask me")
 
 
 @dataclass
@@ -276,8 +278,9 @@ class RelayConfig:
                     if not m.api_key:
                         raise ConfigError(f"model {name!r}: environment variable {m.api_key_env} is not set")
         if not cfg.apps:
-            # The demo page shows "ask me" and "suggest follow-ups".
-            cfg.apps[DEFAULT_APP] = AppConfig(model=DEMO_MODEL, ask_user=True, suggestions=True)
+            # The demo page shows "ask me" and "suggest follow-ups" (and starts from them).
+            cfg.apps[DEFAULT_APP] = AppConfig(model=DEMO_MODEL, ask_user=True, suggestions=True,
+                                              starters=list(DEMO_STARTERS))
         for app_id, app in cfg.apps.items():
             if not app_id or not all(c.isalnum() or c in "-_." for c in app_id):
                 raise ConfigError(f"app id {app_id!r} must be letters, digits, '-', '_' or '.'")
