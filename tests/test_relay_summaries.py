@@ -7,6 +7,7 @@ the conversation beyond the title; the bounds (ids per request, body size, JSON 
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import AsyncIterator
 from typing import Any
@@ -14,7 +15,7 @@ from typing import Any
 import aiohttp
 import pytest
 import pytest_asyncio
-from relay_helpers import SHOP_ORIGIN, SHOP_SECRET, STORE_KINDS, Recorder, info, launch
+from relay_helpers import SHOP_ORIGIN, SHOP_SECRET, STORE_KINDS, Recorder, database_for, info, launch, store_kind  # noqa: F401
 
 from widget import protocol as P
 
@@ -152,3 +153,37 @@ async def test_summaries_are_rate_limited_like_reads(tmp_path: Any, http: aiohtt
         assert (await statuses[-1].json())["error"]["code"] == "rate_limited"
     finally:
         await h.stop()
+
+
+async def test_deleting_a_conversation_while_its_socket_leaves_never_deadlocks(
+    tmp_path: Any, store_kind: str  # noqa: F811 - the fixture
+) -> None:
+    """A reader deletes a conversation from the list right after leaving it: the socket's member row goes (on one
+    connection) while the conversation is deleted (on another). Both lock the conversation's row first, then its
+    members; in the other order PostgreSQL aborted one of the two about every second time."""
+    from widget.relay.hub import empty_state
+
+    def make() -> Any:
+        if store_kind == "postgres":
+            from widget.relay.pgstore import PostgresStore
+
+            return PostgresStore(database_for(tmp_path))
+        from widget.relay.sqlite import SQLiteStore
+
+        return SQLiteStore(str(tmp_path / "relay.sqlite3"))
+
+    a, b = make(), make()
+    await a.open()
+    await b.open()
+    try:
+        for i in range(20):
+            cid, sid = f"c_deadlock{i:010d}xyz", f"sid-{i}"
+            await a.create_conversation(cid, "shop", empty_state())
+            await a.add_member(cid, sid, "instance")
+            await a.set_active(cid, sid)
+            outcomes = await asyncio.gather(b.remove_member(sid), a.delete_conversation(cid), return_exceptions=True)
+            assert [o for o in outcomes if isinstance(o, BaseException)] == [], outcomes
+            assert await a.get_conversation(cid) is None
+    finally:
+        await a.close()
+        await b.close()

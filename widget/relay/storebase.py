@@ -349,8 +349,10 @@ class _Presence(_Engine):
     async def remove_member(self, sid: str) -> None:
         """A socket left: forget it, and it is no longer any conversation's active client."""
         def go() -> Body[None]:
-            yield execute("DELETE FROM members WHERE sid = ?", sid)
+            # The conversation's row first, then its members, as deleting a conversation and forgetting an instance
+            # lock them: in the other order PostgreSQL found a deadlock with a DELETE of the conversation just left.
             yield execute("UPDATE conversations SET active_sid = NULL WHERE active_sid = ?", sid)
+            yield execute("DELETE FROM members WHERE sid = ?", sid)
 
         await self._perform(go)
 
