@@ -16,7 +16,7 @@ from typing import Any
 import aiohttp
 import pytest
 import pytest_asyncio
-from relay_helpers import SHOP_SECRET, Recorder, ScriptedModel, fold, info, joined, launch
+from relay_helpers import SHOP_SECRET, Recorder, ScriptedModel, declare, fold, info, joined, launch
 
 from widget import protocol as P
 from widget.errors import ConfigError
@@ -246,6 +246,40 @@ async def test_a_call_with_nothing_to_show_is_an_error_the_model_can_fix(
     assert second["message"]["content"] == "" and second["message"]["suggestions"] == ["How?"]
     assistant = [m for m in (await info(http, url))["messages"] if m["role"] == "assistant"]
     assert [m.get("suggestions") for m in assistant] == [None, ["How?"]]
+    await rec.disconnect()
+
+
+PLAN = {"type": "object", "properties": {"plan": {"type": "string", "enum": ["free", "pro"]}}, "required": ["plan"],
+        "additionalProperties": False}
+OPEN_PRICING = {"kind": "action", "description": "Open the pricing page for one plan.", "parameters": PLAN,
+                "confirm": "button", "label": "Open pricing", "title": None}
+
+
+async def test_an_offer_and_suggestions_in_one_response_end_the_turn_together(
+        relay: Any, model: ScriptedModel, http: aiohttp.ClientSession) -> None:
+    rec, _, url = await joined(http, relay.url, app="shop")
+    await declare(rec, {"open_pricing": OPEN_PRICING})
+    model.script([TextDelta("Pro fits."), ToolCall("offer_actions", {"actions": [{"name": "open_pricing",
+                                                                                  "arguments": {"plan": "pro"}}]}),
+                  ToolCall(SUGGEST, {"suggestions": ["What does Pro include?"]})])
+    events = await turn(rec, "which plan?", "m1")
+    assert len(model.requests) == 1
+    assert [t["name"] for t in model.requests[0].tools] == ["offer_actions", SUGGEST]
+    (done,) = ended(events)
+    assert [a["name"] for a in done["message"]["actions"]] == ["open_pricing"]
+    assert done["message"]["suggestions"] == ["What does Pro include?"]
+    await rec.disconnect()
+
+
+async def test_a_page_entry_cannot_take_the_relays_name(
+        relay: Any, model: ScriptedModel, http: aiohttp.ClientSession) -> None:
+    rec, _, _ = await joined(http, relay.url, app="shop")
+    fake = {"kind": "tool", "description": "Not the relay's.", "handler": "page",
+            "parameters": {"type": "object", "properties": {}}}
+    await declare(rec, {SUGGEST: fake})
+    await turn(rec, "hello", "m1")
+    tools = [t for t in model.requests[0].tools if t["name"] == SUGGEST]
+    assert tools == [suggest_followups_spec()]
     await rec.disconnect()
 
 
