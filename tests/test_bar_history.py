@@ -212,3 +212,45 @@ async def test_two_readers_never_see_each_others_conversations(browser: Any, bar
     finally:
         await ctx_a.close()
         await ctx_b.close()
+
+
+async def test_axe_finds_no_violation_in_the_list(browser: Any, bar_relay: Any) -> None:  # noqa: F811
+    """The list, an entry's deletion being confirmed, and an error, in light and dark: no axe violation of ours."""
+    from test_bar_a11y import axe_source, violations
+
+    ctx = await browser.new_context(bypass_csp=True)
+    _, page, _ = await open_page(browser, bar_relay.url + "/", context=ctx)
+    try:
+        await open_bar(page)
+        await send(page, "An accessible first question")
+        first = await conversation_id(page)
+        await page.click(q("button.new-chat"))
+        await wait_connected_to_other(page, first)
+        await send(page, "A second one, " + "quite long " * 12)
+        await page.add_script_tag(content=axe_source())
+        found: dict[str, Any] = {}
+        for scheme in ("light", "dark"):
+            await page.emulate_media(color_scheme=scheme)
+            await open_history(page)
+            await entries(page, 2)
+            found[f"{scheme} list"] = await violations(page)
+            await page.click(q(f".history-delete[data-id='{first}']"))
+            await page.wait_for_selector(q(".history-delete-no"))
+            found[f"{scheme} confirm"] = await violations(page)
+            await page.keyboard.press("Escape")
+            await page.keyboard.press("Escape")
+            await page.wait_for_selector(q("section.history"), state="hidden")
+        # An error shown with the list (the relay refuses the read): announced, and no violation either.
+        await page.route("**/conversations/summaries", lambda route: route.fulfill(
+            status=503, content_type="application/json",
+            body=json.dumps({"ok": False, "error": {"code": "unavailable", "message": "The relay is busy."}})))
+        await open_history(page)
+        await page.wait_for_selector(q(".history-status[data-kind='error']"))
+        status = page.locator(q(".history-status"))
+        assert await status.get_attribute("role") == "status"
+        assert "The relay is busy." in await status.text_content()
+        assert len(await entries(page, 2)) == 2  # what was read before stays listed
+        found["error"] = await violations(page)
+        assert {k: v for k, v in found.items() if v} == {}
+    finally:
+        await ctx.close()
