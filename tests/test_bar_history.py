@@ -254,3 +254,31 @@ async def test_axe_finds_no_violation_in_the_list(browser: Any, bar_relay: Any) 
         assert {k: v for k, v in found.items() if v} == {}
     finally:
         await ctx.close()
+
+
+CROSS_ORIGIN_PAGE = """<!doctype html><html><head><meta charset="utf-8"><link rel="icon" href="data:,">
+<title>shop</title></head><body><p>A page on the site's own origin.</p>
+<script src="/widget/autopilot.js" data-relay="{relay}" data-app="demo" data-boot="eager"></script></body></html>"""
+
+
+async def test_the_list_on_a_page_of_another_origin(browser: Any, page_server: Any, bar_relay: Any) -> None:  # noqa: F811
+    """The usual embedding: the page's origin is not the relay's, so the summaries request is preflighted and
+    answered with CORS for the app's origin."""
+    url = page_server.add("/__test__/history.html", CROSS_ORIGIN_PAGE.replace("{relay}", bar_relay.url))
+    ctx, page, log = await open_page(browser, url)
+    try:
+        await open_bar(page)
+        await send(page, "From the shop page")
+        first = await conversation_id(page)
+        await page.click(q("button.new-chat"))
+        second = await wait_connected_to_other(page, first)
+        await send(page, "Again from the shop page")
+        await open_history(page)
+        shown = await entries(page, 2)
+        assert [(e["id"], e["title"]) for e in shown] == [(second, "Again from the shop page"),
+                                                          (first, "From the shop page")]
+        assert await page.evaluate("() => Autopilot.conversations().then(l => l.length)") == 2
+        assert any("/conversations/summaries" in r for r in log.requests)
+        assert log.console_errors == [] and log.page_errors == []
+    finally:
+        await ctx.close()
