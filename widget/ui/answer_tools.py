@@ -105,10 +105,11 @@ class AnswerTools:
         lbl = self.dom.labels
         row.el.appendChild(self._button(lbl["copy_markdown"], "copy", "answer-copy-md", message_id))
         row.el.appendChild(self._button(lbl["copy_text"], "copy", "answer-copy-text", message_id))
-        thumbs = (("up", "answer-rate-up", lbl["rate_up"], "👍"), ("down", "answer-rate-down", lbl["rate_down"], "👎"))
-        for value, action, label, face in thumbs:
-            b = self.dom.el("button", f"rate rate-{value}", part=f"rate-{value}", text=face)
+        thumbs = (("up", "answer-rate-up", lbl["rate_up"]), ("down", "answer-rate-down", lbl["rate_down"]))
+        for value, action, label in thumbs:
+            b = self.dom.el("button", f"rate rate-{value}", part=f"rate-{value}")
             b.type = "button"
+            b.appendChild(self.dom.icon(f"thumb_{value}"))
             b.setAttribute("data-action", action)
             b.setAttribute("data-id", message_id)
             b.setAttribute("aria-label", label)

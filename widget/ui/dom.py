@@ -34,6 +34,12 @@ ICONS = {
     "spark": _SVG.format('<path d="M12 3l1.9 5.1L19 10l-5.1 1.9L12 17l-1.9-5.1L5 10l5.1-1.9z"/>'
                          '<path d="M19 15l.8 2.2L22 18l-2.2.8L19 21l-.8-2.2L16 18l2.2-.8z"/>'),
     "check": _SVG.format('<path d="M20 6 9 17l-5-5"/>'),
+    # our own thumb: a cuff and a hand; the "down" one is the same turned over (emoji need a font the
+    # reader's system may lack: headless Chromium drew empty boxes)
+    "thumb_up": _SVG.format('<path d="M3 10h4v11H3z"/><path d="M7 10l4-7c1.4 0 2.5 1.1 2.5 2.5V9h5.3a2 2 0 0 1 2 2.3'
+                            'l-1.2 7.6A2.5 2.5 0 0 1 17.1 21H7"/>'),
+    "thumb_down": _SVG.format('<g transform="rotate(180 12 12)"><path d="M3 10h4v11H3z"/><path d="M7 10l4-7c1.4 0 '
+                              '2.5 1.1 2.5 2.5V9h5.3a2 2 0 0 1 2 2.3l-1.2 7.6A2.5 2.5 0 0 1 17.1 21H7"/></g>'),
     "error": _SVG.format('<circle cx="12" cy="12" r="9"/><path d="M15 9l-6 6M9 9l6 6"/>'),
     "running": _SVG.format('<path d="M21 12a9 9 0 1 1-6.2-8.6"/>'),
     "fn": _SVG.format('<path d="M10 20c2 0 2.5-1.5 3-4l1.5-8c.4-2.5 1-4 3-4"/><path d="M8 10h8"/>'),
