@@ -174,3 +174,39 @@ async def test_typing_while_connecting_is_kept_and_sent_once_connected(browser, 
         assert await form.get_attribute("data-held") == "false"
     finally:
         await ctx.close()
+
+
+async def test_starter_pressed_while_connecting_is_held_like_a_typed_message(browser, relay_server, page_server):
+    html = page_html(relay_server.url).replace(
+        "</body>", '<script>window.Autopilot.setStarters(["Starter while connecting"]);</script></body>')
+    ctx, page, console, url = await open_test_page(browser, page_server, "slowstarter", html)
+    held: list = []
+
+    async def hold(route):
+        if route.request.method == "GET" and not held:
+            held.append(route)
+        else:
+            await route.continue_()
+
+    await page.route(re.compile(r".*/api/conversations/c_[^/]+$"), hold)
+    field = "#autopilot-bar-host >> textarea.input"
+    try:
+        await page.goto(url)
+        starter = page.locator("#autopilot-bar-host >> button.starter")
+        await starter.wait_for(timeout=60000)
+        assert await page.text_content(CONN) != "Connected"
+        await starter.click()
+        assert await page.input_value(field) == "Starter while connecting"
+        assert await page.locator("#autopilot-bar-host >> form.composer").get_attribute("data-held") == "true"
+        for _ in range(400):
+            if held:
+                break
+            await page.wait_for_timeout(25)
+        assert held, "the conversation GET never came"
+        await held[0].continue_()
+        user = page.locator("#autopilot-bar-host >> .message.user")
+        await user.first.wait_for(timeout=20000)
+        assert "Starter while connecting" in await user.first.text_content()
+        assert await page.input_value(field) == ""
+    finally:
+        await ctx.close()

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from ..protocol import ConnectionState
 from .dom import absent
 
 if TYPE_CHECKING:
@@ -40,7 +41,8 @@ class Prompts:
     def render(self) -> None:
         """Both rows, touched only when what they show changed."""
         s = self.bar.store
-        enabled = s.can_send
+        # Before the connection is up a press is held by the composer like a typed message (see on_action).
+        enabled = s.can_send or s.connection_state != ConnectionState.CONNECTED
         self._row("starter", self.starters_el, s.starters, enabled)
         self._row("suggestion", self.suggestions_el, s.suggestions[1], enabled)
 
@@ -87,9 +89,17 @@ class Prompts:
             index = int(el.getAttribute("data-index"))
         except (TypeError, ValueError):
             return
-        if not 0 <= index < len(texts) or not self.bar.store.can_send:
+        if not 0 <= index < len(texts):
             return
-        self.send(texts[index])
+        store, composer = self.bar.store, self.bar.composer
+        if store.connection_state != ConnectionState.CONNECTED:
+            if not str(self.bar.input.value).strip():  # never overwrite what the reader typed
+                self.bar.input.value = texts[index]
+                self.bar.input.focus()
+                composer.send()  # held, and sent once the connection is up
+            return
+        if store.can_send:
+            self.send(texts[index])
 
     def send(self, text: str) -> None:
         """Send ``text`` as if typed: the conversation scrolls to it, the composer takes the focus (the pressed
