@@ -13,7 +13,7 @@ import urllib.request
 from typing import Any
 
 from support import open_page
-from test_bar import BarPage, bar_relay, open_bar, py, q, send  # noqa: F401
+from test_bar import TOGGLE, BarPage, bar_relay, open_bar, py, q, send  # noqa: F401
 
 ITEMS = ".history-list > .history-item"
 
@@ -99,6 +99,12 @@ async def test_new_chat_list_reopen_delete_and_reload(browser: Any, bar_relay: A
         assert shown[0]["aria_current"] == "true" and shown[1]["aria_current"] is None
         assert shown[1]["delete_label"] == "Delete “Alpha: what is the ember lamp?”"
         assert await page.is_hidden(q(".scroller"))
+        # Closing the bar keeps the list; opening it again puts the focus on the list.
+        await page.click(TOGGLE)
+        await page.wait_for_selector(q("section.panel"), state="hidden")
+        await page.click(TOGGLE)
+        await page.wait_for_selector(q("section.history"), state="visible")
+        assert await focused(page) == "icon-button history-back"
 
         # Reopen the older one: its messages are shown, the composer has the focus, a new message goes to it.
         await page.click(q(f".history-open[data-id='{alpha}']"))

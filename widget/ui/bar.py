@@ -299,6 +299,9 @@ class Bar:
     def _focus_default(self) -> None:
         if self.store.pending_confirmations and self.confirmations.focus_last():
             return
+        if self.history.visible:  # reopened on the list of past conversations
+            self.history.back_button().focus()
+            return
         if self.store.pending_ask_user and not self.ask.el.hidden:
             self.ask.focus()
         else:
