@@ -153,20 +153,7 @@ class CallsMixin:
     # ------------------------------------------------------------------ running a call
     async def _run_call(self, call: CallToRun) -> None:
         call_id, name, args = call["id"], call["name"], call["arguments"]
-        request, effects = self.core.call_received(call_id, name, args, self._wall() * 1000)
-        self._apply(effects)
-        try:
-            # Checking the arguments may first load the schema validator (a lazily fetched module in the
-            # browser): that is the widget's cost, not the handler's, so the clocks start once the call can run.
-            refused = await self._check_call(request)
-            self.core.call_ready(call_id, self._clock(), self._wall() * 1000)
-            status, result, error = refused if refused is not None else await self._execute(request)
-        except asyncio.CancelledError:
-            self.core.call_forgotten(call_id)
-            raise
-        finally:
-            self._ended_calls.pop(call_id, None)
-        status, result, error, navigate = unwrap_navigate(name, status, result, error)
+        status, result, error, navigate = await self._call_through(call_id, name, args, self._execute)
         self._apply(self.core.call_settled(call_id, status, result, error, self._clock()))
         if navigate is not None:
             await self._navigate_after_ack(call_id, navigate)
@@ -176,36 +163,44 @@ class CallsMixin:
         as the relay's calls - record, events, argument check, the reader's confirmation, handler, time limit -
         and answer it here: nothing goes to the relay. An action (which the relay never calls) runs after the
         reader's confirmation. ``(status, JSON result, error)``; a ``Navigate`` leaves the page just after."""
-        request, effects = self.core.call_received(call_id, name, args, self._wall() * 1000)
-        self._apply(effects)
         definition = self.registry.get(name)
-        kind = definition.kind if definition is not None else P.KIND_FUNCTION
-        limit = LOCAL_LIMITS_S.get(kind, P.FUNCTION_CALL_TIMEOUT_S)
-        try:
-            refused = await self._check_call(request)
-            self.core.call_ready(call_id, self._clock(), self._wall() * 1000)
-            if refused is not None:
-                status, result, error = refused
+        limit = LOCAL_LIMITS_S.get(definition.kind if definition else P.KIND_FUNCTION, P.FUNCTION_CALL_TIMEOUT_S)
+
+        async def execute(request: dict[str, Any]) -> Outcome:
+            if definition is not None and definition.kind == P.KIND_ACTION:
+                run = self._execute_tool(request, self._tools[name], confirm=True)
             else:
-                try:
-                    if definition is not None and definition.kind == P.KIND_ACTION:
-                        run = self._execute_tool(request, self._tools[name], confirm=True)
-                    else:
-                        run = self._execute(request)
-                    status, result, error = await asyncio.wait_for(run, limit)
-                except asyncio.TimeoutError:
-                    status, result, error = P.STATUS_ERROR, None, f"The page did not answer within {limit or 0:g} s."
-        except asyncio.CancelledError:
-            self.core.call_forgotten(call_id)
-            raise
-        finally:
-            self._ended_calls.pop(call_id, None)
-        status, result, error, navigate = unwrap_navigate(name, status, result, error)
+                run = self._execute(request)
+            try:
+                return await asyncio.wait_for(run, limit)
+            except asyncio.TimeoutError:
+                return P.STATUS_ERROR, None, f"The page did not answer within {limit or 0:g} s."
+
+        status, result, error, navigate = await self._call_through(call_id, name, args, execute)
         self._apply(self.core.local_call_settled(call_id, status, result, error, self._clock()))
         if navigate is not None and self.env is not None:
             env, url = self.env, navigate.url
             asyncio.get_event_loop().call_later(0.05, lambda: env.navigate(url))  # after the answer is handed out
         return status, result, error
+
+    async def _call_through(
+        self, call_id: str, name: str, args: Any, execute: Callable[[dict[str, Any]], Awaitable[Outcome]]
+    ) -> tuple[str, Any, str | None, Navigate | None]:
+        """One call's record, argument check and ``execute``; its outcome with a ``Navigate`` taken apart."""
+        request, effects = self.core.call_received(call_id, name, args, self._wall() * 1000)
+        self._apply(effects)
+        try:
+            # Checking the arguments may first load the schema validator (a lazily fetched module in the
+            # browser): that is the widget's cost, not the handler's, so the clocks start once the call can run.
+            refused = await self._check_call(request)
+            self.core.call_ready(call_id, self._clock(), self._wall() * 1000)
+            status, result, error = refused if refused is not None else await execute(request)
+        except asyncio.CancelledError:
+            self.core.call_forgotten(call_id)
+            raise
+        finally:
+            self._ended_calls.pop(call_id, None)
+        return unwrap_navigate(name, status, result, error)
 
     async def _navigate_after_ack(self, call_id: str, navigate: Navigate) -> None:
         # Until the relay has the response, leaving the page would lose it: wait for it (a resend after a
