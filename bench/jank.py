@@ -34,16 +34,16 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from support import CHROMIUM, CHROMIUM_ARGS, start_relay  # noqa: E402
+from support import CHROMIUM, CHROMIUM_ARGS, PageServer, start_relay  # noqa: E402
 from chrome_trace import LONGTASK_COLLECT, LONGTASK_SCRIPT, Blocking, main_thread_tasks, probe_input, tracing  # noqa: E402
 
 KINDS = ("cold", "second", "third", "newtab", "restart", "pages")
 SETTLE_S = 1.0
 
 
-def host_page(relay: str, boot: str, n: int) -> str:
+def host_page(relay: str, boot: str, n: int, site_path: str = "/site/") -> str:
     """A plain host page (page ``n`` of a small site) with the widget's default tag."""
-    links = " ".join(f'<a href="/site/{i}.html">page {i}</a>' for i in range(1, 5))
+    links = " ".join(f'<a href="{site_path}{i}.html">page {i}</a>' for i in range(1, 5))
     return f"""<!doctype html><html lang="en"><head><meta charset="utf-8"><title>Host page {n}</title>
 <link rel="icon" href="data:,"></head><body><h1>Host page {n}</h1><p>{links}</p>
 <p>{'Some host content. ' * 40}</p>
@@ -91,34 +91,39 @@ async def run(args: argparse.Namespace) -> dict[str, list[dict[str, Any]]]:
     from playwright.async_api import async_playwright
 
     work = Path(tempfile.mkdtemp(prefix="bench-jank-"))
-    builds = {"": start_relay(work, extra=["--demo-chunk-delay-ms", "0"])}
+    # The host pages come from a real loopback server of their own origin (a page fulfilled by Playwright has no
+    # address, counts as public, and Chromium's local-network-access rules then block its socket to the relay:
+    # the widget never joined and every visit waited out the join timeout).
+    pages = PageServer()
+    allow = ["--app", f"demo={pages.origin}", "--demo-chunk-delay-ms", "0"]
+    builds = {"": start_relay(work, extra=allow)}
     if args.before_dist:
-        builds[" (before)"] = start_relay(work, extra=["--demo-chunk-delay-ms", "0", "--dist", args.before_dist])
+        builds[" (before)"] = start_relay(work, extra=[*allow, "--dist", args.before_dist])
     results: dict[str, list[dict[str, Any]]] = {k + b: [] for k in args.kinds for b in builds}
+    for i, relay in enumerate(builds.values()):
+        for n in range(1, 5):
+            pages.add(f"/site{i}/{n}.html", host_page(relay.url, args.boot, n, f"/site{i}/"))
+    sites = {label: f"{pages.origin}/site{i}/" for i, label in enumerate(builds)}
 
     try:
         async with async_playwright() as pw:
             for i in range(args.n):
                 order = list(builds)[i % len(builds):] + list(builds)[:i % len(builds)]
                 for label in order:
-                    await one_round(pw, args, builds[label].url, label, results)
+                    await one_round(pw, args, sites[label], label, results)
     finally:
         for relay in builds.values():
             relay.stop()
+        pages.close()
     return results
 
 
-async def one_round(pw: Any, args: argparse.Namespace, relay_url: str, label: str,
+async def one_round(pw: Any, args: argparse.Namespace, site: str, label: str,
                     results: dict[str, list[dict[str, Any]]]) -> None:
-    """Every visit kind once, against the relay at ``relay_url``; rows go to ``results[kind + label]``."""
-    site = relay_url + "/site/"
+    """Every visit kind once, on the host site at ``site``; rows go to ``results[kind + label]``."""
     want = set(args.kinds)
 
     async def route(context: Any) -> None:
-        async def serve(r: Any) -> None:
-            n = int(r.request.url.rsplit("/", 1)[1].split(".")[0] or 1)
-            await r.fulfill(content_type="text/html", body=host_page(relay_url, args.boot, n))
-        await context.route(site + "*", serve)
         await context.add_init_script(LONGTASK_SCRIPT)
 
     browser = await pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
@@ -177,9 +182,11 @@ def main() -> None:
     cols = [("trace_longest", "longest task, trace"), ("lt_longest", "longest, Long Tasks API"),
             ("trace_tbt", "TBT, trace"), ("lt_tbt", "TBT, Long Tasks API"), ("trace_busy", "main thread busy"),
             ("input_worst", "worst input delay"), ("input_over_100", "clicks > 100 ms")]
-    print(f"{'visit':17} | " + " | ".join(f"{label:24}" for _, label in cols))
+    print(f"{'visit':17} | " + " | ".join(f"{label:24}" for _, label in cols) + " | joined")
     for kind, rows in results.items():
-        print(f"{kind:17} | " + " | ".join(f"{med(rows, key):24}" for key, _ in cols))
+        # "joined": visits whose widget joined the relay (page views the reader does not touch start nothing)
+        print(f"{kind:17} | " + " | ".join(f"{med(rows, key):24}" for key, _ in cols)
+              + f" | {sum(1 for r in rows if r['joined'])}/{len(rows)}")
     if args.before_dist:
         print("ratios this build / before (medians):")
         for kind in args.kinds:
