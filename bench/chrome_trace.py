@@ -150,6 +150,16 @@ INPUT_PROBE = """() => {
 }"""
 
 
+def main_thread_cpu(trace: Trace, url_prefix: str) -> list[float]:
+    """CPU time (ms, the trace's thread time) of each top-level task of the page's main thread. On a loaded
+    machine a task's wall duration also counts the time the thread waited for a core: this tells our work apart
+    from the waiting."""
+    pid = _page_pid(trace.events, url_prefix)
+    tid = _renderer_mains(trace.events).get(pid or -1)
+    return [e.get("tdur", 0) / 1000.0 for e in trace.events
+            if e.get("pid") == pid and e.get("tid") == tid and e.get("ph") == "X" and e.get("name") == "RunTask"]
+
+
 async def probe_input(page: Any, seconds: float, every_s: float = 0.05) -> list[float]:
     """Click a host-page button every ``every_s`` for ``seconds`` (real input through the browser) and
     return each click's input delay in ms (handler start − the event's timestamp)."""

@@ -45,7 +45,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent / "tests"))
 sys.path.insert(0, str(HERE))
 
-from chrome_trace import INPUT_PROBE, Blocking, Trace, _page_pid, _renderer_mains, main_thread_tasks, tracing  # noqa: E402
+from chrome_trace import INPUT_PROBE, Blocking, main_thread_cpu, main_thread_tasks, tracing  # noqa: E402
 from support import CHROMIUM, CHROMIUM_ARGS, DIST, start_relay  # noqa: E402
 
 KINDS = ("cold", "again", "newtab")
@@ -154,16 +154,6 @@ async def probe_until(page: Any, stop: asyncio.Event, every_s: float = 0.05) -> 
     await asyncio.gather(*clicks, return_exceptions=True)
     delays: list[float] = await page.evaluate("() => window.__probe.slice()")
     return delays
-
-
-def main_thread_cpu(trace: Trace, url_prefix: str) -> list[float]:
-    """CPU time (ms, the trace's thread time) of each top-level task of the page's main thread. On a loaded
-    machine a task's wall duration also counts the time the thread waited for a core: this tells our work apart
-    from the waiting."""
-    pid = _page_pid(trace.events, url_prefix)
-    tid = _renderer_mains(trace.events).get(pid or -1)
-    return [e.get("tdur", 0) / 1000.0 for e in trace.events
-            if e.get("pid") == pid and e.get("tid") == tid and e.get("ph") == "X" and e.get("name") == "RunTask"]
 
 
 async def visit(context: Any, page: Any, url: str, site: str, variant: str) -> dict[str, Any]:
