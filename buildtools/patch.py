@@ -21,7 +21,6 @@ _LAZY_SHARED_MEMORY = ("var {view}=null;function {fn}({ms}){{try{{return {view}|
                        "new WebAssembly.Memory({opts}).buffer)),Atomics.wait({view},0,0,{ms}),!0}}catch{{return!1}}}}")
 _ALREADY_LAZY = re.compile(r"var ([\w$]+)=null;function [\w$]+\(([\w$]+)\)\{try\{return \1\|\|\(\1=new Int32Array\(")
 _SHARED_MEMORY = re.compile(r"shared:\s*(?:!0|true)")
-PATCH_VERSION = "1"  # bump when an edit changes (names the cached copies)
 
 
 def lazy_shared_memory(js: str) -> str:
@@ -47,7 +46,12 @@ def edited(rel: str, src: Path, cache: Path) -> Path:
     if edit is None:
         return src
     data = src.read_bytes()
-    dst = cache / f"{sha256(data)[:16]}-{PATCH_VERSION}{src.suffix}"
+    # Named by the file and by this module's code: a changed edit makes a new copy.
+    dst = cache / f"{sha256(data)[:16]}-{sha256(Path(__file__).read_bytes())[:12]}{src.suffix}"
     if not dst.is_file():
         write_atomic(dst, edit(data.decode("utf-8")).encode("utf-8"))
+        # Keep the cache small: a few recent copies (other checkouts share it).
+        older = sorted((p for p in cache.glob("*" + src.suffix) if p != dst), key=lambda p: p.stat().st_mtime)
+        for p in older[:-4]:
+            p.unlink(missing_ok=True)
     return dst
