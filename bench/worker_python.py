@@ -30,14 +30,12 @@ from __future__ import annotations
 import argparse
 import asyncio
 import datetime
-import http.server
 import json
 import os
 import re
 import statistics
 import sys
 import tempfile
-import threading
 from pathlib import Path
 from typing import Any
 
@@ -46,7 +44,7 @@ sys.path.insert(0, str(HERE.parent / "tests"))
 sys.path.insert(0, str(HERE))
 
 from chrome_trace import INPUT_PROBE, Blocking, main_thread_cpu, main_thread_tasks, tracing  # noqa: E402
-from support import CHROMIUM, CHROMIUM_ARGS, DIST, start_relay  # noqa: E402
+from support import CHROMIUM, CHROMIUM_ARGS, DIST, PageServer, start_relay  # noqa: E402
 
 KINDS = ("cold", "again", "newtab")
 VARIANTS = ("main", "worker")
@@ -60,40 +58,6 @@ ANSWER = ("### Demo answer\n\nHere is what I found on **this page**, with `code`
           + "".join(f"| row {i} | {i * 7} |\n" for i in range(12))
           + "\n" + "A closing paragraph with more words to read. " * 20 + "\n")
 
-
-class PageServer:
-    """Host pages from a real loopback server (a page Playwright fulfils counts as public, and Chromium's
-    local-network-access checks then block its socket to the relay), each with the headers it is given."""
-
-    def __init__(self) -> None:
-        pages: dict[str, tuple[bytes, dict[str, str]]] = {}
-        self.pages = pages
-
-        class Handler(http.server.BaseHTTPRequestHandler):
-            def do_GET(self) -> None:
-                body, headers = pages.get(self.path.split("?", 1)[0], (b"not found", {}))
-                self.send_response(200 if self.path.split("?", 1)[0] in pages else 404)
-                for k, v in {"Content-Type": "text/html; charset=utf-8", **headers}.items():
-                    self.send_header(k, v)
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-
-            def log_message(self, *a: Any) -> None:
-                pass
-
-        self.httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.origin = f"http://127.0.0.1:{self.httpd.server_address[1]}"
-        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
-
-    def add(self, path: str, html: str, headers: dict[str, str] | None = None) -> None:
-        """Serve ``html`` at ``path`` with ``headers``."""
-        self.pages[path] = (html.encode(), headers or {})
-
-    def close(self) -> None:
-        """Stop serving."""
-        self.httpd.shutdown()
-        self.httpd.server_close()
 
 
 def build_files() -> tuple[str, dict[str, Any]]:
@@ -272,7 +236,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     for variant, boot in (("main", "idle"), ("main", "eager"), ("worker", "")):
         html = host_page(variant, relay.url, boot, bench)
         pages.add(f"/site/{variant}{'-' + boot if boot else ''}.html", html)
-        pages.add(f"/isolated/{variant}.html", html, ISOLATION_HEADERS)
+        pages.add(f"/isolated/{variant}.html", html, headers=ISOLATION_HEADERS)
     res: dict[str, Any] = {"visits": {f"{k} {v}": [] for k in args.kinds for v in VARIANTS}, "proxy": {},
                            "render": {}, "call": [], "isolation": {}}
 

@@ -171,7 +171,7 @@ class PageServer:
         import http.server
         import threading
 
-        pages: dict[str, tuple[str, str]] = {}
+        pages: dict[str, tuple[str, str, dict[str, str]]] = {}
         self.pages = pages
         dist = DIST
 
@@ -189,10 +189,12 @@ class PageServer:
             def do_GET(self) -> None:
                 path = self.path.split("?", 1)[0]
                 if path in pages:
-                    text, content_type = pages[path]
+                    text, content_type, headers = pages[path]
                     body = text.encode()
                     self.send_response(200)
                     self.send_header("Content-Type", content_type)
+                    for k, v in headers.items():
+                        self.send_header(k, v)
                     self.send_header("Content-Length", str(len(body)))
                     self.end_headers()
                     self.wfile.write(body)
@@ -211,9 +213,10 @@ class PageServer:
     def origin(self) -> str:
         return f"http://127.0.0.1:{self.port}"
 
-    def add(self, path: str, text: str, content_type: str = "text/html; charset=utf-8") -> str:
-        """Serve ``text`` at ``path``; returns its URL."""
-        self.pages[path] = (text, content_type)
+    def add(self, path: str, text: str, content_type: str = "text/html; charset=utf-8",
+            headers: dict[str, str] | None = None) -> str:
+        """Serve ``text`` at ``path`` (with extra response ``headers``); returns its URL."""
+        self.pages[path] = (text, content_type, headers or {})
         return self.origin + path
 
     def close(self) -> None:

@@ -139,15 +139,7 @@ async def test_protocol_version_mismatch_is_a_clear_error(browser, relay_server,
 async def test_typing_while_connecting_is_kept_and_sent_once_connected(browser, relay_server, page_server):
     """A slow relay: what the reader types and sends before the connection is up is neither lost nor refused."""
     ctx, page, console, url = await open_test_page(browser, page_server, "slowjoin", page_html(relay_server.url))
-    held: list = []
-
-    async def hold(route):
-        if route.request.method == "GET" and not held:
-            held.append(route)  # the first GET of the conversation waits until the test lets it go
-        else:
-            await route.continue_()
-
-    await page.route(re.compile(r".*/api/conversations/c_[^/]+$"), hold)
+    release = await hold_first_conversation_get(page)
     field = "#autopilot-bar-host >> textarea.input"
     try:
         await page.goto(url)
@@ -160,12 +152,7 @@ async def test_typing_while_connecting_is_kept_and_sent_once_connected(browser, 
         form = page.locator("#autopilot-bar-host >> form.composer")
         assert await form.get_attribute("data-held") == "true"
         assert "once connected" in await page.text_content("#autopilot-bar-host >> .hint")
-        for _ in range(400):
-            if held:
-                break
-            await page.wait_for_timeout(25)
-        assert held, "the conversation GET never came"
-        await held[0].continue_()
+        await release()
         await page.wait_for_selector(f"{CONN}:text('Connected')", timeout=20000)
         user = page.locator("#autopilot-bar-host >> .message.user")
         await user.first.wait_for(timeout=20000)
@@ -180,15 +167,7 @@ async def test_starter_pressed_while_connecting_is_held_like_a_typed_message(bro
     html = page_html(relay_server.url).replace(
         "</body>", '<script>window.Autopilot.setStarters(["Starter while connecting"]);</script></body>')
     ctx, page, console, url = await open_test_page(browser, page_server, "slowstarter", html)
-    held: list = []
-
-    async def hold(route):
-        if route.request.method == "GET" and not held:
-            held.append(route)
-        else:
-            await route.continue_()
-
-    await page.route(re.compile(r".*/api/conversations/c_[^/]+$"), hold)
+    release = await hold_first_conversation_get(page)
     field = "#autopilot-bar-host >> textarea.input"
     try:
         await page.goto(url)
@@ -198,15 +177,33 @@ async def test_starter_pressed_while_connecting_is_held_like_a_typed_message(bro
         await starter.click()
         assert await page.input_value(field) == "Starter while connecting"
         assert await page.locator("#autopilot-bar-host >> form.composer").get_attribute("data-held") == "true"
-        for _ in range(400):
-            if held:
-                break
-            await page.wait_for_timeout(25)
-        assert held, "the conversation GET never came"
-        await held[0].continue_()
+        await release()
         user = page.locator("#autopilot-bar-host >> .message.user")
         await user.first.wait_for(timeout=20000)
         assert "Starter while connecting" in await user.first.text_content()
         assert await page.input_value(field) == ""
     finally:
         await ctx.close()
+
+
+async def hold_first_conversation_get(page):
+    """Hold the page's first GET of its conversation (the widget stays "connecting"); returns the release."""
+    held: list = []
+
+    async def hold(route):
+        if route.request.method == "GET" and not held:
+            held.append(route)
+        else:
+            await route.continue_()
+
+    await page.route(re.compile(r".*/api/conversations/c_[^/]+$"), hold)
+
+    async def release() -> None:
+        for _ in range(400):  # the GET may not have been asked for yet
+            if held:
+                break
+            await page.wait_for_timeout(25)
+        assert held, "the conversation GET never came"
+        await held[0].continue_()
+
+    return release

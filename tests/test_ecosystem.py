@@ -9,7 +9,6 @@ headers, with a relay of their own that allows its origin.
 from __future__ import annotations
 
 import asyncio
-import http.server
 import json
 import re
 import threading
@@ -17,7 +16,7 @@ import urllib.request
 from typing import Any
 
 import pytest
-from support import ROOT, free_port, open_page, py_eval, start_relay, wait_mark
+from support import ROOT, PageServer, free_port, open_page, py_eval, start_relay, wait_mark
 
 HEAD = '<!doctype html><html><head><meta charset="utf-8"><link rel="icon" href="data:,"><title>{title}</title></head><body>'
 BAR = "#autopilot-bar-host"
@@ -430,47 +429,10 @@ async def test_pyscript_page_shares_one_pyodide(browser, relay_server, page_serv
 # ------------------------------------------------------------------------------------------------
 # 6. Content-Security-Policy.
 
-class HeaderPageServer:
-    """Loopback pages served with the response headers a test gives (the session page server sends none)."""
-
-    def __init__(self) -> None:
-        pages: dict[str, tuple[bytes, dict[str, str]]] = {}
-        self.pages = pages
-
-        class Handler(http.server.BaseHTTPRequestHandler):
-            def do_GET(self) -> None:
-                body, headers = pages.get(self.path.split("?", 1)[0], (b"not found", {"Content-Type": "text/plain"}))
-                self.send_response(200 if self.path.split("?", 1)[0] in pages else 404)
-                for k, v in headers.items():
-                    self.send_header(k, v)
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-
-            def log_message(self, *a: Any) -> None:
-                pass
-
-        self.httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.port = self.httpd.server_address[1]
-        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
-
-    @property
-    def origin(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
-
-    def add(self, path: str, html: str, headers: dict[str, str]) -> str:
-        self.pages[path] = (html.encode(), {"Content-Type": "text/html; charset=utf-8", **headers})
-        return self.origin + path
-
-    def close(self) -> None:
-        self.httpd.shutdown()
-        self.httpd.server_close()
-
-
 @pytest.fixture(scope="module")
 def csp_setup(tmp_path_factory, relay_server):
     """A header-sending page server and a relay that allows its origin (relay_server: built and running)."""
-    pages = HeaderPageServer()
+    pages = PageServer()  # its own origin, which the relay below allows
     relay = start_relay(tmp_path_factory.mktemp("csp-relay"),
                         extra=["--demo-chunk-delay-ms", "2", "--app", f"demo={pages.origin}"])
     yield pages, relay
@@ -503,7 +465,8 @@ document.addEventListener('securitypolicyviolation', e => window.__violations.pu
 
 async def test_widget_works_under_the_documented_strict_csp(browser, csp_setup):
     pages, relay = csp_setup
-    url = pages.add("/strict.html", CSP_PAGE.format(title="csp", relay=relay.url), {"Content-Security-Policy": strict_csp(relay.url)})
+    url = pages.add("/strict.html", CSP_PAGE.format(title="csp", relay=relay.url),
+                    headers={"Content-Security-Policy": strict_csp(relay.url)})
     ctx = await browser.new_context()
     await ctx.add_init_script(VIOLATIONS)
     ctx2, page, log = await open_page(browser, url, context=ctx)
@@ -530,7 +493,7 @@ async def test_csp_without_wasm_shows_a_clear_message(browser, csp_setup):
     pages, relay = csp_setup
     csp = strict_csp(relay.url).replace(" 'wasm-unsafe-eval'", "")
     url = pages.add("/nowasm.html", CSP_PAGE.format(title="no wasm", relay=relay.url).replace('data-boot="eager"', 'data-boot="intent"'),
-                    {"Content-Security-Policy": csp})
+                    headers={"Content-Security-Policy": csp})
     ctx, page, log = await open_page(browser, url, wait_joined=False)
     try:
         await page.click(f"{TOGGLE} >> button.toggle")
