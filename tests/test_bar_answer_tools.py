@@ -110,6 +110,21 @@ async def test_copy_an_answer_as_markdown_text_and_code(clip_page: BarPage) -> N
     assert await clipboard(page) == code and "Ember" in code
 
 
+async def test_only_a_turns_answer_has_the_row(clip_page: BarPage) -> None:
+    """A turn with a page function has two assistant messages ("Calling ... on the page", then the answer): only
+    the answer, the turn's last one, gets the copy/rating row."""
+    page = clip_page.page
+    await open_bar(page)
+    await send(page, 'check_stock {"sku": "halo"}')
+    shown = await js_root(page, """
+        const ms = [...r.querySelectorAll('.messages > .message')];
+        const last = ms.map((m) => m.dataset.role).lastIndexOf('user');
+        return ms.slice(last + 1).filter((m) => m.dataset.role === 'assistant').map((m) => {
+          const t = m.querySelector('.answer-tools'); return !!t && !t.hidden; });""")
+    assert len(shown) >= 2, shown
+    assert shown[-1] is True and not any(shown[:-1]), shown
+
+
 async def test_rate_an_answer_stored_changed_restored_and_taken_back(clip_page: BarPage) -> None:
     page = clip_page.page
     await open_bar(page)

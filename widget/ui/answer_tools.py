@@ -59,15 +59,16 @@ class AnswerTools:
         self._rows: dict[str, AnswerRow] = {}
         self.comments = CommentForms(bar)
 
-    def render(self, view: MessageView, m: dict[str, Any], streaming: bool) -> None:
-        """The row of one assistant message: hidden while it streams or when it has no text."""
+    def render(self, view: MessageView, m: dict[str, Any], held_back: bool) -> None:
+        """The row of one assistant message: hidden when ``held_back`` (it streams, or it is not its turn's answer)
+        or when it has no text."""
         message_id = m.get("id")
         mid = message_id if isinstance(message_id, str) else None
         text = str(m.get("content") or "")
         row = self._rows.get(view.key)
         if row is None:
             row = self._new_row(view, mid)
-        hidden = streaming or not text or mid is None
+        hidden = held_back or not text or mid is None
         built = (mid, text, hidden)
         if row.built != built:
             if row.message_id != mid:

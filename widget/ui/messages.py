@@ -106,7 +106,14 @@ class Messages:
             key = message_key(m, index)
             keys.append(key)
             view = self._view(key, str(m.get("role") or Role.ASSISTANT))
-            self._fill(view, m, streaming=False, last=(index == last_index and idle and streaming is None))
+            # A turn's answer is its last assistant message: the rounds before it ("Calling ... on the page") get
+            # no copy/rating row of their own.
+            if index < last_index:
+                answer = messages[index + 1].get("role") != Role.ASSISTANT
+            else:
+                answer = streaming is None and idle
+            self._fill(view, m, streaming=False, last=(index == last_index and idle and streaming is None),
+                       answer=answer)
         if streaming is not None:
             key = message_key(streaming, len(messages))
             if key not in keys:
@@ -188,7 +195,7 @@ class Messages:
         self.list.appendChild(el)
         return view
 
-    def _fill(self, view: MessageView, m: dict[str, Any], *, streaming: bool, last: bool) -> None:
+    def _fill(self, view: MessageView, m: dict[str, Any], *, streaming: bool, last: bool, answer: bool = False) -> None:
         text = bidi_safe(str(m.get("content") or ""))
         if view.role == "assistant":
             self._answer(view, text, streaming)
@@ -206,7 +213,7 @@ class Messages:
         if view.actions is not None:
             self.bar.actions.render(view, [] if streaming else self.bar.store.actions_for(m.get("id")))
         if view.role == "assistant":
-            self.bar.answer_tools.render(view, m, streaming)
+            self.bar.answer_tools.render(view, m, streaming or not answer)
         # Footer: Stopped mark, Retry on the last error, Regenerate on the last answer.
         stopped = bool(m.get("stopped"))
         retry = view.role == Role.ERROR and last and (m.get("retryable", True) is not False)
