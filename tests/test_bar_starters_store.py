@@ -107,8 +107,13 @@ def test_suggestions_of_the_last_round_after_the_readers_last_message() -> None:
     assert suggestions_of([user, first, tool]) == ("m1", ["A?", "B?"])
     assert suggestions_of([user, first, tool, {"id": "u2", "role": "user", "content": "A?"}]) == (None, [])
     assert suggestions_of([user, first, {"id": "e", "role": "error", "content": "x"}]) == (None, [])
-    # a later round without suggestions: none (they were for an answer that is not the last)
-    assert suggestions_of([user, first, tool, {"id": "m2", "role": "assistant", "content": "b"}]) == (None, [])
+    # a later round of the same turn without suggestions (the model suggested while calling a page function, then
+    # answered): the turn's suggestions are still shown, as the model was told
+    answer = {"id": "m2", "role": "assistant", "content": "b"}
+    assert suggestions_of([user, first, tool, answer]) == ("m1", ["A?", "B?"])
+    # a later round with suggestions of its own: those
+    later = {"id": "m5", "role": "assistant", "content": "c", "suggestions": ["C?"]}
+    assert suggestions_of([user, first, tool, later]) == ("m5", ["C?"])
     # what a client shows is bounded whatever a relay sent
     many = {"id": "m3", "role": "assistant", "content": "", "suggestions": ["1", 2, " ", "3", "4", "x" * 300]}
     assert suggestions_of([user, many]) == ("m3", ["1", "3", "4"])

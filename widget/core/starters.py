@@ -74,9 +74,10 @@ def check_suggestions(arguments: Any, already: Sequence[str] = ()) -> tuple[list
 
 
 def suggestions_of(messages: Sequence[Any]) -> tuple[str | None, list[str]]:
-    """``(assistant message id, suggestions)`` for the end of a conversation: the suggestions of the last model
-    round after the reader's last message, when that round made any; ``(None, [])`` otherwise (a newer message
-    of the reader, an error, or a later round without suggestions)."""
+    """``(assistant message id, suggestions)`` for the end of a conversation: the suggestions of the latest model
+    round after the reader's last message that made any (a model may suggest in the round that calls a page
+    function and answer in the next); ``(None, [])`` when none did, or after a newer message of the reader or an
+    error."""
     for m in reversed(messages):
         if not isinstance(m, dict):
             continue
@@ -87,7 +88,8 @@ def suggestions_of(messages: Sequence[Any]) -> tuple[str | None, list[str]]:
             return None, []
         raw = m.get("suggestions")
         if not isinstance(raw, list) or not isinstance(m.get("id"), str):
-            return None, []
+            continue
         shown = [s for s in raw if isinstance(s, str) and s.strip()][: P.MAX_SUGGESTIONS]
-        return (m["id"], [s[: P.MAX_SUGGESTION_CHARS] for s in shown]) if shown else (None, [])
+        if shown:
+            return m["id"], [s[: P.MAX_SUGGESTION_CHARS] for s in shown]
     return None, []
