@@ -44,7 +44,8 @@ N runs each:
 Variants of ours (``--targets``): ``ours-noprewarm`` / ``ours-prewarm`` / ``ours-prewarm-basic`` set
 ``window.AutopilotConfig.prewarm`` to false / true / "basic" (default: a worker pre-warms the wasm code on a
 tab's first start only; "basic": start-up only, without the widget's imports and a Markdown render;
-``ours-prewarm-compile``: "compile", the default's run on every visit; ``ours-handoff``: "handoff", the worker
+``ours-prewarm-compile``: "compile", a warm-only worker on every visit; ``ours-warm``: "warm", the worker once
+per tab without the hand-over (the default before 2026-12-02); ``ours-handoff``: "handoff" (now the default), the worker
 hands the page a snapshot of its Python and its compiled module), ``ours-eager`` / ``ours-intent`` set
 the boot policy (the demo page's default is idle); ``ours-snapshot`` / ``ours-before`` are the demo
 page of another build folder (``--snapshot-dist``: made with ``build.py --snapshot``; ``--before-dist``: an older
@@ -107,7 +108,7 @@ TARGETS: dict[str, dict[str, Any]] = {
 # Variants of ours: the same page with the loader configured through window.AutopilotConfig.
 VARIANTS = {"ours-noprewarm": {"prewarm": False}, "ours-prewarm": {"prewarm": True},
             "ours-prewarm-basic": {"prewarm": "basic"}, "ours-prewarm-compile": {"prewarm": "compile"},
-            "ours-handoff": {"prewarm": "handoff"},
+            "ours-handoff": {"prewarm": "handoff"}, "ours-warm": {"prewarm": "warm"},
             "ours-eager": {"boot": "eager"}, "ours-intent": {"boot": "intent"}}
 # Ours from another build folder, served by a second relay: --snapshot-dist / --before-dist.
 ALT_DIST = {"ours-snapshot": "snapshot_dist", "ours-before": "before_dist"}

@@ -54,7 +54,7 @@
     python: { type: "list", def: [] },
     tools: { type: "object" },
     webmcp: { type: "boolean", def: false }, // publish the page's functions to in-browser agents (WebMCP)
-    prewarm: { type: "prewarm" }, // true | false | a mode name (bench/peer.py); unset: once per tab
+    prewarm: { type: "prewarm" }, // true | false | a mode name (bench/peer.py); unset: once per tab, with hand-over
     onReady: { type: "function" }, // AutopilotConfig only: called with window.Autopilot once Python runs it
     onError: { type: "function" }, // AutopilotConfig only: called with an Error when a start fails
   };
@@ -367,25 +367,27 @@
     return Promise.all(blocks);
   }
 
-  // Pre-warm (a tab's first start): static/prewarm-worker.js starts the same Pyodide off the main thread, so its
-  // WebAssembly is compiled before the page's own start-up (still on the main thread) calls it. The compiled code
-  // is reused within the renderer process only (measured: a new tab or a restarted browser compiled again on the
-  // main thread), so the worker runs on a tab's first start (no started marker yet), not once per build.
+  // Pre-warm (a tab's first start): static/prewarm-worker.js starts the same Pyodide off the main thread and, by
+  // default, hands the page its started Python (a memory snapshot) and its compiled module, so the page restores
+  // instead of compiling and starting Python itself. Compiled code is reused within the renderer process only
+  // (measured: a new tab or a restarted browser compiled again on the main thread), so the worker runs on a tab's
+  // first start (no started marker yet), not once per build.
   function wasWarmed() {
     return tabFlag(STARTED_KEY);
   }
   function prewarm(options, snapshotUrl) {
     const setting = config.prewarm;
-    // Unset (null here) and "handoff": once per tab; true and the other modes: every visit.
-    const oncePerBuild = setting == null || setting === "handoff";
-    if (setting === false || (oncePerBuild && wasWarmed()) || typeof Worker === "undefined") return null;
-    // "full" (the default) also warms the widget's imports and Markdown; "basic" only the start-up.
+    // Unset (null here), "handoff" and "warm": once per tab; true and the other modes: every visit.
+    const oncePerTab = setting == null || setting === "handoff" || setting === "warm";
+    if (setting === false || (oncePerTab && wasWarmed()) || typeof Worker === "undefined") return null;
+    // Every mode but "basic" also warms the widget's imports and Markdown; "basic" only the start-up.
     const full = setting !== "basic";
-    // "handoff" (without a snapshot of the build's own): the worker hands the page a memory snapshot of its
-    // Python and its compiled module; the page restores it instead of starting Python a second time (see
-    // startBoot). The first reply of a first visit comes ~0.4 s sooner, but the restore is one longer
-    // main-thread task: the default keeps the host page smoother (docs/performance.md).
-    const handOff = full && !snapshotUrl && setting === "handoff";
+    // The default and "handoff" (without a snapshot of the build's own): the worker hands the page a memory
+    // snapshot of its Python and its compiled module, and the page restores it instead of starting Python a second
+    // time (see startBoot): Python starts once. Traced, the restore is a shorter main-thread task than the page's
+    // own start from compiled code, and the first reply comes sooner (docs/performance.md). "warm" and the other
+    // modes: the worker only compiles; the page starts Python itself.
+    const handOff = full && !snapshotUrl && (setting == null || setting === "handoff");
     const params = {
       options, snapshotUrl, handOff, pyodideUrl: root + "pyodide/pyodide.mjs", bundleUrl: full ? root + "bundle.zip" : null,
     };

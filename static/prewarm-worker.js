@@ -6,9 +6,10 @@
  * already-compiled code. The loader (autopilot.js) starts this module from a one-line blob worker (a worker
  * must be same-origin; this file is usually on the relay's origin) and calls warm() with its parameters.
  *
- * Modes: "full" (the default) also runs what the page's boot and first answer run in Python (importing the
- * widget, rendering Markdown: the regex engine...); "basic" stops after the start-up; "handoff" is "full" that
- * hands the page a memory snapshot of its started Python and its compiled module (see autopilot.js).
+ * It also runs what the page's boot and first answer run in Python (importing the widget, rendering Markdown:
+ * the regex engine...), except in mode "basic", which stops after the start-up. With the hand-over (the loader's
+ * default, and mode "handoff") it then posts the page a memory snapshot of its started Python and its compiled
+ * module (see autopilot.js); otherwise only {} to say the code is compiled.
  */
 
 // What the page's boot and first answer run in Python; failures do not matter here (the page reports them).

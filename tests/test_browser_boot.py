@@ -157,9 +157,23 @@ async def test_first_visit_restores_the_prewarm_workers_snapshot(browser, relay_
         await ctx.close()
 
 
-async def test_default_first_visit_warms_in_a_worker_once_per_tab(browser, relay_server):
-    """The default: a tab's first start runs the worker, then the page starts Python itself; a reload runs none."""
+async def test_default_first_visit_starts_python_once_in_a_worker_per_tab(browser, relay_server):
+    """The default: a tab's first start runs the worker, which hands the page its started Python; a reload of
+    the tab runs none."""
     ctx = await browser.new_context()
+    page = await ctx.new_page()
+    try:
+        marks = await joined_marks(page, relay_server.url + "/")
+        assert "autopilot:prewarmed" in marks and "autopilot:handoff" in marks
+        assert "autopilot:prewarmed" not in await joined_marks(page)
+    finally:
+        await ctx.close()
+
+
+async def test_warm_mode_only_compiles_in_the_worker(browser, relay_server):
+    """prewarm "warm": the worker runs on a tab's first start, then the page starts Python itself."""
+    ctx = await browser.new_context()
+    await ctx.add_init_script("window.AutopilotConfig = {prewarm: 'warm'};")
     page = await ctx.new_page()
     try:
         marks = await joined_marks(page, relay_server.url + "/")
