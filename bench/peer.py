@@ -109,6 +109,7 @@ TARGETS: dict[str, dict[str, Any]] = {
 VARIANTS = {"ours-noprewarm": {"prewarm": False}, "ours-prewarm": {"prewarm": True},
             "ours-prewarm-basic": {"prewarm": "basic"}, "ours-prewarm-compile": {"prewarm": "compile"},
             "ours-handoff": {"prewarm": "handoff"}, "ours-warm": {"prewarm": "warm"},
+            "ours-always": {"prewarm": "always"},
             "ours-eager": {"boot": "eager"}, "ours-intent": {"boot": "intent"}}
 # Ours from another build folder, served by a second relay: --snapshot-dist / --before-dist.
 ALT_DIST = {"ours-snapshot": "snapshot_dist", "ours-before": "before_dist"}

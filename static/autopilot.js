@@ -387,7 +387,7 @@
     // time (see startBoot): Python starts once. Traced, the restore is a shorter main-thread task than the page's
     // own start from compiled code, and the first reply comes sooner (docs/performance.md). "warm" and the other
     // modes: the worker only compiles; the page starts Python itself.
-    const handOff = full && !snapshotUrl && (setting == null || setting === "handoff");
+    const handOff = full && !snapshotUrl && (setting == null || setting === "handoff" || setting === "always");
     const params = {
       options, snapshotUrl, handOff, pyodideUrl: root + "pyodide/pyodide.mjs", bundleUrl: full ? root + "bundle.zip" : null,
     };

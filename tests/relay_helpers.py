@@ -6,6 +6,7 @@ import asyncio
 import atexit
 import glob
 import hashlib
+import json
 import os
 import shutil
 import socket
@@ -213,6 +214,20 @@ async def joined(http: aiohttp.ClientSession, base: str, app: str = "demo", url:
 
 FUNC = {"name": "get_selection", "description": "Returns the selected text.",
         "parameters": {"type": "object", "properties": {}}, "kind": "function", "sensitive": False, "source": "client"}
+
+
+async def turn_log_line(caplog: Any, conversation_id: str, timeout_s: float = 10.0) -> dict[str, Any]:
+    """The relay's structured log line (``widget.relay.turns``) of the conversation's last turn. It is written when
+    the turn's task ends, after its last event and the packing of its stored chunks: a test that saw the last event
+    waits for it."""
+    deadline = asyncio.get_running_loop().time() + timeout_s
+    while True:
+        lines = [json.loads(r.getMessage()) for r in caplog.records if r.name == "widget.relay.turns"]
+        mine = [x for x in lines if x.get("conversation") == conversation_id]
+        if mine or asyncio.get_running_loop().time() > deadline:
+            assert mine, f"no turn log line for {conversation_id}"
+            return mine[-1]
+        await asyncio.sleep(0.05)
 
 
 async def declare(rec: Recorder, entries: dict[str, dict[str, Any]], key: str = "decl") -> None:

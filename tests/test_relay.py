@@ -22,6 +22,7 @@ from relay_helpers import (
     joined,
     launch,
     register,
+    turn_log_line,
     STORE_KINDS,
     store_kind,  # noqa: F401 - a fixture
 )
@@ -326,17 +327,8 @@ async def test_full_turn_with_function_call(relay: Any, http: aiohttp.ClientSess
     assert tool["function_call_id"] == begin["id"] and tool["status"] == "success"
     assert tool["result"]["text"] == "hello world" and tool["duration_ms"] == 1.25 and tool["total_ms"] == 1.5
     assert body["conversation"]["seq"] == seqs[-1] and body["conversation"]["status"] == "idle"
-    # the structured turn log: one line, call names and timings, never arguments or results. It is written when
-    # the turn's task ends, after its last event and the packing of its stored chunks: wait for it.
-    def turn_lines() -> list[dict[str, Any]]:
-        lines = [json.loads(r.getMessage()) for r in caplog.records if r.name == "widget.relay.turns"]
-        return [x for x in lines if x["conversation"] == data["conversation"]["id"]]
-
-    for _ in range(200):
-        if turn_lines():
-            break
-        await asyncio.sleep(0.05)
-    line = turn_lines()[-1]
+    # the structured turn log: one line, call names and timings, never arguments or results
+    line = await turn_log_line(caplog, data["conversation"]["id"])
     assert line["status"] == "done" and line["ms"] >= 0
     assert [c["tool"] for c in line["calls"]] == ["get_selection"] and line["calls"][0]["ok"] is True
     assert "hello world" not in json.dumps(line) and "limit" not in json.dumps(line)

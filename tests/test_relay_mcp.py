@@ -24,7 +24,7 @@ import pytest_asyncio
 
 pytest.importorskip("mcp")
 
-from relay_helpers import SHOP_ORIGIN, SHOP_SECRET, Recorder, ScriptedModel, declare, joined, launch
+from relay_helpers import SHOP_ORIGIN, SHOP_SECRET, Recorder, ScriptedModel, declare, joined, launch, turn_log_line
 from support import stop_process
 from widget import protocol as P
 from widget.errors import ConfigError
@@ -183,7 +183,7 @@ async def test_catalogue_allowlist_and_unavailable_servers(relay: Any, model: Sc
 async def test_calls_pills_timings_results_and_turn_log(relay: Any, model: ScriptedModel, http: aiohttp.ClientSession,
                                                         caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.INFO, logger="widget.relay.turns")
-    rec, _, _ = await joined(http, relay.url, app="shop")
+    rec, data, _ = await joined(http, relay.url, app="shop")
     long = "x" * 9000
     model.script([ToolCall("mcp__local__add", {"a": 2, "b": 40}), ToolCall("mcp__web__add", {"a": 1, "b": 1}),
                   ToolCall("mcp__local__whoami", {}), ToolCall("mcp__local__echo", {"text": long}),
@@ -205,7 +205,7 @@ async def test_calls_pills_timings_results_and_turn_log(relay: Any, model: Scrip
     assert "Invalid arguments" in msgs[4]["error"] and msgs[5]["error"] == "Unknown function 'mcp__local__hidden'."
     seen = [m["content"] for m in model.requests[1].messages if m["role"] == "tool"]
     assert seen[0] == "42" and seen[2] == "token-from-the-relay-environment"
-    line = [json.loads(r.getMessage()) for r in caplog.records if r.name == "widget.relay.turns"][-1]
+    line = await turn_log_line(caplog, data["conversation"]["id"])
     assert [(c["tool"], c["ok"]) for c in line["calls"]] == [("mcp__local__add", True), ("mcp__web__add", True),
                                                             ("mcp__local__whoami", True), ("mcp__local__echo", True)]
     assert "token-from" not in json.dumps(line) and "xxxx" not in json.dumps(line) and '"a"' not in json.dumps(line)

@@ -19,7 +19,9 @@ import aiohttp
 import pytest
 import pytest_asyncio
 
-from relay_helpers import SHOP_ORIGIN, SHOP_SECRET, STORE_KINDS, Recorder, ScriptedModel, declare, fold, info, joined, launch
+from relay_helpers import (
+    SHOP_ORIGIN, SHOP_SECRET, STORE_KINDS, Recorder, ScriptedModel, declare, fold, info, joined, launch, turn_log_line,
+)
 from widget import protocol as P
 from widget.errors import ConfigError
 from widget.relay.config import DEFAULT_SYSTEM_PROMPT, AppConfig, ModelConfig, ToolConfig, load_config
@@ -317,7 +319,7 @@ async def test_config_function_runs_on_the_relay(relay: Any, model: ScriptedMode
     assert tools[0]["duration_ms"] is not None
     body = await info(http, url)
     assert body["messages"][2:5] == tools
-    line = [json.loads(r.getMessage()) for r in caplog.records if r.name == "widget.relay.turns"][-1]
+    line = await turn_log_line(caplog, data["conversation"]["id"])
     assert [(c["tool"], c["ok"]) for c in line["calls"]] == [("server_time", True), ("server_time", True)]
     assert "CET" not in json.dumps(line) and "12:00" not in json.dumps(line)
     await rec.disconnect()
@@ -326,7 +328,7 @@ async def test_config_function_runs_on_the_relay(relay: Any, model: ScriptedMode
 async def test_config_function_failures_never_crash(relay: Any, model: ScriptedModel, http: aiohttp.ClientSession,
                                                     caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.INFO, logger="widget.relay.turns")
-    rec, _, url = await joined(http, relay.url, app="shop")
+    rec, data, url = await joined(http, relay.url, app="shop")
     model.script([ToolCall("explode", {}), ToolCall("refuse", {}), ToolCall("slow_async", {}), ToolCall("slow_sync", {}),
                   ToolCall("not_json", {})], [TextDelta("sorry")])
     t0 = time.monotonic()
@@ -338,7 +340,7 @@ async def test_config_function_failures_never_crash(relay: Any, model: ScriptedM
                    "Error: The tool did not answer within 0.6 s.", "Error: The tool did not answer within 0.6 s.",
                    "Error: the tool returned a value that is not JSON"]
     assert "hunter2" not in json.dumps(await info(http, url))
-    line = [json.loads(r.getMessage()) for r in caplog.records if r.name == "widget.relay.turns"][-1]
+    line = await turn_log_line(caplog, data["conversation"]["id"])
     assert [c["ok"] for c in line["calls"]] == [False] * 5
     await rec.disconnect()
 
