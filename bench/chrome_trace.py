@@ -160,14 +160,15 @@ def main_thread_cpu(trace: Trace, url_prefix: str) -> list[float]:
             if e.get("pid") == pid and e.get("tid") == tid and e.get("ph") == "X" and e.get("name") == "RunTask"]
 
 
-async def probe_input(page: Any, seconds: float, every_s: float = 0.05) -> list[float]:
-    """Click a host-page button every ``every_s`` for ``seconds`` (real input through the browser) and
-    return each click's input delay in ms (handler start − the event's timestamp)."""
+async def probe_input(page: Any, seconds: float, every_s: float = 0.05,
+                      until: asyncio.Event | None = None) -> list[float]:
+    """Click a host-page button every ``every_s`` for ``seconds`` (and on until ``until`` is set, if given; real
+    input through the browser) and return each click's input delay in ms (handler start − the event's timestamp)."""
     await page.evaluate(INPUT_PROBE)
     loop = asyncio.get_running_loop()
     end = loop.time() + seconds
     clicks = []
-    while loop.time() < end:
+    while loop.time() < end or (until is not None and not until.is_set()):
         clicks.append(asyncio.ensure_future(page.mouse.click(20, 14)))
         await asyncio.sleep(every_s)
     await asyncio.gather(*clicks, return_exceptions=True)

@@ -1,21 +1,23 @@
 """What the widget costs the host page's main thread, per kind of visit, from Chrome traces.
 
 For each visit kind it loads a plain host page with the default tag (``data-boot`` idle), records a Chrome
-trace from before the navigation until the widget has joined the relay (plus a settle time), and clicks a
-host button every 50 ms meanwhile. It prints, side by side, the trace's longest main-thread task and total
-blocking time, what the Long Tasks API reported for the same visit (it misses work after
-``await WebAssembly.instantiate()``), and the worst host input delay.
+trace from before the navigation until the widget has joined the relay, or, where nobody touches it, has
+prepared or stayed idle (plus a settle time), and clicks a host button every 50 ms meanwhile. It prints, side by
+side, the trace's longest main-thread task and total blocking time, what the Long Tasks API reported for the same
+visit (it misses work after ``await WebAssembly.instantiate()``), and the worst host input delay.
 
-Visit kinds: ``cold`` (a fresh profile), ``second``/``third`` (navigations in the same tab), ``newtab`` (a new
-tab of the same profile: a new renderer process), ``restart`` (the browser restarted on a persistent profile),
-``pages`` (a multi-page site: the cost of page views 2-4 when the reader never touches the widget).
+Visit kinds, the widget untouched: ``cold`` (a fresh profile), ``second``/``third`` (navigations in the same
+tab), ``newtab`` (a new tab of the same profile: a new renderer process), ``restart`` (the browser restarted on a
+persistent profile), ``pages`` (page views 2-4 of a multi-page site). With the reader: ``cold-reader``,
+``newtab-reader``, ``restart-reader`` (the same first views, the reader hovering the toggle once the widget is
+prepared, which starts Python on the page), ``later-reader`` (a later view of the tab, the reader hovering the
+toggle 0.5 s after the page's load).
 
 ``--before-dist DIR`` also serves another build folder (an older commit's ``widget/_dist``) from a second relay
 and runs it interleaved with this one, round by round: its rows are marked ``(before)``, so a change is measured
 as a ratio within one run, under the same load.
 
-    python bench/jank.py [-n 3] [--kinds cold,second,newtab,restart,pages] [--boot idle|eager|intent]
-                         [--before-dist DIR]
+    python bench/jank.py [-n 3] [--kinds cold,second,...] [--boot idle|eager|intent] [--before-dist DIR]
 """
 
 from __future__ import annotations
@@ -39,7 +41,9 @@ from chrome_trace import (  # noqa: E402
     LONGTASK_COLLECT, LONGTASK_SCRIPT, Blocking, main_thread_cpu, main_thread_tasks, probe_input, tracing,
 )
 
-KINDS = ("cold", "second", "third", "newtab", "restart", "pages")
+KINDS = ("cold", "second", "third", "newtab", "restart", "pages",
+         "cold-reader", "later-reader", "newtab-reader", "restart-reader")
+TOGGLE = "#autopilot-toggle-host >> button.toggle"
 SETTLE_S = 1.0
 
 
@@ -53,30 +57,39 @@ def host_page(relay: str, boot: str, n: int, site_path: str = "/site/") -> str:
 </body></html>"""
 
 
-async def joined(page: Any, timeout_s: float) -> bool:
-    """Wait for the widget to have joined the relay (its ``autopilot:joined`` mark); False at once when it has not
-    started 4 s after the page's load event (an intent boot, or a later page view, waits for the reader)."""
+async def settled(page: Any, timeout_s: float) -> str:
+    """Wait until the widget has joined the relay ('joined'), or, not started, has prepared its start ('prepared')
+    or has nothing under way 4 s after the page's load event ('idle': a later view waits for the reader);
+    'timeout' when none of these came."""
     try:
         state = await page.wait_for_function(
             """() => {
-              if (performance.getEntriesByName('autopilot:joined').length) return 'joined';
+              const has = (n) => performance.getEntriesByName(n).length > 0;
+              if (has('autopilot:joined')) return 'joined';
+              if (has('autopilot:boot')) return false;
+              if (has('autopilot:prepared')) return 'prepared';
               const nav = performance.getEntriesByType('navigation')[0];
-              if (nav && nav.loadEventEnd > 0 && performance.now() - nav.loadEventEnd > 4000
-                  && !performance.getEntriesByName('autopilot:boot').length) return 'idle';
+              if (nav && nav.loadEventEnd > 0 && performance.now() - nav.loadEventEnd > 4000) return 'idle';
               return false;
             }""", timeout=timeout_s * 1000, polling=100)
-        return await state.json_value() == "joined"
+        return str(await state.json_value())
     except Exception:  # noqa: BLE001 - a boot that never finished: the window ends
-        return False
+        return "timeout"
 
 
-async def visit(context: Any, page: Any, url: str, site: str, wait_join: bool = True) -> dict[str, Any]:
-    """One traced visit with the input probe running; the numbers of it."""
+async def visit(context: Any, page: Any, url: str, site: str, reader: bool = False) -> dict[str, Any]:
+    """One traced visit with the input probe running; with ``reader``, the reader hovers the toggle once the
+    widget is prepared (or has nothing under way), which starts it. The numbers of it."""
     async with tracing(context, page) as trace:
         await page.goto(url, wait_until="domcontentloaded")
-        probe = asyncio.ensure_future(probe_input(page, seconds=5.0))
-        ok = await joined(page, 60 if wait_join else 6)
+        stop = asyncio.Event()
+        probe = asyncio.ensure_future(probe_input(page, seconds=5.0, until=stop))
+        state = await settled(page, 60)
+        if reader and state != "joined":
+            await page.hover(TOGGLE)
+            state = await settled(page, 60)
         await asyncio.sleep(SETTLE_S)
+        stop.set()
         delays = await probe
         lt = await page.evaluate(LONGTASK_COLLECT)
     b = Blocking.of(main_thread_tasks(trace, site))
@@ -86,7 +99,7 @@ async def visit(context: Any, page: Any, url: str, site: str, wait_join: bool = 
         "trace_longest": b.longest_ms, "trace_tbt": b.tbt_ms, "trace_busy": b.busy_ms, "cpu_longest": cpu.longest_ms,
         "lt_longest": l.longest_ms, "lt_tbt": l.tbt_ms,
         "input_worst": max(delays, default=0.0), "input_over_100": sum(1 for d in delays if d > 100),
-        "joined": ok,
+        "joined": state == "joined",
     }
 
 
@@ -129,34 +142,47 @@ async def one_round(pw: Any, args: argparse.Namespace, site: str, label: str,
     async def route(context: Any) -> None:
         await context.add_init_script(LONGTASK_SCRIPT)
 
+    async def record(kind: str, r: dict[str, Any]) -> None:
+        if kind in want:
+            results[kind + label].append(r)
+
     browser = await pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+    # The widget untouched: a first view, later views of the tab, a new tab, the site's other pages.
     ctx = await browser.new_context()
     await route(ctx)
     page = await ctx.new_page()
-    cold = await visit(ctx, page, site + "1.html", site)
-    if "cold" in want:
-        results["cold" + label].append(cold)
+    await record("cold", await visit(ctx, page, site + "1.html", site))
     for kind in ("second", "third"):
-        r = await visit(ctx, page, site + "1.html", site)
-        if kind in want:
-            results[kind + label].append(r)
+        await record(kind, await visit(ctx, page, site + "1.html", site))
     if "newtab" in want:
         tab = await ctx.new_page()
-        results["newtab" + label].append(await visit(ctx, tab, site + "1.html", site))
+        await record("newtab", await visit(ctx, tab, site + "1.html", site))
         await tab.close()
     if "pages" in want:
         for i in (2, 3, 4):
-            results["pages" + label].append(await visit(ctx, page, site + f"{i}.html", site, wait_join=False))
+            await record("pages", await visit(ctx, page, site + f"{i}.html", site))
+    await ctx.close()
+    # With the reader: the same first views, and a later view, where the reader reaches for the widget.
+    if want & {"cold-reader", "later-reader", "newtab-reader"}:
+        ctx = await browser.new_context()
+        await route(ctx)
+        page = await ctx.new_page()
+        await record("cold-reader", await visit(ctx, page, site + "1.html", site, reader=True))
+        await record("later-reader", await visit(ctx, page, site + "2.html", site, reader=True))
+        if "newtab-reader" in want:
+            tab = await ctx.new_page()
+            await record("newtab-reader", await visit(ctx, tab, site + "1.html", site, reader=True))
+        await ctx.close()
     await browser.close()
-    if "restart" in want:
+    if want & {"restart", "restart-reader"}:
         profile = tempfile.mkdtemp(prefix="bench-jank-profile-")
-        for attempt in range(2):
+        for attempt in ("first", "restart", "restart-reader"):
             ctx = await pw.chromium.launch_persistent_context(profile, executable_path=CHROMIUM, args=CHROMIUM_ARGS)
             await route(ctx)
             page = ctx.pages[0] if ctx.pages else await ctx.new_page()
-            r = await visit(ctx, page, site + "1.html", site)
-            if attempt == 1:
-                results["restart" + label].append(r)
+            r = await visit(ctx, page, site + "1.html", site, reader=attempt != "restart")
+            if attempt != "first":
+                await record(attempt, r)
             await ctx.close()
 
 
@@ -202,7 +228,8 @@ def main() -> None:
                 b = statistics.median([float(r[key]) for r in was]) if was else None
                 parts.append(f"{label} {a / b:.2f}x" if a is not None and b else f"{label} n/a")
             print(f"  {kind:8} " + ", ".join(parts))
-    print("(ms: median (min-max); 'pages' are page views 2-4 of a multi-page site, the widget untouched)")
+    print("(ms: median (min-max); 'pages' are page views 2-4 of a multi-page site, the widget untouched; "
+          "'-reader' visits: the reader hovers the toggle)")
 
 
 if __name__ == "__main__":

@@ -376,18 +376,11 @@
     return tabFlag(STARTED_KEY);
   }
   function prewarm(options, snapshotUrl) {
-    const setting = config.prewarm;
-    // Unset (null here), "handoff" and "warm": once per tab; true and the other modes: every visit.
-    const oncePerTab = setting == null || setting === "handoff" || setting === "warm";
-    if (setting === false || (oncePerTab && wasWarmed()) || typeof Worker === "undefined") return null;
+    const how = prewarmMode();
+    if (!how) return null;
     // Every mode but "basic" also warms the widget's imports and Markdown; "basic" only the start-up.
-    const full = setting !== "basic";
-    // The default and "handoff" (without a snapshot of the build's own): the worker hands the page a memory
-    // snapshot of its Python and its compiled module, and the page restores it instead of starting Python a second
-    // time (see startBoot): Python starts once. Traced, the restore is a shorter main-thread task than the page's
-    // own start from compiled code, and the first reply comes sooner (docs/performance.md). "warm" and the other
-    // modes: the worker only compiles; the page starts Python itself.
-    const handOff = full && !snapshotUrl && (setting == null || setting === "handoff" || setting === "always");
+    const full = config.prewarm !== "basic";
+    const handOff = how === "handoff";
     const params = {
       options, snapshotUrl, handOff, pyodideUrl: root + "pyodide/pyodide.mjs", bundleUrl: full ? root + "bundle.zip" : null,
     };
@@ -401,13 +394,18 @@
       if (url) URL.revokeObjectURL(url);
       return null;
     }
-    let snapshot = null, module = null;
+    let snapshot = null, module = null, ok = false, settled = false;
     const done = new Promise((resolve) => {
       const finish = (ev) => {
+        if (settled) return; // (the time-out, after an answer)
+        settled = true;
         URL.revokeObjectURL(url);
+        ok = !!(ev && ev.data && !ev.data.failed);
         if (ev && ev.data && ev.data.snapshot) {
           snapshot = ev.data.snapshot;
           module = ev.data.module instanceof WebAssembly.Module ? ev.data.module : null;
+          // What the page needs is here: the worker's own Python (its memory) can go at once.
+          worker.terminate();
         }
         resolve();
       };
@@ -418,10 +416,64 @@
     // The snapshot is handed over once: a retried boot starts Python itself.
     return {
       done,
+      handOff,
+      ready: () => ok, // it finished (compiled; with the hand-over, a snapshot is waiting)
       stop: () => worker.terminate(),
       takeSnapshot: () => { const s = snapshot; snapshot = null; return s; },
       takeModule: () => { const m = module; module = null; return m; },
     };
+  }
+
+  // ---- preparing a start ------------------------------------------------------------------------
+  // Everything a start needs but the start itself: the files fetched and, with the hand-over, the pre-warm
+  // worker's Python started and snapshotted off the main thread. A first page view with the default boot
+  // prepares on idle and starts on the reader's intent (or the page's call), so a reader who never touches the
+  // widget costs the host page no Python on its main thread, and one who does pays only the restore.
+  let prepared = null;
+  function prewarmMode() { // the worker's part in this tab's next start: "handoff", "compile" or null (none)
+    const setting = config.prewarm;
+    // Unset (null here), "handoff" and "warm": once per tab; true and the other modes: every visit.
+    const oncePerTab = setting == null || setting === "handoff" || setting === "warm";
+    if (setting === false || (oncePerTab && wasWarmed()) || typeof Worker === "undefined") return null;
+    // The default, "handoff" and "always" (without a snapshot of the build's own): the worker hands the page a
+    // memory snapshot of its Python and its compiled module, and the page restores it instead of starting Python
+    // a second time: Python starts once. Traced, the restore is a shorter main-thread task than the page's own
+    // start from compiled code, and the first reply comes sooner (docs/performance.md). "warm" and the other
+    // modes: the worker only compiles; the page starts Python itself.
+    const handOff = setting !== "basic" && !BOOT_FILES.snapshot && (setting == null || setting === "handoff" || setting === "always");
+    return handOff ? "handoff" : "compile";
+  }
+  function prepare() {
+    if (prepared) return prepared;
+    const handled = (p) => { p.catch(() => {}); return p; }; // awaited by the start, if one comes
+    const options = { indexURL: root + "pyodide/", fullStdLib: false };
+    // The stdlib the boot imports; the rest is fetched on first use (see _autopilot_stdlib in build.py).
+    if (BOOT_FILES.stdlib) options.stdLibURL = root + BOOT_FILES.stdlib;
+    // No package is shipped: an empty package index saves fetching and parsing pyodide-lock.json.
+    if (BOOT_FILES.lockInfo) options.lockFileContents = { info: BOOT_FILES.lockInfo, packages: {} };
+    // A memory snapshot made by `build.py --snapshot` (deps and widget modules already imported): restored
+    // instead of starting Python.
+    const snapshotUrl = BOOT_FILES.snapshot ? root + BOOT_FILES.snapshot : null;
+    const warm = prewarm(options, snapshotUrl);
+    if (snapshotUrl) options._loadSnapshot = handled(fetchBytes(snapshotUrl, "snapshot"));
+    if (warm) {
+      // Prepared once in this tab: later page views wait for the reader's intent, and do not run the worker.
+      warm.done.then(() => {
+        if (!warm.ready()) return;
+        tabFlag(STARTED_KEY, true);
+        performance.mark("autopilot:prepared");
+      });
+    }
+    prepared = {
+      options, snapshotUrl, warm,
+      bundleP: handled(fetchBytes(root + "bundle.zip", "bundle")),
+      bridgeP: handled(import(root + "bridge.mjs")),
+      sanitizeP: handled(import(root + "sanitize.mjs")), // the sink sanitizer for rendered answers
+      cssP: handled(fetchOk(root + "skin.css", "skin").then((r) => r.text())),
+      pageP: handled(pagePython()),
+      pyodideModP: handled(import(root + "pyodide/pyodide.mjs")),
+    };
+    return prepared;
   }
 
   let booting = null;
@@ -438,26 +490,11 @@
     performance.mark("autopilot:boot");
     if (wantOpen) showStatus(L("starting"));
     let stage = "stage_python";
+    // What was prepared is used once: a Retry prepares (fetches) again.
+    const { options, snapshotUrl, warm, bundleP, bridgeP, sanitizeP, cssP, pageP, pyodideModP } = prepare();
+    prepared = null;
     booting = (async () => {
       try {
-        // Fetch everything in parallel with the interpreter boot.
-        const bundleP = fetchBytes(root + "bundle.zip", "bundle");
-        const bridgeP = import(root + "bridge.mjs");
-        const sanitizeP = import(root + "sanitize.mjs"); // the sink sanitizer for rendered answers
-        const cssP = fetchOk(root + "skin.css", "skin").then((r) => r.text());
-        cssP.catch(() => {});
-        const pageP = pagePython();
-        const options = { indexURL: root + "pyodide/", fullStdLib: false };
-        // The stdlib the boot imports; the rest is fetched on first use (see _autopilot_stdlib in build.py).
-        if (BOOT_FILES.stdlib) options.stdLibURL = root + BOOT_FILES.stdlib;
-        // No package is shipped: an empty package index saves fetching and parsing pyodide-lock.json.
-        if (BOOT_FILES.lockInfo) options.lockFileContents = { info: BOOT_FILES.lockInfo, packages: {} };
-        // A memory snapshot made by `build.py --snapshot` (deps and widget modules already imported): restored
-        // instead of starting Python.
-        const snapshotUrl = BOOT_FILES.snapshot ? root + BOOT_FILES.snapshot : null;
-        const warm = prewarm(options, snapshotUrl);
-        if (snapshotUrl) options._loadSnapshot = fetchBytes(snapshotUrl, "snapshot");
-        const pyodideModP = import(root + "pyodide/pyodide.mjs");
         let handedOver = null;
         if (warm) {
           await warm.done;
@@ -877,6 +914,8 @@
     destroyRequested = true;
     button.removeEventListener("click", onToggleClick);
     document.removeEventListener("keydown", onShortcut);
+    if (prepared && prepared.warm) prepared.warm.stop(); // prepared, never started
+    prepared = null;
     host.remove();
     if (pyApi) { pyApi.destroy(); pyApi = null; }
     // PyProxy.destroy() releases the proxy (Python's own teardown ran through the "destroy" op first).
@@ -1051,17 +1090,24 @@
   function applyBootPolicy() {
     if (config.boot === "eager" || wantOpen || tabFlag(BUSY_KEY)) {
       startBoot(false);
-    } else if (config.boot === "intent" || tabFlag(STARTED_KEY)) {
-      button.addEventListener("pointerenter", onIntent);
-      button.addEventListener("focus", onIntent);
-    } else {
-      const idle = () => {
-        const go = () => startBoot(false);
-        if ("requestIdleCallback" in window) requestIdleCallback(go, { timeout: 2000 });
-        else setTimeout(go, 200);
-      };
-      if (document.readyState === "complete") idle();
-      else window.addEventListener("load", idle, { once: true });
+      return;
     }
+    button.addEventListener("pointerenter", onIntent);
+    button.addEventListener("focus", onIntent);
+    if (config.boot === "intent" || tabFlag(STARTED_KEY)) return;
+    // A first page view with the default (idle) boot: once the page is idle, prepare the start; with the
+    // hand-over (the default) Python starts on the reader's intent, from the worker's snapshot; without it
+    // (prewarm off or another mode, no Worker) it starts there and then, as it always did.
+    const idle = () => {
+      const go = () => {
+        if (phase !== "waiting") return;
+        if (prewarmMode() === "handoff" && !wasmBlocked()) prepare();
+        else startBoot(false);
+      };
+      if ("requestIdleCallback" in window) requestIdleCallback(go, { timeout: 2000 });
+      else setTimeout(go, 200);
+    };
+    if (document.readyState === "complete") idle();
+    else window.addEventListener("load", idle, { once: true });
   }
 })();

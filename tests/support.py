@@ -133,6 +133,8 @@ async def open_page(browser: Any, url: str, *, context: Any = None, wait_joined:
     page.on("pageerror", lambda e: log.page_errors.append(str(e)))
     await page.goto(url)
     if wait_joined:
+        # A first page view prepares on idle and starts on the reader's intent: start it as the page would.
+        await page.evaluate("() => { if (window.Autopilot && window.Autopilot.boot) window.Autopilot.boot(); }")
         await wait_mark(page, "autopilot:joined", timeout_ms)
     return ctx, page, log
 

@@ -42,6 +42,7 @@ async def test_toggle_paints_before_python_and_boot_joins(browser, relay_server)
         before = await page.evaluate("performance.getEntriesByName('autopilot:pyodide').length")
         assert before == 0
         release.set()
+        await page.hover(TOGGLE)  # a first view prepares on idle and starts on the reader's intent
         await wait_mark(page, "autopilot:joined")
         marks = await page.evaluate(
             "Object.fromEntries(performance.getEntriesByType('mark').map(m => [m.name, m.startTime]))"
@@ -196,5 +197,47 @@ async def test_without_the_worker_the_first_answer_is_prepared_after_the_boot(br
             timeout=15_000)
         assert await py_eval(page, "from widget.core.markdown import render_markdown\nrender_markdown('`y`')") == \
             "<p><code>y</code></p>"
+    finally:
+        await ctx.close()
+
+
+async def test_a_first_view_prepares_on_idle_and_starts_on_intent(browser, relay_server):
+    """The default boot on a tab's first view: on idle the worker starts Python and snapshots it, but nothing
+    starts on the page (no Python, no socket) until the reader hovers the toggle; then the page restores the
+    snapshot and joins."""
+    ctx = await browser.new_context()
+    page = await ctx.new_page()
+    sockets: list[str] = []
+    page.on("websocket", lambda ws: sockets.append(ws.url))
+    try:
+        await page.goto(relay_server.url + "/")
+        await wait_mark(page, "autopilot:prepared")
+        await page.wait_for_timeout(300)  # (time for a start to show, were one under way)
+        names = await page.evaluate("performance.getEntriesByType('mark').map(m => m.name)")
+        assert "autopilot:boot" not in names and "autopilot:pyodide" not in names
+        assert sockets == []
+        assert await page.evaluate("sessionStorage.getItem('autopilot:started:demo')") == "1"
+        await page.hover(TOGGLE)
+        await wait_mark(page, "autopilot:joined")
+        marks = await page.evaluate("performance.getEntriesByType('mark').map(m => [m.name, m.startTime])")
+        at = {name: t for name, t in reversed(marks)}  # each mark's first time
+        assert [name for name, _ in marks].count("autopilot:prepared") == 1, marks
+        assert at["autopilot:prepared"] < at["autopilot:boot"] <= at["autopilot:handoff"], marks
+        assert await py_eval(page, "from widget import get_client\nget_client().connection_state") == "connected"
+    finally:
+        await ctx.close()
+
+
+async def test_without_the_hand_over_a_first_view_starts_on_idle(browser, relay_server):
+    """prewarm "warm" (the worker only compiles): the first view starts Python on idle, as the default did
+    before the hand-over, with no reader's intent."""
+    ctx = await browser.new_context()
+    await ctx.add_init_script("window.AutopilotConfig = {prewarm: 'warm'};")
+    page = await ctx.new_page()
+    try:
+        await page.goto(relay_server.url + "/")
+        await wait_mark(page, "autopilot:joined")
+        names = await page.evaluate("performance.getEntriesByType('mark').map(m => m.name)")
+        assert "autopilot:handoff" not in names
     finally:
         await ctx.close()

@@ -1,8 +1,9 @@
 """Later page views of a multi-page site: Python starts only when the reader wants the widget.
 
-The first page view of a tab starts Python when the browser is idle (the default boot); once it started in this
-tab, the next pages of the site wait for the reader's intent (hover or focus on the toggle, a click, the
-shortcut), unless the bar was open or a turn is still running. A new tab is a first view again.
+The first page view of a tab prepares Python in the pre-warm worker when the browser is idle (the default boot)
+and starts it on the page on the reader's intent; once it started or prepared in this tab, the next pages of the
+site wait for the reader's intent (hover or focus on the toggle, a click, the shortcut) without preparing again,
+unless the bar was open or a turn is still running. A new tab is a first view again.
 """
 
 from __future__ import annotations
@@ -74,9 +75,11 @@ async def test_later_page_views_start_python_on_intent_only(browser: Any, relay_
         await page.goto(urls[2])
         await wait_mark(page, "autopilot:joined")
         await page.wait_for_function("() => sessionStorage.getItem('autopilot:busy:demo') === null")
-        # A new tab of the same site is a first view again (per-tab marker): idle boot.
+        # A new tab of the same site is a first view again (per-tab marker): prepared on idle, started on intent.
         other = await ctx.new_page()
         await other.goto(urls[1])
+        await wait_mark(other, "autopilot:prepared")
+        await other.hover(TOGGLE)
         await wait_mark(other, "autopilot:joined")
         assert log.page_errors == []
     finally:
