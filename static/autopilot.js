@@ -55,6 +55,7 @@
     tools: { type: "object" },
     webmcp: { type: "boolean", def: false }, // publish the page's functions to in-browser agents (WebMCP)
     prewarm: { type: "prewarm" }, // true | false | a mode name (bench/peer.py); unset: once per tab, with hand-over
+    snapshotCache: { type: "boolean", def: true }, // later views restore the worker's stored snapshot (see below)
     onReady: { type: "function" }, // AutopilotConfig only: called with window.Autopilot once Python runs it
     onError: { type: "function" }, // AutopilotConfig only: called with an Error when a start fails
   };
@@ -356,6 +357,133 @@
     return [await r.text(), r.url];
   };
 
+  // ---- the stored snapshot: later page views restore the worker's started Python ------------------------
+  // A tab's first start hands the page a memory snapshot of the worker's Python (see prewarm). The worker also
+  // keeps a gzip copy in this origin's Cache Storage, one entry per relay root, tagged with the build it belongs
+  // to; a later view that would start Python on the page (no worker, no snapshot of the build's own) restores it
+  // instead: a shorter main-thread task than Python's start. What is stored is Python's heap right after
+  // importing the widget, before any page code, configuration or conversation (docs/security.md). Anything
+  // wrong (no Cache Storage, storage blocked or full, a missing, stale or corrupt entry, a restore that throws)
+  // means today's start, and a bad entry is removed.
+  const snapshotCache = (() => {
+    const NAME = "autopilot-snapshot";
+    const KEY = new URL("snapshot", new URL("./", scriptUrl)).href; // per relay root, whatever the build
+    const BUILD = "x-autopilot-build", BYTES = "x-autopilot-bytes";
+    let cleared = false;
+    const released = new WeakSet(); // workers told to store (and to stop) already
+    const mark = (name, detail) => { try { performance.mark(name, { detail }); } catch (e) { /* no detail support */ } };
+    function forget(why) {
+      if (why) { mark("autopilot:snapshot-cache-dropped", { reason: why }); console.debug("[autopilot] stored snapshot dropped: " + why); }
+      try { caches.open(NAME).then((c) => c.delete(KEY)).catch(() => {}); } catch (e) { /* blocked */ }
+    }
+    // A DecompressionStream inflates each chunk it is given in one go, on this thread: given the whole body that
+    // is one long task (docs/performance.md). Feed it slices, yielding to the page between them, into a buffer of
+    // the stored length.
+    const SLICE = 128 * 1024;
+    const yieldToPage = () => new Promise((resolve) => {
+      if (globalThis.scheduler && typeof scheduler.yield === "function") { scheduler.yield().then(resolve); return; }
+      const ch = new MessageChannel(); // unlike setTimeout, not clamped to 4 ms when repeated
+      ch.port1.onmessage = () => resolve();
+      ch.port2.postMessage(null);
+    });
+    async function inflate(gz, size) {
+      if (!(size > 0)) throw new Error("no stored length");
+      const out = new Uint8Array(size);
+      const ds = new DecompressionStream("gzip");
+      const writer = ds.writable.getWriter();
+      const reader = ds.readable.getReader();
+      let at = 0;
+      const drain = (async () => {
+        for (;;) {
+          const { value, done } = await reader.read();
+          if (done) return;
+          if (at + value.length > size) throw new Error("longer than the stored " + size + " bytes");
+          out.set(value, at);
+          at += value.length;
+        }
+      })();
+      drain.catch(() => {});
+      for (let i = 0; i < gz.length; i += SLICE) {
+        await writer.write(gz.subarray(i, i + SLICE));
+        await yieldToPage();
+      }
+      await writer.close(); // throws on a cut or corrupt stream (gzip's length and CRC-32 checks)
+      await drain;
+      if (at !== size) throw new Error(at + " bytes, " + size + " stored");
+      return out;
+    }
+    function enabled() {
+      if (typeof caches === "undefined") return false; // an insecure context has no Cache Storage
+      if (config.snapshotCache) return true;
+      if (!cleared) { cleared = true; forget(null); } // turned off: what an earlier view stored goes too
+      return false;
+    }
+    return {
+      // What the worker needs to store its snapshot (null: store nothing).
+      target: () => (enabled() ? { cache: NAME, key: KEY, build: BUILD_ID, buildHeader: BUILD, bytesHeader: BYTES } : null),
+      // Let the worker store its copy: at once while the page is not starting Python, else once it has joined (or
+      // a while after, when it does not), so that compressing does not compete with the page's own start; stop it
+      // once stored (or given up), within a bound. A worker that stores nothing is stopped at once.
+      release(worker, target) {
+        if (released.has(worker)) return;
+        released.add(worker);
+        if (!target) { worker.terminate(); return; }
+        let end = null, observer = null;
+        const go = () => {
+          if (observer) observer.disconnect();
+          observer = null;
+          end = setTimeout(() => worker.terminate(), 30000);
+          worker.postMessage("store");
+        };
+        worker.addEventListener("message", (ev) => {
+          if (!ev.data || !("stored" in ev.data)) return;
+          clearTimeout(end);
+          worker.terminate();
+          if (ev.data.stored) mark("autopilot:snapshot-stored", ev.data.stored);
+        });
+        if (phase !== "booting") { go(); return; }
+        const later = setTimeout(go, 10000);
+        try {
+          observer = new PerformanceObserver((list) => {
+            if (list.getEntriesByName("autopilot:joined").length) { clearTimeout(later); go(); }
+          });
+          observer.observe({ type: "mark" });
+        } catch (e) { /* no observer: the timer */ }
+      },
+      // The stored snapshot of this build, decompressed (streamed: no long task), or null.
+      async read() {
+        if (!enabled()) return null;
+        const t = performance.now();
+        let response;
+        try {
+          response = await (await caches.open(NAME)).match(KEY);
+        } catch (e) { return null; } // storage blocked: nothing stored either
+        if (!response) return null;
+        if (response.headers.get(BUILD) !== BUILD_ID) { forget("another build"); return null; }
+        try {
+          const size = Number(response.headers.get(BYTES));
+          const gz = new Uint8Array(await response.arrayBuffer());
+          const bytes = await inflate(gz, size);
+          mark("autopilot:snapshot-cache", { ms: performance.now() - t, compressed: gz.length, bytes: size });
+          return bytes;
+        } catch (e) {
+          forget("unreadable (" + e.message + ")");
+          return null;
+        }
+      },
+      // loadPyodide restoring the stored snapshot; when that throws, the entry goes and Python starts as usual.
+      async restore(pyodideMod, options) {
+        try {
+          return await pyodideMod.loadPyodide(options);
+        } catch (e) {
+          forget("restore failed (" + (e && e.message ? e.message : e) + ")");
+          delete options._loadSnapshot;
+          return pyodideMod.loadPyodide(options);
+        }
+      },
+    };
+  })();
+
   // Page Python blocks may follow the loader's tag: collect them once the document is parsed.
   async function pagePython() {
     if (document.readyState === "loading") {
@@ -382,7 +510,7 @@
     const full = config.prewarm !== "basic";
     const handOff = how === "handoff";
     const params = {
-      options, snapshotUrl, handOff, pyodideUrl: root + "pyodide/pyodide.mjs", bundleUrl: full ? root + "bundle.zip" : null,
+      options, snapshotUrl, handOff, store: handOff ? snapshotCache.target() : null, pyodideUrl: root + "pyodide/pyodide.mjs", bundleUrl: full ? root + "bundle.zip" : null,
     };
     // A worker's script must be same-origin: a one-line blob module imports the real one from the relay.
     const src = "import { warm } from " + JSON.stringify(root + "prewarm-worker.js") + ";\nwarm(" + JSON.stringify(params) + ");\n";
@@ -404,8 +532,8 @@
         if (ev && ev.data && ev.data.snapshot) {
           snapshot = ev.data.snapshot;
           module = ev.data.module instanceof WebAssembly.Module ? ev.data.module : null;
-          // What the page needs is here: the worker's own Python (its memory) can go at once.
-          worker.terminate();
+          // What the page needs is here: the worker's own Python (its memory) can go once it stored its copy.
+          snapshotCache.release(worker, params.store);
         }
         resolve();
       };
@@ -418,7 +546,7 @@
       done,
       handOff,
       ready: () => ok, // it finished (compiled; with the hand-over, a snapshot is waiting)
-      stop: () => worker.terminate(),
+      stop: () => snapshotCache.release(worker, params.store),
       takeSnapshot: () => { const s = snapshot; snapshot = null; return s; },
       takeModule: () => { const m = module; module = null; return m; },
     };
@@ -493,6 +621,7 @@
     // What was prepared is used once: a Retry prepares (fetches) again.
     const { options, snapshotUrl, warm, bundleP, bridgeP, sanitizeP, cssP, pageP, pyodideModP } = prepare();
     prepared = null;
+    const stored = !warm && !snapshotUrl ? snapshotCache.read() : null; // a later view: the stored snapshot
     booting = (async () => {
       try {
         let handedOver = null;
@@ -502,6 +631,8 @@
           handedOver = warm.takeSnapshot();
           if (handedOver) { options._loadSnapshot = handedOver; performance.mark("autopilot:handoff"); }
         }
+        const cached = stored && await stored;
+        if (cached) options._loadSnapshot = cached;
         const pyodideMod = await pyodideModP;
         let pyodide;
         // The worker's compiled module, handed over with its snapshot: instantiated as it is instead of fetched,
@@ -517,7 +648,7 @@
           };
         }
         try {
-          pyodide = await pyodideMod.loadPyodide(options);
+          pyodide = await (cached ? snapshotCache.restore(pyodideMod, options) : pyodideMod.loadPyodide(options));
         } finally {
           WebAssembly.instantiateStreaming = realStreaming;
           if (warm) warm.stop();
@@ -540,7 +671,7 @@
         // (A restored snapshot has it on sys.path already, and a random seed every visitor of the build or the
         // pre-warm worker shares: reseed.)
         pyodide.runPython("import sys\nif '/lib/autopilot/bundle.zip' not in sys.path: sys.path.insert(0, '/lib/autopilot/bundle.zip')" +
-          (snapshotUrl || handedOver ? "\nimport random\nrandom.seed()" : ""));
+          (snapshotUrl || handedOver || cached ? "\nimport random\nrandom.seed()" : ""));
         pyodide.registerJsModule("autopilot_bridge", await bridgeP);
         pyodide.registerJsModule("autopilot_sanitize", await sanitizeP);
         stage = "stage_widget";

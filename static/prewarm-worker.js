@@ -9,7 +9,10 @@
  * It also runs what the page's boot and first answer run in Python (importing the widget, rendering Markdown:
  * the regex engine...), except in mode "basic", which stops after the start-up. With the hand-over (the loader's
  * default, and mode "handoff") it then posts the page a memory snapshot of its started Python and its compiled
- * module (see autopilot.js); otherwise only {} to say the code is compiled.
+ * module (see autopilot.js); otherwise only {} to say the code is compiled. After the hand-over it keeps a gzip
+ * copy of that snapshot in the page origin's Cache Storage for the tab's later page views (p.store, unless the
+ * loader's snapshotCache setting is off) once the page posts "store", then posts {stored: {...} | null}; the loader
+ * stops it then.
  */
 
 // What the page's boot and first answer run in Python; failures do not matter here (the page reports them).
@@ -24,9 +27,10 @@ except Exception:
 `;
 
 /**
- * Start Pyodide with the page's options; post {} when done, {snapshot, module} for a hand-over,
- * {failed} when it could not start.
- * @param {{options: object, snapshotUrl: string|null, pyodideUrl: string, bundleUrl: string|null, handOff: boolean}} p
+ * Start Pyodide with the page's options; post {} when done, {snapshot, module} for a hand-over (then {stored}
+ * when p.store is set), {failed} when it could not start.
+ * @param {{options: object, snapshotUrl: string|null, pyodideUrl: string, bundleUrl: string|null, handOff: boolean,
+ *          store: StoreTarget|null}} p
  */
 export async function warm(p) {
   try {
@@ -54,11 +58,51 @@ export async function warm(p) {
     py.runPython(WARM_PYTHON);
     if (p.handOff) {
       const snapshot = py.makeMemorySnapshot();
+      // The page says when to store: once it has started and joined, so that compressing does not compete with
+      // its restore and boot for the machine's cores.
+      const go = p.store ? new Promise((resolve) => addEventListener("message", (ev) => { if (ev.data === "store") resolve(); })) : null;
       postMessage({ snapshot, module: compiled }, [snapshot.buffer]);
+      if (go) {
+        await go;
+        postMessage({ stored: await store(py, p.store) });
+      }
     } else {
       postMessage({});
     }
   } catch (e) {
     postMessage({ failed: String(e) });
+  }
+}
+
+/**
+ * @typedef {{cache: string, key: string, build: string, buildHeader: string, bytesHeader: string}} StoreTarget
+ * The Cache Storage entry the loader reads on later views: one per relay root (key), tagged with the build.
+ */
+
+/**
+ * Store a gzip copy of the started Python for later views, unless this build's copy is there already; another
+ * build's entry under the same key is replaced. Returns what was stored, or null (kept, or no storage: an
+ * insecure context, storage blocked or full; the loader then starts Python as usual).
+ * @param {object} py the started Pyodide (made with _makeSnapshot)
+ * @param {StoreTarget} s
+ * @returns {Promise<{bytes: number, compressed: number, ms: number}|null>}
+ */
+async function store(py, s) {
+  try {
+    if (typeof caches === "undefined" || typeof CompressionStream === "undefined") return null;
+    const t = performance.now();
+    const cache = await caches.open(s.cache);
+    const old = await cache.match(s.key);
+    if (old && old.headers.get(s.buildHeader) === s.build) return null;
+    // The hand-over's bytes went to the page: the same state again, from a Python that has run nothing since.
+    const snapshot = py.makeMemorySnapshot();
+    const gz = await new Response(new Blob([snapshot]).stream().pipeThrough(new CompressionStream("gzip"))).blob();
+    const headers = { "content-type": "application/gzip", "content-length": String(gz.size) };
+    headers[s.buildHeader] = s.build;
+    headers[s.bytesHeader] = String(snapshot.length);
+    await cache.put(s.key, new Response(gz, { headers }));
+    return { bytes: snapshot.length, compressed: gz.size, ms: performance.now() - t };
+  } catch (e) {
+    return null;
   }
 }
