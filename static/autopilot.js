@@ -374,7 +374,9 @@
     const mark = (name, detail) => { try { performance.mark(name, { detail }); } catch (e) { /* no detail support */ } };
     function forget(why) {
       if (why) { mark("autopilot:snapshot-cache-dropped", { reason: why }); console.debug("[autopilot] stored snapshot dropped: " + why); }
-      try { caches.open(NAME).then((c) => c.delete(KEY)).catch(() => {}); } catch (e) { /* blocked */ }
+      try { // (caches.open would make the cache where there is none)
+        caches.has(NAME).then((there) => there && caches.open(NAME).then((c) => c.delete(KEY))).catch(() => {});
+      } catch (e) { /* blocked */ }
     }
     // A DecompressionStream inflates each chunk it is given in one go, on this thread: given the whole body that
     // is one long task (docs/performance.md). Feed it slices, yielding to the page between them, into a buffer of
@@ -456,7 +458,7 @@
         const t = performance.now();
         let response;
         try {
-          response = await (await caches.open(NAME)).match(KEY);
+          response = await caches.match(KEY, { cacheName: NAME });
         } catch (e) { return null; } // storage blocked: nothing stored either
         if (!response) return null;
         if (response.headers.get(BUILD) !== BUILD_ID) { forget("another build"); return null; }
