@@ -1227,14 +1227,19 @@
     }
     button.addEventListener("pointerenter", onIntent);
     button.addEventListener("focus", onIntent);
-    if (config.boot === "intent" || tabFlag(STARTED_KEY)) return;
+    if (config.boot === "intent") return;
+    // In-browser agents find the page's functions only once Python has published them (WebMCP): with the
+    // opt-in, where the browser has the API, the default boot starts on idle on every page view, as it did
+    // before starts waited for the reader.
+    const agents = config.webmcp && !!document.modelContext;
+    if (tabFlag(STARTED_KEY) && !agents) return;
     // A first page view with the default (idle) boot: once the page is idle, prepare the start; with the
     // hand-over (the default) Python starts on the reader's intent, from the worker's snapshot; without it
     // (prewarm off or another mode, no Worker) it starts there and then, as it always did.
     const idle = () => {
       const go = () => {
         if (phase !== "waiting") return;
-        if (prewarmMode() === "handoff" && !wasmBlocked()) prepare();
+        if (!agents && prewarmMode() === "handoff" && !wasmBlocked()) prepare();
         else startBoot(false);
       };
       if ("requestIdleCallback" in window) requestIdleCallback(go, { timeout: 2000 });

@@ -207,6 +207,26 @@ async def test_published_called_confirmed_and_removed(browser: Any, page_server:
         await ctx.close()
 
 
+async def test_agents_find_the_tools_without_the_reader(browser: Any, page_server: PageServer,
+                                                       mcp_relay: RelayServer) -> None:
+    """With the opt-in the default (idle) boot starts Python by itself on every page view, first and later ones,
+    so an agent finds the page's functions without the reader touching the widget."""
+    html = (PAGE.replace("{relay}", mcp_relay.url).replace("{extra}", "data-webmcp")
+            .replace(' data-boot="eager" data-open="true"', ""))
+    url = page_server.add("/__test__/webmcp-idle.html", html)
+    ctx = await browser.new_context()
+    page = await ctx.new_page()
+    want = ["empty_cart", "js_sum", "open_pricing", "plan_limits", "shout", "slow_limits"]
+    try:
+        await page.goto(url)
+        await wait_tools(page, want)
+        await page.goto(url)  # a later page view of the tab
+        assert await page.evaluate("sessionStorage.getItem('autopilot:started:demo')") == "1"
+        await wait_tools(page, want)
+    finally:
+        await ctx.close()
+
+
 async def test_no_opt_in_publishes_nothing(browser: Any, page_server: PageServer, mcp_relay: RelayServer) -> None:
     ctx, page, log = await boot(browser, page_server, mcp_relay, "webmcp-off", "")
     try:
