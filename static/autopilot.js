@@ -452,7 +452,9 @@
           observer.observe({ type: "mark" });
         } catch (e) { /* no observer: the timer */ }
       },
-      // The stored snapshot of this build, decompressed (streamed: no long task), or null.
+      // Whether this build's snapshot is stored (null: not, or no storage): {bytes}, a promise of it decompressed
+      // (in slices: no long task). Known as soon as the entry is found, so that Python's files are fetched and its
+      // module loaded while the bytes are read (loadPyodide awaits them only before instantiating).
       async read() {
         if (!enabled()) return null;
         const t = performance.now();
@@ -462,23 +464,27 @@
         } catch (e) { return null; } // storage blocked: nothing stored either
         if (!response) return null;
         if (response.headers.get(BUILD) !== BUILD_ID) { forget("another build"); return null; }
-        try {
-          const size = Number(response.headers.get(BYTES));
-          const gz = new Uint8Array(await response.arrayBuffer());
-          const bytes = await inflate(gz, size);
-          mark("autopilot:snapshot-cache", { ms: performance.now() - t, compressed: gz.length, bytes: size });
-          return bytes;
-        } catch (e) {
-          forget("unreadable (" + e.message + ")");
-          return null;
-        }
+        const bytes = (async () => {
+          try {
+            const size = Number(response.headers.get(BYTES));
+            const gz = new Uint8Array(await response.arrayBuffer());
+            const out = await inflate(gz, size);
+            mark("autopilot:snapshot-cache", { ms: performance.now() - t, compressed: gz.length, bytes: size });
+            return out;
+          } catch (e) {
+            forget("unreadable (" + e.message + ")");
+            throw Object.assign(new Error("stored snapshot unreadable"), { unreadable: true });
+          }
+        })();
+        bytes.catch(() => {});
+        return { bytes };
       },
       // loadPyodide restoring the stored snapshot; when that throws, the entry goes and Python starts as usual.
       async restore(pyodideMod, options) {
         try {
           return await pyodideMod.loadPyodide(options);
         } catch (e) {
-          forget("restore failed (" + (e && e.message ? e.message : e) + ")");
+          if (!e || !e.unreadable) forget("restore failed (" + (e && e.message ? e.message : e) + ")");
           delete options._loadSnapshot;
           return pyodideMod.loadPyodide(options);
         }
@@ -634,7 +640,7 @@
           if (handedOver) { options._loadSnapshot = handedOver; performance.mark("autopilot:handoff"); }
         }
         const cached = stored && await stored;
-        if (cached) options._loadSnapshot = cached;
+        if (cached) options._loadSnapshot = cached.bytes;
         const pyodideMod = await pyodideModP;
         let pyodide;
         // The worker's compiled module, handed over with its snapshot: instantiated as it is instead of fetched,
