@@ -48,7 +48,8 @@ Variants of ours (``--targets``): ``ours-noprewarm`` / ``ours-prewarm`` / ``ours
 tab's first start only; "basic": start-up only, without the widget's imports and a Markdown render;
 ``ours-prewarm-compile``: "compile", a warm-only worker on every visit; ``ours-warm``: "warm", the worker once
 per tab without the hand-over (the default before 2026-12-02); ``ours-handoff``: "handoff" (now the default), the worker
-hands the page a snapshot of its Python and its compiled module), ``ours-eager`` / ``ours-intent`` set
+hands the page a snapshot of its Python and its compiled module), ``ours-nosnapcache``: ``snapshotCache: false``, later views
+start Python on the page instead of restoring the snapshot the worker stored (the default before 2026-12-02), ``ours-eager`` / ``ours-intent`` set
 the boot policy (the demo page's default is idle); ``ours-snapshot`` / ``ours-before`` are the demo
 page of another build folder (``--snapshot-dist``: made with ``build.py --snapshot``; ``--before-dist``: an older
 commit's build) served by another relay.
@@ -112,6 +113,7 @@ VARIANTS = {"ours-noprewarm": {"prewarm": False}, "ours-prewarm": {"prewarm": Tr
             "ours-prewarm-basic": {"prewarm": "basic"}, "ours-prewarm-compile": {"prewarm": "compile"},
             "ours-handoff": {"prewarm": "handoff"}, "ours-warm": {"prewarm": "warm"},
             "ours-always": {"prewarm": "always"},
+            "ours-nosnapcache": {"snapshotCache": False},
             "ours-eager": {"boot": "eager"}, "ours-intent": {"boot": "intent"}}
 # Ours from another build folder, served by a second relay: --snapshot-dist / --before-dist.
 ALT_DIST = {"ours-snapshot": "snapshot_dist", "ours-before": "before_dist"}
