@@ -17,7 +17,7 @@ toggle 0.5 s after the page's load).
 and runs it interleaved with this one, round by round: its rows are marked ``(before)``, so a change is measured
 as a ratio within one run, under the same load.
 
-    python bench/jank.py [-n 3] [--kinds cold,second,...] [--boot idle|eager|intent] [--before-dist DIR]
+    python bench/jank.py [-n 3] [--kinds cold,second,...] [--boot idle|ready|eager|intent] [--before-dist DIR]
 """
 
 from __future__ import annotations
@@ -197,7 +197,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("-n", type=int, default=3)
     ap.add_argument("--kinds", default=",".join(KINDS))
-    ap.add_argument("--boot", default="idle", choices=["idle", "eager", "intent"])
+    ap.add_argument("--boot", default="idle", choices=["idle", "ready", "eager", "intent"])
     ap.add_argument("--before-dist", help="another build folder, run interleaved with this build (rows '(before)')")
     args = ap.parse_args()
     args.kinds = [k for k in args.kinds.split(",") if k]

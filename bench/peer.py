@@ -49,7 +49,7 @@ tab's first start only; "basic": start-up only, without the widget's imports and
 ``ours-prewarm-compile``: "compile", a warm-only worker on every visit; ``ours-warm``: "warm", the worker once
 per tab without the hand-over (the default before 2026-12-02); ``ours-handoff``: "handoff" (now the default), the worker
 hands the page a snapshot of its Python and its compiled module), ``ours-nosnapcache``: ``snapshotCache: false``, later views
-start Python on the page instead of restoring the snapshot the worker stored (the default before 2026-12-02), ``ours-eager`` / ``ours-intent`` set
+start Python on the page instead of restoring the snapshot the worker stored (the default before 2026-12-02), ``ours-eager`` / ``ours-intent`` / ``ours-ready`` set
 the boot policy (the demo page's default is idle); ``ours-snapshot`` / ``ours-before`` are the demo
 page of another build folder (``--snapshot-dist``: made with ``build.py --snapshot``; ``--before-dist``: an older
 commit's build) served by another relay.
@@ -114,7 +114,7 @@ VARIANTS = {"ours-noprewarm": {"prewarm": False}, "ours-prewarm": {"prewarm": Tr
             "ours-handoff": {"prewarm": "handoff"}, "ours-warm": {"prewarm": "warm"},
             "ours-always": {"prewarm": "always"},
             "ours-nosnapcache": {"snapshotCache": False},
-            "ours-eager": {"boot": "eager"}, "ours-intent": {"boot": "intent"}}
+            "ours-eager": {"boot": "eager"}, "ours-intent": {"boot": "intent"}, "ours-ready": {"boot": "ready"}}
 # Ours from another build folder, served by a second relay: --snapshot-dist / --before-dist.
 ALT_DIST = {"ours-snapshot": "snapshot_dist", "ours-before": "before_dist"}
 for _name in [*VARIANTS, *ALT_DIST]:

@@ -1,7 +1,7 @@
 /* autopilot-widget loader: the whole install is one classic <script> tag.
  *
  * It paints the toggle at once (plain JS, its own shadow root), boots Pyodide from its own folder on the
- * chosen policy (data-boot: idle | eager | intent), installs the bundle, runs the page's Python and hands
+ * chosen policy (data-boot: idle | ready | eager | intent), installs the bundle, runs the page's Python and hands
  * over to Python, which then owns the bar. Until then it owns the pre-boot state and its errors: the page
  * never pays for Python before the policy says so, and a failed start says why, with Retry.
  * On a PyScript page it boots no interpreter of its own: it hooks PyScript's (one Pyodide per page).
@@ -45,7 +45,7 @@
     relay: { type: "url" },
     app: { type: "string" },
     conversationUrl: { type: "url" },
-    boot: { type: "enum", values: ["idle", "eager", "intent"], def: "idle" },
+    boot: { type: "enum", values: ["idle", "ready", "eager", "intent"], def: "idle" },
     open: { type: "boolean", def: false },
     position: { type: "enum", values: ["bottom-right", "bottom-left"], def: "bottom-right" },
     theme: { type: "enum", values: ["auto", "light", "dark"], def: "auto" },
@@ -1241,11 +1241,12 @@
     if (tabFlag(STARTED_KEY) && !agents) return;
     // A first page view with the default (idle) boot: once the page is idle, prepare the start; with the
     // hand-over (the default) Python starts on the reader's intent, from the worker's snapshot; without it
-    // (prewarm off or another mode, no Worker) it starts there and then, as it always did.
+    // (prewarm off or another mode, no Worker) it starts there and then. "ready": it starts there and then
+    // anyway, so the bar is connected before the reader reaches for it (at the price of the restore's task).
     const idle = () => {
       const go = () => {
         if (phase !== "waiting") return;
-        if (!agents && prewarmMode() === "handoff" && !wasmBlocked()) prepare();
+        if (!agents && config.boot === "idle" && prewarmMode() === "handoff" && !wasmBlocked()) prepare();
         else startBoot(false);
       };
       if ("requestIdleCallback" in window) requestIdleCallback(go, { timeout: 2000 });

@@ -241,3 +241,18 @@ async def test_without_the_hand_over_a_first_view_starts_on_idle(browser, relay_
         assert "autopilot:handoff" not in names
     finally:
         await ctx.close()
+
+
+async def test_ready_boot_starts_on_idle_from_the_workers_snapshot(browser, relay_server):
+    """boot "ready": a first view prepares and then starts on idle, without the reader, restoring the worker's
+    snapshot: the bar is connected before the reader reaches for it."""
+    ctx = await browser.new_context()
+    await ctx.add_init_script("window.AutopilotConfig = {boot: 'ready'};")
+    page = await ctx.new_page()
+    try:
+        await page.goto(relay_server.url + "/")
+        await wait_mark(page, "autopilot:joined")
+        names = await page.evaluate("performance.getEntriesByType('mark').map(m => m.name)")
+        assert "autopilot:handoff" in names
+    finally:
+        await ctx.close()
