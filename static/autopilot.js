@@ -661,6 +661,8 @@
           WebAssembly.instantiateStreaming = realStreaming;
           if (warm) warm.stop();
         }
+        // Pyodide keeps its options for the page's life: let a restored snapshot's bytes (the heap's size) go.
+        if (pyodide._api && pyodide._api.config) pyodide._api.config._loadSnapshot = undefined;
         performance.mark("autopilot:pyodide");
         let lazy = null;
         const urls = {};

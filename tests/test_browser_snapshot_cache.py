@@ -45,6 +45,9 @@ FOUND_IN_ENTRY = """async ([key, needles]) => {
   return found;
 }"""
 
+# The snapshot bytes Pyodide's kept options still hold after the start (null: none).
+RETAINED = "async () => (await window.Autopilot.pyodide._api.config._loadSnapshot) || null"
+
 # Replace the entry with given bytes (gzip-compressed first when asked), tagged as the current build.
 PUT_ENTRY = """async ([key, build, kind]) => {
   let body, size;
@@ -112,6 +115,8 @@ async def test_a_later_view_restores_the_stored_snapshot(browser: Any, relay_ser
         entry = await page.evaluate(ENTRY, key)
         assert entry == [build, str(stored["bytes"]), stored["compressed"]]
         assert stored["compressed"] < stored["bytes"] / 3
+        # (Pyodide keeps its options: the restored bytes, the size of the heap, are not kept with them.)
+        assert await page.evaluate(RETAINED) is None
         conv_id = await py_eval(page, "from widget import get_client\nget_client().conversation['id']")
         sent = [await a_turn_answers(page)]
 
@@ -120,6 +125,7 @@ async def test_a_later_view_restores_the_stored_snapshot(browser: Any, relay_ser
         assert "autopilot:snapshot-cache" in marks
         assert "autopilot:prewarmed" not in marks and "autopilot:snapshot-cache-dropped" not in marks
         read = await page.evaluate("performance.getEntriesByName('autopilot:snapshot-cache')[0].detail")
+        assert await page.evaluate(RETAINED) is None
         assert read["bytes"] == stored["bytes"] and read["compressed"] == stored["compressed"]
         assert await py_eval(page, f"from widget import get_client\nget_client().registry.get('{PAGE_FN}') is not None")
         assert await py_eval(page, "from widget import get_client\nget_client().conversation['id']") == conv_id
