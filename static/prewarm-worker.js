@@ -96,7 +96,14 @@ async function store(py, s) {
     if (old && old.headers.get(s.buildHeader) === s.build) return null;
     // The hand-over's bytes went to the page: the same state again, from a Python that has run nothing since.
     const snapshot = py.makeMemorySnapshot();
-    const gz = await new Response(new Blob([snapshot]).stream().pipeThrough(new CompressionStream("gzip"))).blob();
+    // Fed as views of it, in slices (a Blob of it would be one more copy of the heap).
+    const chunks = new ReadableStream({
+      start(c) {
+        for (let i = 0; i < snapshot.length; i += 1 << 20) c.enqueue(snapshot.subarray(i, i + (1 << 20)));
+        c.close();
+      },
+    });
+    const gz = await new Response(chunks.pipeThrough(new CompressionStream("gzip"))).blob();
     const headers = { "content-type": "application/gzip", "content-length": String(gz.size) };
     headers[s.buildHeader] = s.build;
     headers[s.bytesHeader] = String(snapshot.length);
