@@ -37,7 +37,90 @@ def lazy_shared_memory(js: str) -> str:
     return js
 
 
-EDITS = {"pyodide/pyodide.asm.mjs": lazy_shared_memory}
+# Pyodide's start from a memory snapshot (the page restoring the pre-warm worker's Python) ran as one main-thread
+# task of ~110-200 ms of CPU on this project's machine (docs/performance.md, "The restore's main-thread tasks"):
+# every step after the wasm's instantiation is reached through resolved promises, i.e. microtasks of one task.
+# Its parts depend only on each other, and Emscripten's module factory is already asynchronous, so the edit
+# yields to the event loop (a macrotask: a MessageChannel message, which background tabs do not throttle as they
+# throttle timers) between them:
+# - at the start of the factory (V8 compiles its 1.2 MB body on the call; the static set-up then runs in a task
+#   of its own) and before the instantiation;
+# - in receiveInstance, which links the main module: before its first statement, the export conversions,
+#   assignWasmExports (a function of thousands of statements, compiled on its first call), updateGOT (every
+#   exported function put into the table and the GOT), loadDylibs (-> reportUndefinedSymbols: every JavaScript
+#   function the GOT lacks wrapped as a tiny wasm module, ~260 `new WebAssembly.Module`) and its return;
+# - after the runtime's start (initRuntime; with a snapshot to restore, no main()) the factory's promise resolves
+#   a task later, and when a snapshot is to be restored (noInitialRun, which only the snapshot path sets) after
+#   the memory's pages were touched, a slice of ~8 ms per task: the restore copies the snapshot (31 MB) into
+#   memory the process never wrote, and the kernel's first-touch page faults made that copy 15-180 ms instead of
+#   ~5 (this Chromium: a first 31 MB set() into a fresh WebAssembly.Memory took 16-180 ms, a second one 5 ms).
+#   Touching writes each page's first byte back unchanged: the memory's content is the same.
+# Pyodide's restore and Python-side set-up (pyodide.mjs, not edited) are then a task of their own. The statements
+# and their order are Emscripten's; a failure in them now rejects loadPyodide (it was a console warning and a
+# promise that never settled).
+_YIELD_NAME = "autopilotYieldTask"
+_YIELD = (f"var {_YIELD_NAME}=()=>new Promise(r=>{{if(typeof MessageChannel==\"function\"){{var c=new MessageChannel;"
+          "c.port1.onmessage=()=>{c.port1.close();r()};c.port2.postMessage(null)}else setTimeout(r,0)});")
+_RECEIVE_INSTANCE = (
+    'function receiveInstance(instance,module){wasmExports=instance.exports;var origExports=wasmExports;'
+    'mergeLibSymbols(wasmExports,"main");var metadata=getDylinkMetadata(module);if(metadata.neededDynlibs)'
+    '{dynamicLibraries=metadata.neededDynlibs.concat(dynamicLibraries)}wasmExports=applySignatureConversions('
+    'wasmExports);assignWasmExports(wasmExports);updateGOT(origExports);LDSO.init();loadDylibs();updateMemoryViews();'
+    'return wasmExports}')
+# Where the steps yield: before receiveInstance's first statement and each of these.
+_STEP_BEFORE = ("wasmExports=applySignatureConversions(wasmExports);", "assignWasmExports(wasmExports);",
+                "updateGOT(origExports);", "LDSO.init();", "return wasmExports}")
+_INSTANTIATE_WASM = ('if(Module["instantiateWasm"]){return new Promise((resolve,reject)=>{Module["instantiateWasm"]'
+                     '(info,(inst,mod)=>{resolve(receiveInstance(inst,mod))})})}')
+_INSTANTIATE_WASM_IN_STEPS = (f'if(Module["instantiateWasm"]){{await {_YIELD_NAME}();return new Promise((resolve,'
+                              'reject)=>{Module["instantiateWasm"](info,(inst,mod)=>{resolve(receiveInstanceInSteps('
+                              'inst,mod))})})}')
+_CREATE_WASM = "async function createWasm(){"
+_FACTORY = "async function _createPyodideModule(moduleArg={}){"
+_READY = "readyPromiseResolve?.(Module);"
+_TOUCH_NAME = "autopilotTouchMemory"
+_TOUCH = (f"var {_TOUCH_NAME}=async()=>{{await {_YIELD_NAME}();if(!Module[\"noInitialRun\"])return;var h=HEAP8,"
+          "n=h.length,i=0;while(i<n){var t=Date.now();while(i<n&&Date.now()-t<8){for(var e=Math.min(n,i+262144);i<e;"
+          f"i+=4096)h[i]=h[i]}}await {_YIELD_NAME}()}}}};")
+_READY_LATER = f"{_TOUCH_NAME}().then(()=>readyPromiseResolve?.(Module));"
+
+
+def _in_steps(receive: str) -> str:
+    """receiveInstance's text as an async receiveInstanceInSteps that yields before each step."""
+    head = "function receiveInstance(instance,module){"
+    body = receive[len(head):]
+    for statement in _STEP_BEFORE:
+        body = body.replace(statement, f"await {_YIELD_NAME}();" + statement, 1)
+    return f"async function receiveInstanceInSteps(instance,module){{await {_YIELD_NAME}();" + body
+
+
+def instantiate_in_steps(js: str) -> str:
+    """``pyodide.asm.mjs`` whose wasm instantiation and linking yield to the event loop between their phases."""
+    if _YIELD_NAME in js:  # already edited
+        if (js.count(_INSTANTIATE_WASM_IN_STEPS) != 1 or js.count("async function receiveInstanceInSteps(") != 1
+                or js.count(_READY_LATER) != 1 or js.count(f"var {_TOUCH_NAME}=") != 1
+                or js.count(f"{_FACTORY}await {_YIELD_NAME}();") != 1):
+            raise BuildError("pyodide.asm.mjs: a partial instantiation-in-steps edit; check buildtools/patch.py")
+        return js
+    counts = {what: js.count(text) for what, text in (
+        ("receiveInstance", _RECEIVE_INSTANCE), ("the instantiateWasm call", _INSTANTIATE_WASM),
+        ("createWasm", _CREATE_WASM), ("the runtime's ready call", _READY), ("the module factory", _FACTORY))}
+    unknown = [what for what, n in counts.items() if n != 1]
+    if unknown:
+        raise BuildError(f"pyodide.asm.mjs: {', '.join(unknown)} not found once as the build knows it (a new Pyodide "
+                         "or Emscripten?): update the instantiation-in-steps edit in buildtools/patch.py, which splits "
+                         "the page's restore into shorter main-thread tasks")
+    js = js.replace(_INSTANTIATE_WASM, _INSTANTIATE_WASM_IN_STEPS).replace(_READY, _READY_LATER)
+    js = js.replace(_FACTORY, f"{_YIELD}{_FACTORY}await {_YIELD_NAME}();")
+    return js.replace(_CREATE_WASM, _TOUCH + _in_steps(_RECEIVE_INSTANCE) + _CREATE_WASM)
+
+
+def asm_edits(js: str) -> str:
+    """Every edit of ``pyodide.asm.mjs``."""
+    return instantiate_in_steps(lazy_shared_memory(js))
+
+
+EDITS = {"pyodide/pyodide.asm.mjs": asm_edits}
 
 
 def edited(rel: str, src: Path, cache: Path) -> Path:

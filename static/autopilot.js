@@ -664,6 +664,8 @@
         // Pyodide keeps its options for the page's life: let a restored snapshot's bytes (the heap's size) go.
         if (pyodide._api && pyodide._api.config) pyodide._api.config._loadSnapshot = undefined;
         performance.mark("autopilot:pyodide");
+        // The widget's set-up below in a task of its own, not in loadPyodide's last one (docs/performance.md).
+        await new Promise((r) => { const ch = new MessageChannel(); ch.port1.onmessage = () => r(); ch.port2.postMessage(null); });
         let lazy = null;
         const urls = {};
         if (BOOT_FILES.lazy) {

@@ -615,3 +615,93 @@ async def test_browser_no_shared_memory_warning_and_the_retry_wait_behaves_as_be
         } finally { w.terminate(); URL.revokeObjectURL(url); }
     }""", EAGAIN_READ)
     assert worker == {"read": "hi\n", "calls": 2, "atLoad": 0, "after": 1}
+
+
+# What the instantiation-in-steps edit matches in pyodide.asm.mjs (Emscripten's own text, unminified), with a
+# little code around it.
+_ASM_FRAGMENT = (
+    'async function _createPyodideModule(moduleArg={}){var moduleRtn;var wasmExports;async function createWasm(){function receiveInstance(instance,module){wasmExports=instance.'
+    'exports;var origExports=wasmExports;mergeLibSymbols(wasmExports,"main");var metadata=getDylinkMetadata(module);'
+    'if(metadata.neededDynlibs){dynamicLibraries=metadata.neededDynlibs.concat(dynamicLibraries)}wasmExports='
+    'applySignatureConversions(wasmExports);assignWasmExports(wasmExports);updateGOT(origExports);LDSO.init();'
+    'loadDylibs();updateMemoryViews();return wasmExports}function receiveInstantiationResult(result){return '
+    'receiveInstance(result["instance"],result["module"])}var info=getWasmImports();if(Module["instantiateWasm"])'
+    '{return new Promise((resolve,reject)=>{Module["instantiateWasm"](info,(inst,mod)=>{resolve(receiveInstance('
+    'inst,mod))})})}wasmBinaryFile??=findWasmBinary();}function doRun(){Module["calledRun"]=true;if(ABORT)return;'
+    'initRuntime();preMain();readyPromiseResolve?.(Module);Module["onRuntimeInitialized"]?.();postRun()}return '
+    'moduleRtn}export default _createPyodideModule;')
+
+
+def test_the_instantiation_edit_yields_between_the_linking_phases_and_fails_clearly_on_unknown_text():
+    from buildtools.patch import instantiate_in_steps
+    from buildtools.util import BuildError
+
+    edited = instantiate_in_steps(_ASM_FRAGMENT)
+    assert instantiate_in_steps(edited) == edited  # idempotent
+    # The page's path (instantiateWasm) goes through the steps; the original function stays for the other path.
+    assert 'resolve(receiveInstanceInSteps(inst,mod))' in edited and "resolve(receiveInstance(inst,mod))" not in edited
+    assert edited.count("function receiveInstance(instance,module){") == 1
+    steps = re.search(r"async function receiveInstanceInSteps\(instance,module\)\{(.*?)\}async function createWasm",
+                      edited).group(1)
+    # Emscripten's statements, in their order, with yields between the phases.
+    assert steps.replace("await autopilotYieldTask();", "") == re.search(
+        r"function receiveInstance\(instance,module\)\{(.*?)\}function receiveInstantiationResult", edited).group(1)
+    parts = steps.split("await autopilotYieldTask();")
+    assert [p[:14] for p in parts] == ["", "wasmExports=in", "wasmExports=ap", "assignWasmExpo", "updateGOT(orig",
+                                       "LDSO.init();lo", "return wasmExp"]
+    assert 'if(Module["instantiateWasm"]){await autopilotYieldTask();return new Promise(' in edited
+    # The factory yields once it is called (V8 compiles its body on the call; its set-up runs in the next task).
+    assert edited.startswith("var autopilotYieldTask=()=>new Promise(")
+    assert "async function _createPyodideModule(moduleArg={}){await autopilotYieldTask();var moduleRtn;" in edited
+    # The factory's promise resolves a task after the runtime started, with a snapshot to restore after its memory was
+    # touched (the restore that follows is a task of its own, and does not pay the first-touch page faults).
+    assert "preMain();autopilotTouchMemory().then(()=>readyPromiseResolve?.(Module));Module[" in edited
+    for broken in (_ASM_FRAGMENT.replace("LDSO.init();", "LDSO.init(1);"),
+                   _ASM_FRAGMENT.replace("readyPromiseResolve?.(Module)", "readyPromiseResolve(Module)"),
+                   _ASM_FRAGMENT.replace("resolve(receiveInstance(inst,mod))", "resolve(receiveInstance(mod,inst))"),
+                   _ASM_FRAGMENT + _ASM_FRAGMENT):
+        with pytest.raises(BuildError, match="not found once as the build knows it"):
+            instantiate_in_steps(broken)
+    with pytest.raises(BuildError, match="partial"):
+        instantiate_in_steps(edited.replace("resolve(receiveInstanceInSteps(inst,mod))", "resolve(x)"))
+
+
+def test_shipped_pyodide_instantiates_in_steps(out):
+    js = (out / "pyodide" / "pyodide.asm.mjs").read_text()
+    assert js.count("async function receiveInstanceInSteps(instance,module){") == 1
+    assert js.count("resolve(receiveInstanceInSteps(inst,mod))") == 1
+    assert "resolve(receiveInstance(inst,mod))" not in js
+    assert js.count("autopilotTouchMemory().then(()=>readyPromiseResolve?.(Module));") == 1
+    assert js.startswith("var autopilotYieldTask=") and js.count("var autopilotYieldTask=") == 1
+    assert js.count("async function _createPyodideModule(moduleArg={}){await autopilotYieldTask();") == 1
+    assert "readyPromiseResolve?.(Module);" not in js.replace("=>readyPromiseResolve?.(Module));", "")
+
+
+async def test_browser_loadpyodide_yields_to_the_page_between_instantiating_and_starting(demo_page):
+    """Between the wasm instantiation and the runtime's start (its preRun hooks, where a restore goes on), the page
+    runs other tasks: a loop of posted messages counts them. Without the edit that stretch is one task (0)."""
+    got = await demo_page.page.evaluate("""async () => {
+        const root = window.Autopilot.config.root;
+        const { loadPyodide } = await import(root + "pyodide/pyodide.mjs");
+        let ticks = 0, running = true, atInstance = null, atPreRun = null;
+        const ch = new MessageChannel();
+        ch.port1.onmessage = () => { ticks += 1; if (running) ch.port2.postMessage(null); };
+        ch.port2.postMessage(null);
+        const real = WebAssembly.instantiateStreaming;
+        WebAssembly.instantiateStreaming = (...args) => {
+          WebAssembly.instantiateStreaming = real;
+          return real.apply(WebAssembly, args).then((r) => { atInstance = ticks; return r; });
+        };
+        try {
+          const py = await loadPyodide({ indexURL: root + "pyodide/",
+                                         stdLibURL: root + "pyodide/python_stdlib_core.zip",
+                                         fsInit: () => { atPreRun = ticks; } });
+          return { between: atPreRun - atInstance, python: py.runPython("1 + 1") };
+        } finally {
+          running = false;
+          WebAssembly.instantiateStreaming = real;
+          ch.port1.close();
+        }
+    }""")
+    assert got["python"] == 2
+    assert got["between"] >= 4, got  # before linking, before updateGOT, before the JS imports, after them
