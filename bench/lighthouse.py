@@ -1,4 +1,4 @@
-"""Lighthouse on a plain host page: without the widget, with the default tag, with ``data-boot="intent"``.
+"""Lighthouse on a plain host page: without the widget, with the default tag, with ``data-boot="intent"`` / ``"ready"``.
 
 What a site owner sees after adding the widget. Each variant is a small static host page (its own origin); the
 widget's tag loads the loader from a local relay (``python -m widget.relay``, an app allowed for that origin).
@@ -14,7 +14,7 @@ that triggered each).
 ``default-3p`` is the default tag with the relay on another site (see ``OTHER_SITE``); ``--dist`` serves another
 build output folder (an older commit's build, to compare).
 
-    python bench/lighthouse.py [-n 3] [--variants plain,default,intent,default-3p] [--unthrottled] [--dist DIR]
+    python bench/lighthouse.py [-n 3] [--variants plain,default,intent,ready,default-3p] [--unthrottled] [--dist DIR]
 """
 
 from __future__ import annotations
@@ -42,7 +42,8 @@ from support import CHROMIUM, CHROMIUM_ARGS, free_port, start_relay  # noqa: E40
 LIGHTHOUSE_VERSION = "12"
 LH_DIR = Path(os.environ.get("AUTOPILOT_LIGHTHOUSE_DIR") or Path.home() / ".cache" / "autopilot-widget" / "lighthouse")
 APP = "lhbench"
-VARIANTS = {"plain": None, "default": "", "intent": ' data-boot="intent"', "default-3p": ""}
+VARIANTS = {"plain": None, "default": "", "intent": ' data-boot="intent"', "ready": ' data-boot="ready"',
+            "default-3p": ""}
 # The relay on another site than the page, as in most real deployments (a page on 127.0.0.1, the relay reached as
 # localhost: Lighthouse counts its scripts as third-party). Every other variant has both on 127.0.0.1 (same site:
 # the relay's scripts count as first-party, as when a site mounts the relay under its own domain).
