@@ -208,14 +208,17 @@ async def test_a_first_view_prepares_on_idle_and_starts_on_intent(browser, relay
     ctx = await browser.new_context()
     page = await ctx.new_page()
     sockets: list[str] = []
+    api: list[str] = []
     page.on("websocket", lambda ws: sockets.append(ws.url))
+    page.on("request", lambda r: api.append(r.method + " " + r.url) if "/api/" in r.url else None)
     try:
         await page.goto(relay_server.url + "/")
         await wait_mark(page, "autopilot:prepared")
         await page.wait_for_timeout(300)  # (time for a start to show, were one under way)
         names = await page.evaluate("performance.getEntriesByType('mark').map(m => m.name)")
         assert "autopilot:boot" not in names and "autopilot:pyodide" not in names
-        assert sockets == []
+        # Nothing on the relay for a visitor who has not reached for the widget: no conversation, no socket.
+        assert sockets == [] and api == []
         assert await page.evaluate("sessionStorage.getItem('autopilot:started:demo')") == "1"
         await page.hover(TOGGLE)
         await wait_mark(page, "autopilot:joined")
@@ -223,6 +226,7 @@ async def test_a_first_view_prepares_on_idle_and_starts_on_intent(browser, relay
         at = {name: t for name, t in reversed(marks)}  # each mark's first time
         assert [name for name, _ in marks].count("autopilot:prepared") == 1, marks
         assert at["autopilot:prepared"] < at["autopilot:boot"] <= at["autopilot:handoff"], marks
+        assert any(a.startswith("POST ") and a.endswith("/api/apps/demo/conversations") for a in api), api
         assert await py_eval(page, "from widget import get_client\nget_client().connection_state") == "connected"
     finally:
         await ctx.close()
