@@ -50,11 +50,7 @@ def lazy_shared_memory(js: str) -> str:
 #   exported function put into the table and the GOT), loadDylibs (-> reportUndefinedSymbols: every JavaScript
 #   function the GOT lacks wrapped as a tiny wasm module, ~260 `new WebAssembly.Module`) and its return;
 # - after the runtime's start (initRuntime; with a snapshot to restore, no main()) the factory's promise resolves
-#   a task later, and when a snapshot is to be restored (noInitialRun, which only the snapshot path sets) after
-#   the memory's pages were touched, a slice of ~8 ms per task: the restore copies the snapshot (31 MB) into
-#   memory the process never wrote, and the kernel's first-touch page faults made that copy 15-180 ms instead of
-#   ~5 (this Chromium: a first 31 MB set() into a fresh WebAssembly.Memory took 16-180 ms, a second one 5 ms).
-#   Touching writes each page's first byte back unchanged: the memory's content is the same.
+#   a task later.
 # Pyodide's restore and Python-side set-up (pyodide.mjs, not edited) are then a task of their own. The statements
 # and their order are Emscripten's; a failure in them now rejects loadPyodide (it was a console warning and a
 # promise that never settled).
@@ -78,11 +74,7 @@ _INSTANTIATE_WASM_IN_STEPS = (f'if(Module["instantiateWasm"]){{await {_YIELD_NAM
 _CREATE_WASM = "async function createWasm(){"
 _FACTORY = "async function _createPyodideModule(moduleArg={}){"
 _READY = "readyPromiseResolve?.(Module);"
-_TOUCH_NAME = "autopilotTouchMemory"
-_TOUCH = (f"var {_TOUCH_NAME}=async()=>{{await {_YIELD_NAME}();if(!Module[\"noInitialRun\"])return;var h=HEAP8,"
-          "n=h.length,i=0;while(i<n){var t=Date.now();while(i<n&&Date.now()-t<8){for(var e=Math.min(n,i+262144);i<e;"
-          f"i+=4096)h[i]=h[i]}}await {_YIELD_NAME}()}}}};")
-_READY_LATER = f"{_TOUCH_NAME}().then(()=>readyPromiseResolve?.(Module));"
+_READY_LATER = f"{_YIELD_NAME}().then(()=>readyPromiseResolve?.(Module));"
 
 
 def _in_steps(receive: str) -> str:
@@ -98,8 +90,7 @@ def instantiate_in_steps(js: str) -> str:
     """``pyodide.asm.mjs`` whose wasm instantiation and linking yield to the event loop between their phases."""
     if _YIELD_NAME in js:  # already edited
         if (js.count(_INSTANTIATE_WASM_IN_STEPS) != 1 or js.count("async function receiveInstanceInSteps(") != 1
-                or js.count(_READY_LATER) != 1 or js.count(f"var {_TOUCH_NAME}=") != 1
-                or js.count(f"{_FACTORY}await {_YIELD_NAME}();") != 1):
+                or js.count(_READY_LATER) != 1 or js.count(f"{_FACTORY}await {_YIELD_NAME}();") != 1):
             raise BuildError("pyodide.asm.mjs: a partial instantiation-in-steps edit; check buildtools/patch.py")
         return js
     counts = {what: js.count(text) for what, text in (
@@ -112,7 +103,7 @@ def instantiate_in_steps(js: str) -> str:
                          "the page's restore into shorter main-thread tasks")
     js = js.replace(_INSTANTIATE_WASM, _INSTANTIATE_WASM_IN_STEPS).replace(_READY, _READY_LATER)
     js = js.replace(_FACTORY, f"{_YIELD}{_FACTORY}await {_YIELD_NAME}();")
-    return js.replace(_CREATE_WASM, _TOUCH + _in_steps(_RECEIVE_INSTANCE) + _CREATE_WASM)
+    return js.replace(_CREATE_WASM, _in_steps(_RECEIVE_INSTANCE) + _CREATE_WASM)
 
 
 def asm_edits(js: str) -> str:

@@ -620,8 +620,9 @@ async def test_browser_no_shared_memory_warning_and_the_retry_wait_behaves_as_be
 # What the instantiation-in-steps edit matches in pyodide.asm.mjs (Emscripten's own text, unminified), with a
 # little code around it.
 _ASM_FRAGMENT = (
-    'async function _createPyodideModule(moduleArg={}){var moduleRtn;var wasmExports;async function createWasm(){function receiveInstance(instance,module){wasmExports=instance.'
-    'exports;var origExports=wasmExports;mergeLibSymbols(wasmExports,"main");var metadata=getDylinkMetadata(module);'
+    'async function _createPyodideModule(moduleArg={}){var moduleRtn;var wasmExports;async function createWasm(){'
+    'function receiveInstance(instance,module){wasmExports=instance.exports;var origExports=wasmExports;'
+    'mergeLibSymbols(wasmExports,"main");var metadata=getDylinkMetadata(module);'
     'if(metadata.neededDynlibs){dynamicLibraries=metadata.neededDynlibs.concat(dynamicLibraries)}wasmExports='
     'applySignatureConversions(wasmExports);assignWasmExports(wasmExports);updateGOT(origExports);LDSO.init();'
     'loadDylibs();updateMemoryViews();return wasmExports}function receiveInstantiationResult(result){return '
@@ -653,9 +654,8 @@ def test_the_instantiation_edit_yields_between_the_linking_phases_and_fails_clea
     # The factory yields once it is called (V8 compiles its body on the call; its set-up runs in the next task).
     assert edited.startswith("var autopilotYieldTask=()=>new Promise(")
     assert "async function _createPyodideModule(moduleArg={}){await autopilotYieldTask();var moduleRtn;" in edited
-    # The factory's promise resolves a task after the runtime started, with a snapshot to restore after its memory was
-    # touched (the restore that follows is a task of its own, and does not pay the first-touch page faults).
-    assert "preMain();autopilotTouchMemory().then(()=>readyPromiseResolve?.(Module));Module[" in edited
+    # The factory's promise resolves a task after the runtime started (the restore that follows is a task of its own).
+    assert "preMain();autopilotYieldTask().then(()=>readyPromiseResolve?.(Module));Module[" in edited
     for broken in (_ASM_FRAGMENT.replace("LDSO.init();", "LDSO.init(1);"),
                    _ASM_FRAGMENT.replace("readyPromiseResolve?.(Module)", "readyPromiseResolve(Module)"),
                    _ASM_FRAGMENT.replace("resolve(receiveInstance(inst,mod))", "resolve(receiveInstance(mod,inst))"),
@@ -671,7 +671,7 @@ def test_shipped_pyodide_instantiates_in_steps(out):
     assert js.count("async function receiveInstanceInSteps(instance,module){") == 1
     assert js.count("resolve(receiveInstanceInSteps(inst,mod))") == 1
     assert "resolve(receiveInstance(inst,mod))" not in js
-    assert js.count("autopilotTouchMemory().then(()=>readyPromiseResolve?.(Module));") == 1
+    assert js.count("autopilotYieldTask().then(()=>readyPromiseResolve?.(Module));") == 1
     assert js.startswith("var autopilotYieldTask=") and js.count("var autopilotYieldTask=") == 1
     assert js.count("async function _createPyodideModule(moduleArg={}){await autopilotYieldTask();") == 1
     assert "readyPromiseResolve?.(Module);" not in js.replace("=>readyPromiseResolve?.(Module));", "")
