@@ -232,31 +232,26 @@ async def test_a_first_view_prepares_on_idle_and_starts_on_intent(browser, relay
         await ctx.close()
 
 
-async def test_without_the_hand_over_a_first_view_starts_on_idle(browser, relay_server):
-    """prewarm "warm" (the worker only compiles): the first view starts Python on idle, as the default did
-    before the hand-over, with no reader's intent."""
+async def first_view_started_alone(browser, relay_server, config: str) -> list[str]:
+    """A first view with ``window.AutopilotConfig = config``, joined with nobody touching it: its boot marks."""
     ctx = await browser.new_context()
-    await ctx.add_init_script("window.AutopilotConfig = {prewarm: 'warm'};")
+    await ctx.add_init_script(f"window.AutopilotConfig = {config};")
     page = await ctx.new_page()
     try:
         await page.goto(relay_server.url + "/")
         await wait_mark(page, "autopilot:joined")
-        names = await page.evaluate("performance.getEntriesByType('mark').map(m => m.name)")
-        assert "autopilot:handoff" not in names
+        return await page.evaluate("performance.getEntriesByType('mark').map(m => m.name)")
     finally:
         await ctx.close()
+
+
+async def test_without_the_hand_over_a_first_view_starts_on_idle(browser, relay_server):
+    """prewarm "warm" (the worker only compiles): the first view starts Python on idle, as the default did
+    before the hand-over, with no reader's intent."""
+    assert "autopilot:handoff" not in await first_view_started_alone(browser, relay_server, "{prewarm: 'warm'}")
 
 
 async def test_ready_boot_starts_on_idle_from_the_workers_snapshot(browser, relay_server):
     """boot "ready": a first view prepares and then starts on idle, without the reader, restoring the worker's
     snapshot: the bar is connected before the reader reaches for it."""
-    ctx = await browser.new_context()
-    await ctx.add_init_script("window.AutopilotConfig = {boot: 'ready'};")
-    page = await ctx.new_page()
-    try:
-        await page.goto(relay_server.url + "/")
-        await wait_mark(page, "autopilot:joined")
-        names = await page.evaluate("performance.getEntriesByType('mark').map(m => m.name)")
-        assert "autopilot:handoff" in names
-    finally:
-        await ctx.close()
+    assert "autopilot:handoff" in await first_view_started_alone(browser, relay_server, "{boot: 'ready'}")
