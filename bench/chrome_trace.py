@@ -150,14 +150,21 @@ INPUT_PROBE = """() => {
 }"""
 
 
+def run_tasks(trace: Trace, pid: int | None, tid: int | None, after_us: float = 0.0) -> list[tuple[float, float, float]]:
+    """(start µs, wall ms, CPU ms) of the ``RunTask`` events of one thread from ``after_us`` on, in order."""
+    out = [(float(e["ts"]), e.get("dur", 0) / 1000.0, e.get("tdur", 0) / 1000.0) for e in trace.events
+           if e.get("pid") == pid and e.get("tid") == tid and e.get("ph") == "X" and e.get("name") == "RunTask"
+           and e["ts"] >= after_us]
+    out.sort()
+    return out
+
+
 def main_thread_cpu(trace: Trace, url_prefix: str) -> list[float]:
     """CPU time (ms, the trace's thread time) of each top-level task of the page's main thread. On a loaded
     machine a task's wall duration also counts the time the thread waited for a core: this tells our work apart
     from the waiting."""
     pid = _page_pid(trace.events, url_prefix)
-    tid = _renderer_mains(trace.events).get(pid or -1)
-    return [e.get("tdur", 0) / 1000.0 for e in trace.events
-            if e.get("pid") == pid and e.get("tid") == tid and e.get("ph") == "X" and e.get("name") == "RunTask"]
+    return [cpu for _, _, cpu in run_tasks(trace, pid, _renderer_mains(trace.events).get(pid or -1))]
 
 
 async def probe_input(page: Any, seconds: float, every_s: float = 0.05,

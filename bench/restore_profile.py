@@ -35,7 +35,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from chrome_trace import CATEGORIES, Trace, _page_pid, _renderer_mains
+from chrome_trace import CATEGORIES, Trace, _page_pid, _renderer_mains, run_tasks
 from jank import SETTLE_S, TOGGLE, host_page, settled
 from support import CHROMIUM, CHROMIUM_ARGS, PageServer, start_relay
 
@@ -168,17 +168,6 @@ def inner_events(trace: Trace, pid: int, tid: int, task: tuple[float, float, flo
     return [f"event {name}: {dur:.0f} ms wall / {tdur:.0f} ms CPU" for dur, tdur, name in found[:8]]
 
 
-def tasks(trace: Trace, pid: int, tid: int, after_us: float) -> list[tuple[float, float, float]]:
-    """(start µs, wall ms, CPU ms) of the top-level tasks of the main thread from ``after_us`` on."""
-    out = []
-    for e in trace.events:
-        if (e.get("pid") == pid and e.get("tid") == tid and e.get("ph") == "X" and e.get("name") == "RunTask"
-                and e["ts"] >= after_us):
-            out.append((float(e["ts"]), e.get("dur", 0) / 1000.0, e.get("tdur", 0) / 1000.0))
-    out.sort()
-    return out
-
-
 #: A gap between two samples longer than this many sampling intervals is time the thread waited for a core (on a
 #: loaded machine): by default each sample counts for at most this, which approximates CPU time (``--wall``: the
 #: whole gap, i.e. wall time).
@@ -272,7 +261,8 @@ async def one_visit(pw: Any, site: str, interval_us: int, whole: bool = False) -
     known = {label for label, _ in PHASES} | {WIDGET, LOADER}
     restore = []  # the tasks that run a part of the restore, in order
     others = []  # other tasks of 50 ms or more in the window
-    for t in tasks(trace, pid, tid, 0):
+    every = run_tasks(trace, pid, tid)
+    for t in every:
         sp = split(samples, t[0], t[1])
         if sum(ms for name, ms in sp.items() if name in known) >= 1.0:
             restore.append((t, sp, tree(samples, t[0], t[1], 1.5)))
@@ -280,7 +270,6 @@ async def one_visit(pw: Any, site: str, interval_us: int, whole: bool = False) -
             others.append((t, sp, tree(samples, t[0], t[1], 1.5) + inner_events(trace, pid, tid, t)))
     if not restore:
         raise RuntimeError("no task of the restore found in the trace")
-    every = tasks(trace, pid, tid, 0)
     return {"joined": joined == "joined", "restore": restore, "others": others, "samples": len(samples),
             "marks": marks, "busy_wall": sum(t[1] for t in every), "busy_cpu": sum(t[2] for t in every)}
 

@@ -357,6 +357,14 @@
     return [await r.text(), r.url];
   };
 
+  // Let the page run its own tasks before going on: what follows runs in a task of its own.
+  const yieldToPage = () => new Promise((resolve) => {
+    if (globalThis.scheduler && typeof scheduler.yield === "function") { scheduler.yield().then(resolve); return; }
+    const ch = new MessageChannel(); // unlike setTimeout, not clamped to 4 ms when repeated
+    ch.port1.onmessage = () => resolve();
+    ch.port2.postMessage(null);
+  });
+
   // ---- the stored snapshot: later page views restore the worker's started Python ------------------------
   // A tab's first start hands the page a memory snapshot of the worker's Python (see prewarm). The worker also
   // keeps a gzip copy in this origin's Cache Storage, one entry per relay root, tagged with the build it belongs
@@ -382,12 +390,6 @@
     // is one long task (docs/performance.md). Feed it slices, yielding to the page between them, into a buffer of
     // the stored length.
     const SLICE = 128 * 1024;
-    const yieldToPage = () => new Promise((resolve) => {
-      if (globalThis.scheduler && typeof scheduler.yield === "function") { scheduler.yield().then(resolve); return; }
-      const ch = new MessageChannel(); // unlike setTimeout, not clamped to 4 ms when repeated
-      ch.port1.onmessage = () => resolve();
-      ch.port2.postMessage(null);
-    });
     async function inflate(gz, size) {
       if (!(size > 0)) throw new Error("no stored length");
       const out = new Uint8Array(size);
@@ -552,7 +554,6 @@
     // The snapshot is handed over once: a retried boot starts Python itself.
     return {
       done,
-      handOff,
       ready: () => ok, // it finished (compiled; with the hand-over, a snapshot is waiting)
       stop: () => snapshotCache.release(worker, params.store),
       takeSnapshot: () => { const s = snapshot; snapshot = null; return s; },
@@ -665,7 +666,7 @@
         if (pyodide._api && pyodide._api.config) pyodide._api.config._loadSnapshot = undefined;
         performance.mark("autopilot:pyodide");
         // The widget's set-up below in a task of its own, not in loadPyodide's last one (docs/performance.md).
-        await new Promise((r) => { const ch = new MessageChannel(); ch.port1.onmessage = () => r(); ch.port2.postMessage(null); });
+        await yieldToPage();
         let lazy = null;
         const urls = {};
         if (BOOT_FILES.lazy) {
