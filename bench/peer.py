@@ -471,18 +471,23 @@ async def _run_once(tab: Tab, run: Run, token: str) -> dict[str, Any]:
             await asyncio.sleep(run.dwell_s)
             await page.hover(button, timeout=run.timeout_ms)  # the pointer reaches the launcher, then clicks
             clicked = await page.evaluate("performance.now()")
+        click_at = None
         if not await box.is_visible():
+            click_at = await page.evaluate("performance.now()")
             await page.click(button, timeout=run.timeout_ms)
-        await box.wait_for(state="visible", timeout=run.timeout_ms)
+        # (No locator.wait_for(state="visible") first: Playwright polls it at growing intervals, up to 500 ms
+        # apart, so the composer could show long before the bench noticed; COMPOSER_EDITABLE checks it is shown.)
         reply = asyncio.ensure_future(page.evaluate(WAIT_REPLY, [cfg, token, run.timeout_ms]))
         try:
             # Both widgets refuse to send until connected (Chainlit disables its submit button, ours makes the
             # composer read-only and disables Send): wait until the composer takes typing, type, wait for Send
             # to be enabled, press Enter.
             await page.wait_for_function(COMPOSER_EDITABLE, arg=cfg, timeout=run.timeout_ms, polling=20)
+            editable = await page.evaluate("performance.now()")
             await box.fill(token, timeout=run.timeout_ms)
             await page.wait_for_function(SUBMIT_ENABLED, arg=cfg, timeout=run.timeout_ms)
             await box.press("Enter", timeout=run.timeout_ms)
+            sent = await page.evaluate("performance.now()")
         except BaseException:
             reply.cancel()
             raise
@@ -495,6 +500,12 @@ async def _run_once(tab: Tab, run: Run, token: str) -> dict[str, Any]:
     if clicked is not None:
         r["after_click"] = done - clicked
     marks = r.pop("marks")
+    if run.target != "bare":
+        # The visit's timeline (ms from navigation start): the loader's and client's marks, then the bench's own.
+        r["timeline"] = {k.removeprefix("autopilot:"): v for k, v in marks.items() if k.startswith("autopilot:")}
+        r["timeline"].update({"(editable)": editable, "(sent)": sent, "(reply)": done})
+        if click_at is not None:
+            r["timeline"]["(click)"] = click_at
     if "autopilot:loader" in marks and "autopilot:toggle" in marks:
         r["toggle_after_loader"] = marks["autopilot:toggle"] - marks["autopilot:loader"]
     return r
@@ -552,10 +563,22 @@ def report(results: dict[str, dict[str, list[dict]]], n: int, changes: list[str]
             if all(not any(r.get(key) is not None for r in results[t][phase]) for t in targets):
                 continue
             print(f"{label:44} | " + " | ".join(f"{fmt(results[t][phase], key, unit):26}" for t in targets))
+        timeline(results, phase)
     try:
         goals(results, warm)
     except TypeError:  # a target without a single successful run
         print("\n(goal ratios left out: a target has no successful run)")
+
+
+def timeline(results: dict[str, dict[str, list[dict]]], phase: str) -> None:
+    """Print each target's visit as a timeline: the median time of every mark, ms from navigation start."""
+    for t, phases in results.items():
+        rows = [r["timeline"] for r in phases[phase] if r.get("timeline")]
+        if not rows:
+            continue
+        names = sorted({k for r in rows for k in r}, key=lambda k: statistics.median(r[k] for r in rows if k in r))
+        print(f"  timeline {t}: " + ", ".join(
+            f"{k} {statistics.median(r[k] for r in rows if k in r):.0f}" for k in names))
 
 
 def goals(results: dict[str, dict[str, list[dict]]], warm: bool) -> None:

@@ -212,6 +212,12 @@
     } catch (e) { /* storage blocked: every view is a first view */ }
     return false;
   }
+  // The page is quiet after its start: joined, and no turn of the reader's under way (the first one has finished,
+  // or none began within QUIET_MS of joining). The pre-warm worker stores its snapshot copy then: compressing it
+  // is ~0.5 s of a core, and during the first question and answer it slowed them (docs/performance.md).
+  const QUIET_MS = 2000;
+  let quietResolve;
+  const pageQuiet = new Promise((resolve) => { quietResolve = resolve; });
   // Autopilot.ready: settles once per start. A failed start rejects it (it stays rejected); a Retry starts
   // again with a new promise, which resolves (or rejects) like the first.
   let readyResolve, readyReject;
@@ -425,17 +431,18 @@
     return {
       // What the worker needs to store its snapshot (null: store nothing).
       target: () => (enabled() ? { cache: NAME, key: KEY, build: BUILD_ID, buildHeader: BUILD, bytesHeader: BYTES } : null),
-      // Let the worker store its copy: at once while the page is not starting Python, else once it has joined (or
-      // a while after, when it does not), so that compressing does not compete with the page's own start; stop it
-      // once stored (or given up), within a bound. A worker that stores nothing is stopped at once.
+      // Let the worker store its copy: at once while the page is not starting Python, else once the page is quiet
+      // (see QUIET_MS; or a while after, when it never is), so that compressing competes neither with the page's
+      // start nor with the reader's first answer; stop it once stored (or given up), within a bound. A worker that
+      // stores nothing is stopped at once.
       release(worker, target) {
         if (released.has(worker)) return;
         released.add(worker);
         if (!target) { worker.terminate(); return; }
-        let end = null, observer = null;
+        let end = null, gone = false;
         const go = () => {
-          if (observer) observer.disconnect();
-          observer = null;
+          if (gone) return;
+          gone = true;
           end = setTimeout(() => worker.terminate(), 30000);
           worker.postMessage("store");
         };
@@ -446,13 +453,8 @@
           if (ev.data.stored) mark("autopilot:snapshot-stored", ev.data.stored);
         });
         if (phase !== "booting") { go(); return; }
-        const later = setTimeout(go, 10000);
-        try {
-          observer = new PerformanceObserver((list) => {
-            if (list.getEntriesByName("autopilot:joined").length) { clearTimeout(later); go(); }
-          });
-          observer.observe({ type: "mark" });
-        } catch (e) { /* no observer: the timer */ }
+        const later = setTimeout(go, 30000); // a start that never joins, or a first turn that does not end
+        pageQuiet.then(() => { clearTimeout(later); go(); });
       },
       // Whether this build's snapshot is stored (null: not, or no storage): {bytes}, a promise of it decompressed
       // (in slices: no long task). Known as soon as the entry is found, so that Python's files are fetched and its
@@ -539,6 +541,12 @@
         settled = true;
         URL.revokeObjectURL(url);
         ok = !!(ev && ev.data && !ev.data.failed);
+        if (ev && ev.data && ev.data.steps) {
+          // The worker's steps as marks on this page's timeline (benches read them).
+          Object.entries(ev.data.steps).forEach(([name, at]) => {
+            try { performance.mark("autopilot:worker-" + name, { startTime: at - performance.timeOrigin }); } catch (e) { /* an old browser */ }
+          });
+        }
         if (ev && ev.data && ev.data.snapshot) {
           snapshot = ev.data.snapshot;
           module = ev.data.module instanceof WebAssembly.Module ? ev.data.module : null;
@@ -631,6 +639,7 @@
     const { options, snapshotUrl, warm, bundleP, bridgeP, sanitizeP, cssP, pageP, pyodideModP } = prepare();
     prepared = null;
     const stored = !warm && !snapshotUrl ? snapshotCache.read() : null; // a later view: the stored snapshot
+    connectEarly(bridgeP);
     booting = (async () => {
       try {
         let handedOver = null;
@@ -712,6 +721,35 @@
     return booting;
   }
 
+  // While Python starts, read the conversation (create it on a first visit) and open the socket from here, with
+  // the same requests Python's client makes: its connect then finds both done (bridge.mjs: prefetch,
+  // preconnect) instead of waiting for them after Python, the bar and page Python. Each step mirrors
+  // widget/client_connection.py exactly (URL, body, the stored conversation's key); where anything differs or
+  // fails, Python simply makes its own requests.
+  async function connectEarly(bridgeP) {
+    try {
+      const bridge = await bridgeP;
+      const key = "autopilot:conversation:" + config.app;
+      let url = config.conversationUrl || null;
+      if (!url && config.app) {
+        try { url = localStorage.getItem(key); } catch (e) { /* storage blocked: Python creates it the same way */ }
+      }
+      if (!url) {
+        if (!config.app || !config.relay) return;
+        const create = config.relay.replace(/\/+$/, "") + "/api/apps/" + config.app + "/conversations";
+        const [status, text] = await bridge.prefetch("POST", create, "{}");
+        const made = status === 201 ? JSON.parse(text) : null;
+        if (!made || typeof made.url !== "string") return;
+        url = made.url;
+        try { localStorage.setItem(key, url); } catch (e) { /* Python's POST gets the same answer */ }
+      }
+      const [status, text] = await bridge.prefetch("GET", url, null);
+      const info = status === 200 ? JSON.parse(text) : null;
+      if (!info || typeof info.relay_url !== "string") return;
+      bridge.preconnect(info.relay_url, info.relay_path || "/socket.io");
+    } catch (e) { /* Python connects as usual */ }
+  }
+
   // Python takes over: the client, the bar (on the loader's toggle), page Python, then connecting.
   async function handOver(pyodide, page, cssP, connectAfter) {
     const loader = {
@@ -746,16 +784,18 @@
     // A turn or call in progress when the reader navigates: the next page view starts at once to show it.
     let turnOpen = false; // a turn started (or a call or question came) in this view and has not finished
     ["completion.started", "functionCall", "askUserRequired"].forEach((e) => api.on(e, () => {
-      turnOpen = true;
+      turnOpen = true; // (the quiet timer below then waits for the turn's end)
       tabFlag(BUSY_KEY, true);
     }));
-    api.on("completion.finished", () => { turnOpen = false; tabFlag(BUSY_KEY, false); });
+    let quietTimer = null;
+    api.on("completion.finished", () => { turnOpen = false; tabFlag(BUSY_KEY, false); quietResolve(); });
     // A turn that ended on the relay while no page of this tab was there (the reader left mid-turn) never clears
     // the marker above: once joined, a conversation the relay reports idle (or failed: nothing runs, nothing
     // waits for a call or an answer) clears it, unless this view saw a turn begin since.
     api.on("ready", (p) => {
       const status = p && p.conversation && p.conversation.status;
       if (!turnOpen && (status === "idle" || status === "failed")) tabFlag(BUSY_KEY, false);
+      if (!turnOpen && quietTimer === null) quietTimer = setTimeout(() => { if (!turnOpen) quietResolve(); }, QUIET_MS);
     });
     readyResolve(api);
     window.dispatchEvent(new CustomEvent("autopilot:ready", { detail: api }));

@@ -52,43 +52,108 @@ function deliver(name, value) {
   if (waitTimer === null) waitTimer = setTimeout(handOver, Math.max(0, lastHandover + STREAM_BATCH_MS - now));
 }
 
-/** Open the socket; resolves on the first connect, rejects on the first connect error. */
-export function connect(url, path, handler) {
+function open(url, path) {
+  return io(url, {
+    path,
+    transports: ["websocket", "polling"],
+    reconnectionDelay: 250,
+    reconnectionDelayMax: 5000,
+    timeout: 10000,
+  });
+}
+
+// Listen to a socket Python uses: its events go to Python (see deliver); `settle` answers connect() once.
+function wire(s, url, path, settle) {
+  s.on("connect", () => {
+    deliver("__connected__", null);
+    settle(null);
+  });
+  s.on("disconnect", (reason) => {
+    deliver("__disconnected__", reason);
+    // A relay that shuts down sends a Socket.IO disconnect; socket.io-client does not reconnect after one by
+    // itself. Reconnect (the balancer picks a relay process that runs), after a short random pause.
+    if (reason === "io server disconnect") {
+      setTimeout(() => { if (socket === s && !s.connected) s.connect(); }, 250 + Math.random() * 750);
+    }
+  });
+  s.on("connect_error", (err) => {
+    if (!settle(new Error("Socket.IO connection to " + url + " (" + path + ") failed: " + (err && err.message)))) {
+      deliver("__connect_error__", err && err.message);
+    }
+  });
+  s.onAny((name, payload) => deliver(name, payload));
+}
+
+/** Open the socket; resolves on the first connect, rejects on the first connect error. A socket the loader
+ * opened early to this url and path (preconnect) is taken over instead, once it is connected. */
+export async function connect(url, path, handler) {
+  const early = earlySocket;
+  earlySocket = null;
   close();
+  if (early) {
+    clearTimeout(early.expiry);
+    if (early.url === url && early.path === path && await early.ready && early.s.connected && !socket) {
+      early.s.offAny();
+      onEvent = handler;
+      socket = early.s;
+      wire(early.s, url, path, () => false);
+      deliver("__connected__", null);
+      early.queued.forEach(([name, payload]) => deliver(name, payload));
+      return true;
+    }
+    early.s.disconnect();
+  }
   onEvent = handler;
   return new Promise((resolve, reject) => {
     let settled = false;
-    const s = io(url, {
-      path,
-      transports: ["websocket", "polling"],
-      reconnectionDelay: 250,
-      reconnectionDelayMax: 5000,
-      timeout: 10000,
-    });
+    const s = open(url, path);
     socket = s;
-    s.on("connect", () => {
-      deliver("__connected__", null);
-      if (!settled) { settled = true; resolve(true); }
+    wire(s, url, path, (err) => {
+      if (settled) return false;
+      settled = true;
+      if (err) { s.disconnect(); reject(err); } else resolve(true);
+      return true;
     });
-    s.on("disconnect", (reason) => {
-      deliver("__disconnected__", reason);
-      // A relay that shuts down sends a Socket.IO disconnect; socket.io-client does not reconnect after one by
-      // itself. Reconnect (the balancer picks a relay process that runs), after a short random pause.
-      if (reason === "io server disconnect") {
-        setTimeout(() => { if (socket === s && !s.connected) s.connect(); }, 250 + Math.random() * 750);
-      }
-    });
-    s.on("connect_error", (err) => {
-      if (!settled) {
-        settled = true;
-        s.disconnect();
-        reject(new Error("Socket.IO connection to " + url + " (" + path + ") failed: " + (err && err.message)));
-      } else {
-        deliver("__connect_error__", err && err.message);
-      }
-    });
-    s.onAny((name, payload) => deliver(name, payload));
   });
+}
+
+// ---- early connection -----------------------------------------------------------------------------------
+// While Python starts, the loader reads the conversation (creating it on a first visit) and opens the socket
+// with the two functions below; Python's first requests and connect() are then answered by what is here
+// instead of waiting for the network. Each early answer is used at most once, only if it succeeded and is
+// fresh, and only by the same request (method, URL and body): anything else goes to the network as before.
+const EARLY_MAX_AGE_MS = 10000; // an older answer (its join token, say) is not handed over
+const early = new Map(); // "METHOD url body" -> {at, answer: Promise<[status, text]>}
+let earlySocket = null; // {url, path, s, ready: Promise<boolean>, queued, expiry}
+
+const earlyKey = (method, url, bodyJson) => method + " " + url + " " + (bodyJson == null ? "" : bodyJson);
+
+/** Send a request now for Python to use later (see request); resolves to [status, bodyText] as request does. */
+export function prefetch(method, url, bodyJson) {
+  const answer = httpRequest(method, url, bodyJson);
+  const entry = { at: performance.now(), answer };
+  early.set(earlyKey(method, url, bodyJson), entry);
+  answer.catch(() => {});
+  setTimeout(() => { if (early.get(earlyKey(method, url, bodyJson)) === entry) early.delete(earlyKey(method, url, bodyJson)); }, EARLY_MAX_AGE_MS);
+  return answer;
+}
+
+/** Open the socket now for Python's connect() to take over (dropped if it does not within the age limit). */
+export function preconnect(url, path) {
+  if (socket) return; // Python is connected already
+  if (earlySocket) earlySocket.s.disconnect();
+  clearTimeout(earlySocket && earlySocket.expiry);
+  const s = open(url, path);
+  const entry = { url, path, s, queued: [] };
+  entry.ready = new Promise((resolve) => {
+    s.once("connect", () => resolve(true));
+    s.once("connect_error", () => resolve(false));
+  });
+  s.onAny((name, payload) => entry.queued.push([name, payload]));
+  entry.expiry = setTimeout(() => {
+    if (earlySocket === entry) { earlySocket = null; s.disconnect(); }
+  }, EARLY_MAX_AGE_MS);
+  earlySocket = entry;
 }
 
 /** Emit with an acknowledgement; resolves to the ack as JSON text. */
@@ -127,6 +192,11 @@ export function connected() {
 
 /** Close the socket for good and drop the handler reference. */
 export function close() {
+  if (earlySocket) {
+    clearTimeout(earlySocket.expiry);
+    earlySocket.s.disconnect();
+    earlySocket = null;
+  }
   if (socket) {
     socket.offAny();
     socket.removeAllListeners();
@@ -142,8 +212,22 @@ export function close() {
   onEvent = null;
 }
 
-/** One JSON HTTP request; resolves to [status, bodyText]. */
+/** One JSON HTTP request; resolves to [status, bodyText]. The same request sent early (prefetch) is answered
+ * from there when it succeeded within the age limit. */
 export async function request(method, url, bodyJson) {
+  const key = earlyKey(method, url, bodyJson);
+  const entry = early.get(key);
+  if (entry) {
+    early.delete(key);
+    try {
+      const answer = await entry.answer;
+      if (answer[0] >= 200 && answer[0] < 300 && performance.now() - entry.at < EARLY_MAX_AGE_MS) return answer;
+    } catch (e) { /* failed early: ask again */ }
+  }
+  return httpRequest(method, url, bodyJson);
+}
+
+async function httpRequest(method, url, bodyJson) {
   const init = { method, headers: {}, credentials: "omit" };
   if (bodyJson !== null && bodyJson !== undefined) {
     init.headers["Content-Type"] = "application/json";

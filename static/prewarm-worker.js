@@ -27,12 +27,16 @@ except Exception:
 `;
 
 /**
- * Start Pyodide with the page's options; post {} when done, {snapshot, module} for a hand-over (then {stored}
+ * Start Pyodide with the page's options; post {} when done, {snapshot, module, steps} for a hand-over (then {stored}
  * when p.store is set), {failed} when it could not start.
  * @param {{options: object, snapshotUrl: string|null, pyodideUrl: string, bundleUrl: string|null, handOff: boolean,
  *          store: StoreTarget|null}} p
  */
 export async function warm(p) {
+  // When each step ended, on the page's clock's terms (ms since the epoch): the loader marks them for benches.
+  const steps = {};
+  const step = (name) => { steps[name] = performance.timeOrigin + performance.now(); };
+  step("start");
   try {
     const options = { ...p.options };
     if (p.snapshotUrl) options._loadSnapshot = fetch(p.snapshotUrl).then((r) => r.arrayBuffer());
@@ -48,7 +52,9 @@ export async function warm(p) {
     }
     const bundle = p.bundleUrl ? fetch(p.bundleUrl).then((r) => r.arrayBuffer()) : null;
     const { loadPyodide } = await import(p.pyodideUrl);
+    step("module");
     const py = await loadPyodide(options);
+    step("python");
     if (!bundle) {
       postMessage({});
       return;
@@ -56,12 +62,14 @@ export async function warm(p) {
     py.FS.mkdirTree("/lib/autopilot");
     py.FS.writeFile("/lib/autopilot/bundle.zip", new Uint8Array(await bundle));
     py.runPython(WARM_PYTHON);
+    step("imports");
     if (p.handOff) {
       const snapshot = py.makeMemorySnapshot();
+      step("snapshot");
       // The page says when to store: once it has started and joined, so that compressing does not compete with
       // its restore and boot for the machine's cores.
       const go = p.store ? new Promise((resolve) => addEventListener("message", (ev) => { if (ev.data === "store") resolve(); })) : null;
-      postMessage({ snapshot, module: compiled }, [snapshot.buffer]);
+      postMessage({ snapshot, module: compiled, steps }, [snapshot.buffer]);
       if (go) {
         await go;
         postMessage({ stored: await store(py, p.store) });
