@@ -374,6 +374,22 @@ async def test_ask_user_needs_json_and_an_allowed_origin(tmp_path: Path, http: a
         await relay.stop()
 
 
+async def test_a_missing_conversation_is_a_404_its_sites_can_read(tmp_path: Path,
+                                                                    http: aiohttp.ClientSession) -> None:
+    """A conversation that is gone (retention, deleted): the 404 carries CORS for any site of the relay's apps,
+    so a widget on another origin learns it is gone and starts a new one; other origins get no CORS."""
+    relay = await launch(tmp_path, apps={"shop": AppConfig(allowed_origins=[SHOP_ORIGIN])})
+    try:
+        gone = f"{relay.url}/api/conversations/c_{'Z' * 32}"
+        async with http.get(gone, headers={"Origin": SHOP_ORIGIN}) as r:
+            assert r.status == 404 and (await r.json())["error"]["code"] == P.ERR_NOT_FOUND
+            assert r.headers["Access-Control-Allow-Origin"] == SHOP_ORIGIN
+        async with http.get(gone, headers={"Origin": "https://evil.example"}) as r:
+            assert r.status == 404 and "Access-Control-Allow-Origin" not in r.headers
+    finally:
+        await relay.stop()
+
+
 async def test_a_refused_origin_is_explained_and_logged_once(tmp_path: Path, http: aiohttp.ClientSession,
                                                              caplog: pytest.LogCaptureFixture) -> None:
     relay = await launch(tmp_path, apps={"my-site": AppConfig(allowed_origins=["http://127.0.0.1:9150"])})

@@ -212,6 +212,9 @@ class Api:
         cid = request.path_params["conversation_id"]
         conv = await self.store.get_conversation(cid) if _CONV_ID.match(cid) else None
         if conv is None:
+            # Readable by every site of this relay: a widget whose stored conversation is gone (retention, a
+            # deleted chat) must see the 404 to start a new one; a CORS failure looks like a relay that is down.
+            request.state.cors = self._cors(request, {o for a in self.config.apps.values() for o in a.allowed_origins})
             raise ProtocolError(P.ERR_NOT_FOUND, "No such conversation.")
         request.state.cors = self._cors(request, self._origins_of(conv))
         return conv
