@@ -18,6 +18,11 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("widget.relay")
 
+#: How long a cancel waits for another relay process to end the turn it runs. Clients wait 10 s for the cancel's
+#: acknowledgement; 5 s was not always enough for a loaded runner to write the turn's end (a cancel that stopped
+#: the turn then answered ``cancelled: false``), so this waits as long as it can while still answering in time.
+REMOTE_CANCEL_WAIT_S = 8.0
+
 NEVER_SENT = "The relay restarted before the call was sent to the page."
 #: A call of an interrupted turn still pending when the reader moves on (a new message, regenerate).
 ABANDONED = "Cancelled: the interrupted turn it belonged to was not retried."
@@ -66,7 +71,7 @@ class Lifecycle:
                 return await self.recover(conv)
             # The turn runs in another process: ask it (through the store) and wait for the turn to end.
             await hub.store.signal({"t": "cancel", "c": cid, "turn": conv["turn_id"]})
-            deadline = time.monotonic() + 5.0
+            deadline = time.monotonic() + REMOTE_CANCEL_WAIT_S
             while time.monotonic() < deadline:
                 await asyncio.sleep(0.05)
                 now = await hub.store.get_conversation(cid)
