@@ -373,16 +373,23 @@
 
   // ---- the stored snapshot: later page views restore the worker's started Python ------------------------
   // A tab's first start hands the page a memory snapshot of the worker's Python (see prewarm). The worker also
-  // keeps a gzip copy in this origin's Cache Storage, one entry per relay root, tagged with the build it belongs
-  // to; a later view that would start Python on the page (no worker, no snapshot of the build's own) restores it
-  // instead: a shorter main-thread task than Python's start. What is stored is Python's heap right after
-  // importing the widget, before any page code, configuration or conversation (docs/security.md). Anything
-  // wrong (no Cache Storage, storage blocked or full, a missing, stale or corrupt entry, a restore that throws)
-  // means today's start, and a bad entry is removed.
+  // keeps a copy in this origin's Cache Storage, one entry per relay root, tagged with the build it belongs to and
+  // the layout of its body (FORMAT: the snapshot without its all-zero pages, uncompressed); a later view that
+  // would start Python on the page (no worker, no snapshot of the build's own) restores it instead: a shorter
+  // main-thread task than Python's start. What is stored is Python's heap right after importing the widget,
+  // before any page code, configuration or conversation (docs/security.md). Anything wrong (no Cache Storage,
+  // storage blocked or full, a missing, stale, other-format or corrupt entry, a restore that throws) means
+  // today's start, and a bad entry is removed.
   const snapshotCache = (() => {
     const NAME = "autopilot-snapshot";
     const KEY = new URL("snapshot", new URL("./", scriptUrl)).href; // per relay root, whatever the build
-    const BUILD = "x-autopilot-build", BYTES = "x-autopilot-bytes";
+    const BUILD = "x-autopilot-build", BYTES = "x-autopilot-bytes", PAGES = "x-autopilot-pages";
+    // The body's layout, named in its own header: the build id does not cover this loader, so an entry written
+    // in another layout (an older gzip entry has no such header) is dropped like another build's. The body is the
+    // kept pages of PAGE bytes (the snapshot's last page may be short) in order; PAGES lists them as ascending
+    // runs of page indexes ("0-3,7,9-480"); BYTES is the snapshot's full length. Most of a started heap's pages
+    // are zeros: reading the rest back is a copy, where a compressed copy had to be inflated on this thread.
+    const FORMAT_HEADER = "x-autopilot-format", PAGE = 65536, FORMAT = "zero-pages-elided-65536";
     let cleared = false;
     const released = new WeakSet(); // workers told to store (and to stop) already
     const mark = (name, detail) => { try { performance.mark(name, { detail }); } catch (e) { /* no detail support */ } };
@@ -392,34 +399,46 @@
         caches.has(NAME).then((there) => there && caches.open(NAME).then((c) => c.delete(KEY))).catch(() => {});
       } catch (e) { /* blocked */ }
     }
-    // A DecompressionStream inflates each chunk it is given in one go, on this thread: given the whole body that
-    // is one long task (docs/performance.md). Feed it slices, yielding to the page between them, into a buffer of
-    // the stored length.
-    const SLICE = 128 * 1024;
-    async function inflate(gz, size) {
-      if (!(size > 0)) throw new Error("no stored length");
-      const out = new Uint8Array(size);
-      const ds = new DecompressionStream("gzip");
-      const writer = ds.writable.getWriter();
-      const reader = ds.readable.getReader();
-      let at = 0;
-      const drain = (async () => {
-        for (;;) {
-          const { value, done } = await reader.read();
-          if (done) return;
-          if (at + value.length > size) throw new Error("longer than the stored " + size + " bytes");
-          out.set(value, at);
-          at += value.length;
-        }
-      })();
-      drain.catch(() => {});
-      for (let i = 0; i < gz.length; i += SLICE) {
-        await writer.write(gz.subarray(i, i + SLICE));
-        await yieldToPage();
+    // The page list, checked against the full length: the byte ranges of the kept runs ([[start, end], ...]) and
+    // the body's length they make.
+    function keptRuns(list, size) {
+      if (!(Number.isSafeInteger(size) && size > 0)) throw new Error("no stored length");
+      const pages = Math.ceil(size / PAGE);
+      const runs = [];
+      let length = 0, next = 0;
+      for (const item of list ? list.split(",") : []) {
+        const m = /^(\d+)(?:-(\d+))?$/.exec(item);
+        const a = m ? Number(m[1]) : NaN, b = m && m[2] !== undefined ? Number(m[2]) : a;
+        if (!(a >= next && b >= a && b < pages)) throw new Error("bad page list");
+        runs.push([a * PAGE, Math.min((b + 1) * PAGE, size)]);
+        length += runs[runs.length - 1][1] - a * PAGE;
+        next = b + 1;
       }
-      await writer.close(); // throws on a cut or corrupt stream (gzip's length and CRC-32 checks)
-      await drain;
-      if (at !== size) throw new Error(at + " bytes, " + size + " stored");
+      return { runs, length };
+    }
+    // The snapshot again, as the body streams in: zeros of the full length, each chunk copied to its kept pages'
+    // place (no second copy of the body).
+    async function rebuild(body, runs, length, size) {
+      const out = new Uint8Array(size);
+      const reader = body ? body.getReader() : null; // (no body: an empty one)
+      let r = 0, at = runs.length ? runs[0][0] : 0, got = 0;
+      while (reader) {
+        const { value, done } = await reader.read();
+        if (done) break;
+        got += value.length;
+        if (got > length) {
+          reader.cancel().catch(() => {});
+          throw new Error("longer than the page list's " + length + " bytes");
+        }
+        for (let i = 0; i < value.length;) {
+          const n = Math.min(value.length - i, runs[r][1] - at);
+          out.set(i === 0 && n === value.length ? value : value.subarray(i, i + n), at);
+          i += n;
+          at += n;
+          if (at === runs[r][1] && ++r < runs.length) at = runs[r][0];
+        }
+      }
+      if (got !== length) throw new Error(got + " bytes stored, the page list says " + length);
       return out;
     }
     function enabled() {
@@ -430,7 +449,10 @@
     }
     return {
       // What the worker needs to store its snapshot (null: store nothing).
-      target: () => (enabled() ? { cache: NAME, key: KEY, build: BUILD_ID, buildHeader: BUILD, bytesHeader: BYTES } : null),
+      target: () => (enabled() ? {
+        cache: NAME, key: KEY, build: BUILD_ID, buildHeader: BUILD, bytesHeader: BYTES,
+        format: FORMAT, formatHeader: FORMAT_HEADER, pagesHeader: PAGES, pageSize: PAGE,
+      } : null),
       // Let the worker store its copy: at once while the page is not starting Python, else once the page is quiet
       // (see QUIET_MS; or a while after, when it never is), so that compressing competes neither with the page's
       // start nor with the reader's first answer; stop it once stored (or given up), within a bound. A worker that
@@ -456,9 +478,9 @@
         const later = setTimeout(go, 30000); // a start that never joins, or a first turn that does not end
         pageQuiet.then(() => { clearTimeout(later); go(); });
       },
-      // Whether this build's snapshot is stored (null: not, or no storage): {bytes}, a promise of it decompressed
-      // (in slices: no long task). Known as soon as the entry is found, so that Python's files are fetched and its
-      // module loaded while the bytes are read (loadPyodide awaits them only before instantiating).
+      // Whether this build's snapshot is stored (null: not, or no storage): {bytes}, a promise of it rebuilt.
+      // Known as soon as the entry is found, so that Python's files are fetched and its module loaded while the
+      // bytes are read (loadPyodide awaits them only before instantiating).
       async read() {
         if (!enabled()) return null;
         const t = performance.now();
@@ -468,12 +490,14 @@
         } catch (e) { return null; } // storage blocked: nothing stored either
         if (!response) return null;
         if (response.headers.get(BUILD) !== BUILD_ID) { forget("another build"); return null; }
+        if (response.headers.get(FORMAT_HEADER) !== FORMAT) { forget("another format"); return null; }
         const bytes = (async () => {
           try {
             const size = Number(response.headers.get(BYTES));
-            const gz = new Uint8Array(await response.arrayBuffer());
-            const out = await inflate(gz, size);
-            mark("autopilot:snapshot-cache", { ms: performance.now() - t, compressed: gz.length, bytes: size });
+            const { runs, length } = keptRuns(response.headers.get(PAGES), size);
+            const found = performance.now() - t;
+            const out = await rebuild(response.body, runs, length, size);
+            mark("autopilot:snapshot-cache", { ms: performance.now() - t, found, stored: length, bytes: size });
             return out;
           } catch (e) {
             forget("unreadable (" + e.message + ")");

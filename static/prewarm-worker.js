@@ -9,8 +9,8 @@
  * It also runs what the page's boot and first answer run in Python (importing the widget, rendering Markdown:
  * the regex engine...), except in mode "basic", which stops after the start-up. With the hand-over (the loader's
  * default, and mode "handoff") it then posts the page a memory snapshot of its started Python and its compiled
- * module (see autopilot.js); otherwise only {} to say the code is compiled. After the hand-over it keeps a gzip
- * copy of that snapshot in the page origin's Cache Storage for the tab's later page views (p.store, unless the
+ * module (see autopilot.js); otherwise only {} to say the code is compiled. After the hand-over it keeps a copy
+ * of that snapshot (without its all-zero pages) in the page origin's Cache Storage for the tab's later page views (p.store, unless the
  * loader's snapshotCache setting is off) once the page posts "store", then posts {stored: {...} | null}; the loader
  * stops it then.
  */
@@ -66,8 +66,8 @@ export async function warm(p) {
     if (p.handOff) {
       const snapshot = py.makeMemorySnapshot();
       step("snapshot");
-      // The page says when to store: once it has started and joined, so that compressing does not compete with
-      // its restore and boot for the machine's cores.
+      // The page says when to store: once it is quiet, so that copying the heap does not compete with its
+      // restore, boot and first answer for the machine's cores.
       const go = p.store ? new Promise((resolve) => addEventListener("message", (ev) => { if (ev.data === "store") resolve(); })) : null;
       postMessage({ snapshot, module: compiled, steps }, [snapshot.buffer]);
       if (go) {
@@ -83,40 +83,71 @@ export async function warm(p) {
 }
 
 /**
- * @typedef {{cache: string, key: string, build: string, buildHeader: string, bytesHeader: string}} StoreTarget
- * The Cache Storage entry the loader reads on later views: one per relay root (key), tagged with the build.
+ * @typedef {{cache: string, key: string, build: string, buildHeader: string, bytesHeader: string,
+ *            format: string, formatHeader: string, pagesHeader: string, pageSize: number}} StoreTarget
+ * The Cache Storage entry the loader reads on later views: one per relay root (key), tagged with the build and
+ * the layout (format) of its body, which the loader's reader and this writer share.
  */
 
 /**
- * Store a gzip copy of the started Python for later views, unless this build's copy is there already; another
- * build's entry under the same key is replaced. Returns what was stored, or null (kept, or no storage: an
- * insecure context, storage blocked or full; the loader then starts Python as usual).
+ * Which pages of `bytes` hold anything but zeros, as ascending runs [first, last] of page indexes (pages of
+ * `pageSize` bytes, the last one possibly short). Scanned in 32-bit words where the bytes are aligned.
+ * @param {Uint8Array} bytes
+ * @param {number} pageSize a multiple of 4
+ * @returns {Array<[number, number]>}
+ */
+function keptPages(bytes, pageSize) {
+  const words = bytes.byteOffset % 4 === 0 ? new Uint32Array(bytes.buffer, bytes.byteOffset, bytes.length >> 2) : null;
+  const runs = [];
+  const pages = Math.ceil(bytes.length / pageSize);
+  for (let p = 0; p < pages; p++) {
+    const start = p * pageSize, end = Math.min(start + pageSize, bytes.length);
+    let i = start;
+    let zero = true;
+    if (words) {
+      const wEnd = end >> 2;
+      for (let w = start >> 2; w < wEnd; w++) if (words[w] !== 0) { zero = false; break; }
+      i = wEnd << 2;
+    }
+    for (; zero && i < end; i++) if (bytes[i] !== 0) zero = false;
+    if (zero) continue;
+    const last = runs[runs.length - 1];
+    if (last && last[1] === p - 1) last[1] = p; else runs.push([p, p]);
+  }
+  return runs;
+}
+
+/**
+ * Store the started Python for later views, unless this build's copy is there already; another build's (or
+ * another format's) entry under the same key is replaced. The body is the snapshot without its all-zero pages,
+ * uncompressed (reading it back is a copy, not an inflate): the kept pages in order, listed in the pages header
+ * as ascending runs of page indexes ("0-3,7,9-480"); the bytes header is the snapshot's full length. Returns what
+ * was stored, or null (kept, or no storage: an insecure context, storage blocked or full; the loader then starts
+ * Python as usual).
  * @param {object} py the started Pyodide (made with _makeSnapshot)
  * @param {StoreTarget} s
- * @returns {Promise<{bytes: number, compressed: number, ms: number}|null>}
+ * @returns {Promise<{bytes: number, stored: number, pages: number, ms: number}|null>}
  */
 async function store(py, s) {
   try {
-    if (typeof caches === "undefined" || typeof CompressionStream === "undefined") return null;
+    if (typeof caches === "undefined") return null;
     const t = performance.now();
     const cache = await caches.open(s.cache);
     const old = await cache.match(s.key);
-    if (old && old.headers.get(s.buildHeader) === s.build) return null;
+    if (old && old.headers.get(s.buildHeader) === s.build && old.headers.get(s.formatHeader) === s.format) return null;
     // The hand-over's bytes went to the page: the same state again, from a Python that has run nothing since.
     const snapshot = py.makeMemorySnapshot();
-    // Fed as views of it, in slices (a Blob of it would be one more copy of the heap).
-    const chunks = new ReadableStream({
-      start(c) {
-        for (let i = 0; i < snapshot.length; i += 1 << 20) c.enqueue(snapshot.subarray(i, i + (1 << 20)));
-        c.close();
-      },
-    });
-    const gz = await new Response(chunks.pipeThrough(new CompressionStream("gzip"))).blob();
-    const headers = { "content-type": "application/gzip", "content-length": String(gz.size) };
+    const runs = keptPages(snapshot, s.pageSize);
+    // One view per run of kept pages; the Blob copies them once.
+    const body = new Blob(runs.map(([a, b]) => snapshot.subarray(a * s.pageSize, Math.min((b + 1) * s.pageSize, snapshot.length))));
+    const headers = { "content-type": "application/octet-stream", "content-length": String(body.size) };
     headers[s.buildHeader] = s.build;
+    headers[s.formatHeader] = s.format;
     headers[s.bytesHeader] = String(snapshot.length);
-    await cache.put(s.key, new Response(gz, { headers }));
-    return { bytes: snapshot.length, compressed: gz.size, ms: performance.now() - t };
+    headers[s.pagesHeader] = runs.map(([a, b]) => (a === b ? String(a) : a + "-" + b)).join(",");
+    await cache.put(s.key, new Response(body, { headers }));
+    const pages = runs.reduce((n, [a, b]) => n + b - a + 1, 0);
+    return { bytes: snapshot.length, stored: body.size, pages, ms: performance.now() - t };
   } catch (e) {
     return null;
   }

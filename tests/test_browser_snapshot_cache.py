@@ -1,9 +1,10 @@
 """The stored snapshot: a tab's later page views restore the worker's started Python instead of starting it.
 
 A tab's first start runs the pre-warm worker, which hands the page a memory snapshot of its Python and keeps a
-gzip copy in the page origin's Cache Storage (one entry per relay root, tagged with the build). A later page view
-of the tab, which would otherwise start Python on the page, restores that copy. A stale, corrupt or refused
-entry means the usual start, and the entry goes; ``snapshotCache: false`` stores and reads nothing.
+copy in the page origin's Cache Storage (one entry per relay root, tagged with the build and the body's format:
+the snapshot's pages that are not all zeros, uncompressed, listed in a header). A later page view of the tab,
+which would otherwise start Python on the page, rebuilds and restores that copy. A stale, old-format, corrupt or
+refused entry means the usual start, and the entry goes; ``snapshotCache: false`` stores and reads nothing.
 """
 
 from __future__ import annotations
@@ -19,21 +20,24 @@ TOGGLE = "#autopilot-toggle-host >> button.toggle"
 ANSWERS = "#autopilot-bar-host >> .messages > .message.assistant"
 MARKS = "() => performance.getEntriesByType('mark').map(m => m.name)"
 CACHE, KEY_NAME = "autopilot-snapshot", "snapshot"
+PAGE, FORMAT = 65536, "zero-pages-elided-65536"
 
 # A page function whose name must never reach the stored snapshot (page code runs after it is made).
 PAGE_FN = "zq_page_fn_" + secrets.token_hex(4)
 
-# The entry the page's origin holds for the relay: [build header, bytes header, compressed size] or null.
+# The entry the page's origin holds for the relay: its headers and the size of its body, or null.
 ENTRY = """async (key) => {
   const r = await (await caches.open('autopilot-snapshot')).match(key);
   if (!r) return null;
-  return [r.headers.get('x-autopilot-build'), r.headers.get('x-autopilot-bytes'), (await r.arrayBuffer()).byteLength];
+  const h = (name) => r.headers.get('x-autopilot-' + name);
+  return {build: h('build'), format: h('format'), bytes: h('bytes'), pages: h('pages'),
+          size: (await r.arrayBuffer()).byteLength};
 }"""
 
-# The stored snapshot, decompressed, searched for each of the given strings (as UTF-8): which ones it holds.
+# The stored body (all of what is on disk) searched for each of the given strings (as UTF-8): which ones it holds.
 FOUND_IN_ENTRY = """async ([key, needles]) => {
   const r = await (await caches.open('autopilot-snapshot')).match(key);
-  const bytes = new Uint8Array(await new Response(r.body.pipeThrough(new DecompressionStream('gzip'))).arrayBuffer());
+  const bytes = new Uint8Array(await r.arrayBuffer());
   const found = [];
   for (const n of needles) {
     const nb = new TextEncoder().encode(n);
@@ -48,23 +52,39 @@ FOUND_IN_ENTRY = """async ([key, needles]) => {
 # The snapshot bytes Pyodide's kept options still hold after the start (null: none).
 RETAINED = "async () => (await window.Autopilot.pyodide._api.config._loadSnapshot) || null"
 
-# Replace the entry with given bytes (gzip-compressed first when asked), tagged as the current build.
+# Replace the entry with a bad one, tagged with the given build. Made from the worker's entry (kept aside in
+# another cache on first use): 'truncated' (the body cut short), 'long' (the page list without its last run: the
+# body holds more), 'bad-list' (the runs out of order), 'old-format' (the body gzip-compressed, no format header:
+# an older loader's entry). 'refused': well-formed (pages 1 and 4 of 4 pages and 128 bytes, the last one short)
+# of bytes Python's restore refuses (no snapshot header).
 PUT_ENTRY = """async ([key, build, kind]) => {
-  let body, size;
-  if (kind === 'not-gzip') { body = new Uint8Array(4096).fill(7); size = 31457408; }
-  else if (kind === 'truncated') {
-    const old = await (await caches.open('autopilot-snapshot')).match(key);
+  const cache = await caches.open('autopilot-snapshot');
+  const aside = await caches.open('autopilot-snapshot-test-original');
+  const headers = {'x-autopilot-build': build, 'x-autopilot-format': '%(format)s'};
+  let body;
+  if (kind === 'refused') {
+    body = new Uint8Array(%(page)d + 128).fill(3);
+    headers['x-autopilot-bytes'] = String(4 * %(page)d + 128);
+    headers['x-autopilot-pages'] = '1,4';
+  } else {
+    if (!(await aside.match(key))) await aside.put(key, await cache.match(key));
+    const old = await aside.match(key);
     const whole = new Uint8Array(await old.arrayBuffer());
-    body = whole.slice(0, whole.length >> 1); size = Number(old.headers.get('x-autopilot-bytes'));
-  } else { // gzip of bytes Python's restore refuses (no snapshot header), the right length
-    const raw = new Uint8Array(1 << 20).fill(3);
-    const gz = new Blob([raw]).stream().pipeThrough(new CompressionStream('gzip'));
-    body = new Uint8Array(await new Response(gz).arrayBuffer());
-    size = raw.length;
+    headers['x-autopilot-bytes'] = old.headers.get('x-autopilot-bytes');
+    const pages = old.headers.get('x-autopilot-pages');
+    headers['x-autopilot-pages'] = pages;
+    body = whole;
+    if (kind === 'truncated') body = whole.slice(0, whole.length >> 1);
+    else if (kind === 'long') headers['x-autopilot-pages'] = pages.split(',').slice(0, -1).join(',');
+    else if (kind === 'bad-list') headers['x-autopilot-pages'] = pages.split(',').reverse().join(',');
+    else if (kind === 'old-format') {
+      delete headers['x-autopilot-format'];
+      delete headers['x-autopilot-pages'];
+      body = new Uint8Array(await new Response(new Blob([whole]).stream().pipeThrough(new CompressionStream('gzip'))).arrayBuffer());
+    }
   }
-  await (await caches.open('autopilot-snapshot')).put(key, new Response(body,
-    {headers: {'x-autopilot-build': build, 'x-autopilot-bytes': String(size)}}));
-}"""
+  await cache.put(key, new Response(body, {headers}));
+}""" % {"page": PAGE, "format": FORMAT}
 
 
 def site_page(page_server: Any, relay: Any, n: int, attrs: str = "") -> str:
@@ -113,8 +133,17 @@ async def test_a_later_view_restores_the_stored_snapshot(browser: Any, relay_ser
         await wait_mark(page, "autopilot:snapshot-stored")
         stored = await page.evaluate("performance.getEntriesByName('autopilot:snapshot-stored')[0].detail")
         entry = await page.evaluate(ENTRY, key)
-        assert entry == [build, str(stored["bytes"]), stored["compressed"]]
-        assert stored["compressed"] < stored["bytes"] / 3
+        assert entry["build"] == build and entry["format"] == FORMAT
+        assert entry["bytes"] == str(stored["bytes"]) and entry["size"] == stored["stored"]
+        # The body is the kept pages: as many as the list names (the snapshot's last page may be short), fewer
+        # than the snapshot's pages (a started heap is mostly zeros).
+        kept = [range(int(a), int((b or a)) + 1) for a, _, b in (r.partition("-") for r in entry["pages"].split(","))]
+        listed = [p for run in kept for p in run]
+        assert listed == sorted(set(listed)) and len(listed) == stored["pages"]
+        last = -(-stored["bytes"] // PAGE) - 1
+        short = stored["bytes"] - last * PAGE
+        assert stored["stored"] == len(listed) * PAGE - (PAGE - short if last in listed else 0)
+        assert stored["stored"] < stored["bytes"] * 0.75
         # (Pyodide keeps its options: the restored bytes, the size of the heap, are not kept with them.)
         assert await page.evaluate(RETAINED) is None
         conv_id = await py_eval(page, "from widget import get_client\nget_client().conversation['id']")
@@ -126,7 +155,7 @@ async def test_a_later_view_restores_the_stored_snapshot(browser: Any, relay_ser
         assert "autopilot:prewarmed" not in marks and "autopilot:snapshot-cache-dropped" not in marks
         read = await page.evaluate("performance.getEntriesByName('autopilot:snapshot-cache')[0].detail")
         assert await page.evaluate(RETAINED) is None
-        assert read["bytes"] == stored["bytes"] and read["compressed"] == stored["compressed"]
+        assert read["bytes"] == stored["bytes"] and read["stored"] == stored["stored"]
         assert await py_eval(page, f"from widget import get_client\nget_client().registry.get('{PAGE_FN}') is not None")
         assert await py_eval(page, "from widget import get_client\nget_client().conversation['id']") == conv_id
         sent.append(await a_turn_answers(page))
@@ -164,7 +193,7 @@ async def test_a_stale_builds_entry_is_dropped_then_replaced(browser: Any, relay
         other = await ctx.new_page()
         await other.goto(url)
         await wait_mark(other, "autopilot:snapshot-stored")
-        assert (await other.evaluate(ENTRY, key))[0] == build
+        assert (await other.evaluate(ENTRY, key))["build"] == build
         assert await other.evaluate("caches.open('autopilot-snapshot').then(c => c.keys()).then(k => k.length)") == 1
     finally:
         await ctx.close()
@@ -179,14 +208,16 @@ async def test_a_corrupt_entry_falls_back_to_a_normal_start_and_is_removed(
     ctx, page, log = await open_page(browser, urls[0])
     try:
         await wait_mark(page, "autopilot:snapshot-stored")
-        # Cut short (gzip's own check), not gzip, and a valid gzip of bytes Python's restore refuses.
-        for kind, read in (("truncated", False), ("not-gzip", False), ("refused", True)):
+        # Bodies that do not match their page list, an entry in the old gzip format (this build's, but another
+        # layout), and well-formed bytes Python's restore refuses.
+        for kind, why in (("truncated", "unreadable"), ("long", "unreadable"), ("bad-list", "unreadable"),
+                          ("old-format", "another format"), ("refused", "restore failed")):
             await page.evaluate(PUT_ENTRY, [key, build, kind])
             marks = await later_view(page, urls[1])
             assert "autopilot:snapshot-cache-dropped" in marks, kind
-            assert ("autopilot:snapshot-cache" in marks) is read, kind
+            assert ("autopilot:snapshot-cache" in marks) is (why == "restore failed"), kind
             reason = await page.evaluate("performance.getEntriesByName('autopilot:snapshot-cache-dropped')[0].detail")
-            assert reason["reason"].startswith("restore failed" if read else "unreadable"), (kind, reason)
+            assert reason["reason"].startswith(why), (kind, reason)
             assert await page.evaluate(ENTRY, key) is None, kind
             assert await py_eval(page, "from widget import get_client\nget_client().connection_state") == "connected"
         await a_turn_answers(page)
