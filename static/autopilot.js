@@ -212,12 +212,6 @@
     } catch (e) { /* storage blocked: every view is a first view */ }
     return false;
   }
-  // The page is quiet after its start: joined, and no turn of the reader's under way (the first one has finished,
-  // or none began within QUIET_MS of joining). The pre-warm worker stores its snapshot copy then: compressing it
-  // is ~0.5 s of a core, and during the first question and answer it slowed them (docs/performance.md).
-  const QUIET_MS = 2000;
-  let quietResolve;
-  const pageQuiet = new Promise((resolve) => { quietResolve = resolve; });
   // Autopilot.ready: settles once per start. A failed start rejects it (it stays rejected); a Retry starts
   // again with a new promise, which resolves (or rejects) like the first.
   let readyResolve, readyReject;
@@ -453,18 +447,17 @@
         cache: NAME, key: KEY, build: BUILD_ID, buildHeader: BUILD, bytesHeader: BYTES,
         format: FORMAT, formatHeader: FORMAT_HEADER, pagesHeader: PAGES, pageSize: PAGE,
       } : null),
-      // Let the worker store its copy: at once while the page is not starting Python, else once the page is quiet
-      // (see QUIET_MS; or a while after, when it never is), so that compressing competes neither with the page's
-      // start nor with the reader's first answer; stop it once stored (or given up), within a bound. A worker that
-      // stores nothing is stopped at once.
+      // Let the worker store its copy: at once while the page is not starting Python, else once it has joined (or
+      // a while after, when it does not), so that storing does not compete with the page's own start; stop it
+      // once stored (or given up), within a bound. A worker that stores nothing is stopped at once.
       release(worker, target) {
         if (released.has(worker)) return;
         released.add(worker);
         if (!target) { worker.terminate(); return; }
-        let end = null, gone = false;
+        let end = null, observer = null;
         const go = () => {
-          if (gone) return;
-          gone = true;
+          if (observer) observer.disconnect();
+          observer = null;
           end = setTimeout(() => worker.terminate(), 30000);
           worker.postMessage("store");
         };
@@ -475,8 +468,13 @@
           if (ev.data.stored) mark("autopilot:snapshot-stored", ev.data.stored);
         });
         if (phase !== "booting") { go(); return; }
-        const later = setTimeout(go, 30000); // a start that never joins, or a first turn that does not end
-        pageQuiet.then(() => { clearTimeout(later); go(); });
+        const later = setTimeout(go, 10000);
+        try {
+          observer = new PerformanceObserver((list) => {
+            if (list.getEntriesByName("autopilot:joined").length) { clearTimeout(later); go(); }
+          });
+          observer.observe({ type: "mark" });
+        } catch (e) { /* no observer: the timer */ }
       },
       // Whether this build's snapshot is stored (null: not, or no storage): {bytes}, a promise of it rebuilt.
       // Known as soon as the entry is found, so that Python's files are fetched and its module loaded while the
@@ -808,18 +806,16 @@
     // A turn or call in progress when the reader navigates: the next page view starts at once to show it.
     let turnOpen = false; // a turn started (or a call or question came) in this view and has not finished
     ["completion.started", "functionCall", "askUserRequired"].forEach((e) => api.on(e, () => {
-      turnOpen = true; // (the quiet timer below then waits for the turn's end)
+      turnOpen = true;
       tabFlag(BUSY_KEY, true);
     }));
-    let quietTimer = null;
-    api.on("completion.finished", () => { turnOpen = false; tabFlag(BUSY_KEY, false); quietResolve(); });
+    api.on("completion.finished", () => { turnOpen = false; tabFlag(BUSY_KEY, false); });
     // A turn that ended on the relay while no page of this tab was there (the reader left mid-turn) never clears
     // the marker above: once joined, a conversation the relay reports idle (or failed: nothing runs, nothing
     // waits for a call or an answer) clears it, unless this view saw a turn begin since.
     api.on("ready", (p) => {
       const status = p && p.conversation && p.conversation.status;
       if (!turnOpen && (status === "idle" || status === "failed")) tabFlag(BUSY_KEY, false);
-      if (!turnOpen && quietTimer === null) quietTimer = setTimeout(() => { if (!turnOpen) quietResolve(); }, QUIET_MS);
     });
     readyResolve(api);
     window.dispatchEvent(new CustomEvent("autopilot:ready", { detail: api }));
