@@ -377,6 +377,7 @@
   const snapshotCache = (() => {
     const NAME = "autopilot-snapshot";
     const KEY = new URL("snapshot", new URL("./", scriptUrl)).href; // per relay root, whatever the build
+    const WASM_KEY = new URL("snapshot-wasm", new URL("./", scriptUrl)).href; // Pyodide's wasm, decompressed
     const BUILD = "x-autopilot-build", BYTES = "x-autopilot-bytes", PAGES = "x-autopilot-pages";
     // The body's layout, named in its own header: the build id does not cover this loader, so an entry written
     // in another layout (an older gzip entry has no such header) is dropped like another build's. The body is the
@@ -390,7 +391,8 @@
     function forget(why) {
       if (why) { mark("autopilot:snapshot-cache-dropped", { reason: why }); console.debug("[autopilot] stored snapshot dropped: " + why); }
       try { // (caches.open would make the cache where there is none)
-        caches.has(NAME).then((there) => there && caches.open(NAME).then((c) => c.delete(KEY))).catch(() => {});
+        caches.has(NAME).then((there) => there && caches.open(NAME).then((c) => Promise.all([c.delete(KEY), c.delete(WASM_KEY)])))
+          .catch(() => {});
       } catch (e) { /* blocked */ }
     }
     // The page list, checked against the full length: the byte ranges of the kept runs ([[start, end], ...]) and
@@ -446,6 +448,7 @@
       target: () => (enabled() ? {
         cache: NAME, key: KEY, build: BUILD_ID, buildHeader: BUILD, bytesHeader: BYTES,
         format: FORMAT, formatHeader: FORMAT_HEADER, pagesHeader: PAGES, pageSize: PAGE,
+        wasmKey: WASM_KEY, wasmUrl: root + "pyodide/pyodide.asm.wasm",
       } : null),
       // Let the worker store its copy: at once while the page is not starting Python, else once it has joined (or
       // a while after, when it does not), so that storing does not compete with the page's own start; stop it
@@ -503,7 +506,23 @@
           }
         })();
         bytes.catch(() => {});
-        return { bytes };
+        // Pyodide's wasm, stored decompressed beside it (null: not there, or another build's).
+        const wasm = caches.match(WASM_KEY, { cacheName: NAME })
+          .then((r) => (r && r.headers.get(BUILD) === BUILD_ID ? r : null), () => null);
+        return { bytes, wasm };
+      },
+      // Pyodide's instantiateStreaming answered with the stored wasm (a Response); when that fails, the entry goes
+      // and Pyodide's own response (the HTTP cache's) is used instead.
+      instantiateStored(realStreaming, stored, source, imports) {
+        return realStreaming(stored, imports).then((result) => {
+          Promise.resolve(source).then((r) => { if (r && r.body) r.body.cancel(); }).catch(() => {});
+          mark("autopilot:wasm-cache");
+          return result;
+        }, (e) => {
+          mark("autopilot:snapshot-cache-dropped", { reason: "stored wasm unusable (" + (e && e.message) + ")" });
+          caches.open(NAME).then((c) => c.delete(WASM_KEY)).catch(() => {});
+          return realStreaming(source, imports);
+        });
       },
       // loadPyodide restoring the stored snapshot; when that throws, the entry goes and Python starts as usual.
       async restore(pyodideMod, options) {
@@ -685,6 +704,14 @@
             WebAssembly.instantiateStreaming = realStreaming;
             Promise.resolve(source).then((r) => { if (r && r.body) r.body.cancel(); }).catch(() => {});
             return WebAssembly.instantiate(compiled, imports).then((instance) => ({ instance, module: compiled }));
+          };
+        }
+        // A later view with the stored snapshot: the stored wasm too, if there (no brotli to decode again).
+        const storedWasm = cached && !compiled ? await cached.wasm : null;
+        if (storedWasm) {
+          WebAssembly.instantiateStreaming = (source, imports) => {
+            WebAssembly.instantiateStreaming = realStreaming;
+            return snapshotCache.instantiateStored(realStreaming, storedWasm, source, imports);
           };
         }
         try {

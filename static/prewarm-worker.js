@@ -84,9 +84,11 @@ export async function warm(p) {
 
 /**
  * @typedef {{cache: string, key: string, build: string, buildHeader: string, bytesHeader: string,
- *            format: string, formatHeader: string, pagesHeader: string, pageSize: number}} StoreTarget
- * The Cache Storage entry the loader reads on later views: one per relay root (key), tagged with the build and
- * the layout (format) of its body, which the loader's reader and this writer share.
+ *            format: string, formatHeader: string, pagesHeader: string, pageSize: number,
+ *            wasmKey: string, wasmUrl: string}} StoreTarget
+ * The Cache Storage entries the loader reads on later views: one per relay root (key), tagged with the build and
+ * the layout (format) of its body, which the loader's reader and this writer share; beside it (wasmKey) Pyodide's
+ * wasm as it is, not compressed, tagged with the build.
  */
 
 /**
@@ -133,6 +135,7 @@ async function store(py, s) {
     if (typeof caches === "undefined") return null;
     const t = performance.now();
     const cache = await caches.open(s.cache);
+    const wasm = await storeWasm(cache, s);
     const old = await cache.match(s.key);
     if (old && old.headers.get(s.buildHeader) === s.build && old.headers.get(s.formatHeader) === s.format) return null;
     // The hand-over's bytes went to the page: the same state again, from a Python that has run nothing since.
@@ -147,8 +150,29 @@ async function store(py, s) {
     headers[s.pagesHeader] = runs.map(([a, b]) => (a === b ? String(a) : a + "-" + b)).join(",");
     await cache.put(s.key, new Response(body, { headers }));
     const pages = runs.reduce((n, [a, b]) => n + b - a + 1, 0);
-    return { bytes: snapshot.length, stored: body.size, pages, ms: performance.now() - t };
+    return { bytes: snapshot.length, stored: body.size, pages, wasm, ms: performance.now() - t };
   } catch (e) {
     return null;
   }
+}
+
+/**
+ * Keep Pyodide's wasm for later views, decompressed, unless this build's copy is there: a later view reading it
+ * from the HTTP cache decodes its ~9.6 MB from brotli again before it can instantiate it, which was most of the
+ * wait between finding the stored snapshot and restoring it (docs/performance.md). The bytes come from the HTTP
+ * cache (the start just fetched them). Returns the bytes stored, 0 when kept.
+ * @param {Cache} cache
+ * @param {StoreTarget} s
+ * @returns {Promise<number>}
+ */
+async function storeWasm(cache, s) {
+  const old = await cache.match(s.wasmKey);
+  if (old && old.headers.get(s.buildHeader) === s.build) return 0;
+  const response = await fetch(s.wasmUrl, { credentials: "same-origin" });
+  if (!response.ok) throw new Error("wasm: HTTP " + response.status);
+  const bytes = await response.arrayBuffer();
+  const headers = { "content-type": "application/wasm", "content-length": String(bytes.byteLength) };
+  headers[s.buildHeader] = s.build;
+  await cache.put(s.wasmKey, new Response(bytes, { headers }));
+  return bytes.byteLength;
 }

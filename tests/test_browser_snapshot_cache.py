@@ -14,7 +14,7 @@ import secrets
 from typing import Any
 
 from conftest import require_build
-from support import open_page, py_eval, wait_mark
+from support import DIST, open_page, py_eval, wait_mark
 
 TOGGLE = "#autopilot-toggle-host >> button.toggle"
 ANSWERS = "#autopilot-bar-host >> .messages > .message.assistant"
@@ -80,7 +80,8 @@ PUT_ENTRY = """async ([key, build, kind]) => {
     else if (kind === 'old-format') {
       delete headers['x-autopilot-format'];
       delete headers['x-autopilot-pages'];
-      body = new Uint8Array(await new Response(new Blob([whole]).stream().pipeThrough(new CompressionStream('gzip'))).arrayBuffer());
+      const gz = new Blob([whole]).stream().pipeThrough(new CompressionStream('gzip'));
+      body = new Uint8Array(await new Response(gz).arrayBuffer());
     }
   }
   await cache.put(key, new Response(body, {headers}));
@@ -100,6 +101,18 @@ def site_page(page_server: Any, relay: Any, n: int, attrs: str = "") -> str:
 def plain_page(page_server: Any) -> str:
     """A page of the same origin without the widget (to prepare its Cache Storage)."""
     return page_server.add("/__snapcache__/plain.html", "<!doctype html><title>plain</title><p>plain</p>")
+
+
+# The stored wasm: [build header, content type, byte length] or null.
+WASM_ENTRY = """async (key) => {
+  const r = await (await caches.open('autopilot-snapshot')).match(key);
+  if (!r) return null;
+  return [r.headers.get('x-autopilot-build'), r.headers.get('content-type'), (await r.arrayBuffer()).byteLength];
+}"""
+
+
+def wasm_key(relay: Any) -> str:
+    return f"{relay.url}/widget/snapshot-wasm"
 
 
 def entry_key(relay: Any) -> str:
@@ -137,13 +150,17 @@ async def test_a_later_view_restores_the_stored_snapshot(browser: Any, relay_ser
         assert entry["bytes"] == str(stored["bytes"]) and entry["size"] == stored["stored"]
         # The body is the kept pages: as many as the list names (the snapshot's last page may be short), fewer
         # than the snapshot's pages (a started heap is mostly zeros).
-        kept = [range(int(a), int((b or a)) + 1) for a, _, b in (r.partition("-") for r in entry["pages"].split(","))]
+        kept = [range(int(a), int(b or a) + 1) for a, _, b in (r.partition("-") for r in entry["pages"].split(","))]
         listed = [p for run in kept for p in run]
         assert listed == sorted(set(listed)) and len(listed) == stored["pages"]
         last = -(-stored["bytes"] // PAGE) - 1
         short = stored["bytes"] - last * PAGE
         assert stored["stored"] == len(listed) * PAGE - (PAGE - short if last in listed else 0)
         assert stored["stored"] < stored["bytes"] * 0.75
+        # Beside it, Pyodide's wasm as served, decompressed, for the later views to instantiate without decoding.
+        wasm_size = (DIST / build / "pyodide" / "pyodide.asm.wasm").stat().st_size
+        assert await page.evaluate(WASM_ENTRY, wasm_key(relay_server)) == [build, "application/wasm", wasm_size]
+        assert stored["wasm"] == wasm_size
         # (Pyodide keeps its options: the restored bytes, the size of the heap, are not kept with them.)
         assert await page.evaluate(RETAINED) is None
         conv_id = await py_eval(page, "from widget import get_client\nget_client().conversation['id']")
@@ -151,7 +168,7 @@ async def test_a_later_view_restores_the_stored_snapshot(browser: Any, relay_ser
 
         # A later view: no worker, the stored snapshot restored, the widget works.
         marks = await later_view(page, urls[1])
-        assert "autopilot:snapshot-cache" in marks
+        assert "autopilot:snapshot-cache" in marks and "autopilot:wasm-cache" in marks
         assert "autopilot:prewarmed" not in marks and "autopilot:snapshot-cache-dropped" not in marks
         read = await page.evaluate("performance.getEntriesByName('autopilot:snapshot-cache')[0].detail")
         assert await page.evaluate(RETAINED) is None
@@ -194,7 +211,7 @@ async def test_a_stale_builds_entry_is_dropped_then_replaced(browser: Any, relay
         await other.goto(url)
         await wait_mark(other, "autopilot:snapshot-stored")
         assert (await other.evaluate(ENTRY, key))["build"] == build
-        assert await other.evaluate("caches.open('autopilot-snapshot').then(c => c.keys()).then(k => k.length)") == 1
+        assert await other.evaluate("caches.open('autopilot-snapshot').then(c => c.keys()).then(k => k.length)") == 2
     finally:
         await ctx.close()
 
@@ -220,6 +237,35 @@ async def test_a_corrupt_entry_falls_back_to_a_normal_start_and_is_removed(
             assert reason["reason"].startswith(why), (kind, reason)
             assert await page.evaluate(ENTRY, key) is None, kind
             assert await py_eval(page, "from widget import get_client\nget_client().connection_state") == "connected"
+        await a_turn_answers(page)
+        assert log.page_errors == []
+    finally:
+        await ctx.close()
+
+
+async def test_a_corrupt_stored_wasm_falls_back_to_the_http_cache_and_is_removed(
+    browser: Any, relay_server: Any, page_server: Any
+) -> None:
+    """A stored wasm that does not compile (cut short): the later view instantiates Pyodide's own response
+    instead, still restores the stored snapshot, and the wasm entry goes."""
+    build = require_build()
+    urls = [site_page(page_server, relay_server, n) for n in (1, 2)]
+    key = wasm_key(relay_server)
+    ctx, page, log = await open_page(browser, urls[0])
+    try:
+        await wait_mark(page, "autopilot:snapshot-stored")
+        await page.evaluate("""async ([key, build]) => {
+          const c = await caches.open('autopilot-snapshot');
+          const whole = new Uint8Array(await (await c.match(key)).arrayBuffer());
+          await c.put(key, new Response(whole.slice(0, whole.length >> 1),
+            {headers: {'content-type': 'application/wasm', 'x-autopilot-build': build}}));
+        }""", [key, build])
+        marks = await later_view(page, urls[1])
+        assert "autopilot:snapshot-cache" in marks and "autopilot:wasm-cache" not in marks
+        reason = await page.evaluate("performance.getEntriesByName('autopilot:snapshot-cache-dropped')[0].detail")
+        assert reason["reason"].startswith("stored wasm unusable"), reason
+        await page.wait_for_function("k => caches.open('autopilot-snapshot').then(c => c.match(k)).then(r => !r)",
+                                     arg=key)
         await a_turn_answers(page)
         assert log.page_errors == []
     finally:
@@ -258,5 +304,6 @@ async def test_the_setting_off_stores_and_reads_nothing(browser: Any, relay_serv
         assert "autopilot:snapshot-cache" not in marks and "autopilot:snapshot-cache-dropped" not in marks
         await other.wait_for_function("k => caches.open('autopilot-snapshot').then(c => c.match(k)).then(r => !r)",
                                       arg=key)
+        assert await other.evaluate(WASM_ENTRY, wasm_key(relay_server)) is None
     finally:
         await ctx.close()
