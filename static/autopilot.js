@@ -373,7 +373,8 @@
   // main-thread task than Python's start. What is stored is Python's heap right after importing the widget,
   // before any page code, configuration or conversation (docs/security.md). Anything wrong (no Cache Storage,
   // storage blocked or full, a missing, stale, other-format or corrupt entry, a restore that throws) means
-  // today's start, and a bad entry is removed.
+  // today's start, and a bad entry is removed. Beside it, Pyodide's wasm decompressed (WASM_KEY), which such a
+  // later view instantiates instead of decoding the HTTP cache's brotli copy again.
   const snapshotCache = (() => {
     const NAME = "autopilot-snapshot";
     const KEY = new URL("snapshot", new URL("./", scriptUrl)).href; // per relay root, whatever the build
@@ -448,7 +449,7 @@
       target: () => (enabled() ? {
         cache: NAME, key: KEY, build: BUILD_ID, buildHeader: BUILD, bytesHeader: BYTES,
         format: FORMAT, formatHeader: FORMAT_HEADER, pagesHeader: PAGES, pageSize: PAGE,
-        wasmKey: WASM_KEY, wasmUrl: root + "pyodide/pyodide.asm.wasm",
+        wasmKey: WASM_KEY,
       } : null),
       // Let the worker store its copy: at once while the page is not starting Python, else once it has joined (or
       // a while after, when it does not), so that storing does not compete with the page's own start; stop it
@@ -479,7 +480,8 @@
           observer.observe({ type: "mark" });
         } catch (e) { /* no observer: the timer */ }
       },
-      // Whether this build's snapshot is stored (null: not, or no storage): {bytes}, a promise of it rebuilt.
+      // Whether this build's snapshot is stored (null: not, or no storage): {bytes, wasm}, promises of it rebuilt
+      // and of the stored wasm's Response (null: none of this build).
       // Known as soon as the entry is found, so that Python's files are fetched and its module loaded while the
       // bytes are read (loadPyodide awaits them only before instantiating).
       async read() {

@@ -87,6 +87,9 @@ function wire(s, url, path, settle) {
 /** Open the socket; resolves on the first connect, rejects on the first connect error. A socket the loader
  * opened early to this url and path (preconnect) is taken over instead, once it is connected. */
 export async function connect(url, path, handler) {
+  // The conversation was read by now: an early answer left unused must not answer a later request (a "new
+  // chat" creating a conversation would get the first one back).
+  earlyAnswers.clear();
   const early = earlySocket;
   earlySocket = null;
   close();
@@ -121,20 +124,22 @@ export async function connect(url, path, handler) {
 // While Python starts, the loader reads the conversation (creating it on a first visit) and opens the socket
 // with the two functions below; Python's first requests and connect() are then answered by what is here
 // instead of waiting for the network. Each early answer is used at most once, only if it succeeded and is
-// fresh, and only by the same request (method, URL and body): anything else goes to the network as before.
+// fresh, only by the same request (method, URL and body) and only before Python's connect(): anything else goes
+// to the network as before.
 const EARLY_MAX_AGE_MS = 10000; // an older answer (its join token, say) is not handed over
-const early = new Map(); // "METHOD url body" -> {at, answer: Promise<[status, text]>}
+const earlyAnswers = new Map(); // "METHOD url body" -> {at, answer: Promise<[status, text]>}
 let earlySocket = null; // {url, path, s, ready: Promise<boolean>, queued, expiry}
 
 const earlyKey = (method, url, bodyJson) => method + " " + url + " " + (bodyJson == null ? "" : bodyJson);
 
 /** Send a request now for Python to use later (see request); resolves to [status, bodyText] as request does. */
 export function prefetch(method, url, bodyJson) {
+  const key = earlyKey(method, url, bodyJson);
   const answer = httpRequest(method, url, bodyJson);
   const entry = { at: performance.now(), answer };
-  early.set(earlyKey(method, url, bodyJson), entry);
+  earlyAnswers.set(key, entry);
   answer.catch(() => {});
-  setTimeout(() => { if (early.get(earlyKey(method, url, bodyJson)) === entry) early.delete(earlyKey(method, url, bodyJson)); }, EARLY_MAX_AGE_MS);
+  setTimeout(() => { if (earlyAnswers.get(key) === entry) earlyAnswers.delete(key); }, EARLY_MAX_AGE_MS);
   return answer;
 }
 
@@ -216,9 +221,9 @@ export function close() {
  * from there when it succeeded within the age limit. */
 export async function request(method, url, bodyJson) {
   const key = earlyKey(method, url, bodyJson);
-  const entry = early.get(key);
+  const entry = earlyAnswers.get(key);
   if (entry) {
-    early.delete(key);
+    earlyAnswers.delete(key);
     try {
       const answer = await entry.answer;
       if (answer[0] >= 200 && answer[0] < 300 && performance.now() - entry.at < EARLY_MAX_AGE_MS) return answer;

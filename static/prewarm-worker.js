@@ -41,14 +41,22 @@ export async function warm(p) {
     const options = { ...p.options };
     if (p.snapshotUrl) options._loadSnapshot = fetch(p.snapshotUrl).then((r) => r.arrayBuffer());
     let compiled = null;
+    let wasmBytes = null; // a copy of the wasm's body for the store (no second fetch, no second decode)
     if (p.handOff) {
       // Keep the compiled module Pyodide makes, to hand it over with the snapshot.
       options._makeSnapshot = true;
       const streaming = WebAssembly.instantiateStreaming;
-      WebAssembly.instantiateStreaming = (...args) => streaming.apply(WebAssembly, args).then((r) => {
-        compiled = r.module;
-        return r;
-      });
+      WebAssembly.instantiateStreaming = (source, imports) => {
+        const teed = p.store ? Promise.resolve(source).then((r) => {
+          wasmBytes = r.clone().arrayBuffer();
+          wasmBytes.catch(() => {});
+          return r;
+        }) : source;
+        return streaming.call(WebAssembly, teed, imports).then((r) => {
+          compiled = r.module;
+          return r;
+        });
+      };
     }
     const bundle = p.bundleUrl ? fetch(p.bundleUrl).then((r) => r.arrayBuffer()) : null;
     const { loadPyodide } = await import(p.pyodideUrl);
@@ -72,7 +80,7 @@ export async function warm(p) {
       postMessage({ snapshot, module: compiled, steps }, [snapshot.buffer]);
       if (go) {
         await go;
-        postMessage({ stored: await store(py, p.store) });
+        postMessage({ stored: await store(py, p.store, wasmBytes) });
       }
     } else {
       postMessage({});
@@ -85,7 +93,7 @@ export async function warm(p) {
 /**
  * @typedef {{cache: string, key: string, build: string, buildHeader: string, bytesHeader: string,
  *            format: string, formatHeader: string, pagesHeader: string, pageSize: number,
- *            wasmKey: string, wasmUrl: string}} StoreTarget
+ *            wasmKey: string}} StoreTarget
  * The Cache Storage entries the loader reads on later views: one per relay root (key), tagged with the build and
  * the layout (format) of its body, which the loader's reader and this writer share; beside it (wasmKey) Pyodide's
  * wasm as it is, not compressed, tagged with the build.
@@ -130,12 +138,12 @@ function keptPages(bytes, pageSize) {
  * @param {StoreTarget} s
  * @returns {Promise<{bytes: number, stored: number, pages: number, ms: number}|null>}
  */
-async function store(py, s) {
+async function store(py, s, wasmBytes) {
   try {
     if (typeof caches === "undefined") return null;
     const t = performance.now();
     const cache = await caches.open(s.cache);
-    const wasm = await storeWasm(cache, s);
+    const wasm = await storeWasm(cache, s, wasmBytes);
     const old = await cache.match(s.key);
     if (old && old.headers.get(s.buildHeader) === s.build && old.headers.get(s.formatHeader) === s.format) return null;
     // The hand-over's bytes went to the page: the same state again, from a Python that has run nothing since.
@@ -159,18 +167,17 @@ async function store(py, s) {
 /**
  * Keep Pyodide's wasm for later views, decompressed, unless this build's copy is there: a later view reading it
  * from the HTTP cache decodes its ~9.6 MB from brotli again before it can instantiate it, which was most of the
- * wait between finding the stored snapshot and restoring it (docs/performance.md). The bytes come from the HTTP
- * cache (the start just fetched them). Returns the bytes stored, 0 when kept.
+ * wait between finding the stored snapshot and restoring it (docs/performance.md). The bytes are a copy of the
+ * body this worker's start compiled. Returns the bytes stored, 0 when kept or there is no copy.
  * @param {Cache} cache
  * @param {StoreTarget} s
+ * @param {Promise<ArrayBuffer>|null} wasmBytes
  * @returns {Promise<number>}
  */
-async function storeWasm(cache, s) {
+async function storeWasm(cache, s, wasmBytes) {
   const old = await cache.match(s.wasmKey);
-  if (old && old.headers.get(s.buildHeader) === s.build) return 0;
-  const response = await fetch(s.wasmUrl, { credentials: "same-origin" });
-  if (!response.ok) throw new Error("wasm: HTTP " + response.status);
-  const bytes = await response.arrayBuffer();
+  if (!wasmBytes || (old && old.headers.get(s.buildHeader) === s.build)) return 0;
+  const bytes = await wasmBytes;
   const headers = { "content-type": "application/wasm", "content-length": String(bytes.byteLength) };
   headers[s.buildHeader] = s.build;
   await cache.put(s.wasmKey, new Response(bytes, { headers }));

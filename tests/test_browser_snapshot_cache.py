@@ -216,15 +216,26 @@ async def test_a_stale_builds_entry_is_dropped_then_replaced(browser: Any, relay
         await ctx.close()
 
 
+async def first_view_stored(browser: Any, relay_server: Any, page_server: Any) -> tuple[str, list[str], Any]:
+    """A tab's first view of a two-page site, joined, once the worker stored its copies: the build, the two
+    pages' URLs and (context, page, log)."""
+    build = require_build()
+    urls = [site_page(page_server, relay_server, n) for n in (1, 2)]
+    opened = await open_page(browser, urls[0])
+    try:
+        await wait_mark(opened[1], "autopilot:snapshot-stored")
+    except BaseException:
+        await opened[0].close()
+        raise
+    return build, urls, opened
+
+
 async def test_a_corrupt_entry_falls_back_to_a_normal_start_and_is_removed(
     browser: Any, relay_server: Any, page_server: Any
 ) -> None:
-    build = require_build()
-    urls = [site_page(page_server, relay_server, n) for n in (1, 2)]
+    build, urls, (ctx, page, log) = await first_view_stored(browser, relay_server, page_server)
     key = entry_key(relay_server)
-    ctx, page, log = await open_page(browser, urls[0])
     try:
-        await wait_mark(page, "autopilot:snapshot-stored")
         # Bodies that do not match their page list, an entry in the old gzip format (this build's, but another
         # layout), and well-formed bytes Python's restore refuses.
         for kind, why in (("truncated", "unreadable"), ("long", "unreadable"), ("bad-list", "unreadable"),
@@ -248,12 +259,9 @@ async def test_a_corrupt_stored_wasm_falls_back_to_the_http_cache_and_is_removed
 ) -> None:
     """A stored wasm that does not compile (cut short): the later view instantiates Pyodide's own response
     instead, still restores the stored snapshot, and the wasm entry goes."""
-    build = require_build()
-    urls = [site_page(page_server, relay_server, n) for n in (1, 2)]
+    build, urls, (ctx, page, log) = await first_view_stored(browser, relay_server, page_server)
     key = wasm_key(relay_server)
-    ctx, page, log = await open_page(browser, urls[0])
     try:
-        await wait_mark(page, "autopilot:snapshot-stored")
         await page.evaluate("""async ([key, build]) => {
           const c = await caches.open('autopilot-snapshot');
           const whole = new Uint8Array(await (await c.match(key)).arrayBuffer());
