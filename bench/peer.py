@@ -42,6 +42,10 @@ N runs each:
   headers of every request of the page and its workers, as served, every origin; WebSocket frames not included), JS
   heap after a forced GC (CDP ``Runtime.getHeapUsage``, the page's isolate), and wasm memory (the Pyodide heap:
   ``HEAP8.buffer.byteLength``) for ours and bare.
+- each target's timeline (medians, ms from navigation start): every ``autopilot:`` mark of the visit (the loader's
+  and the client's, and the pre-warm worker's steps, ``worker-*``, which the loader marks on the page's clock) and
+  the bench's own moments in brackets: ``(click)``, ``(editable)``, ``(sent)``, ``(reply)``. Where the reply's time
+  goes, visit by visit.
 
 Variants of ours (``--targets``): ``ours-noprewarm`` / ``ours-prewarm`` / ``ours-prewarm-basic`` set
 ``window.AutopilotConfig.prewarm`` to false / true / "basic" (default: a worker pre-warms the wasm code on a
