@@ -365,6 +365,11 @@
     ch.port2.postMessage(null);
   });
 
+  // The body of a response (or a promise of one) that is answered otherwise: not read any further.
+  const dropBody = (source) => {
+    Promise.resolve(source).then((r) => { if (r && r.body) r.body.cancel(); }).catch(() => {});
+  };
+
   // ---- the stored snapshot: later page views restore the worker's started Python ------------------------
   // A tab's first start hands the page a memory snapshot of the worker's Python (see prewarm). The worker also
   // keeps a copy in this origin's Cache Storage, one entry per relay root, tagged with the build it belongs to and
@@ -517,7 +522,7 @@
       // and Pyodide's own response (the HTTP cache's) is used instead.
       instantiateStored(realStreaming, stored, source, imports) {
         return realStreaming(stored, imports).then((result) => {
-          Promise.resolve(source).then((r) => { if (r && r.body) r.body.cancel(); }).catch(() => {});
+          dropBody(source);
           mark("autopilot:wasm-cache");
           return result;
         }, (e) => {
@@ -700,20 +705,19 @@
         // decoded and looked up again (Pyodide has no option for a module: its one instantiateStreaming call is
         // answered, then the original is put back).
         const compiled = handedOver && warm.takeModule();
-        const realStreaming = WebAssembly.instantiateStreaming;
-        if (compiled) {
-          WebAssembly.instantiateStreaming = (source, imports) => {
-            WebAssembly.instantiateStreaming = realStreaming;
-            Promise.resolve(source).then((r) => { if (r && r.body) r.body.cancel(); }).catch(() => {});
-            return WebAssembly.instantiate(compiled, imports).then((instance) => ({ instance, module: compiled }));
-          };
-        }
         // A later view with the stored snapshot: the stored wasm too, if there (no brotli to decode again).
-        const storedWasm = cached && !compiled ? await cached.wasm : null;
-        if (storedWasm) {
+        const storedWasm = cached ? await cached.wasm : null;
+        const realStreaming = WebAssembly.instantiateStreaming;
+        const answer = compiled
+          ? (source, imports) => {
+            dropBody(source);
+            return WebAssembly.instantiate(compiled, imports).then((instance) => ({ instance, module: compiled }));
+          }
+          : storedWasm && ((source, imports) => snapshotCache.instantiateStored(realStreaming, storedWasm, source, imports));
+        if (answer) {
           WebAssembly.instantiateStreaming = (source, imports) => {
             WebAssembly.instantiateStreaming = realStreaming;
-            return snapshotCache.instantiateStored(realStreaming, storedWasm, source, imports);
+            return answer(source, imports);
           };
         }
         try {

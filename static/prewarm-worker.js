@@ -10,9 +10,9 @@
  * the regex engine...), except in mode "basic", which stops after the start-up. With the hand-over (the loader's
  * default, and mode "handoff") it then posts the page a memory snapshot of its started Python and its compiled
  * module (see autopilot.js); otherwise only {} to say the code is compiled. After the hand-over it keeps a copy
- * of that snapshot (without its all-zero pages) in the page origin's Cache Storage for the tab's later page views (p.store, unless the
- * loader's snapshotCache setting is off) once the page posts "store", then posts {stored: {...} | null}; the loader
- * stops it then.
+ * of that snapshot (without its all-zero pages) and of Pyodide's wasm in the page origin's Cache Storage for the
+ * tab's later page views (p.store, unless the loader's snapshotCache setting is off) once the page posts "store",
+ * then posts {stored: {...} | null}; the loader stops it then.
  */
 
 // What the page's boot and first answer run in Python; failures do not matter here (the page reports them).
@@ -74,8 +74,8 @@ export async function warm(p) {
     if (p.handOff) {
       const snapshot = py.makeMemorySnapshot();
       step("snapshot");
-      // The page says when to store: once it is quiet, so that copying the heap does not compete with its
-      // restore, boot and first answer for the machine's cores.
+      // The page says when to store: once it has joined, so that copying the heap does not compete with its
+      // restore and boot for the machine's cores.
       const go = p.store ? new Promise((resolve) => addEventListener("message", (ev) => { if (ev.data === "store") resolve(); })) : null;
       postMessage({ snapshot, module: compiled, steps }, [snapshot.buffer]);
       if (go) {
@@ -136,7 +136,8 @@ function keptPages(bytes, pageSize) {
  * Python as usual).
  * @param {object} py the started Pyodide (made with _makeSnapshot)
  * @param {StoreTarget} s
- * @returns {Promise<{bytes: number, stored: number, pages: number, ms: number}|null>}
+ * @param {Promise<ArrayBuffer>|null} wasmBytes a copy of the wasm's body (see storeWasm)
+ * @returns {Promise<{bytes: number, stored: number, pages: number, wasm: number, ms: number}|null>}
  */
 async function store(py, s, wasmBytes) {
   try {
