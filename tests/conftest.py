@@ -17,7 +17,7 @@ import json
 import os
 import re
 import sys
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Generator, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -27,6 +27,7 @@ import pytest_asyncio
 
 sys.path.insert(0, str(Path(__file__).parent))
 
+import crash_report
 from protocol_traffic import checked_traffic  # noqa: F401 - autouse: the relay tests' traffic meets the schemas
 from support import (
     CHROMIUM,
@@ -82,13 +83,25 @@ def require_build() -> str:
 
 
 @pytest_asyncio.fixture(scope="session")
-async def browser() -> AsyncIterator[Any]:
+async def browser(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Any]:
     """Debian's Chromium under Playwright, once per session."""
     from playwright.async_api import async_playwright
 
     if not os.path.exists(CHROMIUM):  # noqa: ASYNC240 - one stat, before anything runs
         pytest.fail(f"{CHROMIUM} is missing: install Debian's chromium (bash dev test does it)")
-    pw = await async_playwright().start()
+    # Chromium's stderr goes to a file, for the report of a renderer crash (tests/crash_report.py): the driver
+    # reads DEBUG and DEBUG_FILE when it starts; nothing else in the session sees them.
+    crash_report.log_path = tmp_path_factory.getbasetemp() / "chromium-stderr.log"
+    saved = {k: os.environ.get(k) for k in ("DEBUG", "DEBUG_FILE")}
+    os.environ.update(DEBUG="pw:browser", DEBUG_FILE=str(crash_report.log_path))
+    try:
+        pw = await async_playwright().start()
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
     b = await pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
     yield b
     await b.close()
@@ -179,3 +192,30 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             continue
         tier = _tier_of_file(Path(str(item.path)))
         item.add_marker(getattr(pytest.mark, tier or ("fuzz" if _is_property_test(item) else "unit")))
+
+
+_crashes: list[tuple[str, str, list[str]]] = []
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Generator[None, Any, None]:
+    """A renderer crash's report carries the machine's memory facts and Chromium's last stderr lines."""
+    outcome = yield
+    report = outcome.get_result()
+    if not report.failed or not any(m in report.longreprtext for m in crash_report.CRASH_MARKS):
+        return
+    facts = crash_report.machine_facts()
+    log = crash_report.kernel_kills() + crash_report.browser_log_tail()
+    _crashes.append((report.nodeid, facts, log))
+    report.sections.append(("renderer crash", facts + "\n" + "\n".join(log)))
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    """Renderer crashes again at the end, where a truncated CI log still shows them."""
+    if not _crashes:
+        return
+    terminalreporter.section("renderer crashes")
+    for nodeid, facts, log in _crashes:
+        terminalreporter.line(f"{nodeid}: {facts}")
+        for line in log[-6:]:
+            terminalreporter.line("    " + line)
