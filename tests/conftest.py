@@ -92,16 +92,10 @@ async def browser(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Any
     # Chromium's stderr goes to a file, for the report of a renderer crash (tests/crash_report.py): the driver
     # reads DEBUG and DEBUG_FILE when it starts; nothing else in the session sees them.
     crash_report.log_path = tmp_path_factory.getbasetemp() / "chromium-stderr.log"
-    saved = {k: os.environ.get(k) for k in ("DEBUG", "DEBUG_FILE")}
-    os.environ.update(DEBUG="pw:browser", DEBUG_FILE=str(crash_report.log_path))
-    try:
+    with pytest.MonkeyPatch.context() as env:
+        env.setenv("DEBUG", "pw:browser")
+        env.setenv("DEBUG_FILE", str(crash_report.log_path))
         pw = await async_playwright().start()
-    finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
     b = await pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
     yield b
     await b.close()

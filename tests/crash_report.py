@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import subprocess
 from pathlib import Path
 
 # How Playwright words a renderer crash, by the call that was waiting (a navigation sees a detached frame).
@@ -37,16 +38,20 @@ def _mb(value: str | int | None) -> str:
     return "none" if n >= 1 << 60 else f"{n / 1048576:.0f} MB"
 
 
+def _keyed(path: Path) -> dict[str, str]:
+    """A cgroup file of "key value" lines (memory.oom_control, memory.events) as a dict."""
+    return dict(line.split(maxsplit=1) for line in (_read(path) or "").splitlines() if " " in line)
+
+
 def _cgroup_dirs() -> dict[str, Path]:
     """This process's cgroup folder per controller ("" for the unified v2 hierarchy)."""
+    base = Path("/sys/fs/cgroup")
+    unified = base / "unified" if (base / "unified").is_dir() else base  # v2 beside v1, or alone
     out: dict[str, Path] = {}
     for line in (_read("/proc/self/cgroup") or "").splitlines():
         _, controllers, rel = line.split(":", 2)
         for c in controllers.split(",") if controllers else [""]:
-            root = Path("/sys/fs/cgroup") / (c if c else "")
-            if c == "" and (Path("/sys/fs/cgroup") / "unified").is_dir():
-                root = Path("/sys/fs/cgroup/unified")
-            out[c] = root / rel.lstrip("/")
+            out[c] = (base / c if c else unified) / rel.lstrip("/")
     return out
 
 
@@ -71,21 +76,21 @@ def machine_facts() -> str:
     info = {}
     for line in (_read("/proc/meminfo") or "").splitlines():
         key, _, rest = line.partition(":")
-        info[key] = int(rest.split()[0]) * 1024 if rest.split() else 0
+        info[key] = int(rest.split()[0]) * 1024 if rest.strip() else 0  # "1234 kB"
     parts = [f"memory available {_mb(info.get('MemAvailable'))} of {_mb(info.get('MemTotal'))}, "
              f"committed {_mb(info.get('Committed_AS'))} (limit {_mb(info.get('CommitLimit'))}, "
              f"overcommit mode {_read('/proc/sys/vm/overcommit_memory')}), swap free {_mb(info.get('SwapFree'))}"]
     dirs = _cgroup_dirs()
     mem = dirs.get("memory")
     if mem is not None and (mem / "memory.limit_in_bytes").exists():
-        oom = dict(line.split() for line in (_read(mem / "memory.oom_control") or "").splitlines() if " " in line)
+        oom = _keyed(mem / "memory.oom_control").get("oom_kill", "?")
         parts.append(f"cgroup v1 memory limit {_mb(_read(mem / 'memory.limit_in_bytes'))}, "
-                     f"peak {_mb(_read(mem / 'memory.max_usage_in_bytes'))}, oom_kill {oom.get('oom_kill', '?')}")
+                     f"peak {_mb(_read(mem / 'memory.max_usage_in_bytes'))}, oom_kill {oom}")
     v2 = dirs.get("")
     if v2 is not None and (v2 / "memory.max").exists():
-        events = dict(line.split() for line in (_read(v2 / "memory.events") or "").splitlines() if " " in line)
+        oom = _keyed(v2 / "memory.events").get("oom_kill", "?")
         parts.append(f"cgroup memory.max {_mb(_read(v2 / 'memory.max'))}, current {_mb(_read(v2 / 'memory.current'))}, "
-                     f"oom_kill {events.get('oom_kill', '?')}")
+                     f"oom_kill {oom}")
     for ctl in ("pids", ""):
         d = dirs.get(ctl)
         if d is not None and (d / "pids.max").exists():
@@ -104,8 +109,6 @@ def machine_facts() -> str:
 
 def kernel_kills(lines: int = 2) -> list[str]:
     """The kernel's last OOM-killer lines (dmesg), when this user may read them."""
-    import subprocess
-
     try:
         text = subprocess.run(["dmesg"], capture_output=True, text=True, timeout=5).stdout
     except (OSError, subprocess.SubprocessError):
