@@ -215,9 +215,11 @@ def tree(samples: list[Sample], start: float, wall_ms: float, min_ms: float) -> 
     return lines
 
 
-async def one_visit(pw: Any, site: str, interval_us: int, whole: bool = False) -> dict[str, Any]:
-    """One cold visit where the reader hovers the toggle once the widget is prepared; its trace, analysed. With
-    ``whole`` the trace starts before the navigation (as bench/jank.py's do), else at the hover."""
+async def one_visit(pw: Any, site: str, interval_us: int, whole: bool = False, early: bool = False) -> dict[str, Any]:
+    """One cold visit where the reader hovers the toggle once the widget is prepared (``early``: as soon as the
+    toggle shows, while the worker is still starting Python); its trace, analysed. With ``whole`` (implied by
+    ``early``) the trace starts before the navigation (as bench/jank.py's do), else at the hover."""
+    whole = whole or early
     browser = await pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
     try:
         ctx = await browser.new_context()
@@ -239,8 +241,9 @@ async def one_visit(pw: Any, site: str, interval_us: int, whole: bool = False) -
             await start()
         await page.goto(site + "1.html", wait_until="domcontentloaded")
         # (not jank's settled(): under load the worker may take longer than its 4-s "idle" window)
-        await page.wait_for_function("() => performance.getEntriesByName('autopilot:prepared').length > 0",
-                                     timeout=90_000, polling=100)
+        if not early:
+            await page.wait_for_function("() => performance.getEntriesByName('autopilot:prepared').length > 0",
+                                         timeout=90_000, polling=100)
         if not whole:
             await start()
         await page.hover(TOGGLE)
@@ -293,7 +296,7 @@ async def run(args: argparse.Namespace) -> dict[str, list[dict[str, Any]]]:
             for i in range(args.n):  # interleaved, each round in another order
                 order = list(builds)[i % len(builds):] + list(builds)[:i % len(builds)]
                 for label in order:
-                    out[label].append(await one_visit(pw, sites[label], args.interval_us, args.whole))
+                    out[label].append(await one_visit(pw, sites[label], args.interval_us, args.whole, args.early))
     finally:
         for relay in builds.values():
             relay.stop()
@@ -352,6 +355,9 @@ def main() -> None:
     ap.add_argument("--interval-us", type=int, default=200)
     ap.add_argument("--tree", action="store_true", help="also print the call tree of each long task")
     ap.add_argument("--whole", action="store_true", help="trace from the navigation on, not from the hover")
+    ap.add_argument("--early", action="store_true",
+                    help="the reader hovers as soon as the toggle shows, while the worker still starts Python "
+                         "(implies --whole)")
     ap.add_argument("--wall", action="store_true", help="count each sample's whole gap (wall time), not capped")
     args = ap.parse_args()
     if not args.wall:

@@ -531,14 +531,14 @@
           return realStreaming(source, imports);
         });
       },
-      // loadPyodide restoring the stored snapshot; when that throws, the entry goes and Python starts as usual.
-      async restore(pyodideMod, options) {
+      // loadPyodide restoring the stored snapshot (`late`, see lateSnapshot); when that throws, the entry goes and
+      // Python starts as usual (`options`). Resolves with [pyodide, whether it restored].
+      async restore(pyodideMod, options, late) {
         try {
-          return await pyodideMod.loadPyodide(options);
+          return [await pyodideMod.loadPyodide(late), true];
         } catch (e) {
           if (!e || !e.unreadable) forget("restore failed (" + (e && e.message ? e.message : e) + ")");
-          delete options._loadSnapshot;
-          return pyodideMod.loadPyodide(options);
+          return [await pyodideMod.loadPyodide(options), false];
         }
       },
     };
@@ -669,6 +669,36 @@
     return prepared;
   }
 
+  // loadPyodide's options for a later view's restore while the stored snapshot is still being read: Pyodide awaits
+  // the snapshot before it even instantiates its module, so it gets an empty placeholder, and its one seam for the
+  // rest, the module factory, is wrapped: the module is instantiated and linked and its runtime started
+  // (Emscripten's part, ~10 small tasks) meanwhile, then the real bytes are awaited and handed to the restore,
+  // the memory grown to their size first where needed. Bytes that cannot be read reject as their promise does.
+  function lateSnapshot(options, bytesP) {
+    let bytes = bytesP;
+    const late = { ...options, _loadSnapshot: Promise.resolve(new Uint8Array(0)) };
+    late.createPyodideModule = async (settings) => {
+      delete settings.INITIAL_MEMORY; // the placeholder's size (this Pyodide's wasm sets its own memory anyway)
+      const factory = (await import(options.indexURL + "pyodide.asm.mjs")).default;
+      const Module = await factory(settings);
+      performance.mark("autopilot:runtime");
+      const snapshot = await bytes;
+      bytes = null; // (Pyodide keeps its options, this function with them, for the page's life)
+      const restore = Module.API.restoreSnapshot;
+      Module.API.restoreSnapshot = () => {
+        Module.API.restoreSnapshot = restore;
+        // (The memory's image follows the snapshot's header, whose second word is where it starts.)
+        const image = snapshot.length - new DataView(snapshot.buffer, snapshot.byteOffset, 8).getUint32(4, true);
+        if (image > Module.HEAPU8.length && !Module.growMemory(image)) {
+          throw new Error("cannot grow Python's memory to the snapshot's " + image + " bytes");
+        }
+        return restore(snapshot);
+      };
+      return Module;
+    };
+    return late;
+  }
+
   let booting = null;
   function startBoot(isRetry) {
     if (mode !== "pyodide" || phase === "destroyed") return booting;
@@ -695,18 +725,16 @@
           await warm.done;
           performance.mark("autopilot:prewarmed");
           handedOver = warm.takeSnapshot();
-          if (handedOver) { options._loadSnapshot = handedOver; performance.mark("autopilot:handoff"); }
+          if (handedOver) performance.mark("autopilot:handoff");
         }
         const cached = stored && await stored;
-        if (cached) options._loadSnapshot = cached.bytes;
         const pyodideMod = await pyodideModP;
-        let pyodide;
+        // A later view with the stored snapshot: the stored wasm too, if there (no brotli to decode again).
+        const storedWasm = cached ? await cached.wasm : null;
         // The worker's compiled module, handed over with its snapshot: instantiated as it is instead of fetched,
         // decoded and looked up again (Pyodide has no option for a module: its one instantiateStreaming call is
         // answered, then the original is put back).
         const compiled = handedOver && warm.takeModule();
-        // A later view with the stored snapshot: the stored wasm too, if there (no brotli to decode again).
-        const storedWasm = cached ? await cached.wasm : null;
         const realStreaming = WebAssembly.instantiateStreaming;
         const answer = compiled
           ? (source, imports) => {
@@ -720,8 +748,12 @@
             return answer(source, imports);
           };
         }
+        let pyodide, restored = !!handedOver;
         try {
-          pyodide = await (cached ? snapshotCache.restore(pyodideMod, options) : pyodideMod.loadPyodide(options));
+          if (handedOver) pyodide = await pyodideMod.loadPyodide({ ...options, _loadSnapshot: handedOver });
+          // A later view: instantiated and linked while the stored snapshot is still being read.
+          else if (cached) [pyodide, restored] = await snapshotCache.restore(pyodideMod, options, lateSnapshot(options, cached.bytes));
+          else pyodide = await pyodideMod.loadPyodide(options);
         } finally {
           WebAssembly.instantiateStreaming = realStreaming;
           if (warm) warm.stop();
@@ -748,7 +780,7 @@
         // (A restored snapshot has it on sys.path already, and a random seed every visitor of the build or the
         // pre-warm worker shares: reseed.)
         pyodide.runPython("import sys\nif '/lib/autopilot/bundle.zip' not in sys.path: sys.path.insert(0, '/lib/autopilot/bundle.zip')" +
-          (snapshotUrl || handedOver || cached ? "\nimport random\nrandom.seed()" : ""));
+          (snapshotUrl || restored ? "\nimport random\nrandom.seed()" : ""));
         pyodide.registerJsModule("autopilot_bridge", await bridgeP);
         pyodide.registerJsModule("autopilot_sanitize", await sanitizeP);
         stage = "stage_widget";

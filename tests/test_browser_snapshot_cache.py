@@ -166,9 +166,11 @@ async def test_a_later_view_restores_the_stored_snapshot(browser: Any, relay_ser
         conv_id = await py_eval(page, "from widget import get_client\nget_client().conversation['id']")
         sent = [await a_turn_answers(page)]
 
-        # A later view: no worker, the stored snapshot restored, the widget works.
+        # A later view: no worker, the stored snapshot restored (Python's runtime started before the restore, while
+        # the bytes were read), the widget works.
         marks = await later_view(page, urls[1])
         assert "autopilot:snapshot-cache" in marks and "autopilot:wasm-cache" in marks
+        assert marks.index("autopilot:runtime") < marks.index("autopilot:pyodide")
         assert "autopilot:prewarmed" not in marks and "autopilot:snapshot-cache-dropped" not in marks
         read = await page.evaluate("performance.getEntriesByName('autopilot:snapshot-cache')[0].detail")
         assert await page.evaluate(RETAINED) is None
@@ -248,6 +250,42 @@ async def test_a_corrupt_entry_falls_back_to_a_normal_start_and_is_removed(
             assert reason["reason"].startswith(why), (kind, reason)
             assert await page.evaluate(ENTRY, key) is None, kind
             assert await py_eval(page, "from widget import get_client\nget_client().connection_state") == "connected"
+        await a_turn_answers(page)
+        assert log.page_errors == []
+    finally:
+        await ctx.close()
+
+
+# The stored entry's snapshot made `extra` bytes longer: the heap of a Python that had grown its memory (the pages
+# past the original end are zeros, so the body is the same; only the full length changes). Resolves with the
+# original full length.
+GROW_ENTRY = """async ([key, extra]) => {
+  const cache = await caches.open('autopilot-snapshot');
+  const old = await cache.match(key);
+  const headers = {};
+  old.headers.forEach((v, k) => { headers[k] = v; });
+  const bytes = Number(headers['x-autopilot-bytes']);
+  headers['x-autopilot-bytes'] = String(bytes + extra);
+  await cache.put(key, new Response(await old.arrayBuffer(), {headers}));
+  return bytes;
+}"""
+
+MEMORY = "() => window.Autopilot.pyodide._module.HEAPU8.length"
+
+
+async def test_a_snapshot_larger_than_the_initial_memory_grows_it_before_the_restore(
+    browser: Any, relay_server: Any, page_server: Any
+) -> None:
+    """A later view starts Python's runtime while the stored snapshot is read, so its memory has the wasm's initial
+    size; a snapshot of a larger heap gets the memory grown to its size first, and is restored."""
+    _build, urls, (ctx, page, log) = await first_view_stored(browser, relay_server, page_server)
+    try:
+        initial = await page.evaluate(MEMORY)
+        await page.evaluate(GROW_ENTRY, [entry_key(relay_server), 2 * PAGE])
+        marks = await later_view(page, urls[1])
+        assert "autopilot:snapshot-cache" in marks and "autopilot:snapshot-cache-dropped" not in marks
+        assert await page.evaluate(MEMORY) == initial + 2 * PAGE
+        assert await py_eval(page, f"from widget import get_client\nget_client().registry.get('{PAGE_FN}') is not None")
         await a_turn_answers(page)
         assert log.page_errors == []
     finally:
