@@ -684,6 +684,8 @@
       performance.mark("autopilot:runtime");
       const snapshot = await bytes;
       bytes = null; // (Pyodide keeps its options, this function with them, for the page's life)
+      // The restore in a task of its own, not in the one that read the bytes' last part.
+      await yieldToPage();
       const restore = Module.API.restoreSnapshot;
       Module.API.restoreSnapshot = () => {
         Module.API.restoreSnapshot = restore;
