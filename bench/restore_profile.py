@@ -15,6 +15,7 @@ The edit in ``buildtools/patch.py`` that yields between the phases was chosen fr
 (docs/performance.md, "The restore's main-thread tasks").
 
     python bench/restore_profile.py [-n 3] [--dist DIR] [--before-dist DIR] [--interval-us 200] [--tree] [--wall]
+        [--whole] [--early | --later]
 """
 
 from __future__ import annotations
@@ -215,9 +216,12 @@ def tree(samples: list[Sample], start: float, wall_ms: float, min_ms: float) -> 
     return lines
 
 
-async def one_visit(pw: Any, site: str, interval_us: int, whole: bool = False, early: bool = False) -> dict[str, Any]:
+async def one_visit(
+    pw: Any, site: str, interval_us: int, whole: bool = False, early: bool = False, later: bool = False
+) -> dict[str, Any]:
     """One cold visit where the reader hovers the toggle once the widget is prepared (``early``: as soon as the
-    toggle shows, while the worker is still starting Python); its trace, analysed. With ``whole`` (implied by
+    toggle shows, while the worker is still starting Python; ``later``: the site's second page after a first view
+    that stored its snapshot, the reader hovering once it is idle); its trace, analysed. With ``whole`` (implied by
     ``early``) the trace starts before the navigation (as bench/jank.py's do), else at the hover."""
     whole = whole or early
     browser = await pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
@@ -237,11 +241,18 @@ async def one_visit(pw: Any, site: str, interval_us: int, whole: bool = False, e
             await cdp.send("Profiler.enable")
             await cdp.send("Profiler.setSamplingInterval", {"interval": interval_us})
 
+        if later:  # a first view that stores its snapshot, then the traced one
+            await page.goto(site + "1.html", wait_until="domcontentloaded")
+            await page.hover(TOGGLE)
+            await page.wait_for_function("() => performance.getEntriesByName('autopilot:snapshot-stored').length > 0",
+                                         timeout=90_000, polling=100)
         if whole:
             await start()
-        await page.goto(site + "1.html", wait_until="domcontentloaded")
+        await page.goto(site + ("2.html" if later else "1.html"), wait_until="domcontentloaded")
         # (not jank's settled(): under load the worker may take longer than its 4-s "idle" window)
-        if not early:
+        if later:
+            await settled(page, 60)
+        elif not early:
             await page.wait_for_function("() => performance.getEntriesByName('autopilot:prepared').length > 0",
                                          timeout=90_000, polling=100)
         if not whole:
@@ -288,7 +299,8 @@ async def run(args: argparse.Namespace) -> dict[str, list[dict[str, Any]]]:
         builds[" (before)"] = start_relay(work, extra=[*extra, "--dist", args.before_dist])
     sites = {}
     for i, (label, relay) in enumerate(builds.items()):
-        pages.add(f"/site{i}/1.html", host_page(relay.url, "idle", 1, f"/site{i}/"))
+        for n in (1, 2):
+            pages.add(f"/site{i}/{n}.html", host_page(relay.url, "idle", n, f"/site{i}/"))
         sites[label] = f"{pages.origin}/site{i}/"
     out: dict[str, list[dict[str, Any]]] = {label: [] for label in builds}
     try:
@@ -296,7 +308,9 @@ async def run(args: argparse.Namespace) -> dict[str, list[dict[str, Any]]]:
             for i in range(args.n):  # interleaved, each round in another order
                 order = list(builds)[i % len(builds):] + list(builds)[:i % len(builds)]
                 for label in order:
-                    out[label].append(await one_visit(pw, sites[label], args.interval_us, args.whole, args.early))
+                    out[label].append(
+                        await one_visit(pw, sites[label], args.interval_us, args.whole, args.early, args.later)
+                    )
     finally:
         for relay in builds.values():
             relay.stop()
@@ -358,6 +372,8 @@ def main() -> None:
     ap.add_argument("--early", action="store_true",
                     help="the reader hovers as soon as the toggle shows, while the worker still starts Python "
                          "(implies --whole)")
+    ap.add_argument("--later", action="store_true",
+                    help="profile a later view (the site's second page, restoring the stored snapshot) instead")
     ap.add_argument("--wall", action="store_true", help="count each sample's whole gap (wall time), not capped")
     args = ap.parse_args()
     if not args.wall:

@@ -669,11 +669,13 @@
     return prepared;
   }
 
-  // loadPyodide's options for a later view's restore while the stored snapshot is still being read: Pyodide awaits
-  // the snapshot before it even instantiates its module, so it gets an empty placeholder, and its one seam for the
-  // rest, the module factory, is wrapped: the module is instantiated and linked and its runtime started
-  // (Emscripten's part, ~10 small tasks) meanwhile, then the real bytes are awaited and handed to the restore,
-  // the memory grown to their size first where needed. Bytes that cannot be read reject as their promise does.
+  // loadPyodide's options for a restore. Pyodide awaits the snapshot before it even instantiates its module and
+  // then copies it into memory and sets Python up in one task; instead it gets an empty placeholder, and its one
+  // seam for the rest, the module factory, is wrapped: the module is instantiated and linked and its runtime
+  // started (Emscripten's part, ~10 small tasks) while the bytes are still on their way (a later view's stored
+  // snapshot being read), then the bytes are copied into memory in a task of their own (the memory grown to
+  // their size first where needed), and Pyodide's restore is answered with what that copy read, so that Python's
+  // set-up is a task of its own too. Bytes that cannot be read reject as their promise does.
   function lateSnapshot(options, bytesP) {
     let bytes = bytesP;
     const late = { ...options, _loadSnapshot: Promise.resolve(new Uint8Array(0)) };
@@ -684,18 +686,19 @@
       performance.mark("autopilot:runtime");
       const snapshot = await bytes;
       bytes = null; // (Pyodide keeps its options, this function with them, for the page's life)
-      // The restore in a task of its own, not in the one that read the bytes' last part.
       await yieldToPage();
+      // (The memory's image follows the snapshot's header, whose second word is where it starts.)
+      const image = snapshot.length - new DataView(snapshot.buffer, snapshot.byteOffset, 8).getUint32(4, true);
+      if (image > Module.HEAPU8.length && !Module.growMemory(image)) {
+        throw new Error("cannot grow Python's memory to the snapshot's " + image + " bytes");
+      }
       const restore = Module.API.restoreSnapshot;
+      const restored = restore(snapshot);
       Module.API.restoreSnapshot = () => {
         Module.API.restoreSnapshot = restore;
-        // (The memory's image follows the snapshot's header, whose second word is where it starts.)
-        const image = snapshot.length - new DataView(snapshot.buffer, snapshot.byteOffset, 8).getUint32(4, true);
-        if (image > Module.HEAPU8.length && !Module.growMemory(image)) {
-          throw new Error("cannot grow Python's memory to the snapshot's " + image + " bytes");
-        }
-        return restore(snapshot);
+        return restored;
       };
+      await yieldToPage();
       return Module;
     };
     return late;
@@ -752,8 +755,7 @@
         }
         let pyodide, restored = !!handedOver;
         try {
-          if (handedOver) pyodide = await pyodideMod.loadPyodide({ ...options, _loadSnapshot: handedOver });
-          // A later view: instantiated and linked while the stored snapshot is still being read.
+          if (handedOver) pyodide = await pyodideMod.loadPyodide(lateSnapshot(options, Promise.resolve(handedOver)));
           else if (cached) [pyodide, restored] = await snapshotCache.restore(pyodideMod, options, lateSnapshot(options, cached.bytes));
           else pyodide = await pyodideMod.loadPyodide(options);
         } finally {
