@@ -2,7 +2,8 @@
 
 A first page view (fresh context) with the default tag prepares on idle: the pre-warm worker starts Python off
 the main thread and hands the page a memory snapshot. The reader then hovers the toggle, which starts Python on the
-page: the restore. This records a Chrome trace with V8's sampling profiler in it
+page: the restore. (``--early``: the reader hovers as soon as the toggle shows, while the worker still starts
+Python; ``--later``: the site's second page, which restores the snapshot the first view stored.) This records a Chrome trace with V8's sampling profiler in it
 (``disabled-by-default-v8.cpu_profiler``) from the hover until the widget has joined the relay, takes the page's
 main-thread tasks of that stretch and splits each long one into phases by the JavaScript functions on the sampled
 stacks (see :data:`PHASES`). A phase's time is its samples' time (each sample counts to the next one, at most two
@@ -219,9 +220,9 @@ def tree(samples: list[Sample], start: float, wall_ms: float, min_ms: float) -> 
 async def one_visit(
     pw: Any, site: str, interval_us: int, whole: bool = False, early: bool = False, later: bool = False
 ) -> dict[str, Any]:
-    """One cold visit where the reader hovers the toggle once the widget is prepared (``early``: as soon as the
-    toggle shows, while the worker is still starting Python; ``later``: the site's second page after a first view
-    that stored its snapshot, the reader hovering once it is idle); its trace, analysed. With ``whole`` (implied by
+    """One visit in a fresh browser where the reader hovers the toggle once the widget is prepared (``early``: as
+    soon as the toggle shows, while the worker is still starting Python; ``later``: the site's second page after a
+    first view that stored its snapshot, the reader hovering once it is idle); its trace, analysed. With ``whole`` (implied by
     ``early``) the trace starts before the navigation (as bench/jank.py's do), else at the hover."""
     whole = whole or early
     browser = await pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)

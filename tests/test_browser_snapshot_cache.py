@@ -257,17 +257,14 @@ async def test_a_corrupt_entry_falls_back_to_a_normal_start_and_is_removed(
 
 
 # The stored entry's snapshot made `extra` bytes longer: the heap of a Python that had grown its memory (the pages
-# past the original end are zeros, so the body is the same; only the full length changes). Resolves with the
-# original full length.
+# past the original end are zeros, so the body is the same; only the full length changes).
 GROW_ENTRY = """async ([key, extra]) => {
   const cache = await caches.open('autopilot-snapshot');
   const old = await cache.match(key);
   const headers = {};
   old.headers.forEach((v, k) => { headers[k] = v; });
-  const bytes = Number(headers['x-autopilot-bytes']);
-  headers['x-autopilot-bytes'] = String(bytes + extra);
+  headers['x-autopilot-bytes'] = String(Number(headers['x-autopilot-bytes']) + extra);
   await cache.put(key, new Response(await old.arrayBuffer(), {headers}));
-  return bytes;
 }"""
 
 MEMORY = "() => window.Autopilot.pyodide._module.HEAPU8.length"
