@@ -64,13 +64,13 @@ def kind(sample: Sample) -> str:
     return "js:" + named[:24]
 
 
-def windows(samples: list[Sample]) -> list[tuple[int, collections.Counter[str]]]:
-    """Ms per kind in each 100-ms window from the first sample (a sample stands for the time to the next, ≤ 0.4 ms
-    more than the sampling interval, so waiting for a core is not counted as work)."""
+def windows(samples: list[Sample], cap_us: float) -> list[tuple[int, collections.Counter[str]]]:
+    """Ms per kind in each 100-ms window from the first sample. A sample stands for the time to the next one, at most
+    two sampling intervals, so that a thread waiting for a core is not counted as working."""
     out: dict[int, collections.Counter[str]] = collections.defaultdict(collections.Counter)
     t0 = samples[0].ts
     for a, b in zip(samples, samples[1:], strict=False):
-        out[int((a.ts - t0) / 1000 // WINDOW_MS)][kind(a)] += min(b.ts - a.ts, 400) / 1000
+        out[int((a.ts - t0) / 1000 // WINDOW_MS)][kind(a)] += min(b.ts - a.ts, cap_us) / 1000
     return sorted(out.items())
 
 
@@ -134,7 +134,7 @@ async def one_visit(pw: Any, site: str, interval_us: int) -> None:
                     if k.startswith("autopilot:")))
     total: collections.Counter[str] = collections.Counter()
     print(f"worker thread, ms per {WINDOW_MS}-ms window from its first sample ({len(samples)} samples):")
-    for i, counts in windows(samples):
+    for i, counts in windows(samples, 2 * interval_us):
         total.update(counts)
         print(f"  {i * WINDOW_MS:5d}  " + "  ".join(f"{k} {v:.0f}" for k, v in counts.most_common(5) if v >= 1))
     print("  in all: " + ", ".join(f"{k} {v:.0f}" for k, v in total.most_common(8)))
