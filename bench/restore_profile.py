@@ -3,7 +3,8 @@
 A first page view (fresh context) with the default tag prepares on idle: the pre-warm worker starts Python off
 the main thread and hands the page a memory snapshot. The reader then hovers the toggle, which starts Python on the
 page: the restore. (``--early``: the reader hovers as soon as the toggle shows, while the worker still starts
-Python; ``--later``: the site's second page, which restores the snapshot the first view stored.) This records a Chrome trace with V8's sampling profiler in it
+Python; ``--later``: the site's second page, which restores the snapshot the first view stored;
+``--extra-views K``: K later views before the traced one.) This records a Chrome trace with V8's sampling profiler in it
 (``disabled-by-default-v8.cpu_profiler``) from the hover until the widget has joined the relay, takes the page's
 main-thread tasks of that stretch and splits each long one into phases by the JavaScript functions on the sampled
 stacks (see :data:`PHASES`). A phase's time is its samples' time (each sample counts to the next one, at most two
@@ -11,12 +12,16 @@ sampling intervals: ≈ CPU time on a loaded machine; ``--wall``: the whole gap)
 stack, or a stack no phase matches) is printed as such. Each task's own wall and CPU time (``RunTask``'s duration
 and thread time) are exact. Other tasks of 50 ms or more in the window are listed with the trace events in them
 (starting V8's profiler itself costs one such task of ~50 ms of CPU, before the hover; it is not the widget's).
+With ``--wasm`` each visit also says how many wasm functions its main thread compiled lazily (on their first
+call) and for how long, and whether V8 took compiled code from elsewhere: a module still alive in the renderer
+process (``GetNativeModuleFromCache`` without compiling) or its serialized code cache (a deserialization event).
+Tracing each lazy compile slows those tasks: compare their times only with other ``--wasm`` runs.
 
 The edit in ``buildtools/patch.py`` that yields between the phases was chosen from this profile
 (docs/performance.md, "The restore's main-thread tasks").
 
     python bench/restore_profile.py [-n 3] [--dist DIR] [--before-dist DIR] [--interval-us 200] [--tree] [--wall]
-        [--whole] [--early | --later]
+        [--whole] [--wasm] [--early | --later [--extra-views K]]
 """
 
 from __future__ import annotations
@@ -42,6 +47,8 @@ from jank import SETTLE_S, TOGGLE, host_page, settled
 from support import CHROMIUM, CHROMIUM_ARGS, PageServer, start_relay
 
 PROFILE_CATEGORIES = CATEGORIES + ",disabled-by-default-v8.cpu_profiler,blink.user_timing,v8.execute"
+#: V8's wasm compilation events, per function where it compiles lazily.
+WASM_CATEGORIES = "v8.wasm,disabled-by-default-v8.wasm.detailed"
 
 #: Phases of the restore, each recognised by a function on the sampled stack; the innermost match wins, so a phase
 #: nested in another (updateGOT inside receiveInstance) counts as itself. Emscripten's names in pyodide.asm.mjs are
@@ -218,7 +225,8 @@ def tree(samples: list[Sample], start: float, wall_ms: float, min_ms: float) -> 
 
 
 async def one_visit(
-    pw: Any, site: str, interval_us: int, whole: bool = False, early: bool = False, later: bool = False
+    pw: Any, site: str, interval_us: int, whole: bool = False, early: bool = False, later: bool = False,
+    extra_views: int = 0, wasm: bool = False,
 ) -> dict[str, Any]:
     """One visit in a fresh browser where the reader hovers the toggle once the widget is prepared (``early``: as
     soon as the toggle shows, while the worker is still starting Python; ``later``: the site's second page after a
@@ -236,7 +244,8 @@ async def one_visit(
 
         async def start() -> None:
             await cdp.send("Tracing.start", {"traceConfig": {
-                "includedCategories": PROFILE_CATEGORIES.split(","), "enableSampling": True,
+                "includedCategories": (PROFILE_CATEGORIES + ("," + WASM_CATEGORIES if wasm else "")).split(","),
+                "enableSampling": True,
             }, "transferMode": "ReportEvents"})
             # The sampling interval of the trace's profiler follows the Profiler domain's setting.
             await cdp.send("Profiler.enable")
@@ -247,9 +256,15 @@ async def one_visit(
             await page.hover(TOGGLE)
             await page.wait_for_function("() => performance.getEntriesByName('autopilot:snapshot-stored').length > 0",
                                          timeout=90_000, polling=100)
+            for i in range(extra_views):  # later views before the traced one, the site's two pages in turn
+                await page.goto(site + ("2.html" if i % 2 == 0 else "1.html"), wait_until="domcontentloaded")
+                await settled(page, 60)
+                await page.hover(TOGGLE)
+                await settled(page, 60)
+                await asyncio.sleep(SETTLE_S)
         if whole:
             await start()
-        await page.goto(site + ("2.html" if later else "1.html"), wait_until="domcontentloaded")
+        await page.goto(site + ("2.html" if later and extra_views % 2 == 0 else "1.html"), wait_until="domcontentloaded")
         # (not jank's settled(): under load the worker may take longer than its 4-s "idle" window)
         if later:
             await settled(page, 60)
@@ -286,7 +301,17 @@ async def one_visit(
     if not restore:
         raise RuntimeError("no task of the restore found in the trace")
     return {"joined": joined == "joined", "restore": restore, "others": others, "samples": len(samples),
-            "marks": marks, "busy_wall": sum(t[1] for t in every), "busy_cpu": sum(t[2] for t in every)}
+            "marks": marks, "busy_wall": sum(t[1] for t in every), "busy_cpu": sum(t[2] for t in every),
+            "wasm": wasm_code(trace, pid, tid) if wasm else None}
+
+
+def wasm_code(trace: Trace, pid: int, tid: int) -> dict[str, float]:
+    """How the page's main thread got its wasm code: functions compiled lazily there (count, ms), and whether V8
+    took compiled code from elsewhere (a module alive in the process, without compiling; a serialized code cache)."""
+    lazy = [e.get("dur", 0) / 1000 for e in trace.events
+            if e.get("name") == "wasm.CompileLazy" and e.get("pid") == pid and e.get("tid") == tid and e.get("ph") == "X"]
+    names = {e.get("name", "") for e in trace.events if e.get("pid") == pid and "wasm" in (e.get("cat") or "")}
+    return {"lazy": len(lazy), "lazy_ms": sum(lazy), "from_cache": float(any("Deserialize" in n for n in names))}
 
 
 async def run(args: argparse.Namespace) -> dict[str, list[dict[str, Any]]]:
@@ -310,7 +335,8 @@ async def run(args: argparse.Namespace) -> dict[str, list[dict[str, Any]]]:
                 order = list(builds)[i % len(builds):] + list(builds)[:i % len(builds)]
                 for label in order:
                     out[label].append(
-                        await one_visit(pw, sites[label], args.interval_us, args.whole, args.early, args.later)
+                        await one_visit(pw, sites[label], args.interval_us, args.whole, args.early, args.later,
+                                        args.extra_views, args.wasm)
                     )
     finally:
         for relay in builds.values():
@@ -337,6 +363,10 @@ def report(label: str, results: list[dict[str, Any]], args: argparse.Namespace) 
         counts.append(len(tasks_))
         print(f"visit {i + 1}: joined={r['joined']}, {len(tasks_)} tasks run the restore; longest {max(walls):.0f} ms "
               f"wall / {max(cpus):.0f} ms CPU; {r['samples']} samples")
+        w = r["wasm"]
+        if w is not None:
+            print(f"  wasm on the main thread: {w['lazy']:.0f} functions compiled lazily, {w['lazy_ms']:.0f} ms"
+                  + ("; compiled code deserialized from V8's code cache" if w["from_cache"] else ""))
         per: dict[str, float] = defaultdict(float)
         for (_, w, c), sp, lines in tasks_:
             parts = ", ".join(f"{name} {ms:.0f}" for name, ms in sorted(sp.items(), key=lambda kv: -kv[1]) if ms >= 1)
@@ -355,6 +385,9 @@ def report(label: str, results: list[dict[str, Any]], args: argparse.Namespace) 
     print(f"longest restore task: wall {_med(longest_wall)} ms, CPU {_med(longest_cpu)} ms; "
           f"tasks per restore {_med(counts)}; main thread busy over the trace: wall "
           f"{_med([r['busy_wall'] for r in results])} ms, CPU {_med([r['busy_cpu'] for r in results])} ms")
+    if all(r["wasm"] is not None for r in results):
+        print(f"wasm functions compiled lazily on the main thread: {_med([r['wasm']['lazy'] for r in results])}, "
+              f"{_med([r['wasm']['lazy_ms'] for r in results])} ms")
     print("time per phase over the restore's tasks, ms, median (min-max):")
     for name, vals in sorted(totals.items(), key=lambda kv: -statistics.median(kv[1])):
         vals = vals + [0.0] * (len(results) - len(vals))
@@ -375,6 +408,10 @@ def main() -> None:
                          "(implies --whole)")
     ap.add_argument("--later", action="store_true",
                     help="profile a later view (the site's second page, restoring the stored snapshot) instead")
+    ap.add_argument("--wasm", action="store_true",
+                    help="also trace V8's wasm compiles: how many functions the main thread compiled lazily")
+    ap.add_argument("--extra-views", type=int, default=0,
+                    help="with --later: this many later views (the reader starting each) before the traced one")
     ap.add_argument("--wall", action="store_true", help="count each sample's whole gap (wall time), not capped")
     args = ap.parse_args()
     if not args.wall:
