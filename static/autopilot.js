@@ -485,6 +485,15 @@
           observer.observe({ type: "mark" });
         } catch (e) { /* no observer: the timer */ }
       },
+      // Whether this build's snapshot is stored, from its headers only (no body read): false where there is no
+      // storage, or the entry is another build's or format's (left for read() to drop).
+      async peek() {
+        if (!enabled()) return false;
+        try {
+          const response = await caches.match(KEY, { cacheName: NAME });
+          return !!response && response.headers.get(BUILD) === BUILD_ID && response.headers.get(FORMAT_HEADER) === FORMAT;
+        } catch (e) { return false; }
+      },
       // Whether this build's snapshot is stored (null: not, or no storage): {bytes, wasm}, promises of it rebuilt
       // and of the stored wasm's Response (null: none of this build).
       // Known as soon as the entry is found, so that Python's files are fetched and its module loaded while the
@@ -582,9 +591,9 @@
       if (url) URL.revokeObjectURL(url);
       return null;
     }
-    let snapshot = null, module = null, ok = false, settled = false;
+    let snapshot = null, module = null, ok = false, settled = false, abandoned = false, finish = null;
     const done = new Promise((resolve) => {
-      const finish = (ev) => {
+      finish = (ev) => {
         if (settled) return; // (the time-out, after an answer)
         settled = true;
         URL.revokeObjectURL(url);
@@ -609,9 +618,17 @@
     });
     // The snapshot is handed over once: a retried boot starts Python itself.
     return {
-      done,
+      done, handOff,
       ready: () => ok, // it finished (compiled; with the hand-over, a snapshot is waiting)
-      stop: () => snapshotCache.release(worker, params.store),
+      stop: () => { if (!abandoned) snapshotCache.release(worker, params.store); },
+      // Stop a worker that has not finished (its Python is not wanted any more): false if it had.
+      abandon: () => {
+        if (settled) return false;
+        abandoned = true;
+        finish(null);
+        worker.terminate();
+        return true;
+      },
       takeSnapshot: () => { const s = snapshot; snapshot = null; return s; },
       takeModule: () => { const m = module; module = null; return m; },
     };
@@ -649,6 +666,9 @@
     const snapshotUrl = BOOT_FILES.snapshot ? root + BOOT_FILES.snapshot : null;
     const warm = prewarm(options, snapshotUrl);
     if (snapshotUrl) options._loadSnapshot = handled(fetchBytes(snapshotUrl, "snapshot"));
+    // Where an earlier tab stored this build's snapshot (a new tab, a new browser session), a reader who reaches
+    // for the widget before the worker is done gets Python from that copy instead of waiting for the worker.
+    const storedP = warm && warm.handOff ? snapshotCache.peek() : Promise.resolve(false);
     if (warm) {
       // Prepared once in this tab: later page views wait for the reader's intent, and do not run the worker.
       warm.done.then(() => {
@@ -658,7 +678,7 @@
       });
     }
     prepared = {
-      options, snapshotUrl, warm,
+      options, snapshotUrl, warm, storedP,
       bundleP: handled(fetchBytes(root + "bundle.zip", "bundle")),
       bridgeP: handled(import(root + "bridge.mjs")),
       sanitizeP: handled(import(root + "sanitize.mjs")), // the sink sanitizer for rendered answers
@@ -719,12 +739,22 @@
     if (wantOpen) showStatus(L("starting"));
     let stage = "stage_python";
     // What was prepared is used once: a Retry prepares (fetches) again.
-    const { options, snapshotUrl, warm, bundleP, bridgeP, sanitizeP, cssP, pageP, pyodideModP } = prepare();
+    const prep = prepare();
+    const { options, snapshotUrl, storedP, bundleP, bridgeP, sanitizeP, cssP, pageP, pyodideModP } = prep;
+    let warm = prep.warm;
     prepared = null;
-    const stored = !warm && !snapshotUrl ? snapshotCache.read() : null; // a later view: the stored snapshot
     connectEarly(bridgeP);
     booting = (async () => {
       try {
+        // The reader is here before the worker is done, and an earlier tab stored this build's snapshot (a new
+        // tab, a new browser session): restore that copy rather than wait for the worker to start Python (the
+        // first answer more than twice as soon: docs/performance.md). A reader who comes once it is done gets
+        // its hand-over, whose compiled code is already warm in this process.
+        if (warm && !warm.ready() && await storedP && !warm.ready() && warm.abandon()) {
+          performance.mark("autopilot:prewarm-abandoned");
+          warm = null;
+        }
+        const stored = !warm && !snapshotUrl ? snapshotCache.read() : null; // a later view: the stored snapshot
         let handedOver = null;
         if (warm) {
           await warm.done;

@@ -191,6 +191,42 @@ async def test_a_later_view_restores_the_stored_snapshot(browser: Any, relay_ser
         await ctx.close()
 
 
+async def reader_at_once(ctx: Any, url: str) -> list[str]:
+    """A new tab of the context whose reader hovers the toggle as soon as it shows (long before the pre-warm
+    worker can be done), then sends; the boot marks once the answer is there."""
+    page = await ctx.new_page()
+    await page.goto(url, wait_until="commit")
+    await page.hover(TOGGLE, timeout=30_000)
+    await wait_mark(page, "autopilot:joined")
+    await a_turn_answers(page)
+    return await page.evaluate(MARKS)
+
+
+async def test_a_new_tab_whose_reader_is_early_restores_the_stored_snapshot(
+    browser: Any, relay_server: Any, page_server: Any
+) -> None:
+    """A new tab (a tab's first view) runs the worker; a reader there before it is done gets Python from the copy an
+    earlier tab stored, and the worker is stopped. With nothing stored, the same reader waits for the worker."""
+    urls = [site_page(page_server, relay_server, n) for n in (1, 2)]
+    ctx = await browser.new_context()
+    try:
+        marks = await reader_at_once(ctx, urls[0])  # nothing stored yet: the worker's hand-over
+        assert "autopilot:handoff" in marks and "autopilot:prewarm-abandoned" not in marks
+        assert "autopilot:snapshot-cache" not in marks
+        page = ctx.pages[0]
+        await wait_mark(page, "autopilot:snapshot-stored")
+        marks = await reader_at_once(ctx, urls[1])  # a new tab: the stored copy, the worker stopped
+        assert "autopilot:prewarm-abandoned" in marks and "autopilot:snapshot-cache" in marks
+        assert "autopilot:handoff" not in marks and "autopilot:snapshot-cache-dropped" not in marks
+        newer = ctx.pages[1]
+        registered = f"from widget import get_client\nget_client().registry.get('{PAGE_FN}') is not None"
+        assert await py_eval(newer, registered)
+        # Its own later views restore the stored copy as any tab's do.
+        assert "autopilot:snapshot-cache" in await later_view(newer, urls[0])
+    finally:
+        await ctx.close()
+
+
 async def test_a_stale_builds_entry_is_dropped_then_replaced(browser: Any, relay_server: Any, page_server: Any) -> None:
     build = require_build()
     url = site_page(page_server, relay_server, 1)
