@@ -224,6 +224,35 @@ def tree(samples: list[Sample], start: float, wall_ms: float, min_ms: float) -> 
     return lines
 
 
+#: Every performance mark of the page, name → time (ms from the navigation).
+MARKS = "Object.fromEntries(performance.getEntriesByType('mark').map(m => [m.name, m.startTime]))"
+
+
+class ProfiledTrace:
+    """A Chrome trace of one page's browser with V8's sampling profiler in it, started and ended on demand."""
+
+    def __init__(self, cdp: Any, interval_us: int, categories: list[str]) -> None:
+        self.cdp, self.interval_us, self.categories = cdp, interval_us, categories
+        self.trace = Trace()
+        cdp.on("Tracing.dataCollected", lambda p: self.trace.events.extend(p.get("value", [])))
+        cdp.on("Tracing.tracingComplete", lambda p: self.trace.done.set())
+
+    async def start(self) -> None:
+        """Start recording (sampling every ``interval_us``)."""
+        await self.cdp.send("Tracing.start", {"traceConfig": {
+            "includedCategories": self.categories, "enableSampling": True,
+        }, "transferMode": "ReportEvents"})
+        # The sampling interval of the trace's profiler follows the Profiler domain's setting.
+        await self.cdp.send("Profiler.enable")
+        await self.cdp.send("Profiler.setSamplingInterval", {"interval": self.interval_us})
+
+    async def end(self) -> Trace:
+        """Stop recording; the trace once all of it has arrived."""
+        await self.cdp.send("Tracing.end")
+        await asyncio.wait_for(self.trace.done.wait(), 60)
+        return self.trace
+
+
 async def one_visit(
     pw: Any, site: str, interval_us: int, whole: bool = False, early: bool = False, later: bool = False,
     extra_views: int = 0, wasm: bool = False,
@@ -237,19 +266,8 @@ async def one_visit(
     try:
         ctx = await browser.new_context()
         page = await ctx.new_page()
-        cdp = await ctx.new_cdp_session(page)
-        trace = Trace()
-        cdp.on("Tracing.dataCollected", lambda p: trace.events.extend(p.get("value", [])))
-        cdp.on("Tracing.tracingComplete", lambda p: trace.done.set())
-
-        async def start() -> None:
-            await cdp.send("Tracing.start", {"traceConfig": {
-                "includedCategories": (PROFILE_CATEGORIES + ("," + WASM_CATEGORIES if wasm else "")).split(","),
-                "enableSampling": True,
-            }, "transferMode": "ReportEvents"})
-            # The sampling interval of the trace's profiler follows the Profiler domain's setting.
-            await cdp.send("Profiler.enable")
-            await cdp.send("Profiler.setSamplingInterval", {"interval": interval_us})
+        recording = ProfiledTrace(await ctx.new_cdp_session(page), interval_us,
+                                  (PROFILE_CATEGORIES + ("," + WASM_CATEGORIES if wasm else "")).split(","))
 
         if later:  # a first view that stores its snapshot, then the traced one
             await page.goto(site + "1.html", wait_until="domcontentloaded")
@@ -263,7 +281,7 @@ async def one_visit(
                 await settled(page, 60)
                 await asyncio.sleep(SETTLE_S)
         if whole:
-            await start()
+            await recording.start()
         await page.goto(site + ("2.html" if later and extra_views % 2 == 0 else "1.html"), wait_until="domcontentloaded")
         # (not jank's settled(): under load the worker may take longer than its 4-s "idle" window)
         if later:
@@ -272,14 +290,12 @@ async def one_visit(
             await page.wait_for_function("() => performance.getEntriesByName('autopilot:prepared').length > 0",
                                          timeout=90_000, polling=100)
         if not whole:
-            await start()
+            await recording.start()
         await page.hover(TOGGLE)
         joined = await settled(page, 60)
         await asyncio.sleep(SETTLE_S)
-        await cdp.send("Tracing.end")
-        await asyncio.wait_for(trace.done.wait(), 60)
-        marks = await page.evaluate(
-            "Object.fromEntries(performance.getEntriesByType('mark').map(m => [m.name, m.startTime]))")
+        trace = await recording.end()
+        marks = await page.evaluate(MARKS)
     finally:
         await browser.close()
     pid = _page_pid(trace.events, site)

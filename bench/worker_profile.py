@@ -35,10 +35,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from chrome_trace import Trace
 from jank import host_page
-from restore_profile import PROFILE_CATEGORIES, Sample, profiles
+from restore_profile import MARKS, PROFILE_CATEGORIES, WASM_CATEGORIES, ProfiledTrace, Sample, profiles
 from support import CHROMIUM, CHROMIUM_ARGS, PageServer, start_relay
 
-CATEGORIES = PROFILE_CATEGORIES.split(",") + ["v8.wasm", "disabled-by-default-v8.wasm.detailed"]
+CATEGORIES = (PROFILE_CATEGORIES + "," + WASM_CATEGORIES).split(",")
 #: The files a first view's worker fetches (by the end of their URL).
 BOOT_FILES = ("pyodide.mjs", "pyodide.asm.mjs", "pyodide.asm.wasm", "python_stdlib_core.zip", "bundle.zip",
               "prewarm-worker.js")
@@ -105,21 +105,13 @@ async def one_visit(pw: Any, site: str, interval_us: int) -> None:
     browser = await pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
     try:
         page = await (await browser.new_context()).new_page()
-        cdp = await page.context.new_cdp_session(page)
-        trace = Trace()
-        cdp.on("Tracing.dataCollected", lambda p: trace.events.extend(p.get("value", [])))
-        cdp.on("Tracing.tracingComplete", lambda p: trace.done.set())
-        await cdp.send("Tracing.start", {"traceConfig": {"includedCategories": CATEGORIES, "enableSampling": True},
-                                         "transferMode": "ReportEvents"})
-        await cdp.send("Profiler.enable")
-        await cdp.send("Profiler.setSamplingInterval", {"interval": interval_us})
+        recording = ProfiledTrace(await page.context.new_cdp_session(page), interval_us, CATEGORIES)
+        await recording.start()
         await page.goto(site, wait_until="domcontentloaded")
         await page.wait_for_function("() => performance.getEntriesByName('autopilot:prepared').length > 0",
                                      timeout=90_000, polling=100)
-        await cdp.send("Tracing.end")
-        await asyncio.wait_for(trace.done.wait(), 60)
-        marks = await page.evaluate(
-            "Object.fromEntries(performance.getEntriesByType('mark').map(m => [m.name, m.startTime]))")
+        trace = await recording.end()
+        marks = await page.evaluate(MARKS)
     finally:
         await browser.close()
     names = thread_names(trace)
