@@ -3,7 +3,8 @@
 A tab's first start runs the pre-warm worker, which hands the page a memory snapshot of its Python and keeps a
 copy in the page origin's Cache Storage (one entry per relay root, tagged with the build and the body's format:
 the snapshot's pages that are not all zeros, uncompressed, listed in a header). A later page view of the tab,
-which would otherwise start Python on the page, rebuilds and restores that copy. A stale, old-format, corrupt or
+which would otherwise start Python on the page, rebuilds and restores that copy; so does a new tab's first view
+whose reader comes before its own worker is done (the worker is then stopped). A stale, old-format, corrupt or
 refused entry means the usual start, and the entry goes; ``snapshotCache: false`` stores and reads nothing.
 """
 
