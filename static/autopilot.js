@@ -443,6 +443,12 @@
       if (got !== length) throw new Error(got + " bytes stored, the page list says " + length);
       return out;
     }
+    // Why a stored entry cannot be restored by this loader (null: it can): another build's, or another layout's.
+    function staleness(response) {
+      if (response.headers.get(BUILD) !== BUILD_ID) return "another build";
+      if (response.headers.get(FORMAT_HEADER) !== FORMAT) return "another format";
+      return null;
+    }
     function enabled() {
       if (typeof caches === "undefined") return false; // an insecure context has no Cache Storage
       if (config.snapshotCache) return true;
@@ -491,7 +497,7 @@
         if (!enabled()) return false;
         try {
           const response = await caches.match(KEY, { cacheName: NAME });
-          return !!response && response.headers.get(BUILD) === BUILD_ID && response.headers.get(FORMAT_HEADER) === FORMAT;
+          return !!response && !staleness(response);
         } catch (e) { return false; }
       },
       // Whether this build's snapshot is stored (null: not, or no storage): {bytes, wasm}, promises of it rebuilt
@@ -506,8 +512,8 @@
           response = await caches.match(KEY, { cacheName: NAME });
         } catch (e) { return null; } // storage blocked: nothing stored either
         if (!response) return null;
-        if (response.headers.get(BUILD) !== BUILD_ID) { forget("another build"); return null; }
-        if (response.headers.get(FORMAT_HEADER) !== FORMAT) { forget("another format"); return null; }
+        const stale = staleness(response);
+        if (stale) { forget(stale); return null; }
         const bytes = (async () => {
           try {
             const size = Number(response.headers.get(BYTES));
@@ -591,7 +597,7 @@
       if (url) URL.revokeObjectURL(url);
       return null;
     }
-    let snapshot = null, module = null, ok = false, settled = false, abandoned = false, finish = null;
+    let snapshot = null, module = null, ok = false, settled = false, finish = null;
     const done = new Promise((resolve) => {
       finish = (ev) => {
         if (settled) return; // (the time-out, after an answer)
@@ -620,11 +626,10 @@
     return {
       done, handOff,
       ready: () => ok, // it finished (compiled; with the hand-over, a snapshot is waiting)
-      stop: () => { if (!abandoned) snapshotCache.release(worker, params.store); },
+      stop: () => snapshotCache.release(worker, params.store),
       // Stop a worker that has not finished (its Python is not wanted any more): false if it had.
       abandon: () => {
         if (settled) return false;
-        abandoned = true;
         finish(null);
         worker.terminate();
         return true;
@@ -666,9 +671,6 @@
     const snapshotUrl = BOOT_FILES.snapshot ? root + BOOT_FILES.snapshot : null;
     const warm = prewarm(options, snapshotUrl);
     if (snapshotUrl) options._loadSnapshot = handled(fetchBytes(snapshotUrl, "snapshot"));
-    // Where an earlier tab stored this build's snapshot (a new tab, a new browser session), a reader who reaches
-    // for the widget before the worker is done gets Python from that copy instead of waiting for the worker.
-    const storedP = warm && warm.handOff ? snapshotCache.peek() : Promise.resolve(false);
     if (warm) {
       // Prepared once in this tab: later page views wait for the reader's intent, and do not run the worker.
       warm.done.then(() => {
@@ -678,7 +680,7 @@
       });
     }
     prepared = {
-      options, snapshotUrl, warm, storedP,
+      options, snapshotUrl, warm,
       bundleP: handled(fetchBytes(root + "bundle.zip", "bundle")),
       bridgeP: handled(import(root + "bridge.mjs")),
       sanitizeP: handled(import(root + "sanitize.mjs")), // the sink sanitizer for rendered answers
@@ -740,7 +742,7 @@
     let stage = "stage_python";
     // What was prepared is used once: a Retry prepares (fetches) again.
     const prep = prepare();
-    const { options, snapshotUrl, storedP, bundleP, bridgeP, sanitizeP, cssP, pageP, pyodideModP } = prep;
+    const { options, snapshotUrl, bundleP, bridgeP, sanitizeP, cssP, pageP, pyodideModP } = prep;
     let warm = prep.warm;
     prepared = null;
     connectEarly(bridgeP);
@@ -750,7 +752,7 @@
         // tab, a new browser session): restore that copy rather than wait for the worker to start Python (the
         // first answer more than twice as soon: docs/performance.md). A reader who comes once it is done gets
         // its hand-over, whose compiled code is already warm in this process.
-        if (warm && !warm.ready() && await storedP && !warm.ready() && warm.abandon()) {
+        if (warm && warm.handOff && !warm.ready() && await snapshotCache.peek() && warm.abandon()) {
           performance.mark("autopilot:prewarm-abandoned");
           warm = null;
         }
