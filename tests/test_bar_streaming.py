@@ -30,8 +30,13 @@ CAPTURE_SOCKETS = """(() => {
   };
 })();"""
 
-#: Page Python that counts the calls from the bridge into Python (each one json.loads its text once) in ENTRIES.
-COUNT_CALLS = """
+
+def count_calls(marker: str) -> str:
+    """Page Python that counts the bridge's calls into Python carrying ``marker`` in ENTRIES (each call json.loads
+    its text once). Only the test's own events carry the marker: the page's other traffic through the same module
+    (a context patch's acknowledgement, an HTTP answer) may land at any moment on a slow machine and is not a call
+    this count is about."""
+    return f"""
 import widget.transports.browser as tb
 import json as _json
 ENTRIES = []
@@ -39,7 +44,8 @@ class _CountingJson:
     dumps = staticmethod(_json.dumps)
     @staticmethod
     def loads(text):
-        ENTRIES.append(1)
+        if text is not None and {marker!r} in text:
+            ENTRIES.append(1)
         return _json.loads(text)
 tb.json = _CountingJson
 """
@@ -115,7 +121,7 @@ async def test_streamed_events_reach_python_in_batches_in_order(socket_page: Bar
     page = socket_page.page
     await open_bar(page)
     # Count calls into Python from the bridge (each one json.loads its text once) and record every applied event.
-    first = await py(page, COUNT_CALLS + """
+    first = await py(page, count_calls("batch-1") + """
 APPLIED = []
 _inner = client.transport._handler
 def _recording(name, data):
@@ -126,11 +132,11 @@ client.transport.set_handler(_recording)
 client.seq.last_seq + 1""")
     text = "".join(f"Word{i} " for i in range(40)) + "\n\n**done**"
     pieces = [text[i:i + 9] for i in range(0, len(text), 9)]
-    events = [("completion.started", {"turn_id": "t-b", "message_id": "batch-1"})]
+    events = [("completion.started", {"turn_id": "t-batch-1", "message_id": "batch-1"})]
     events += [("completion_stream", {"message_id": "batch-1", "delta": p}) for p in pieces]
     tail = [("completion.ended", {"message": {"id": "batch-1", "role": "assistant", "content": text},
                                   "tool_messages": []}),
-            ("completion.finished", {"turn_id": "t-b", "status": "done"})]
+            ("completion.finished", {"turn_id": "t-batch-1", "status": "done"})]
     all_frames = frames(events + tail, first)
     try:
         # started + the first delta: both reach Python at once (the first words are not delayed).
@@ -154,10 +160,10 @@ client.seq.last_seq + 1""")
 
 async def test_a_slow_stream_goes_event_by_event_and_a_fast_one_in_batches(socket_page: BarPage) -> None:
     page = socket_page.page
-    first = await py(page, COUNT_CALLS + "client.seq.last_seq + 1")
+    first = await py(page, count_calls("batch-2") + "client.seq.last_seq + 1")
     deltas = [("completion_stream", {"message_id": "batch-2", "delta": f"w{i} "}) for i in range(24)]
-    start = [("completion.started", {"turn_id": "t-c", "message_id": "batch-2"})]
-    end = [("completion.finished", {"turn_id": "t-c", "status": "done"})]
+    start = [("completion.started", {"turn_id": "t-batch-2", "message_id": "batch-2"})]
+    end = [("completion.finished", {"turn_id": "t-batch-2", "status": "done"})]
     all_frames = frames(start + deltas + end, first)
     try:
         await page.evaluate(DELIVER, {"frames": all_frames[:1], "gap": 0})
