@@ -24,6 +24,7 @@ from .names import (
     FeedbackRating,
     Kind,
     Role,
+    SourceKind,
     ToolHandler,
     ToolMessageKind,
     TurnErrorCode,
@@ -262,6 +263,22 @@ class UserMessage(TypedDict):
     seq: NotRequired[int]
 
 
+class CitedSource(TypedDict):
+    """One source an answer cites: a docs section or a tool reply, numbered as the answer's markers show it.
+
+    The answer's text cites it as ``[id]`` (for example ``[s1]`` or ``[t2]``); ``n`` is the marker the bar shows,
+    1-based in the order of first citation. ``title`` is "Page › Section" for a docs section and the tool's title
+    for a tool reply; ``url`` (docs only) is the section's URL with its anchor, and a text fragment where the
+    relay found the cited passage.
+    """
+
+    id: str
+    n: int
+    kind: SourceKind
+    title: str
+    url: NotRequired[str]
+
+
 class AssistantMessage(TypedDict):
     """One model round's answer; ``actions`` only in ``completion.ended`` events, never in a GET."""
 
@@ -273,6 +290,8 @@ class AssistantMessage(TypedDict):
     #: Follow-up questions the model suggested (``suggest_followups``), stored with the message: shown under
     #: the last answer as the reader's own words until the reader sends the next message.
     suggestions: NotRequired[list[str]]
+    #: What the answer cites (``[id]`` in ``content``), in marker order; stored and restored with the message.
+    sources: NotRequired[list[CitedSource]]
     created_at: NotRequired[float]
     seq: NotRequired[int]
 

@@ -237,6 +237,15 @@ class WithdrawReason(StrEnum):
 
     RETRY = "retry"
     REGENERATE = "regenerate"
+    #: The app has a docs index and the answer cited nothing: it is replaced by the app's "not in the docs" text.
+    UNCITED = "uncited"
+
+
+class SourceKind(StrEnum):
+    """``kind`` of one of an answer's ``sources``: a documentation section or a tool's reply."""
+
+    DOCS = "docs"
+    TOOL = "tool"
 
 
 class FeedbackRating(StrEnum):
