@@ -53,8 +53,8 @@ def summary(name: str, samples: list[float]) -> None:
 
 
 async def links(n: int, url: str) -> None:
-    from widget.relay.mcp_config import McpServerConfig, finalize_servers
-    from widget.relay.mcp_servers import McpLink
+    from widget.relay.mcp.config import McpServerConfig, finalize_servers
+    from widget.relay.mcp.servers import McpLink
 
     servers = finalize_servers("bench", {
         "stdio": McpServerConfig(command=[sys.executable, SERVER, "stdio"], tools=["add"], startup_timeout_s=60),

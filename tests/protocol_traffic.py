@@ -19,7 +19,7 @@ import aiohttp
 import pytest
 import socketio
 
-from widget.relay import contract as C
+from widget.relay.http import contract as C
 
 #: Test modules whose traffic is checked (relay integration tests and the conformance suite).
 CHECKED_MODULES = {

@@ -23,7 +23,7 @@ import socketio
 from support import stop_process
 
 from widget.relay import AppConfig, ModelConfig, RelayConfig, start_relay
-from widget.relay.model import ModelAdapter, ModelRequest, TextDelta
+from widget.relay.models.base import ModelAdapter, ModelRequest, TextDelta
 
 SECRET = "test-relay-secret-0123456789"
 SHOP_SECRET = "shop-secret-0123456789abcdef"

@@ -20,7 +20,7 @@ from support import PageServer, RelayServer, open_page, start_relay, wait_mark
 from test_bar import BarPage, js_root, open_bar, py, q, send, user_count, wait_turn_done
 from test_bar_a11y import axe_source, violations
 
-from widget.relay.demo_model import DEMO_SUGGESTIONS
+from widget.relay.models.demo import DEMO_SUGGESTIONS
 
 STARTERS = ["What can you do?", "Suggest follow-ups"]
 STARTER_BUTTONS = ".starters > button.starter"

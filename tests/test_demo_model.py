@@ -9,8 +9,8 @@ from typing import Any, AsyncIterator
 import pytest
 
 from widget.protocol import TurnErrorCode
-from widget.relay.demo_model import DemoModel, fill
-from widget.relay.model import Chunk, ModelError, ModelRequest, StreamLimits, TextDelta, ToolCall, guarded
+from widget.relay.models.base import Chunk, ModelError, ModelRequest, StreamLimits, TextDelta, ToolCall, guarded
+from widget.relay.models.demo import DemoModel, fill
 from widget.relay.tools import offer_actions_spec
 
 WEATHER = {"name": "get_weather", "description": "Weather for a city.", "parameters": {

@@ -21,7 +21,7 @@ from widget import AutopilotClient
 from widget import protocol as P
 from widget.env import MemoryEnv
 from widget.relay import start_relay
-from widget.relay.model import ModelAdapter, ModelRequest, TextDelta, ToolCall
+from widget.relay.models.base import ModelAdapter, ModelRequest, TextDelta, ToolCall
 from widget.transports.python_socketio import PythonSocketIOTransport
 
 # Families from the public benchmarks (AgentDojo "important instructions", "ignore previous", fake system

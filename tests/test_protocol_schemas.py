@@ -25,7 +25,7 @@ from relay_helpers import launch
 
 from widget.protocol import messages, names
 from widget.protocol import schemas as S
-from widget.relay import contract as C
+from widget.relay.http import contract as C
 
 ROOT = Path(__file__).resolve().parent.parent
 CHECKED_IN = ROOT / "schemas"
@@ -54,7 +54,7 @@ def asyncapi_meta_schema() -> dict[str, Any]:
 
 
 def test_checked_in_documents_are_the_generated_ones() -> None:
-    """``schemas/`` is what ``python -m widget.relay.contract schemas`` writes (regenerate after changing a type)."""
+    """``schemas/`` is ``python -m widget.relay.http.contract schemas``'s output (regenerate after changing a type)."""
     for name, doc in C.documents().items():
         assert (CHECKED_IN / name).read_text(encoding="utf-8") == C.dump(doc), f"schemas/{name} is stale"
 

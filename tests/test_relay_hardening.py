@@ -25,9 +25,9 @@ from relay_helpers import (
 )
 
 from widget import protocol as P
-from widget.relay.model import ModelRequest, TextDelta, ToolCall
+from widget.relay.models.base import ModelRequest, TextDelta, ToolCall
 from widget.relay.ratelimit import EXPIRE_PER_CHECK, RateLimiter
-from widget.relay.sql import fetch as S_fetch
+from widget.relay.storage.sql import fetch as S_fetch
 
 
 class Clock:

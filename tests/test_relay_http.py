@@ -21,7 +21,7 @@ from relay_helpers import ASK_SECRET, SHOP_ORIGIN, create, launch
 from widget import protocol as P
 from widget.relay.__main__ import startup_banner
 from widget.relay.config import AppConfig, load_config, parse_app_flag
-from widget.relay.http_limits import LogStormFilter
+from widget.relay.http.limits import LogStormFilter
 from widget.relay.ratelimit import EXPIRE_PER_CHECK, RateLimiter
 
 #: Generous bounds for "it happened" (a loaded 2-core machine); the lower bounds are exact by construction.
@@ -394,7 +394,7 @@ async def test_a_refused_origin_is_explained_and_logged_once(tmp_path: Path, htt
                                                              caplog: pytest.LogCaptureFixture) -> None:
     relay = await launch(tmp_path, apps={"my-site": AppConfig(allowed_origins=["http://127.0.0.1:9150"])})
     try:
-        caplog.set_level(logging.WARNING, logger="widget.relay.api")
+        caplog.set_level(logging.WARNING, logger="widget.relay.http.api")
         want = ("origin http://localhost:9150 is not allowed for app my-site; allowed: http://127.0.0.1:9150 "
                 "(localhost and 127.0.0.1 are different origins")
         for _ in range(3):
@@ -411,7 +411,7 @@ async def test_a_refused_origin_is_explained_and_logged_once(tmp_path: Path, htt
             assert r.status == 200 and (await r.json()) == {"ok": True, "app_id": "my-site", "origin": "http://127.0.0.1:9150"}
         async with http.post(f"{relay.url}/api/apps/my-site/conversations", headers={"Origin": "https://other.example"}) as r:
             assert r.status == 403
-        lines = [rec.getMessage() for rec in caplog.records if rec.name == "widget.relay.api"]
+        lines = [rec.getMessage() for rec in caplog.records if rec.name == "widget.relay.http.api"]
         assert [line for line in lines if line.startswith(want)] == [lines[0]] and len(lines) == 2, lines
         assert lines[1].startswith("origin https://other.example is not allowed for app my-site")
     finally:
@@ -472,12 +472,12 @@ async def test_a_refused_origin_loading_the_widget_files_is_logged_once(tmp_path
                                                                        caplog: pytest.LogCaptureFixture) -> None:
     relay = await launch(tmp_path, apps={"my-site": AppConfig(allowed_origins=["http://127.0.0.1:9150"])})
     try:
-        caplog.set_level(logging.WARNING, logger="widget.relay.static")
+        caplog.set_level(logging.WARNING, logger="widget.relay.http.static")
         for origin in ("http://localhost:9150", "http://localhost:9150", "http://127.0.0.1:9150"):
             async with http.get(f"{relay.url}/widget/b123/app.py", headers={"Origin": origin}) as r:
                 assert r.status == 200
                 assert (r.headers.get("Access-Control-Allow-Origin") == origin) == (origin == "http://127.0.0.1:9150")
-        lines = [rec.getMessage() for rec in caplog.records if rec.name == "widget.relay.static"]
+        lines = [rec.getMessage() for rec in caplog.records if rec.name == "widget.relay.http.static"]
         assert lines == ["origin http://localhost:9150 is not allowed by any app on this relay; allowed: "
                          "http://127.0.0.1:9150 (a page there cannot load the widget's modules: add the origin to "
                          "its app's allowed origins)"]

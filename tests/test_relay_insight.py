@@ -23,8 +23,8 @@ import pytest_asyncio
 from relay_helpers import FUNC, STORE_KINDS, Recorder, ScriptedModel, declare, info, launch
 
 from widget.relay.config import AppConfig, ModelConfig
-from widget.relay.insight import percentile
-from widget.relay.model import ModelError, TextDelta, ToolCall
+from widget.relay.http.insight import percentile
+from widget.relay.models.base import ModelError, TextDelta, ToolCall
 
 SITE_SECRET = "site-secret-0123456789abcdef"
 OTHER_SECRET = "other-secret-0123456789abcdef"

@@ -29,8 +29,8 @@ from support import stop_process
 from widget import protocol as P
 from widget.errors import ConfigError
 from widget.relay.config import AppConfig, ModelConfig, load_config
-from widget.relay.mcp_config import McpServerConfig, finalize_servers
-from widget.relay.model import TextDelta, ToolCall
+from widget.relay.mcp.config import McpServerConfig, finalize_servers
+from widget.relay.models.base import TextDelta, ToolCall
 
 SERVER = str(Path(__file__).with_name("mcp_test_server.py"))
 TOKEN_VAR = "AUTOPILOT_TEST_MCP_TOKEN"

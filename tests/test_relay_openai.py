@@ -16,8 +16,8 @@ from aiohttp import web
 
 from relay_helpers import declare, info, joined, launch, register
 from widget.relay.config import AppConfig, ModelConfig
-from widget.relay.model import ModelError, ModelRequest, StreamLimits, TextDelta, ToolCall, guarded
-from widget.relay.openai_model import OpenAIAdapter
+from widget.relay.models.base import ModelError, ModelRequest, StreamLimits, TextDelta, ToolCall, guarded
+from widget.relay.models.openai_chat import OpenAIAdapter
 
 
 def _chunk(delta: dict[str, Any], finish: str | None = None) -> bytes:

@@ -16,16 +16,16 @@ import pytest
 import pytest_asyncio
 
 from relay_helpers import STORE_KINDS, database_for, pg_server, store_kind  # noqa: F401 - a fixture
-from widget.relay import sqlite as sqlite_engine
+from widget.relay.storage import sqlite as sqlite_engine
 from widget.protocol import CallState, ConversationStatus
-from widget.relay import storage as S
+from widget.relay.storage import store as S
 from widget.relay.storage import SQLiteStore, Store
 
 
 def make_store(kind: str, tmp: Path) -> Store:
     if kind == "sqlite":
         return SQLiteStore(tmp / "s.sqlite3")
-    from widget.relay.pgstore import PostgresStore
+    from widget.relay.storage.postgres import PostgresStore
 
     return PostgresStore(database_for(tmp))
 
@@ -324,7 +324,7 @@ async def test_sqlite_migrates_an_old_database(tmp_path: Path) -> None:
 
 
 async def test_postgres_migrations_are_versioned(tmp_path: Path) -> None:
-    from widget.relay.pgstore import MIGRATIONS, SCHEMA_VERSION, PostgresStore
+    from widget.relay.storage.postgres import MIGRATIONS, SCHEMA_VERSION, PostgresStore
 
     dsn = pg_server().database("migrations_" + str(abs(hash(str(tmp_path))) % 10**8))
     stores = [PostgresStore(dsn) for _ in range(3)]

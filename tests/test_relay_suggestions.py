@@ -21,8 +21,8 @@ from relay_helpers import SHOP_SECRET, Recorder, ScriptedModel, declare, fold, i
 from widget import protocol as P
 from widget.errors import ConfigError
 from widget.relay.config import DEMO_STARTERS, AppConfig, ModelConfig, ToolConfig, load_config
-from widget.relay.demo_model import DEMO_SUGGESTIONS
-from widget.relay.model import TextDelta, ToolCall
+from widget.relay.models.base import TextDelta, ToolCall
+from widget.relay.models.demo import DEMO_SUGGESTIONS
 from widget.relay.tools import check_suggestions, suggest_followups_spec, suggestions_note
 
 SUGGEST = P.SUGGEST_FOLLOWUPS_TOOL

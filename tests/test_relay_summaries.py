@@ -165,10 +165,10 @@ async def test_deleting_a_conversation_while_its_socket_leaves_never_deadlocks(
 
     def make() -> Any:
         if store_kind == "postgres":
-            from widget.relay.pgstore import PostgresStore
+            from widget.relay.storage.postgres import PostgresStore
 
             return PostgresStore(database_for(tmp_path))
-        from widget.relay.sqlite import SQLiteStore
+        from widget.relay.storage.sqlite import SQLiteStore
 
         return SQLiteStore(str(tmp_path / "relay.sqlite3"))
 

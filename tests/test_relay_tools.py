@@ -25,7 +25,7 @@ from relay_helpers import (
 from widget import protocol as P
 from widget.errors import ConfigError
 from widget.relay.config import DEFAULT_SYSTEM_PROMPT, AppConfig, ModelConfig, ToolConfig, load_config
-from widget.relay.model import TextDelta, ToolCall
+from widget.relay.models.base import TextDelta, ToolCall
 from widget.relay.tools import ToolError, check_offer, offer_actions_spec, strict_schema
 
 # ---------------------------------------------------------------------------------------------- declarations

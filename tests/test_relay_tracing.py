@@ -20,7 +20,7 @@ from relay_helpers import FUNC, ScriptedModel, declare, joined, launch
 
 from widget.errors import ConfigError
 from widget.relay.config import AppConfig, ModelConfig, load_config
-from widget.relay.model import ModelError, TextDelta, ToolCall
+from widget.relay.models.base import ModelError, TextDelta, ToolCall
 
 pytest.importorskip("opentelemetry.sdk")
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter

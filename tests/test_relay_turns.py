@@ -21,7 +21,7 @@ from relay_helpers import store_kind  # noqa: F401 - a fixture
 from widget import protocol as P
 from widget.relay.config import AppConfig, ModelConfig
 from widget.relay.hub import RateLimiter, _prompt_from
-from widget.relay.model import ModelError, ModelRequest, TextDelta, ToolCall
+from widget.relay.models.base import ModelError, ModelRequest, TextDelta, ToolCall
 
 
 @pytest_asyncio.fixture(scope="module")

@@ -1,6 +1,6 @@
 """The shape of every payload, ack and stored record of protocol v1, as ``TypedDict``s.
 
-These types are the source of the JSON Schemas the relay serves and checks (``widget.relay.contract``
+These types are the source of the JSON Schemas the relay serves and checks (``widget.relay.http.contract``
 generates them), so a field added here is a field documented and validated there. Conventions the schema
 generator relies on: ``NotRequired`` marks an optional key; ``X | None`` a key that may be ``null``;
 ``JSON`` any JSON value. Extra keys are allowed (a newer peer may send more).

@@ -2,7 +2,7 @@
 
 ``EVENTS`` and ``HTTP`` say which type each Socket.IO event, ack and HTTP body has; ``bundle()`` turns all
 of them into one schema document whose ``$defs`` hold every type. The relay serves it, the tests check the
-checked-in copy under ``schemas/`` against it, and ``widget.relay.contract`` validates traffic with it.
+checked-in copy under ``schemas/`` against it, and ``widget.relay.http.contract`` validates traffic with it.
 Standard library only (no jsonschema here): importing this module is cheap.
 """
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from .app import create_app
 from .config import AppConfig, ModelConfig, RelayConfig, load_config
-from .mount import PrefixedRelay, mount
+from .http.mount import PrefixedRelay, mount
 from .server import RelayHandle, serve_in_thread, start_relay
 
 __all__ = [

@@ -77,8 +77,8 @@ def startup_banner(config: "RelayConfig") -> str:
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    if argv[:1] == ["stats"]:  # autopilot-relay stats: the site owner's figures (widget.relay.insight)
-        from .insight import main as stats_main
+    if argv[:1] == ["stats"]:  # autopilot-relay stats: the site owner's figures (widget.relay.http.insight)
+        from .http.insight import main as stats_main
 
         return stats_main(argv[1:])
     args = build_parser().parse_args(argv)
@@ -104,7 +104,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from .app import create_app
     from .drain import RelayServer
-    from .http_limits import LogStormFilter
+    from .http.limits import LogStormFilter
     from .server import descriptor_limit, uvicorn_config
 
     # Every logger (the relay's, uvicorn's, asyncio's) writes JSON lines through one handler, at most one line

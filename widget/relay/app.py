@@ -14,18 +14,17 @@ from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import Route
 
 from .. import protocol as P
-from .api import Api
+from .http.api import Api
 from .config import RelayConfig
-from .contract import routes as contract_routes
-from .feedback import routes as feedback_routes
-from .insight import routes as stats_routes
-from .summaries import routes as summaries_routes
-from .http_limits import BodyLimit
+from .http.contract import routes as contract_routes
+from .http.feedback import routes as feedback_routes
+from .http.insight import routes as stats_routes
+from .http.summaries import routes as summaries_routes
+from .http.limits import BodyLimit
 from .hub import Hub
-from .model import ModelAdapter
-from .sqlite import SQLiteStore
-from .static import DistFiles
-from .storage import Store
+from .models.base import ModelAdapter
+from .http.static import DistFiles
+from .storage import Store, make_store
 
 log = logging.getLogger("widget.relay")
 
@@ -47,15 +46,6 @@ async def sweep_retention(hub: Hub, retention_days: float) -> list[str]:
     return ids
 
 
-def make_store(config: RelayConfig) -> Store:
-    """PostgreSQL when ``database_url`` is set, else the embedded SQLite file."""
-    if config.database_url:
-        from .pgstore import PostgresStore
-
-        return PostgresStore(config.database_url)
-    return SQLiteStore(config.db_path)
-
-
 def create_app(
     config: RelayConfig | None = None,
     *,
@@ -66,7 +56,7 @@ def create_app(
     ``config.db_path``; ``models`` may replace adapters by name (tests). The returned app has
     ``.hub``, ``.config`` and ``.store`` attributes."""
     config = (config or RelayConfig()).finalized()
-    store = store or make_store(config)
+    store = store or make_store(config.database_url, config.db_path)
     hub = Hub(config, store, models)
     hub.sio.max_sockets_per_address = config.max_sockets_per_address
     api = Api(hub)

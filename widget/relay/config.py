@@ -17,7 +17,7 @@ from urllib.parse import urlsplit
 
 from ..core.starters import check_starters
 from ..errors import ConfigError
-from .mcp_config import McpServerConfig, finalize_servers, parse_servers
+from .mcp.config import McpServerConfig, finalize_servers, parse_servers
 from ..protocol import (
     DEFAULT_RELAY_PATH,
     FUNCTION_CALL_TIMEOUT_S,
@@ -103,7 +103,7 @@ class AppConfig:
     model: str = DEMO_MODEL
     #: Relay config functions by tool name (docs/protocol.md §8).
     tools: dict[str, ToolConfig] = field(default_factory=dict)
-    #: MCP servers whose allowed tools the model may call, by server name (``widget.relay.mcp_config``).
+    #: MCP servers whose allowed tools the model may call, by server name (``widget.relay.mcp.config``).
     mcp: dict[str, McpServerConfig] = field(default_factory=dict)
     #: Starter prompts an empty bar shows (at most ``MAX_STARTERS``, each a non-empty string of at most
     #: ``MAX_STARTER_CHARS`` characters); a page may replace them (``client.set_starters``).

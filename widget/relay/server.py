@@ -15,9 +15,9 @@ import uvicorn
 from .app import create_app
 from .config import RelayConfig
 from .drain import RelayServer
-from .http_limits import ConnectionGuard, EdgeSettings, protocol_for
-from .model import ModelAdapter
-from .storage import Store
+from .http.limits import ConnectionGuard, EdgeSettings, protocol_for
+from .models.base import ModelAdapter
+from .storage.store import Store
 
 
 #: Descriptors kept for the store, logs and outgoing connections when ``max_connections`` is 0 (automatic).

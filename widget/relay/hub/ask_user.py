@@ -9,7 +9,7 @@ from ...core.ask_user import answer_problem, short
 from ...errors import ProtocolError
 from ...protocol import AskUserType, CallState, ConversationStatus
 from ...protocol.messages import AskUserArguments, AskUserPrompt
-from .. import storage as S
+from ..storage import store as S
 from .skeleton import key_reused_message, unstorable
 
 if TYPE_CHECKING:

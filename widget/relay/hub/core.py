@@ -13,13 +13,13 @@ from collections.abc import Coroutine
 from typing import Any
 
 from ... import protocol as P
-from .. import storage as S
-from ..adapters import make_adapter
 from ..config import AppConfig, RelayConfig
-from ..mcp_servers import McpTools
-from ..model import ModelAdapter
+from ..mcp.servers import McpTools
+from ..models.adapters import make_adapter
+from ..models.base import ModelAdapter
 from ..ratelimit import RateLimiter
 from ..sio import RelaySocketServer
+from ..storage import store as S
 from ..tokens import TokenSigner
 from ..tracing import Tracing, make_tracing
 from .ask_user import answer_prompts

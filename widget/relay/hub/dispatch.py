@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 from ... import protocol as P
 from ...protocol import CallState
 from ..config import ToolConfig
-from ..mcp_servers import McpTool
+from ..mcp.servers import McpTool
 from ..tools import ToolError
 from .prompts import RoundInfo
 from .runtime import CALL_POLL_S, ConvRuntime

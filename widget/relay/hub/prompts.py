@@ -10,9 +10,9 @@ from typing import Any
 
 from ... import protocol as P
 from ...protocol import ActionConfirm, Role, ToolHandler
-from .. import storage as S
 from ..config import AppConfig, RelayConfig, ToolConfig
-from ..model import ASK_USER_SPEC, ModelAdapter, ModelRequest
+from ..models.base import ASK_USER_SPEC, ModelAdapter, ModelRequest
+from ..storage import store as S
 from ..tools import COMMON_KEYWORDS, flat_parameters, offer_actions_spec, strict_schema, suggest_followups_spec
 
 log = logging.getLogger("widget.relay")

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from ... import protocol as P
 from ...protocol import CallState, ConversationStatus, Role, ToolMessageKind
-from .. import storage as S
+from ..storage import store as S
 from .runtime import ConvRuntime, new_id
 from .turns import Round, tool_message
 

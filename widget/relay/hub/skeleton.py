@@ -11,8 +11,8 @@ from typing import TYPE_CHECKING, Any
 
 from ... import protocol as P
 from ...errors import ProtocolError
-from .. import storage as S
-from ..contract import refusal
+from ..http.contract import refusal
+from ..storage import store as S
 from .runtime import ConvRuntime
 
 if TYPE_CHECKING:
@@ -166,7 +166,7 @@ def wrap(
                 raise ProtocolError(P.ERR_BAD_REQUEST, spec.shape)
             if spec.idempotent:
                 ctx.key = key_of(data)
-            if refused := refusal(spec.event, data):  # the payload's schema (widget.relay.contract)
+            if refused := refusal(spec.event, data):  # the payload's schema (widget.relay.http.contract)
                 raise ProtocolError(*refused)
             if spec.before is not None:
                 await spec.before(owner, ctx)

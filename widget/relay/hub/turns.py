@@ -31,7 +31,7 @@ from ...protocol import (
 )
 from ...protocol.messages import AskUserPrompt, CallRecord
 from ..config import AppConfig
-from ..model import ASK_USER_TOOL, ModelError, StreamLimits, TextDelta, ToolCall, guarded
+from ..models.base import ASK_USER_TOOL, ModelError, StreamLimits, TextDelta, ToolCall, guarded
 from ..tools import check_offer, check_suggestions, suggestions_note
 from .ask_user import prompt_from
 from .prompts import RoundInfo, build_request

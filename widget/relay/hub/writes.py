@@ -11,7 +11,7 @@ from ...core.limits import check_state
 from ...core.tools import check_tool_arguments
 from ...errors import ProtocolError, StateLimitError
 from ...protocol import CallState, ConversationStatus, Event, Role
-from .. import storage as S
+from ..storage import store as S
 from .patching import PatchFailed, apply_patch_atomic
 from .resume import ResumePlan, resume_plan
 from .runtime import BUSY_STATUSES, IDLE_STATUSES, ConvRuntime, new_id

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from .config import ModelConfig
-from .demo_model import DemoModel
-from .model import ModelAdapter
+from ..config import ModelConfig
+from .base import ModelAdapter
+from .demo import DemoModel
 
 
 def make_adapter(cfg: ModelConfig) -> ModelAdapter:
@@ -12,7 +12,7 @@ def make_adapter(cfg: ModelConfig) -> ModelAdapter:
     if cfg.adapter == "demo":
         return DemoModel(chunk_delay_ms=cfg.chunk_delay_ms)
     if cfg.adapter == "openai":
-        from .openai_model import OpenAIAdapter  # the openai package is an optional extra
+        from .openai_chat import OpenAIAdapter  # the openai package is an optional extra
 
         return OpenAIAdapter(cfg)
     raise ValueError(cfg.adapter)  # config validation prevents this

@@ -1,5 +1,5 @@
 """What every store shares below ``Store``: statuses, records, the engine's part and the prompt and
-presence operations (``widget.relay.storage`` puts them together; import from there)."""
+presence operations (``widget.relay.storage.store`` puts them together; import from there)."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ import time
 from collections.abc import Callable, Iterable
 from typing import Any, ClassVar, TypeVar
 
-from ..protocol import CallState, Event
-from ..protocol.messages import AskUserPrompt
+from ...protocol import CallState, Event
+from ...protocol.messages import AskUserPrompt
 from .sql import READ, WRITE, Body, Dialect, Q, execute, executemany, fetch, fetchrow, fetchval
 
 T = TypeVar("T")
@@ -157,7 +157,7 @@ class _Engine(abc.ABC):
     They only wake waiters up early: whoever waits re-reads the store, and polls it as a fallback.
 
     An engine gives ``_perform`` (how a body of statements runs: connection, transaction, retries) and a
-    ``dialect`` (where its SQL differs); every operation below is a body (``widget.relay.sql``)."""
+    ``dialect`` (where its SQL differs); every operation below is a body (``widget.relay.storage.sql``)."""
 
     #: Several relay processes may share this store (the hub then polls it for what it missed).
     shared: bool = False

@@ -35,7 +35,7 @@ import uuid
 from typing import Any, Awaitable, Callable, Iterable, TypeVar
 
 from .sql import READ, SNAPSHOT, WRITE, Body, Dialect, Q, drive_async, execute
-from .storage import Store, _dumps
+from .store import Store, _dumps
 
 try:  # an optional dependency: pip install autopilot-widget[scale]
     import asyncpg
@@ -152,7 +152,7 @@ CREATE TABLE instances (
 ALTER TABLE idempotency ADD COLUMN kind TEXT;
 CREATE INDEX idempotency_created ON idempotency(created_at);
 """),
-    # the reader's thumbs up/down on an answer (widget.relay.feedback)
+    # the reader's thumbs up/down on an answer (widget.relay.http.feedback)
     (4, """
 CREATE TABLE feedback (
     conversation_id TEXT NOT NULL,
@@ -213,7 +213,7 @@ class PostgresStore(Store):
 
     def __init__(self, dsn: str, *, min_size: int = 1, max_size: int = 10, channel: str = CHANNEL) -> None:
         if asyncpg is None:
-            from ..errors import ConfigError
+            from ...errors import ConfigError
 
             raise ConfigError("database_url needs the 'asyncpg' package (pip install autopilot-widget[scale])")
         super().__init__()

@@ -15,7 +15,7 @@
 - Stable names for PyScript pages: ``/widget/pyscript/<file>``, ``/widget/pyodide/<file>`` and
   ``/widget/bundle-full.zip`` redirect to the current build's copies (@pyscript/core, Pyodide, the bundle), and ``/widget/pyscript.json`` is a PyScript config that works offline (our interpreter, our
   bundle unpacked into site-packages through ``files``, no ``packages``).
-- Under a path prefix (``widget.relay.mount``), URLs written into pages and configs carry the prefix.
+- Under a path prefix (``widget.relay.http.mount``), URLs written into pages and configs carry the prefix.
 """
 
 from __future__ import annotations
@@ -32,9 +32,9 @@ from typing import Iterable
 from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, RedirectResponse, Response
 
-from .ratelimit import RateLimiter
+from ..ratelimit import RateLimiter
 
-log = logging.getLogger("widget.relay.static")
+log = logging.getLogger("widget.relay.http.static")
 
 MIME = {
     ".wasm": "application/wasm",

@@ -13,9 +13,9 @@ import re
 from dataclasses import dataclass
 from typing import Any, AsyncIterator
 
-from .. import protocol as P
-from .model import ASK_USER_TOOL, Chunk, ModelAdapter, ModelError, ModelRequest, TextDelta, ToolCall
-from .tools import offer_names
+from ... import protocol as P
+from ..tools import offer_names
+from .base import ASK_USER_TOOL, Chunk, ModelAdapter, ModelError, ModelRequest, TextDelta, ToolCall
 
 #: The question "ask me" asks (a radiolist, answered in the bar).
 DEMO_QUESTION: dict[str, Any] = {

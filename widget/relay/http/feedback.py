@@ -18,14 +18,14 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from .. import protocol as P
-from ..errors import ProtocolError
-from ..protocol.messages import FeedbackRecord
-from .sql import READ, WRITE, Body, execute, fetch, fetchrow
+from ... import protocol as P
+from ...errors import ProtocolError
+from ...protocol.messages import FeedbackRecord
+from ..storage.sql import READ, WRITE, Body, execute, fetch, fetchrow
 
 if TYPE_CHECKING:
+    from ..storage.store import Store
     from .api import Api
-    from .storage import Store
 
 _COLUMNS = "message_id, turn_id, rating, comment, updated_at"
 

@@ -1,14 +1,14 @@
 """Relay storage: the async ``Store`` (the interface, its logic written once over SQL); engines in
-``widget.relay.sqlite`` and ``widget.relay.pgstore``.
+``widget.relay.storage.sqlite`` and ``widget.relay.storage.postgres``.
 
 The store is the source of truth: conversations, messages, sequenced events (for replay), the state
 document, idempotency keys with their stored acks, function calls and ask-user prompts, and — so that
 several relay processes can serve one conversation (docs/deployment.md) — which socket is the active
 client, which socket a call was dispatched to, which sockets are joined where and which relay processes
-are alive. Every method is async; ``SQLiteStore`` (``widget.relay.sqlite``, the embedded default, one process) and
-``PostgresStore`` (``widget.relay.pgstore``, several processes) implement the same interface and pass
+are alive. Every method is async; ``SQLiteStore`` (``widget.relay.storage.sqlite``, the embedded default, one process) and
+``PostgresStore`` (``widget.relay.storage.postgres``, several processes) implement the same interface and pass
 the same tests (tests/test_relay_store.py). ``Store`` holds everything they share — validation, record
-shaping, sequencing, JSON — as bodies of statements (``widget.relay.sql``); an engine only runs them
+shaping, sequencing, JSON — as bodies of statements (``widget.relay.storage.sql``); an engine only runs them
 (connection, transactions) and names its SQL where it differs (a ``Dialect``).
 """
 
@@ -19,9 +19,8 @@ import time
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from ..protocol.names import CallState, ConversationStatus, Event
-from .sql import READ, SNAPSHOT, Body, execute, executemany, fetch, fetchrow, fetchval
-from .storebase import (  # the shared names: import them from here
+from ...protocol.names import CallState, ConversationStatus, Event
+from .base import (  # the shared names: import them from here
     _CALL_SQL,
     _CONV_SQL,
     _TABLES,
@@ -45,6 +44,7 @@ from .storebase import (  # the shared names: import them from here
     _Prompts,
     refused_excerpt,
 )
+from .sql import READ, SNAPSHOT, Body, execute, executemany, fetch, fetchrow, fetchval
 
 #: The streamed-chunk event, and the storage-only name of a packed run of them (never sent: replay unpacks it).
 STREAM_EVENT: str = Event.COMPLETION_STREAM.value
@@ -379,12 +379,3 @@ class Store(_Presence, _Prompts):
         rows = await self._one(fetch("SELECT kind, payload, reason, created_at FROM refused WHERE conversation_id = ?"
                                      f" ORDER BY {self.dialect.order}", conversation_id), READ)
         return [{"kind": r[0], "payload": json.loads(r[1]), "reason": r[2], "created_at": r[3]} for r in rows]
-
-
-def __getattr__(name: str) -> Any:
-    """``SQLiteStore`` and ``SCHEMA_VERSION`` live in ``widget.relay.sqlite`` (the engine); still importable here."""
-    if name in ("SQLiteStore", "SCHEMA_VERSION"):
-        from . import sqlite
-
-        return getattr(sqlite, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

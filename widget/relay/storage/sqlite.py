@@ -1,4 +1,4 @@
-"""The SQLite engine of ``widget.relay.storage.Store`` (the embedded default, one relay process).
+"""The SQLite engine of ``widget.relay.storage.store.Store`` (the embedded default, one relay process).
 
 Every statement runs on one dedicated worker thread (so calls are serialized in submission order and never
 block the event loop), in WAL mode with ``synchronous=NORMAL``: a committed write survives a relay crash. The
@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from .sql import READ, WRITE, Body, Dialect, Q, drive
-from .storage import Store, _dumps
+from .store import Store, _dumps
 
 T = TypeVar("T")
 
@@ -126,7 +126,7 @@ CREATE TABLE IF NOT EXISTS instances (
 ALTER TABLE idempotency ADD COLUMN kind TEXT;
 CREATE INDEX IF NOT EXISTS idempotency_created ON idempotency(created_at);
 """),
-    # the reader's thumbs up/down on an answer (widget.relay.feedback)
+    # the reader's thumbs up/down on an answer (widget.relay.http.feedback)
     (4, """
 CREATE TABLE IF NOT EXISTS feedback (
     conversation_id TEXT NOT NULL,

@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, Mapping
 from urllib.parse import urlsplit
 
-from ..errors import ConfigError
+from ...errors import ConfigError
 
 #: A server's name: it is part of its tools' names (``mcp__<server>__<tool>``), so short and plain.
 SERVER_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9-]{0,23}$")

@@ -28,15 +28,15 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from .. import protocol as P
-from ..errors import ConfigError, ProtocolError
-from ..protocol import CallState
-from ..protocol.messages import AnswerStats, CallStats, FeedbackComment, KindStats, StatsResponse, StatsTiming
-from .sql import SNAPSHOT, Body, fetch, fetchval
+from ... import protocol as P
+from ...errors import ConfigError, ProtocolError
+from ...protocol import CallState
+from ...protocol.messages import AnswerStats, CallStats, FeedbackComment, KindStats, StatsResponse, StatsTiming
+from ..storage.sql import SNAPSHOT, Body, fetch, fetchval
 
 if TYPE_CHECKING:
+    from ..storage.store import Store
     from .api import Api
-    from .storage import Store
 
 #: Comments returned at most (the newest), so an answer stays small whatever the period.
 MAX_COMMENTS = 200
@@ -280,8 +280,8 @@ async def _collect(store: Store, apps: list[str], since: float | None, until: fl
 def main(argv: list[str] | None = None) -> int:
     """Run ``autopilot-relay stats``: one JSON object per app, in a list."""
     args = build_parser().parse_args(argv)
-    from .app import make_store
-    from .config import load_config
+    from ..config import load_config
+    from ..storage import make_store
 
     try:
         # The stats read the store only: no join token is issued or checked, so the shared-secret rule of a
@@ -301,6 +301,6 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as exc:
         print(f"autopilot relay stats: {exc}", file=sys.stderr)
         return 2
-    out = asyncio.run(_collect(make_store(config), args.apps, since, until))
+    out = asyncio.run(_collect(make_store(config.database_url, config.db_path), args.apps, since, until))
     print(json.dumps(out, indent=2, ensure_ascii=False))
     return 0

@@ -22,14 +22,14 @@ from urllib.parse import urlsplit
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response
 
-from .. import protocol as P
-from ..errors import ProtocolError
-from ..protocol import ConversationStatus
+from ... import protocol as P
+from ...errors import ProtocolError
+from ...protocol import ConversationStatus
+from ..hub import Hub, empty_state
+from ..ratelimit import RateLimiter
 from .feedback import feedback_of
-from .hub import Hub, empty_state
-from .ratelimit import RateLimiter
 
-log = logging.getLogger("widget.relay.api")
+log = logging.getLogger("widget.relay.http.api")
 
 STATUS = {
     P.ERR_BAD_REQUEST: 400,

@@ -3,7 +3,7 @@
 ::
 
     from starlette.applications import Starlette
-    from widget.relay import RelayConfig, mount
+    from .. import RelayConfig, mount
 
     app = Starlette(routes=[...])                       # or FastAPI()
     mount(app, "/copilot", RelayConfig(apps=...))       # /copilot/widget/autopilot.js, /copilot/api/..., /copilot/socket.io/
@@ -27,7 +27,7 @@ import asyncio
 import contextlib
 from typing import Any, AsyncIterator
 
-from ..errors import ConfigError
+from ...errors import ConfigError
 
 
 class PrefixedRelay:
@@ -123,7 +123,7 @@ def mount(app: Any, prefix: str, config: Any = None, *, relay: Any = None) -> Pr
     its lifespan joins ``app``'s. Returns the mounted relay (``.hub``, ``.config``, ``.store`` as usual)."""
     from starlette.routing import Mount
 
-    from .app import create_app
+    from ..app import create_app
 
     prefix = _check_prefix(prefix)
     relay = relay if relay is not None else create_app(config)

@@ -23,15 +23,15 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from .. import protocol as P
-from ..errors import ProtocolError
-from ..protocol.messages import ConversationSummary
+from ... import protocol as P
+from ...errors import ProtocolError
+from ...protocol.messages import ConversationSummary
+from ..storage.sql import SNAPSHOT, Body, fetch
 from .api import HttpError
-from .sql import SNAPSHOT, Body, fetch
 
 if TYPE_CHECKING:
+    from ..storage.store import Store
     from .api import Api
-    from .storage import Store
 
 _CONV_ID = re.compile(r"^c_[A-Za-z0-9_-]{16,64}$")
 _SPACE = re.compile(r"\s+")

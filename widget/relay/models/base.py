@@ -16,10 +16,10 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, AsyncIterator, Callable
 
-from ..errors import WidgetError
-from ..protocol.names import AskUserType, RelayTool, TurnErrorCode
-from .config import ModelConfig
-from .tools import COMMON_KEYWORDS
+from ...errors import WidgetError
+from ...protocol.names import AskUserType, RelayTool, TurnErrorCode
+from ..config import ModelConfig
+from ..tools import COMMON_KEYWORDS
 
 ASK_USER_TOOL = RelayTool.ASK_USER.value
 

@@ -24,18 +24,18 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from .. import protocol as P
-from ..core.mcp_names import mcp_tool_name
-from ..errors import ConfigError
-from ..protocol import ConversationStatus
-from .config import AppConfig, RelayConfig
-from .mcp_config import McpServerConfig
-from .tools import flat_parameters, strict_schema
+from ... import protocol as P
+from ...core.mcp_names import mcp_tool_name
+from ...errors import ConfigError
+from ...protocol import ConversationStatus
+from ..config import AppConfig, RelayConfig
+from ..tools import flat_parameters, strict_schema
+from .config import McpServerConfig
 
 if TYPE_CHECKING:
-    from .hub.core import Hub
-    from .hub.prompts import RoundInfo
-    from .model import ModelAdapter, ModelRequest  # noqa: F401
+    from ..hub.core import Hub
+    from ..hub.prompts import RoundInfo
+    from ..models.base import ModelAdapter, ModelRequest  # noqa: F401
 
 log = logging.getLogger("widget.relay")
 

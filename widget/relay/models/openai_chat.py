@@ -7,10 +7,10 @@ import logging
 import re
 from typing import Any, AsyncIterator
 
-from ..errors import ConfigError
-from ..protocol import TurnErrorCode
-from .config import ModelConfig
-from .model import Chunk, ModelAdapter, ModelError, ModelRequest, TextDelta, ToolCall
+from ...errors import ConfigError
+from ...protocol import TurnErrorCode
+from ..config import ModelConfig
+from .base import Chunk, ModelAdapter, ModelError, ModelRequest, TextDelta, ToolCall
 
 log = logging.getLogger("widget.relay")
 

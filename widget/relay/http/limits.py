@@ -25,7 +25,7 @@ from typing import Any, Awaitable, Callable
 
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
-from .. import protocol as P
+from ... import protocol as P
 
 log = logging.getLogger("widget.relay.http")
 

@@ -8,7 +8,7 @@
   message against its schema, empty when it conforms;
 - ``routes()``: the relay serves the three documents under ``/api/protocol/``.
 
-``python -m widget.relay.contract DIR`` writes the documents (the copies checked in under ``schemas/``).
+``python -m widget.relay.http.contract DIR`` writes the documents (the copies checked in under ``schemas/``).
 """
 
 from __future__ import annotations
@@ -20,9 +20,9 @@ from functools import cache, lru_cache
 from pathlib import Path
 from typing import Any
 
-from ..protocol import PROTOCOL_VERSION, ErrorCode, Event
-from ..protocol import schemas as S
-from ..protocol.check import Checker, Problem
+from ...protocol import PROTOCOL_VERSION, ErrorCode, Event
+from ...protocol import schemas as S
+from ...protocol.check import Checker, Problem
 
 SCHEMA_FILE = "protocol.schema.json"
 ASYNCAPI_FILE = "asyncapi.json"
