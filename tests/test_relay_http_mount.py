@@ -13,7 +13,7 @@ import socketio
 import uvicorn
 
 from relay_helpers import SHOP_ORIGIN, relay_config
-from widget.relay.http import mount
+from widget.relay import mount
 from widget.relay.server import _bind
 
 fastapi = pytest.importorskip("fastapi")

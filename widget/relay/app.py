@@ -16,10 +16,8 @@ from starlette.routing import Route
 from .. import protocol as P
 from .http.api import Api
 from .config import RelayConfig
+from .http import feedback, insight, summaries
 from .http.contract import routes as contract_routes
-from .http.feedback import routes as feedback_routes
-from .http.insight import routes as stats_routes
-from .http.summaries import routes as summaries_routes
 from .http.limits import BodyLimit
 from .hub import Hub
 from .models.base import ModelAdapter
@@ -28,8 +26,6 @@ from .storage import Store, make_store
 
 log = logging.getLogger("widget.relay")
 
-#: Whether the requesting page's origin may use an app (readable from any origin; docs/security.md).
-ORIGIN_CHECK_PATH = "/api/apps/{app_id}/origin"
 #: How long a store failure met by an API route keeps ``/readyz`` at 503, seconds.
 STORE_FAILURE_WINDOW_S = 10.0
 
@@ -60,6 +56,8 @@ def create_app(
     hub = Hub(config, store, models)
     hub.sio.max_sockets_per_address = config.max_sockets_per_address
     api = Api(hub)
+    for feature in (feedback, insight, summaries):  # POST .../feedback, GET .../stats, POST .../summaries
+        feature.install(api)
     dist = DistFiles(config.dist_dir, config.all_allowed_origins())
 
     @contextlib.asynccontextmanager
@@ -90,10 +88,6 @@ def create_app(
             await hub.shutdown()
             await store.close()
 
-    create_path = P.HTTP_CREATE_CONVERSATION.replace("{app_id}", "{app_id:str}")
-    conv_path = P.HTTP_CONVERSATION.replace("{conversation_id}", "{conversation_id:str}")
-    ask_path = P.HTTP_ASK_USER.replace("{conversation_id}", "{conversation_id:str}")
-    origin_path = ORIGIN_CHECK_PATH.replace("{app_id}", "{app_id:str}")
     async def healthz(_request: Any) -> JSONResponse:
         """The process is up (a liveness probe: restart it when this fails)."""
         return JSONResponse({"ok": True, "protocol_version": P.PROTOCOL_VERSION, "instance": hub.instance})
@@ -115,18 +109,8 @@ def create_app(
     routes = [
         Route("/healthz", healthz, methods=["GET"]),
         Route("/readyz", readyz, methods=["GET"]),
-        Route(create_path, api.create, methods=["POST"]),
-        Route(create_path, api.create_preflight, methods=["OPTIONS"]),
-        Route(origin_path, api.origin_check, methods=["GET"]),
-        Route(conv_path, api.get, methods=["GET"]),
-        Route(conv_path, api.delete, methods=["DELETE"]),
-        Route(conv_path, api.conversation_preflight, methods=["OPTIONS"]),
-        Route(ask_path, api.ask_user, methods=["POST"]),
-        Route(ask_path, api.conversation_preflight, methods=["OPTIONS"]),
+        *api.routes(),  # the conversation API and the features' routes
         *contract_routes(),  # GET /api/protocol/{asyncapi,openapi,protocol.schema}.json
-        *feedback_routes(api),  # POST /api/conversations/{id}/feedback
-        *stats_routes(api),  # GET /api/apps/{app_id}/stats
-        *summaries_routes(api),  # POST /api/apps/{app_id}/conversations/summaries
         Route("/api/{path:path}", api_not_found, methods=["GET", "POST", "DELETE", "OPTIONS"]),
         Route("/widget/{path:path}", dist.widget, methods=["GET", "HEAD"]),
         Route("/widget/{path:path}", dist.preflight, methods=["OPTIONS"]),

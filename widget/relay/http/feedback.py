@@ -22,10 +22,11 @@ from ... import protocol as P
 from ...errors import ProtocolError
 from ...protocol.messages import FeedbackRecord
 from ..storage.sql import READ, WRITE, Body, execute, fetch, fetchrow
+from .api import Api
+from .edge import endpoint
 
 if TYPE_CHECKING:
     from ..storage.store import Store
-    from .api import Api
 
 _COLUMNS = "message_id, turn_id, rating, comment, updated_at"
 
@@ -50,7 +51,7 @@ async def feedback_of(store: Store, conversation_id: str) -> list[FeedbackRecord
         )
         return [_record(r) for r in rows]
 
-    return await store._perform(go, READ)
+    return await store.perform(go, READ)
 
 
 async def turn_of(store: Store, conversation_id: str, message_id: str) -> str | None:
@@ -68,7 +69,7 @@ async def turn_of(store: Store, conversation_id: str, message_id: str) -> str | 
                 return cast(str | None, data.get("turn_id"))
         return None
 
-    return await store._perform(go, READ)
+    return await store.perform(go, READ)
 
 
 async def put_feedback(
@@ -138,7 +139,7 @@ async def put_feedback(
             "updated_at": at,
         }, True
 
-    return await store._perform(go, WRITE)
+    return await store.perform(go, WRITE)
 
 
 def parse_body(body: Any) -> tuple[str, P.FeedbackRating | None, str | None]:
@@ -169,11 +170,11 @@ def parse_body(body: Any) -> tuple[str, P.FeedbackRating | None, str | None]:
 
 async def rate_answer(api: Api, request: Request) -> Response:
     """``POST /api/conversations/{id}/feedback``: store the reader's rating of one answer (see the module doc)."""
-    api._limit(api.ask_user_limiter, api._client(request), "writes")
-    conv = await api._conversation(request)
+    api.limit(api.ask_user_limiter, api.client_address(request), "writes")
+    conv = await api.conversation(request)
     cid = conv["id"]
-    api._check_origin(request, conv)  # a browser's write comes from the app's origins, as JSON (preflighted)
-    body = await api._body(request, require_json=True)
+    api.check_origin(request, conv)  # a browser's write comes from the app's origins, as JSON (preflighted)
+    body = await api.read_json(request, require_json=True)
     message_id, rating, comment = parse_body(body)
     snap = await api.store.snapshot(cid)
     messages = snap[1] if snap is not None else []
@@ -183,17 +184,21 @@ async def rate_answer(api: Api, request: Request) -> Response:
     record, changed = await put_feedback(api.store, cid, message_id, turn_id, rating, comment)
     if changed:
         await api.hub.sio.emit(P.EV_FEEDBACK, dict(record), room=cid)
-    return api._json(200, {"ok": True, "feedback": record}, {**request.state.cors, "Cache-Control": "no-store"})
+    return api.respond(200, {"ok": True, "feedback": record}, {**request.state.cors, "Cache-Control": "no-store"})
 
 
-def routes(api: Api) -> list[Route]:
-    """The feedback route (its CORS preflight is the conversation's)."""
-    from .api import endpoint
+def install(api: Api) -> None:
+    """The feedback route (its CORS preflight is the conversation's), and the stored ratings in a conversation GET."""
 
+    async def ratings(store: Store, cid: str) -> dict[str, Any]:
+        found = await feedback_of(store, cid)
+        return {"feedback": found} if found else {}
+
+    api.add_conversation_part(ratings)
     run = endpoint(rate_answer)
 
     async def post(request: Request) -> Response:
         return await run(api, request)
 
     path = P.HTTP_FEEDBACK
-    return [Route(path, post, methods=["POST"]), Route(path, api.conversation_preflight, methods=["OPTIONS"])]
+    api.add_routes([Route(path, post, methods=["POST"]), Route(path, api.conversation_preflight, methods=["OPTIONS"])])

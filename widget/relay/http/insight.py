@@ -33,10 +33,11 @@ from ...errors import ConfigError, ProtocolError
 from ...protocol import CallState
 from ...protocol.messages import AnswerStats, CallStats, FeedbackComment, KindStats, StatsResponse, StatsTiming
 from ..storage.sql import SNAPSHOT, Body, fetch, fetchval
+from .api import Api
+from .edge import endpoint
 
 if TYPE_CHECKING:
     from ..storage.store import Store
-    from .api import Api
 
 #: Comments returned at most (the newest), so an answer stays small whatever the period.
 MAX_COMMENTS = 200
@@ -139,7 +140,7 @@ async def app_stats(store: Store, app_id: str, since: float | None = None, until
         )
         return convs, messages, calls, ratings
 
-    convs, messages, calls, ratings = await store._perform(go, SNAPSHOT)
+    convs, messages, calls, ratings = await store.perform(go, SNAPSHOT)
 
     by_role: dict[str, int] = {}
     errors: dict[str, int] = {}
@@ -203,7 +204,7 @@ def _period(request: Request) -> tuple[float | None, float | None]:
 
 async def stats(api: Api, request: Request) -> Response:
     """``GET /api/apps/{app_id}/stats?since=&until=`` with the app's secret (see the module doc)."""
-    api._limit(api.get_limiter, api._client(request), "requests")
+    api.limit(api.get_limiter, api.client_address(request), "requests")
     app_id = request.path_params["app_id"]
     app = api.config.apps.get(app_id)
     if app is None:
@@ -219,19 +220,17 @@ async def stats(api: Api, request: Request) -> Response:
     if since is not None and until is not None and since >= until:
         raise ProtocolError(P.ERR_BAD_REQUEST, "since must be before until.")
     body = await app_stats(api.store, app_id, since, until)
-    return api._json(200, body, {"Cache-Control": "no-store"})
+    return api.respond(200, body, {"Cache-Control": "no-store"})
 
 
-def routes(api: Api) -> list[Route]:
+def install(api: Api) -> None:
     """The stats route."""
-    from .api import endpoint
-
     run = endpoint(stats)
 
     async def get(request: Request) -> Response:
         return await run(api, request)
 
-    return [Route(P.HTTP_STATS.replace("{app_id}", "{app_id:str}"), get, methods=["GET"])]
+    api.add_routes([Route(P.HTTP_STATS.replace("{app_id}", "{app_id:str}"), get, methods=["GET"])])
 
 
 # ------------------------------------------------------------------------------------------------- CLI
@@ -266,7 +265,7 @@ async def app_ids(store: Store) -> list[str]:
         rows = yield fetch("SELECT DISTINCT app_id FROM conversations ORDER BY app_id")
         return [r[0] for r in rows]
 
-    return await store._perform(go, SNAPSHOT)
+    return await store.perform(go, SNAPSHOT)
 
 
 async def _collect(store: Store, apps: list[str], since: float | None, until: float | None) -> list[StatsResponse]:

@@ -27,11 +27,11 @@ from ... import protocol as P
 from ...errors import ProtocolError
 from ...protocol.messages import ConversationSummary
 from ..storage.sql import SNAPSHOT, Body, fetch
-from .api import HttpError
+from .api import Api
+from .edge import HttpError, endpoint
 
 if TYPE_CHECKING:
     from ..storage.store import Store
-    from .api import Api
 
 _CONV_ID = re.compile(r"^c_[A-Za-z0-9_-]{16,64}$")
 _SPACE = re.compile(r"\s+")
@@ -81,7 +81,7 @@ async def summaries(store: Store, app_id: str, ids: list[str]) -> list[Conversat
         out.sort(key=lambda s: (s["updated_at"], s["created_at"], s["id"]), reverse=True)
         return out
 
-    return await store._perform(go, SNAPSHOT)
+    return await store.perform(go, SNAPSHOT)
 
 
 def parse_ids(body: Any) -> list[str]:
@@ -123,22 +123,20 @@ async def list_summaries(api: Api, request: Request) -> Response:
     """``POST /api/apps/{app_id}/conversations/summaries`` (see the module doc)."""
     app_id = request.path_params["app_id"]
     app = api.config.apps.get(app_id)
-    request.state.cors = api._cors(request, app.allowed_origins if app else [])
+    request.state.cors = api.cors_headers(request, app.allowed_origins if app else [])
     if app is None:
         raise ProtocolError(P.ERR_NOT_FOUND, f"No app {app_id!r} on this relay.")
-    api._limit(api.get_limiter, api._client(request), "requests")
+    api.limit(api.get_limiter, api.client_address(request), "requests")
     origin = request.headers.get("origin")
     if origin is not None and origin not in app.allowed_origins:
-        raise api._refuse_origin(origin, app_id, app.allowed_origins)
+        raise api.refuse_origin(origin, app_id, app.allowed_origins)
     ids = parse_ids(await read_body(api, request))
     found = await summaries(api.store, app_id, ids)
-    return api._json(200, {"ok": True, "conversations": found}, {**request.state.cors, "Cache-Control": "no-store"})
+    return api.respond(200, {"ok": True, "conversations": found}, {**request.state.cors, "Cache-Control": "no-store"})
 
 
-def routes(api: Api) -> list[Route]:
+def install(api: Api) -> None:
     """The summaries route and its CORS preflight (the app's origins only)."""
-    from .api import endpoint
-
     run = endpoint(list_summaries)
 
     async def post(request: Request) -> Response:
@@ -146,7 +144,7 @@ def routes(api: Api) -> list[Route]:
 
     async def preflight(request: Request) -> Response:
         app = api.config.apps.get(request.path_params["app_id"])
-        return api._preflight(request, app.allowed_origins if app else [], "POST, OPTIONS")
+        return api.preflight(request, app.allowed_origins if app else [], "POST, OPTIONS")
 
     path = P.HTTP_CONVERSATION_SUMMARIES.replace("{app_id}", "{app_id:str}")
-    return [Route(path, post, methods=["POST"]), Route(path, preflight, methods=["OPTIONS"])]
+    api.add_routes([Route(path, post, methods=["POST"]), Route(path, preflight, methods=["OPTIONS"])])

@@ -156,7 +156,7 @@ class _Engine(abc.ABC):
     one included); ``finish_call`` signals ``{"t": "call", "c", "id"}`` once its write is committed.
     They only wake waiters up early: whoever waits re-reads the store, and polls it as a fallback.
 
-    An engine gives ``_perform`` (how a body of statements runs: connection, transaction, retries) and a
+    An engine gives ``perform`` (how a body of statements runs: connection, transaction, retries) and a
     ``dialect`` (where its SQL differs); every operation below is a body (``widget.relay.storage.sql``)."""
 
     #: Several relay processes may share this store (the hub then polls it for what it missed).
@@ -181,7 +181,7 @@ class _Engine(abc.ABC):
 
     # -- the engine's part ----------------------------------------------------------------------
     @abc.abstractmethod
-    async def _perform(self, body: Callable[[], Body[T]], mode: str = WRITE) -> T:
+    async def perform(self, body: Callable[[], Body[T]], mode: str = WRITE) -> T:
         """Run the statements of ``body()`` on one connection, as ``mode`` says (``sql.READ``/``WRITE``/
         ``SNAPSHOT``); an engine that retries calls ``body`` again for a fresh run."""
 
@@ -199,7 +199,7 @@ class _Engine(abc.ABC):
         def go() -> Body[Any]:
             return (yield q)
 
-        return await self._perform(go, mode)
+        return await self.perform(go, mode)
 
     def _put_ack(self, conversation_id: str, key: str, ack: dict[str, Any], kind: str | None = None) -> Q:
         return execute(self.dialect.put_ack, conversation_id, key, _dumps(ack), time.time(), kind)
@@ -281,7 +281,7 @@ class _Prompts(_Engine):
                 yield self._put_ack(conversation_id, *idempotency)
 
         try:
-            await self._perform(go)
+            await self.perform(go)
         except _NotPending:
             return False
         return True
@@ -334,7 +334,7 @@ class _Presence(_Engine):
             yield execute("DELETE FROM members WHERE instance = ?", instance)
             yield execute("DELETE FROM instances WHERE id = ?", instance)
 
-        await self._perform(go)
+        await self.perform(go)
 
     async def instance_alive(self, instance: str) -> bool:
         """Whether the instance's heartbeat is recent (``INSTANCE_TTL_S``)."""
@@ -354,7 +354,7 @@ class _Presence(_Engine):
             yield execute("UPDATE conversations SET active_sid = NULL WHERE active_sid = ?", sid)
             yield execute("DELETE FROM members WHERE sid = ?", sid)
 
-        await self._perform(go)
+        await self.perform(go)
 
     async def release_active(self, conversation_id: str, sid: str) -> None:
         """``sid`` left the conversation for another one: it is no longer its active client."""
@@ -370,7 +370,7 @@ class _Presence(_Engine):
             yield execute("UPDATE conversations SET active_sid = ? WHERE id = ?", sid, conversation_id)
             return row[0]
 
-        return await self._perform(go)
+        return await self.perform(go)
 
     async def claim_call(self, conversation_id: str, call_id: str, sid: str | None = None) -> str | None:
         """Dispatch a pending call to ``sid`` (None: to the active client) unless it is dispatched to
@@ -398,4 +398,4 @@ class _Presence(_Engine):
             yield execute("UPDATE calls SET dispatched_to = ? WHERE conversation_id = ? AND id = ?", want, conversation_id, call_id)
             return want
 
-        return await self._perform(go)
+        return await self.perform(go)

@@ -419,7 +419,7 @@ class PostgresStore(Store):
         return (self._notify(message),)  # NOTIFY in a transaction is delivered on commit
 
     # -- running the shared logic ---------------------------------------------------------------
-    async def _perform(self, body: Callable[[], Body[T]], mode: str = WRITE) -> T:
+    async def perform(self, body: Callable[[], Body[T]], mode: str = WRITE) -> T:
         """A ``READ`` outside a transaction, a ``WRITE`` in one, a ``SNAPSHOT`` in a repeatable-read one;
         each retried by ``_tx`` with a fresh ``body()``."""
         def run(con: Any) -> Awaitable[T]:

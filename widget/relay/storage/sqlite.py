@@ -353,7 +353,7 @@ class SQLiteStore(Store):
         assert self._db is not None
         return self._db
 
-    async def _perform(self, body: Callable[[], Body[T]], mode: str = WRITE) -> T:
+    async def perform(self, body: Callable[[], Body[T]], mode: str = WRITE) -> T:
         """A ``READ`` is a read job; a ``WRITE`` (and a ``SNAPSHOT``: one transaction is a consistent read)
         a write job, in its own savepoint of the batch's transaction and resolved once committed."""
         if self._worker is None:

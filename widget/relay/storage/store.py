@@ -69,7 +69,7 @@ class Store(_Presence, _Prompts):
             assert conv is not None
             return conv
 
-        return await self._perform(go)
+        return await self.perform(go)
 
     async def get_conversation(self, conversation_id: str) -> dict[str, Any] | None:
         """The conversation, or None."""
@@ -90,7 +90,7 @@ class Store(_Presence, _Prompts):
                 yield execute(f"DELETE FROM {table} WHERE conversation_id = ?", conversation_id)
             return deleted > 0
 
-        return await self._perform(go)
+        return await self.perform(go)
 
     async def delete_inactive_before(self, timestamp: float) -> list[str]:
         """Delete the conversations not updated since ``timestamp``; their ids."""
@@ -109,7 +109,7 @@ class Store(_Presence, _Prompts):
             rows = yield fetch("SELECT data FROM messages WHERE conversation_id = ? ORDER BY pos", conversation_id)
             return conv, [json.loads(r[0]) for r in rows]
 
-        return await self._perform(go, SNAPSHOT)
+        return await self.perform(go, SNAPSHOT)
 
     async def conversations_brief(self, ids: Iterable[str]) -> dict[str, dict[str, Any]]:
         """``{id: {seq, status, runner}}`` of those that exist (the hub's poll)."""
@@ -187,7 +187,7 @@ class Store(_Presence, _Prompts):
                               offer["note"])
             return seq
 
-        return await self._perform(go)
+        return await self.perform(go)
 
     async def events_after(self, conversation_id: str, seq: int, limit: int | None = None) -> list[tuple[int, str, dict[str, Any]]]:
         """The stored events after ``seq``, in order: ``(seq, name, payload)``; at most ``limit`` stored rows (a
@@ -233,7 +233,7 @@ class Store(_Presence, _Prompts):
                 packed += len(run)
             return packed
 
-        return await self._perform(go)
+        return await self.perform(go)
 
     # -- state --------------------------------------------------------------------------------
     async def get_state(self, conversation_id: str) -> dict[str, Any]:
@@ -254,7 +254,7 @@ class Store(_Presence, _Prompts):
             if idempotency:
                 yield self._put_ack(conversation_id, *idempotency)
 
-        await self._perform(go)
+        await self.perform(go)
 
     async def update_state(self, conversation_id: str, fn: Callable[[dict[str, Any]], dict[str, Any]],
                            idempotency: Ack, active_sid: str | None = None) -> dict[str, Any] | None:
@@ -281,7 +281,7 @@ class Store(_Presence, _Prompts):
             yield self._put_ack(conversation_id, key, ack, kind)
             return None
 
-        return await self._perform(go)
+        return await self.perform(go)
 
     # -- idempotency --------------------------------------------------------------------------
     async def get_ack(self, conversation_id: str, key: str, kind: str | None = None) -> dict[str, Any] | None:
@@ -364,7 +364,7 @@ class Store(_Presence, _Prompts):
                 yield q
             return True
 
-        done = await self._perform(go)
+        done = await self.perform(go)
         if done:
             self._fire(message)
         return done
