@@ -123,6 +123,8 @@ OFFER_ACTIONS_TOOL: Final = RelayTool.OFFER_ACTIONS.value
 ASK_USER_TOOL: Final = RelayTool.ASK_USER.value
 #: The relay's own tool through which the model suggests follow-up questions (when the app has suggestions on).
 SUGGEST_FOLLOWUPS_TOOL: Final = RelayTool.SUGGEST_FOLLOWUPS.value
+#: The relay's own tool through which the model searches the site's documentation (when the app has a docs index).
+SEARCH_DOCS_TOOL: Final = RelayTool.SEARCH_DOCS.value
 
 KIND_FUNCTION: Final = Kind.FUNCTION.value
 KIND_TOOL: Final = Kind.TOOL.value
@@ -256,6 +258,7 @@ __all__ = [
     "STATUS_ERROR",
     "STATUS_SUCCESS",
     "SUGGEST_FOLLOWUPS_TOOL",
+    "SEARCH_DOCS_TOOL",
     "SUBSCRIBABLE_EVENTS",
     "SYNC_STATE_BEFORE_FUNCTION_RESPONSE_TIMEOUT_MS",
     "TOOL_CALL_TIMEOUT_S",

@@ -320,6 +320,8 @@ class RelayTool(StrEnum):
     ASK_USER = "ask_user"
     #: Follow-up questions shown under the answer as the reader's own words (when the app has suggestions on).
     SUGGEST_FOLLOWUPS = "suggest_followups"
+    #: The site's documentation searched by the relay (when the app has a docs index): sections with citable ids.
+    SEARCH_DOCS = "search_docs"
 
 
 #: A function, tool or action name: what every model provider accepts as a tool name (JSON Schema ``pattern``).

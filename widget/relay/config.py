@@ -90,6 +90,31 @@ class ToolConfig:
     func: Callable[..., Any] | None = field(default=None, compare=False, repr=False)
 
 
+#: How a turn runs (``AppConfig.loop``): decided per turn, search steps with tools, or one answer.
+LOOP_MODES = ("auto", "agentic", "one-shot")
+#: What an app with a docs index says instead of an answer that cites nothing (``DocsConfig.not_found_text``).
+DEFAULT_NOT_FOUND_TEXT = (
+    "I could not find this in the documentation, so I would rather not guess. Try other words, or ask a person."
+)
+#: The longest ``not_found_text``, characters.
+MAX_NOT_FOUND_CHARS = 2000
+
+
+@dataclass
+class DocsConfig:
+    """``[apps.<id>.docs]``: answers from the site's documentation (docs/deployment.md). The app has docs when the
+    relay's docs index holds sections for it (``autopilot-relay index --app ID ...``) and ``enabled`` is on."""
+
+    #: Off: the app answers without ``search_docs`` and citations even when its index has sections.
+    enabled: bool = True
+    #: An answer that cites nothing is withdrawn (reason ``uncited``) and replaced by ``not_found_text``.
+    require_citations: bool = True
+    #: The app's "not in the docs" text (Markdown), said instead of an uncited answer.
+    not_found_text: str = DEFAULT_NOT_FOUND_TEXT
+    #: Names of the page's actions offered with ``not_found_text`` (e.g. ``contact_support``), at most 3.
+    fallback_actions: list[str] = field(default_factory=list)
+
+
 @dataclass
 class AppConfig:
     """One site that embeds the widget (D2)."""
@@ -110,6 +135,12 @@ class AppConfig:
     starters: list[str] = field(default_factory=list)
     #: Follow-up suggestions on: the model may suggest short questions under its answer (``suggest_followups``).
     suggestions: bool = False
+    #: ``agentic`` (search steps: ``search_docs`` and the function tools, then the answer), ``one-shot`` (the relay
+    #: searches the reader's question, the model answers once without function tools) or ``auto`` (one-shot when the
+    #: app has docs and the model would have nothing else to call, else agentic; docs/deployment.md).
+    loop: str = "auto"
+    #: Answers from the site's documentation: ``search_docs``, citations, uncited answers withdrawn.
+    docs: DocsConfig = field(default_factory=DocsConfig)
 
 
 @dataclass
@@ -214,6 +245,7 @@ class RelayConfig:
         cfg = dataclasses.replace(
             self,
             apps={k: dataclasses.replace(v, allowed_origins=list(v.allowed_origins), starters=list(v.starters),
+                                         docs=dataclasses.replace(v.docs, fallback_actions=list(v.docs.fallback_actions)),
                                          tools={n: dataclasses.replace(t) for n, t in v.tools.items()})
                   for k, v in self.apps.items()},
             models={k: dataclasses.replace(v) for k, v in self.models.items()},
@@ -290,6 +322,7 @@ class RelayConfig:
             app.starters = check_starters(app.starters, f"app {app_id!r}: starters")
             if not isinstance(app.suggestions, bool):
                 raise ConfigError(f"app {app_id!r}: suggestions must be true or false")
+            _check_docs(f"app {app_id!r}", app)
             for name, tool in app.tools.items():
                 _bind_tool(f"app {app_id!r}: tool {name!r}", name, tool)
             app.mcp = finalize_servers(f"app {app_id!r}", app.mcp, env)
@@ -354,6 +387,30 @@ def _bind_tool(where: str, name: str, tool: "ToolConfig") -> None:
     if not callable(obj):
         raise ConfigError(f"{where}: {target!r} is not callable")
     tool.func = obj
+
+
+def _check_docs(where: str, app: "AppConfig") -> None:
+    """Check an app's ``loop`` and ``[docs]`` settings (ConfigError, one line)."""
+    from ..protocol import MAX_ACTIONS, is_tool_name
+
+    if app.loop not in LOOP_MODES:
+        raise ConfigError(f"{where}: loop must be one of {', '.join(LOOP_MODES)}, got {app.loop!r}")
+    docs = app.docs
+    if not isinstance(docs, DocsConfig):
+        raise ConfigError(f"{where}: docs must be a table (enabled, require_citations, not_found_text, fallback_actions)")
+    for name in ("enabled", "require_citations"):
+        if not isinstance(getattr(docs, name), bool):
+            raise ConfigError(f"{where}: docs.{name} must be true or false")
+    text = docs.not_found_text
+    if not isinstance(text, str) or not text.strip() or len(text) > MAX_NOT_FOUND_CHARS:
+        raise ConfigError(f"{where}: docs.not_found_text must be a non-empty string of at most "
+                          f"{MAX_NOT_FOUND_CHARS} characters")
+    names = docs.fallback_actions
+    if not isinstance(names, list) or not all(is_tool_name(n) for n in names) or len(names) > MAX_ACTIONS:
+        raise ConfigError(f"{where}: docs.fallback_actions must be a list of at most {MAX_ACTIONS} action names, "
+                          f"got {names!r}")
+    if len(set(names)) != len(names):
+        raise ConfigError(f"{where}: docs.fallback_actions names an action twice: {names!r}")
 
 
 def _check_origin_like(value: Any, what: str, allow_path: bool = False) -> str:
@@ -445,6 +502,8 @@ def _dataclass_from(cls: Any, data: Any, where: str) -> Any:
             value = {n: _dataclass_from(ToolConfig, t, f"{where}.tools.{n}") for n, t in value.items()}
         if cls is AppConfig and key == "mcp":
             value = parse_servers(value, f"{where}.mcp")
+        if cls is AppConfig and key == "docs":
+            value = _dataclass_from(DocsConfig, value, f"{where}.docs")
         kwargs[key] = value
     try:
         obj = cls(**kwargs)

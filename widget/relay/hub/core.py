@@ -14,6 +14,7 @@ from typing import Any
 
 from ... import protocol as P
 from ..config import AppConfig, RelayConfig
+from ..docs import DocsIndex
 from ..mcp.servers import McpTools
 from ..models.adapters import make_adapter
 from ..models.base import ModelAdapter
@@ -73,6 +74,8 @@ class Hub:
         self.fanout = Fanout(self)
         self.dispatch = CallDispatch(self)
         self.mcp = McpTools(config)  # the apps' MCP servers
+        #: the site documentation's index (``search_docs``), opened by the app at start; None: no app has docs
+        self.docs: DocsIndex | None = None
         self.turns = TurnRunner(self)
         self.recovery = Lifecycle(self)
         self.membership = Membership(self)
@@ -163,6 +166,8 @@ class Hub:
         for m in self.models.values():
             await m.aclose()
         await self.mcp.aclose()
+        if self.docs is not None:
+            await self.docs.close()
         if self.tracing is not None:  # its exporter may flush over the network: not on the event loop
             await asyncio.to_thread(self.tracing.shutdown)
 

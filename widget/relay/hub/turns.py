@@ -28,13 +28,16 @@ from ...protocol import (
     TurnErrorCode,
     TurnStatus,
     UserInputReason,
+    WithdrawReason,
 )
 from ...protocol.messages import AskUserPrompt, CallRecord
 from ..config import AppConfig
+from ..docs import DocsIndex
 from ..models.base import ASK_USER_TOOL, ModelError, StreamLimits, TextDelta, ToolCall, guarded
-from ..tools import check_offer, check_suggestions, suggestions_note
+from ..tools import check_offer, check_suggestions, docs_query, suggestions_note
 from .ask_user import prompt_from
-from .prompts import RoundInfo, build_request
+from .citations import exempt_reason, search_key
+from .prompts import RoundInfo, build_request, search_sections
 from .runtime import ConvRuntime, new_id
 
 if TYPE_CHECKING:
@@ -64,6 +67,8 @@ class Round:
     suggestions: list[str] = field(default_factory=list)
     #: a ``suggest_followups`` call of the round showed nothing (the model was told why: the turn goes on)
     suggestions_failed: bool = False
+    #: the round's committed assistant message, its tool messages and whether it showed an offer (``end_message``)
+    ended: tuple[dict[str, Any], list[CallRecord], bool] | None = None
 
 
 def tool_message(call_id: str, name: str, kind: ToolMessageKind | str, end: dict[str, Any]) -> CallRecord:
@@ -128,6 +133,9 @@ class TurnRunner:
             limits = StreamLimits(deadline=t0 + cfg.turn_timeout_s, stall_s=cfg.model_stall_timeout_s,
                                   max_answer_chars=cfg.max_answer_chars, max_tool_calls=cfg.max_tool_calls_per_response)
             attempt = await answers_withdrawn(hub.store, cid)
+            docs = await self.docs_of(conv, app)
+            info: RoundInfo | None = None
+            rounds = 0  # model rounds this run of the turn asked for
             if resume:
                 answers = await hub.store.take_answers(cid)
                 for prompt, answer in answers:
@@ -147,9 +155,11 @@ class TurnRunner:
                     await hub.emit_event(cid, P.EV_FUNCTION_CALL_ITERATION, {"turn_id": turn_id, "iteration": iteration},
                                          conversation={"iteration": iteration, "status": ConversationStatus.RUNNING})
                 last_round = iteration >= hub.config.max_iterations - 1
-                request, info = await build_request(hub.store, hub.config, cid, conv, app, turn_id, with_tools=not last_round, model=model)
+                request, info = await build_request(hub.store, hub.config, cid, conv, app, turn_id, with_tools=not last_round,
+                                                    model=model, docs=docs)
                 await hub.mcp.extend(app, info, request, model, with_tools=not last_round)
                 first = False
+                rounds += 1
                 cur = Round(message_id=new_id("m_"))
                 raw_calls: list[ToolCall] = []
 
@@ -169,7 +179,7 @@ class TurnRunner:
                         raw_calls.append(chunk)
                 await start()
                 suspended = await self.run_calls(cid, rt, turn_id, cur, raw_calls, info, app, log_calls)
-                await self.end_message(cid, cur)
+                await self.end_message(cid, cur, info)
                 if suspended:
                     status = "suspended"
                     await hub.emit_event(cid, P.EV_ASK_USER_REQUEST, {"prompts": suspended},
@@ -178,9 +188,11 @@ class TurnRunner:
                     await hub.emit_event(cid, P.EV_USER_INPUT, {"reason": UserInputReason.ASK_USER})
                     return
                 # An offer or accepted suggestions are answered by the relay within the round: alone they end the turn.
-                if all(self.answered_in_round(c, info, app, cur) for c in raw_calls):
+                if info.one_shot or all(self.answered_in_round(c, info, app, cur) for c in raw_calls):
                     break
                 iteration += 1
+            if docs is not None and app.docs.require_citations and info is not None and cur.ended is not None:
+                cur = await self.withdraw_uncited(cid, turn_id, cur, info, app, after_prompt=resume and rounds == 1)
             await hub.emit_event(cid, P.EV_COMPLETION_FINISHED, {"turn_id": turn_id, "status": TurnStatus.DONE}, conversation={"status": ConversationStatus.IDLE})
             release(rt)
             await hub.emit_event(cid, P.EV_USER_INPUT, {"reason": UserInputReason.MESSAGE})
@@ -216,6 +228,46 @@ class TurnRunner:
                 "ms": round((time.monotonic() - t0) * 1000, 1), "calls": log_calls,
             }))
 
+    async def docs_of(self, conv: dict[str, Any], app: AppConfig) -> DocsIndex | None:
+        """The docs index when the conversation's app has docs this turn (``docs.enabled`` and sections in the
+        index), else None. An index that fails to answer counts as none (logged): the turn goes on without docs."""
+        docs = self.hub.docs
+        if docs is None or not app.docs.enabled:
+            return None
+        try:
+            return docs if await docs.has_index(conv["app_id"]) else None
+        except Exception:
+            log.exception("the docs index did not answer for app %r; answering without docs", conv["app_id"])
+            return None
+
+    async def withdraw_uncited(self, cid: str, turn_id: str, cur: Round, info: RoundInfo, app: AppConfig,
+                               after_prompt: bool = False) -> Round:
+        """The final answer of a turn in an app with docs cites nothing: unless it is exempt (a short answer to a
+        greeting, a short answer that offers an action, or a short answer right after the reader answered an
+        ``ask_user`` prompt), withdraw it (``messages.withdrawn``, reason
+        ``uncited``) and say the app's ``not_found_text`` instead, with its ``fallback_actions`` offered.
+        Returns the round now in progress (for a cancel meanwhile)."""
+        assert cur.ended is not None
+        msg, tools, offered = cur.ended
+        if msg.get("sources") or exempt_reason(info.question, msg.get("content") or "", offered, after_prompt) is not None:
+            return cur
+        hub = self.hub
+        ids = [msg["id"], *(t["id"] for t in tools)]
+        await hub.emit_event(cid, P.EV_MESSAGES_WITHDRAWN,
+                             {"message_ids": ids, "reason": WithdrawReason.UNCITED, "turn_id": turn_id}, withdraw=ids)
+        log.info(json.dumps({"event": "answer_withdrawn", "reason": WithdrawReason.UNCITED.value, "conversation": cid,
+                             "turn_id": turn_id, "message_id": msg["id"]}))
+        new = Round(message_id=new_id("m_"), text=[app.docs.not_found_text])
+        await hub.emit_event(cid, P.EV_COMPLETION_STARTED, {"turn_id": turn_id, "message_id": new.message_id})
+        new.started = True
+        await hub.emit_event(cid, P.EV_COMPLETION_STREAM, {"message_id": new.message_id, "delta": app.docs.not_found_text})
+        fallback = [{"name": n, "arguments": {}} for n in app.docs.fallback_actions if n in info.actions]
+        if fallback:
+            assert new.message_id is not None
+            new.offer = self.offer(cid, new.message_id, [{"actions": fallback}], info)
+        await self.end_message(cid, new)
+        return new
+
     @staticmethod
     def answered_in_round(call: ToolCall, info: RoundInfo, app: AppConfig, cur: Round) -> bool:
         """Whether a call needs no further model round: an offer of actions, or follow-up suggestions shown."""
@@ -232,17 +284,23 @@ class TurnRunner:
         except Exception:
             log.exception("packing the streamed chunks of %s failed (they stay as they are)", cid)
 
-    async def end_message(self, cid: str, cur: Round) -> None:
+    async def end_message(self, cid: str, cur: Round, info: RoundInfo | None = None) -> None:
         """Commit the round's assistant message with its tool messages. Offered actions are stored with
-        it but only the emitted copy carries them as ``actions``: the stored message (GET) never does (§8)."""
+        it but only the emitted copy carries them as ``actions``: the stored message (GET) never does (§8).
+        In a turn with citable ids, the ids its text cites become its ``sources`` (stored with it)."""
         assert cur.message_id is not None
         msg: dict[str, Any] = {"id": cur.message_id, "role": Role.ASSISTANT, "content": "".join(cur.text), "created_at": time.time()}
         if cur.calls:
             msg["function_calls"] = cur.calls
         if cur.suggestions:
             msg["suggestions"] = cur.suggestions
+        if info is not None and info.cites is not None:
+            sources = info.cites.sources(msg["content"])
+            if sources:
+                msg["sources"] = sources
         tools = cur.tools
         offer = cur.offer
+        cur.ended = (msg, tools, bool(offer and offer["actions"]))
         cur.message_id = None
         cur.offer = None
         cur.suggestions = []
@@ -320,6 +378,8 @@ class TurnRunner:
                     prompts.append(prompt)
             elif tc.name == P.SUGGEST_FOLLOWUPS_TOOL and app.suggestions:
                 cur.tools.append(self.suggest(cid, cur, call))
+            elif tc.name == P.SEARCH_DOCS_TOOL and info.cites is not None and not info.one_shot:
+                cur.tools.append(await self.search_docs(call, info, log_calls))
             elif tc.name not in catalogue:
                 cur.tools.append(tool_message(call["id"], tc.name, ToolMessageKind.RELAY, {"status": P.STATUS_ERROR, "error": f"Unknown function {tc.name!r}."}))
             elif not isinstance(tc.arguments, dict):
@@ -393,6 +453,36 @@ class TurnRunner:
         if prompts:
             await hub.store.add_prompts(cid, turn_id, prompts)
         return prompts
+
+    async def search_docs(self, call: dict[str, Any], info: RoundInfo, log_calls: list[dict[str, Any]]) -> CallRecord:
+        """A ``search_docs`` call, answered by the relay: the sections its query finds, each under its citable id.
+        The same query a second time in the turn (ignoring case and spacing) is answered from the first search
+        (``answered_from``), without searching again."""
+        assert info.cites is not None
+        query, problem = docs_query(call["arguments"])
+        if query is None:
+            return tool_message(call["id"], call["name"], ToolMessageKind.RELAY, {
+                "status": P.STATUS_ERROR,
+                "error": f"Invalid search_docs call: {problem}. Nothing was searched; fix the arguments and call again."})
+        key = search_key(call["arguments"])
+        first = info.cites.searches.get(key)
+        if first is not None:
+            tm = tool_message(call["id"], call["name"], ToolMessageKind.RELAY, {"status": P.STATUS_SUCCESS, "result": first[1]})
+            return {**tm, "answered_from": first[0]}
+        docs = self.hub.docs
+        assert docs is not None
+        t0 = time.monotonic()
+        try:
+            reply = await search_sections(docs, info, query)
+            end: dict[str, Any] = {"status": P.STATUS_SUCCESS, "result": reply}
+            info.cites.searches[key] = (call["id"], reply)
+        except Exception:
+            log.exception("searching the docs of app %r failed", info.app_id)
+            end = {"status": P.STATUS_ERROR, "error": "The documentation search failed. Answer from what you have, "
+                                                      "or say that you could not search the documentation."}
+        ms = round((time.monotonic() - t0) * 1000, 1)
+        log_calls.append({"tool": call["name"], "ok": end["status"] == P.STATUS_SUCCESS, "ms": ms})
+        return tool_message(call["id"], call["name"], ToolMessageKind.RELAY, {**end, "duration_ms": ms, "total_ms": ms})
 
     @staticmethod
     def suggest(cid: str, cur: Round, call: dict[str, Any]) -> CallRecord:

@@ -1,8 +1,10 @@
 """The demo model: offline and deterministic, with a small documented grammar (docs/demo-model.md).
 
-It reads only the last message of the request. After a round of tool results it summarises them; on a
-reader's message it fails on request, asks the reader, calls the page functions the message names (with the
-arguments the message gives, or says which are missing), offers the page's actions, or answers in Markdown.
+It reads the last message of the request (and, in a one-shot turn of an app with docs, the sections the relay
+found). After a round of tool results it summarises them, quoting the best documentation section with its
+citation; on a reader's message it fails on request, asks the reader, calls the page functions the message names
+(with the arguments the message gives, or says which are missing), offers the page's actions, searches the docs,
+or answers in Markdown.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any, AsyncIterator
 
 from ... import protocol as P
-from ..tools import offer_names
+from ..tools import DOCS_SECTIONS_HEAD, offer_names, parse_docs_reply, section_title
 from .base import ASK_USER_TOOL, Chunk, ModelAdapter, ModelError, ModelRequest, TextDelta, ToolCall
 
 #: The question "ask me" asks (a radiolist, answered in the bar).
@@ -35,6 +37,12 @@ DEMO_SUGGESTIONS: tuple[str, ...] = (
     "Ask me",
 )
 _SUGGEST = re.compile(r"suggest\s+follow[- ]?ups?", re.IGNORECASE)
+#: What the demo says when a documentation search found nothing (it cites nothing: the relay replaces it).
+DEMO_NOT_FOUND = "I found nothing about that in the documentation."
+#: The longest quote from a section (whole sentences; a first sentence longer than this is cut at a word).
+QUOTE_CHARS = 300
+#: A tool reply's citable id, as the relay puts it before the reply (``[t1] {...}``).
+_REPLY_ID = re.compile(r"^\[(t[1-9][0-9]*)\] ")
 
 #: Openings of the Markdown answer, one per attempt (retry/regenerate), so a new answer looks new.
 _OPENINGS = (
@@ -218,6 +226,15 @@ class DemoModel(ModelAdapter):
                 yield c
             return
         suggest = P.SUGGEST_FOLLOWUPS_TOOL in tools
+        if not (suggest and _SUGGEST.search(text)):
+            if P.SEARCH_DOCS_TOOL in tools:  # a question for the docs: search them with the reader's words
+                yield ToolCall(P.SEARCH_DOCS_TOOL, {"query": text})
+                return
+            found = _one_shot_sections(msgs)
+            if found is not None:  # a one-shot turn: the relay searched already
+                async for c in self._text(_from_docs(found)):
+                    yield c
+                return
         async for c in self._text(self._answer(text, names, ASK_USER_TOOL in tools, actions, request.attempt, suggest)):
             yield c
         if suggest and _SUGGEST.search(text):
@@ -292,10 +309,17 @@ class DemoModel(ModelAdapter):
         for m in msgs:
             for tc in m.get("tool_calls") or []:
                 names[tc["id"]] = tc["function"]["name"]
-        parts = ["### Result", ""]
-        for r in results:
+        docs = [r for r in results if names.get(r.get("tool_call_id")) == P.SEARCH_DOCS_TOOL]
+        rest = [r for r in results if r not in docs]
+        parts = [_from_docs(parse_docs_reply(str(docs[0].get("content") or ""))), ""] if docs else []
+        if rest or not parts:
+            parts += ["### Result", ""]
+        for r in rest:
             name = names.get(r.get("tool_call_id"), "function")
             content = r.get("content") or ""
+            m = _REPLY_ID.match(content)
+            cite = f" [{m.group(1)}]" if m else ""
+            content = content[m.end():] if m else content
             try:
                 shown = _quote(json.loads(content))
             except ValueError:
@@ -303,8 +327,44 @@ class DemoModel(ModelAdapter):
             if name == ASK_USER_TOOL:
                 parts += [f"You answered: **{shown}**.", ""]
             else:
-                parts += [f"`{name}` returned:", "", "```json", shown, "```", ""]
+                parts += [f"`{name}` returned{cite}:", "", "```json", shown, "```", ""]
         return "\n".join(parts).rstrip()
+
+
+def _one_shot_sections(msgs: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """The sections the relay put in a one-shot request (a system message), or None."""
+    for m in msgs:
+        content = m.get("content")
+        if m.get("role") == "system" and isinstance(content, str) and content.startswith(DOCS_SECTIONS_HEAD):
+            return parse_docs_reply(content)
+    return None
+
+
+def _first_sentences(text: str) -> str:
+    """The section's first sentence(s), at most ``QUOTE_CHARS`` characters (whole sentences; a longer first
+    sentence is cut at a word, with "…")."""
+    words = " ".join(text.split())
+    sentences = re.split(r"(?<=[.!?])\s+", words)
+    out = ""
+    for sentence in sentences:
+        if out and len(out) + 1 + len(sentence) > QUOTE_CHARS:
+            break
+        out = f"{out} {sentence}".strip()
+    if len(out) > QUOTE_CHARS:
+        out = out[:QUOTE_CHARS].rsplit(" ", 1)[0] + "…"
+    return out
+
+
+def _from_docs(reply: dict[str, Any] | None) -> str:
+    """The answer from a search's sections: the best section's first sentence(s), quoted, with its citation; or
+    ``DEMO_NOT_FOUND`` when the search found nothing."""
+    sections = [s for s in (reply or {}).get("sections") or [] if isinstance(s, dict) and s.get("text")]
+    if not sections:
+        return DEMO_NOT_FOUND
+    best = sections[0]
+    where = section_title(str(best.get("page") or ""), [h for h in best.get("headings") or [] if isinstance(h, str)])
+    quote = _first_sentences(str(best["text"])).replace(" [cut]", "")
+    return f"From the documentation ({where}):\n\n> {quote} [{best['id']}]"
 
 
 def _invalid(schema: Any, arguments: dict[str, Any]) -> str | None:
