@@ -16,6 +16,13 @@ What ``render_markdown`` guarantees, whatever the model wrote:
 - an allowlist of tags and attributes on the tree, and of the raw snippets python-markdown stashes (entities and
   fenced code only).
 
+Citations (an answer's ``[s1]``/``[t2]`` tokens, docs/protocol.md §5): outside code, a token of that shape whose id
+is in ``citations`` (id -> marker number) becomes ``MARK_OPEN + n + MARK_CLOSE`` in the text, which the bar turns
+into a marker link after sanitizing (``widget.ui.sources``); any other such token is dropped with the spaces before
+it, so an id the answer cites that the turn never produced is never shown, and a streaming answer (its sources not
+known yet) shows no raw tokens. Code spans and blocks keep ``[s1]`` literally; ``\\[s1]`` stays text. The two mark
+characters are private-use code points, dropped from the model's text first, so only a citation can make them.
+
 Reference-style links (``[text][id]`` with ``[id]: url`` elsewhere) are off: a definition line shows as text,
 its URL as a link. This keeps every block's rendering independent of the rest of the answer, which
 ``StreamingRenderer`` relies on.
@@ -29,9 +36,10 @@ from __future__ import annotations
 import bisect
 import html as _html
 import re
+from collections.abc import Mapping
 from typing import Any
 
-__all__ = ["ALLOWED_TAGS", "StreamingRenderer", "render_markdown", "safe_url"]
+__all__ = ["ALLOWED_TAGS", "CITATION", "MARK_CLOSE", "MARK_OPEN", "StreamingRenderer", "render_markdown", "safe_url"]
 
 TAB_LENGTH = 4
 ALLOWED_TAGS = frozenset(
@@ -60,7 +68,16 @@ _LANG_CLASS = re.compile(r"language-[\w#.+-]{1,40}")
 _BARE_URL = r"(?<![\w@/])(https?://[^\s<>\"'`\x02\x03]+)"
 _TRAILING = ".,:;!?'\"*_~"
 
+#: A citation token of the answer's text: ``[s<digits>]`` (a docs section) or ``[t<digits>]`` (a tool reply), not
+#: followed by ``(`` (then it is a link's text); group 1 is the id.
+CITATION = re.compile(r"\[([st][0-9]{1,6})\](?!\()")
+#: Around a known citation's marker number in the rendered text (private-use code points; see the module doc).
+MARK_OPEN, MARK_CLOSE = "\ue000", "\ue001"
+_CITATION_INLINE = r"[ \t]*" + CITATION.pattern
+
 _md: Any = None  # the cached markdown.Markdown instance
+#: The citations of the ``render_markdown`` call in progress (read by the citation pattern).
+_citations: Mapping[str, int] | None = None
 _placeholder_re: re.Pattern[str] | None = None
 
 
@@ -82,11 +99,17 @@ def _escape_amp(text: str) -> str:
     return text.replace("&", "&amp;")
 
 
-def render_markdown(text: str) -> str:
-    """HTML for Markdown ``text`` (model output): raw HTML escaped, no images, only http(s)/mailto links."""
+def render_markdown(text: str, citations: Mapping[str, int] | None = None) -> str:
+    """HTML for Markdown ``text`` (model output): raw HTML escaped, no images, only http(s)/mailto links; citation
+    tokens marked when their id is in ``citations`` (id -> marker number), dropped otherwise."""
+    global _citations
     md = _instance()
     md.reset()
-    html: str = md.convert(_canonical(text))
+    _citations = citations
+    try:
+        html: str = md.convert(_canonical(text))
+    finally:
+        _citations = None
     return html
 
 
@@ -131,6 +154,15 @@ def _build() -> Any:
             el.set("href", url)
             el.text = util.AtomicString(url)
             return el, m.start(1), m.start(1) + len(url)
+
+    class CitationProcessor(InlineProcessor):  # type: ignore[misc]
+        """``[s1]`` outside code: a marked number when the id is cited, else nothing (spaces before it included)."""
+
+        def handleMatch(self, m: re.Match[str], data: str) -> tuple[Any, int, int]:  # noqa: N802
+            """The marked number or an empty text, in place of the token and the spaces before it."""
+            n = _citations.get(m.group(1)) if _citations else None
+            text = f"{MARK_OPEN}{n}{MARK_CLOSE}" if isinstance(n, int) and not isinstance(n, bool) else ""
+            return util.AtomicString(text), m.start(0), m.end(0)
 
     class StashFilter(Postprocessor):  # type: ignore[misc]
         """Only entities and fenced code blocks of the expected shape come back from the raw-HTML stash."""
@@ -251,6 +283,9 @@ def _build() -> Any:
         md.inlinePatterns.deregister(name)
     md.parser.blockprocessors.deregister("reference")
     md.inlinePatterns.register(BareUrlProcessor(_BARE_URL, md), "bare_url", 115)
+    # After code spans (190) and backslash escapes (180), before links (160): a citation in a link's text is marked,
+    # a bare URL never swallows one.
+    md.inlinePatterns.register(CitationProcessor(_CITATION_INLINE, md), "citation", 170)
     md.treeprocessors.register(SafetyTree(md), "safety", -10)
     md.postprocessors.register(StashFilter(md), "stash_filter", 35)
     return md
@@ -311,6 +346,8 @@ def _canonical(text: str) -> str:
         text = text.replace("\r\n", "\n").replace("\r", "\n")
     if "\x02" in text or "\x03" in text:
         text = text.replace("\x02", "").replace("\x03", "")
+    if MARK_OPEN in text or MARK_CLOSE in text:  # only a citation makes them
+        text = text.replace(MARK_OPEN, "").replace(MARK_CLOSE, "")
     return text
 
 
@@ -335,8 +372,9 @@ class StreamingRenderer:
     A text that does not extend the previous one (a regenerated answer) starts over.
     """
 
-    def __init__(self) -> None:
-        """An empty renderer."""
+    def __init__(self, citations: Mapping[str, int] | None = None) -> None:
+        """An empty renderer; ``citations`` as for ``render_markdown`` (None while an answer streams)."""
+        self.citations = citations
         self.reset()
 
     def reset(self) -> None:
@@ -368,13 +406,13 @@ class StreamingRenderer:
         cut = _last_cut(text, start)
         self.appended = ""
         if cut > start:
-            chunk_html = render_markdown(text[start:cut])
+            chunk_html = render_markdown(text[start:cut], self.citations)
             if chunk_html:
                 self._parts.append(chunk_html)
                 self._stable_html += chunk_html + "\n"
                 self.appended = chunk_html
             self._stable_text = text[:cut]
-        self.tail = render_markdown(text[len(self._stable_text):])
+        self.tail = render_markdown(text[len(self._stable_text):], self.citations)
         return self._stable_html, self.tail
 
 

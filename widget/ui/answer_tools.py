@@ -251,8 +251,8 @@ class AnswerTools:
         message = next((m for m in self.bar.store.messages if m.get("id") == message_id), None)
         if message is None:
             return None
-        if action == "answer-copy-md":
-            return str(message.get("content") or "")
+        if action == "answer-copy-md":  # sources as footnotes (widget.ui.sources)
+            return self.bar.messages.sources.markdown_copy(message)
         view = next((v for v in self.bar.messages.views.values() if v.el.contains(el)), None)
         if view is None:
             return None
@@ -260,7 +260,8 @@ class AnswerTools:
             blocks = view.body.querySelectorAll("pre")
             index = int(el.getAttribute("data-block") or 0)
             return str(blocks.item(index).textContent) if index < int(blocks.length) else None
-        return str(view.body.innerText).strip()  # plain text: what the reader sees, with its line breaks
+        # plain text: what the reader sees, with its line breaks (markers read "[1]"), then the sources listed
+        return self.bar.messages.sources.text_copy(view, message)
 
     async def _copy(self, text: str, button: Any) -> None:
         import js

@@ -12,6 +12,7 @@ from ..protocol import ConfirmationDecision
 from .answer_tools import ACTIONS as ANSWER_ACTIONS
 from .dom import FOCUSABLE, absent, has
 from .history import ACTIONS as HISTORY_ACTIONS
+from .sources import CITE_ACTION
 from .starters import ACTIONS as PROMPT_ACTIONS
 
 if TYPE_CHECKING:
@@ -81,6 +82,8 @@ class PanelEvents:
             self.bar.answer_tools.on_action(action, arg, el)
         elif action in PROMPT_ACTIONS:  # a starter or a follow-up suggestion (widget.ui.starters)
             self.bar.prompts.on_action(action, el)
+        elif action == CITE_ACTION:  # a source marker in an answer (widget.ui.sources)
+            self.bar.messages.sources.on_cite(event, el)
 
     def keep_key(self, event: Any) -> None:
         """A key released in the bar: the page does not see it."""

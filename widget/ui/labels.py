@@ -107,6 +107,11 @@ LABELS: dict[str, str] = {
     "rate_up": "Good answer",
     "rate_down": "Bad answer",
     "rate_failed": "Your rating was not saved: {message}",
+    # an answer's cited sources: the list under it, a docs row's origin, a marker's name
+    "sources": "Sources",
+    "source_site": "from the site",
+    "source_new_tab": "(opens in a new tab)",
+    "source_marker": "Source {n}: {source}",
     # the optional comment after a thumb
     "comment_add": "Add a comment",
     "comment_edit": "Edit comment",

@@ -14,9 +14,12 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING, Any
 
+from ..core.markdown import MARK_OPEN
 from ..protocol import Role
+from ..store.sources import plain_markers
 from .calls import CallPills, CallView
 from .dom import bidi_safe, message_key
+from .sources import Sources, streaming_text
 
 if TYPE_CHECKING:
     from .actions import ActionView
@@ -32,6 +35,7 @@ class MessageView:
         "body",
         "busy",
         "call_views",
+        "cites",
         "calls",
         "el",
         "empty",
@@ -41,6 +45,9 @@ class MessageView:
         "pending",
         "renderer",
         "role",
+        "source_ids",
+        "sources",
+        "sources_sig",
         "stable",
         "stopped",
         "tail",
@@ -65,6 +72,13 @@ class MessageView:
         self.tail: Any = None
         self.stable: Any = None
         self.empty: str | None = None  # the body's data-empty value last written
+        #: The citation numbers (id -> n) the body was last rendered with (None: not yet, or streaming).
+        self.cites: dict[str, int] | None = None
+        #: The list of sources under the answer (``widget.ui.sources``), the rows it shows, and marker n -> (row
+        #: element id, title).
+        self.sources: Any = None
+        self.sources_sig: Any = ()
+        self.source_ids: dict[int, tuple[str, str]] = {}
         #: A streaming render prepared outside the frame: (text, sanitized new stable nodes, sanitized tail nodes);
         #: the renderer has already been fed ``text``, the DOM catches up when the frame applies it.
         self.pending: tuple[str, Any, Any] | None = None
@@ -82,6 +96,8 @@ class Messages:
         self._busy = False
         self._render_markdown: Any = None
         self._renderer_cls: Any = None
+        #: Markers and source rows of the answers.
+        self.sources = Sources(bar)
         lbl = dom.labels
         self.empty = dom.el("div", "empty", part="empty")
         self.empty.appendChild(dom.icon("spark", "empty-icon"))
@@ -147,7 +163,7 @@ class Messages:
             self.render()
             return
         frames = self.bar.frames
-        shown = bidi_safe(streaming.get("content") or "")
+        shown = streaming_text(bidi_safe(streaming.get("content") or ""))
         if frames.in_frame and view.pending is not None and view.pending[0] != shown:
             # Show what was prepared; the newer chunks wait for the next interval instead of making this frame
             # render Markdown again.
@@ -198,7 +214,11 @@ class Messages:
     def _fill(self, view: MessageView, m: dict[str, Any], *, streaming: bool, last: bool, answer: bool = False) -> None:
         text = bidi_safe(str(m.get("content") or ""))
         if view.role == "assistant":
-            self._answer(view, text, streaming)
+            # The rows first: the markers the body gets link to them.
+            rows = self.sources.rows_of(m, streaming)
+            self.sources.render(view, rows)
+            cites = None if streaming else {r["id"]: r["n"] for r in rows}
+            self._answer(view, streaming_text(text) if streaming else text, streaming, cites)
         elif view.text != text:
             view.body.textContent = text
             view.text = text
@@ -239,8 +259,9 @@ class Messages:
             self._render_markdown, self._renderer_cls = render_markdown, StreamingRenderer
         return self._render_markdown, self._renderer_cls
 
-    def _answer(self, view: MessageView, text: str, streaming: bool) -> None:
-        """Markdown → HTML (raw HTML escaped) → sink sanitizer → DOM; incremental while streaming."""
+    def _answer(self, view: MessageView, text: str, streaming: bool, cites: dict[str, int] | None) -> None:
+        """Markdown → HTML (raw HTML escaped) → sink sanitizer → DOM; incremental while streaming. ``cites``: the
+        committed answer's citation numbers (its markers), None while it streams (every citation token hidden)."""
         if view.pending is not None:  # the renderer is ahead of the DOM: insert what was prepared first
             shown, appended, tail = view.pending
             view.pending = None
@@ -253,11 +274,12 @@ class Messages:
         if view.tail is not None and view.empty != empty:
             view.empty = empty
             view.body.setAttribute("data-empty", empty)
-        if view.text == text:
+        if view.text == text and view.cites == cites:
             return
         san = self.bar.sanitizer
-        if san is None:  # no sink sanitizer: plain text, never HTML
-            view.stable.textContent = text
+        if san is None:  # no sink sanitizer: plain text, never HTML (citations read "[1]")
+            view.stable.textContent = plain_markers(text, cites)
+            view.cites = cites
             view.text = text
             return
         if streaming and not text.strip() and view.text is None:
@@ -265,7 +287,8 @@ class Messages:
             view.text = text
             return
         render, renderer_cls = self._markdown()
-        if streaming or view.renderer is not None:
+        view.cites = cites
+        if streaming or (view.renderer is not None and not cites):
             r = view.renderer
             if r is None or view.text is None or not text.startswith(view.text):
                 r = view.renderer = renderer_cls()
@@ -280,8 +303,13 @@ class Messages:
             if not streaming:
                 view.renderer = None  # final: the committed text rendered exactly as render_markdown would
         else:
-            san.setSafeHTML(view.stable, render(text))
+            # Committed (a streamed answer with its sources is rendered once more, with its markers).
+            html = render(text, cites)
+            san.setSafeHTML(view.stable, html)
             view.tail.textContent = ""
+            view.renderer = None
+            if MARK_OPEN in html:
+                self.sources.mark(view, view.stable)
         view.text = text
 
 
@@ -297,7 +325,7 @@ class Messages:
         view = self.views.get(message_key(streaming, len(s.messages)))
         if view is None or view.pending is not None or view.renderer is None or not view.text:
             return None  # the frame renders it: the first words, "Thinking…", a new view
-        text = bidi_safe(str(streaming.get("content") or ""))
+        text = streaming_text(bidi_safe(str(streaming.get("content") or "")))
         if text == view.text or not text.startswith(view.text):
             return None  # nothing new, or a restart (the frame starts over)
         started = time.monotonic()
