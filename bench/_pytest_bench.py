@@ -8,6 +8,8 @@ import sys
 import time
 from pathlib import Path
 
+from results import save
+
 ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -19,5 +21,8 @@ def run(test_file: str, env_var: str, n: int, describe: str) -> int:
         cwd=ROOT, env={**os.environ, env_var: str(n)},
     )
     verdict = "all invariants held" if rc == 0 else "INVARIANT BROKEN"
-    print(f"# bench/{Path(sys.argv[0]).name}: {describe}: {verdict}, {time.perf_counter() - t:.1f} s")
+    seconds = time.perf_counter() - t
+    print(f"# bench/{Path(sys.argv[0]).name}: {describe}: {verdict}, {seconds:.1f} s")
+    save(Path(sys.argv[0]).stem, {"test_file": test_file, env_var: n, "what": describe, "pytest_exit": rc,
+                                  "verdict": verdict, "seconds": seconds})
     return rc

@@ -28,6 +28,7 @@ from support import CHROMIUM, CHROMIUM_ARGS, start_relay, wait_mark
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from chrome_trace import Blocking, main_thread_tasks, tracing
+from results import save
 
 LONGTASK_SCRIPT = """
 window.__longtasks = [];
@@ -129,6 +130,7 @@ async def main() -> None:
     print("-" * 38 + "-|-" + "-" * 34 + "-|-" + "-" * 30)
     for key, label in FIELDS:
         print(f"{label:38} | {summary(cold, key):34} | {summary(warm, key)}")
+    save("boot", {"n": args.n, "boot": args.boot, "cold": cold, "warm": warm})
 
 
 if __name__ == "__main__":

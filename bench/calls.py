@@ -25,6 +25,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))
 sys.path.insert(0, str(ROOT))
 
+from results import save, stats  # noqa: E402
 from support import CHROMIUM, CHROMIUM_ARGS, start_relay, wait_mark  # noqa: E402
 
 
@@ -167,6 +168,11 @@ async def main() -> None:
         print(line("Python (client transport -> bridge)", py))
         print(line("plain JS (socket.io-client)", js))
         print(f"{'ratio Python / JS (p50)':44} {statistics.median(py) / statistics.median(js):.2f}x")
+    save("calls", {"n": args.n, "rtt": args.rtt, "withheld_ms": {
+        "cpython_clean": stats(cp["clean"]), "cpython_dirty": stats(cp["dirty"]),
+        **({"chromium_clean": stats(br["clean"]), "chromium_dirty": stats(br["dirty"])} if br else {})},
+        **({"emit_ack_ms": {"python": stats(br["py_rtt"]), "js": stats(br["js_rtt"])},
+            "ratio_python_js_p50": statistics.median(br["py_rtt"]) / statistics.median(br["js_rtt"])} if br else {})})
 
 
 if __name__ == "__main__":

@@ -35,6 +35,8 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
+from results import save
+
 ROOT = Path(__file__).resolve().parent.parent
 MB = 1024 * 1024
 
@@ -358,6 +360,7 @@ async def main() -> None:
     resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
     print(json.dumps({"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "load": os.getloadavg(),
                       "root": str(args.root)}), flush=True)
+    scenarios: dict[str, Any] = {}
     with tempfile.TemporaryDirectory() as d:
         tmp = Path(d)
         for name in args.only.split(","):
@@ -374,6 +377,8 @@ async def main() -> None:
             else:
                 raise SystemExit(f"unknown scenario {name}")
             print(json.dumps({name: result, "load": os.getloadavg()}), flush=True)
+            scenarios[name] = result
+    save("edge", {"scenarios": scenarios, "unjoined_s": args.unjoined_s, "slow_s": args.slow_s, "fd_s": args.fd_s})
 
 
 if __name__ == "__main__":

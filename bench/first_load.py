@@ -22,6 +22,7 @@ from typing import Any
 
 import peer
 from peer import BROWSER_ARGS, CHROMIUM, Run, Tab, new_context, start_relay, stop_process
+from results import save
 
 
 async def visit(browser: Any, url: str, token: str) -> list[tuple[str, int, int]]:
@@ -71,6 +72,8 @@ async def main() -> int:
         print(f"{(b + h) / 1e6:9.3f} MB  {name[:90]}{note}")
     print(f"total {statistics.median(totals) / 1e6:.3f} MB (median of {len(totals)}: "
           + ", ".join(f"{t / 1e6:.3f}" for t in totals) + ")")
+    save("first_load", {"total_bytes": totals, "median_total_bytes": statistics.median(totals),
+                        "requests": [{"url": u, "body": b, "headers": h} for u, b, h in rows]})
     return 0
 
 

@@ -38,6 +38,9 @@ from hypothesis import HealthCheck, Phase, given, seed, settings  # noqa: E402
 
 from widget.core import state as state_mod  # noqa: E402
 
+sys.path.insert(0, str(ROOT / "bench"))
+from results import save  # noqa: E402
+
 
 def js_number(x: Any) -> Any:
     """A JSON number after JSON.parse + JSON.stringify in JS (checked against node: 1.0→1, -0.0→0, 2**53+1→2**53)."""
@@ -161,6 +164,7 @@ def main(argv: list[str] | None = None) -> int:
     short = [lib for lib, r in result["libraries"].items() if r["documents"] < args.documents]
     if short:
         print(f"warning: fewer than {args.documents} documents for {short}", file=sys.stderr)
+    save("fuzz", result)
     return 1 if any(r["divergences"] for r in result["libraries"].values()) or short else 0
 
 

@@ -40,6 +40,7 @@ from support import CHROMIUM, CHROMIUM_ARGS, PageServer, start_relay  # noqa: E4
 from chrome_trace import (  # noqa: E402
     LONGTASK_COLLECT, LONGTASK_SCRIPT, Blocking, main_thread_cpu, main_thread_tasks, probe_input, tracing,
 )
+from results import save, stats  # noqa: E402
 
 KINDS = ("cold", "second", "third", "newtab", "restart", "pages",
          "cold-reader", "later-reader", "newtab-reader", "restart-reader")
@@ -230,6 +231,11 @@ def main() -> None:
             print(f"  {kind:8} " + ", ".join(parts))
     print("(ms: median (min-max); 'pages' are page views 2-4 of a multi-page site, the widget untouched; "
           "'-reader' visits: the reader hovers the toggle)")
+    save("jank", {"n": args.n, "boot": args.boot, "before_dist": args.before_dist,
+                  "medians": {kind: {key: stats(float(r[key]) for r in rows)["median"] for key, _ in cols}
+                              | {"joined": sum(1 for r in rows if r["joined"]), "visits": len(rows)}
+                              for kind, rows in results.items()},
+                  "visits": results})
 
 
 if __name__ == "__main__":

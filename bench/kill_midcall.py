@@ -29,6 +29,7 @@ import aiohttp
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
 from relay_helpers import RelayProcess, info, joined
+from results import save
 
 from widget.client import AutopilotClient
 from widget.transports.python_socketio import PythonSocketIOTransport
@@ -192,6 +193,8 @@ async def main(n: int, scale: bool, seed: int) -> int:
     print(f"\nkill -9 mid-call x{n} ({kind}), {time.monotonic() - t0:.0f} s, load {load:.1f}: "
           f"{twice} requests ran the function twice, {lost} lost results, {errors} errors "
           f"({mid} killed while the function ran, {n - mid} after it answered; {retried} turns failed and were retried)")
+    save("kill_midcall", {"n": n, "store": kind, "ran_twice": twice, "lost": lost, "errors": errors,
+                          "stopped_mid_call": mid, "retried": retried, "requests": results})
     return 0 if twice == 0 and lost == 0 else 1
 
 

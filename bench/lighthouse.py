@@ -39,6 +39,9 @@ sys.path.insert(0, str(ROOT / "tests"))
 
 from support import CHROMIUM, CHROMIUM_ARGS, free_port, start_relay  # noqa: E402
 
+sys.path.insert(0, str(ROOT / "bench"))
+from results import save, stats  # noqa: E402
+
 LIGHTHOUSE_VERSION = "12"
 LH_DIR = Path(os.environ.get("AUTOPILOT_LIGHTHOUSE_DIR") or Path.home() / ".cache" / "autopilot-widget" / "lighthouse")
 APP = "lhbench"
@@ -199,6 +202,9 @@ def main() -> int:
             print(f"  source map missing or invalid: {m}")
         for e in sorted({e for r in rows[v] for e in r["console_errors"]}):
             print(f"  console error: {e}")
+    save("lighthouse", {"n": args.n, "lighthouse": version, "unthrottled": args.unthrottled, "dist": args.dist,
+                        "medians": {v: {key: stats(r[key] for r in rows[v])["median"] for key, *_ in cols}
+                                    for v in variants}, "runs": rows})
     return 0
 
 

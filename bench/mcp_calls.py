@@ -27,6 +27,11 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 SERVER = str(ROOT / "tests" / "mcp_test_server.py")
 
+from results import save  # noqa: E402  (bench/, the script's folder)
+
+#: Each case's printed line, kept for bench/results.py.
+CASES: dict[str, dict[str, object]] = {}
+
 
 def free_port() -> int:
     with socket.socket() as s:
@@ -48,8 +53,10 @@ def wait_port(port: int, proc: subprocess.Popen[bytes], limit: float = 60) -> No
 
 def summary(name: str, samples: list[float]) -> None:
     samples.sort()
-    print(json.dumps({"case": name, "n": len(samples), "median_ms": round(statistics.median(samples), 2),
-                      "p90_ms": round(samples[int(len(samples) * 0.9) - 1], 2), "load": round(os.getloadavg()[0], 1)}))
+    line = {"case": name, "n": len(samples), "median_ms": round(statistics.median(samples), 2),
+            "p90_ms": round(samples[int(len(samples) * 0.9) - 1], 2), "load": round(os.getloadavg()[0], 1)}
+    CASES[name] = line
+    print(json.dumps(line))
 
 
 async def links(n: int, url: str) -> None:
@@ -64,8 +71,10 @@ async def links(n: int, url: str) -> None:
         link = McpLink("bench", name, cfg)
         t0 = time.perf_counter()
         await link.ensure()
-        print(json.dumps({"case": f"start_{name}", "ms": round((time.perf_counter() - t0) * 1000, 1),
-                          "load": round(os.getloadavg()[0], 1)}))
+        line = {"case": f"start_{name}", "ms": round((time.perf_counter() - t0) * 1000, 1),
+                "load": round(os.getloadavg()[0], 1)}
+        CASES[f"start_{name}"] = line
+        print(json.dumps(line))
         samples = []
         for i in range(n):
             t0 = time.perf_counter()
@@ -122,6 +131,7 @@ async def main() -> None:
         http.terminate()
         http.wait(10)
     await webmcp(args.n)
+    save("mcp_calls", {"n": args.n, "cases": CASES})
 
 
 if __name__ == "__main__":

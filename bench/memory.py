@@ -72,6 +72,7 @@ from peer import (  # noqa: E402
     chainlit_venv,
     new_context,
 )
+from results import save  # noqa: E402
 from support import CHROMIUM, DIST, start_relay  # noqa: E402  (tests/support.py, on sys.path through peer)
 
 MIB = 2**20
@@ -669,6 +670,8 @@ async def bench(args: argparse.Namespace) -> int:
             finally:
                 await browser.close()
         report(results, args, (load_before, loadavg()), foreign, changes)
+        save("memory", {"messages": args.messages, "cycles": args.cycles, "reloads": args.reloads,
+                        "every": args.every, "foreign_requests": foreign, "targets": results})
         if any(r.get("error") for r in results.values()):
             return 1
     finally:

@@ -27,6 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from jank import TOGGLE, host_page
+from results import save, stats
 from support import CHROMIUM, CHROMIUM_ARGS, PageServer, start_relay
 
 ANSWERS = "#autopilot-bar-host >> .messages > .message.assistant"
@@ -112,6 +113,11 @@ def main() -> None:
               f"{statistics.median(vals):.0f} ({min(vals):.0f}–{max(vals):.0f}); Python from: {', '.join(hows)}")
     load = os.getloadavg()
     print(f"# load average at the end {load[0]:.1f} {load[1]:.1f}")
+    save("new_tab", {"n": args.n, "before_dist": args.before_dist, "after_click_ms": {
+        f"{label}, click {'at once' if not dwell else f'after {dwell:.0f} s'}":
+            stats(r["after_click"] for r in rows) | {"python_from": sorted({r["how"] for r in rows})}
+        for (label, dwell), rows in results.items()}, "visits": [
+        {"build": label, "dwell_s": dwell, **r} for (label, dwell), rows in results.items() for r in rows]})
 
 
 if __name__ == "__main__":

@@ -91,6 +91,7 @@ from support import CHROMIUM, CHROMIUM_ARGS, DIST, free_port, start_relay, stop_
 
 sys.path.insert(0, str(ROOT / "bench"))
 from chrome_trace import Blocking, main_thread_tasks, tracing  # noqa: E402
+from results import save  # noqa: E402
 
 CHAINLIT_VERSION = "2.12.0"
 ASSETS = Path(__file__).resolve().parent / "peer"
@@ -723,6 +724,8 @@ async def bench(args: argparse.Namespace) -> None:
             print(f"\nfailed runs (left out of the medians): {len(failures)}")
             for f in failures:
                 print(f"  - {f}")
+        save("peer", {"n": args.n, "targets": targets, "dwell_s": args.dwell, "before_dist": args.before_dist,
+                      "runs": results, "failures": failures, "foreign_requests": foreign})
     finally:
         if chainlit:
             chainlit.stop()

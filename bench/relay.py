@@ -50,6 +50,9 @@ import socketio  # noqa: E402
 
 from widget import protocol as P  # noqa: E402
 
+sys.path.insert(0, str(ROOT / "bench"))
+from results import save, stats  # noqa: E402
+
 FUNCTION = {
     "name": "bench_fn",
     "description": "Returns its argument.",
@@ -196,6 +199,7 @@ class Bench:
         self.relay: subprocess.Popen[bytes] | None = None
         self.tmp = Path(tempfile.mkdtemp(prefix="relay-bench-"))
         self.out: list[str] = []
+        self.figures: dict[str, Any] = {}  # what bench/results.py keeps of the run
 
     def say(self, line: str = "") -> None:
         print(line, flush=True)
@@ -277,6 +281,7 @@ class Bench:
             dt = time.perf_counter() - t
             self.say(f"1. HTTP setup (POST create + GET token), {a.concurrency} in flight: {n} in {dt:.2f} s = {n / dt:.0f} conversations/s"
                      + (f" ({bad} failed)" if bad else ""))
+        self.figures["http_setup"] = {"conversations_per_s": n / dt, "failed": bad}
 
         await asyncio.sleep(1.0)
         rss0 = rss_kib(pid)
@@ -290,6 +295,9 @@ class Bench:
                  f"{len(connected) / dt:.0f} connections/s" + (f" ({bad} failed)" if bad else ""))
         self.say(f"   relay RSS {rss0 / 1024:.1f} MiB before, {rss1 / 1024:.1f} MiB with {len(connected)} idle joined clients: "
                  f"{(rss1 - rss0) / max(1, len(connected)):.1f} KiB per connection")
+        self.figures["socket_setup"] = {"connections_per_s": len(connected) / dt, "failed": bad,
+                                        "rss_idle_mib": rss0 / 1024, "rss_joined_mib": rss1 / 1024,
+                                        "kib_per_connection": (rss1 - rss0) / max(1, len(connected))}
 
         self.failures(await self.gather_limited([c.register() for c in connected], a.concurrency), "register")
         self.patch_ms.clear()
@@ -301,6 +309,8 @@ class Bench:
         self.say(f"3. One active client ({len(connected) - 1} idle), {a.solo_calls} sequential calls:")
         self.say(f"   relay overhead per function call: {self.stats(self.overhead_ms)}")
         self.say(f"   state patch ack round trip:       {self.stats(self.patch_ms)}")
+        self.figures["one_active"] = {"idle_clients": len(connected) - 1, "overhead_ms": stats(self.overhead_ms),
+                                      "patch_ack_ms": stats(self.patch_ms)}
         self.overhead_ms.clear(), self.handler_ms.clear(), self.patch_ms.clear()
 
         # 4. everyone at once
@@ -323,6 +333,11 @@ class Bench:
                  f"{cpu / max(1, calls) * 1000:.1f} ms of relay CPU per turn (patch + message + call + answer, ~20 sequenced "
                  f"events) — the load-independent number; load generator CPU {time.process_time():.1f} s in all")
         self.say(f"   peak relay RSS {rss_kib(pid) / 1024:.1f} MiB")
+        self.figures["all_active"] = {"clients": len(connected), "calls": calls, "seconds": dt, "calls_per_s": calls / dt,
+                                      "failed_clients": bad, "overhead_ms": stats(self.overhead_ms),
+                                      "patch_ack_ms": stats(self.patch_ms), "relay_cpu_s": cpu,
+                                      "relay_cpu_ms_per_turn": cpu / max(1, calls) * 1000,
+                                      "peak_relay_rss_mib": rss_kib(pid) / 1024}
         await self.gather_limited([c.sio.disconnect() for c in clients if c.sio.connected], a.concurrency)
         self.say("load average after: " + " ".join(f"{x:.2f}" for x in os.getloadavg()))
         if self.errors:
@@ -341,6 +356,8 @@ async def main_async(args: argparse.Namespace) -> int:
         return 1
     finally:
         bench.stop_relay()
+    save("relay", {"clients": args.clients, "calls": args.calls, "solo_calls": args.solo_calls,
+                   "concurrency": args.concurrency, **bench.figures, "errors": bench.errors})
     return 0 if not bench.errors else 1
 
 

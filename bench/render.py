@@ -25,6 +25,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from results import save
+
 from widget.core.markdown import StreamingRenderer, render_markdown
 
 WORDS = ("the widget renders model output as markdown and keeps every link visible so readers can check where "
@@ -177,8 +179,9 @@ BROWSER_RUN = """async ([ends, incremental]) => {
 }"""
 
 
-def browser_bench(text: str, ends: list[int], repeat: int) -> int:
-    """Run both paths in Chromium (Pyodide + sanitize.mjs + DOM); print main-thread time per chunk task."""
+def browser_bench(text: str, ends: list[int], repeat: int, figures: dict[str, object]) -> int:
+    """Run both paths in Chromium (Pyodide + sanitize.mjs + DOM); print main-thread time per chunk task (and put it
+    in ``figures["browser"]``)."""
     import json
     import tempfile
 
@@ -224,6 +227,10 @@ def browser_bench(text: str, ends: list[int], repeat: int) -> int:
               f"{r['pyMs']:7.1f}ms {len(r['longtasks']):10d}")
     print(f"speed-up {sum(naive['per']) / sum(inc['per']):.1f}x main-thread time; "
           f"final DOM {'identical' if same else 'DIFFERENT'}")
+    figures["browser"] = {"python": version, "same_dom": same, "paths": {
+        name: {"main_thread_ms": sum(r["per"]), "longest_task_ms": max(r["per"]),
+               "mean_task_ms": sum(r["per"]) / len(r["per"]), "python_ms": r["pyMs"], "long_tasks": len(r["longtasks"])}
+        for name, r in results.items()}}
     return 0 if same else 1
 
 
@@ -274,9 +281,15 @@ def main() -> int:
         print(f"{name:34} {total * 1000:8.1f}ms {worst * 1000:8.2f}ms {total / len(ends) * 1000:9.3f}ms")
     print(f"speed-up {naive[0] / inc[0]:.1f}x total; re-rendered tail per chunk: median "
           f"{statistics.median(tails):.0f} chars, max {max(tails)} chars; final HTML identical")
-    if args.browser:
-        return browser_bench(text, ends, args.repeat)
-    return 0
+    figures: dict[str, object] = {
+        "chars": len(text), "chunks": len(ends), "chars_per_chunk": chars_per_chunk, "repeat": args.repeat,
+        "tokens_per_second": args.tokens_per_second, "chunks_per_second": args.chunks_per_second,
+        "cpython": {name: {"total_ms": total * 1000, "max_chunk_ms": worst * 1000,
+                           "mean_chunk_ms": total / len(ends) * 1000} for name, (total, worst, _html) in results.items()},
+        "tail_chars": {"median": statistics.median(tails), "max": max(tails)}}
+    rc = browser_bench(text, ends, args.repeat, figures) if args.browser else 0
+    save("render", figures)
+    return rc
 
 
 if __name__ == "__main__":

@@ -38,6 +38,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 sys.path.insert(0, str(ROOT))
 
 from render import add_stream_arguments, synthetic_answer  # noqa: E402
+from results import save  # noqa: E402
 from support import CHROMIUM, CHROMIUM_ARGS, start_relay, wait_mark  # noqa: E402
 
 SETUP = '''
@@ -326,6 +327,15 @@ want.innerHTML.replace("\\n", "") == got.innerHTML.replace("\\n", "")""")
             calls = stats["parts"].get(name + " (calls)", 0)
             print(f"  profile: {name}: {value:,.0f} ms in {calls} calls ({value / max(calls, 1):.2f} ms each)")
     print(f"  final DOM equals sanitize(render_markdown(answer)): {'yes' if same else 'NO'}")
+    save("render_browser", {
+        "mode": "naive" if args.naive else "incremental", "socket": bool(args.socket), "chars": len(text),
+        "chunks": len(ends), "chunks_per_second": args.chunks_per_second, "streaming_s": seconds,
+        "main_thread_busy_ms": busy, "main_thread_share_pct": busy / max(seconds, 1e-9) / 10,
+        "main_thread_cpu_ms": cpu, "main_thread_cpu_pct": cpu / max(seconds, 1e-9) / 10,
+        "longest_task_ms": max(tasks, default=0), "longest_task_cpu_ms": max((c for _, c in timed), default=0),
+        "tasks_over_50_ms": sum(1 for d in tasks if d > 50), "longtask_entries": len(longtasks),
+        "renders_per_second": len(frames) / max(seconds, 1e-9), "inner_ms": inner,
+        "profile_ms": stats.get("parts", {}), "final_dom_equal": same})
     return 0 if same else 1
 
 

@@ -44,6 +44,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from chrome_trace import CATEGORIES, Trace, _page_pid, _renderer_mains, run_tasks
 from jank import SETTLE_S, TOGGLE, host_page, settled
+from results import save
 from support import CHROMIUM, CHROMIUM_ARGS, PageServer, start_relay
 
 PROFILE_CATEGORIES = CATEGORIES + ",disabled-by-default-v8.cpu_profiler,blink.user_timing,v8.execute"
@@ -438,6 +439,19 @@ def main() -> None:
     results = asyncio.run(run(args))
     for label, rows in results.items():
         report(label, rows, args)
+
+    def task(t: tuple[Any, float, float], parts: dict[str, float]) -> dict[str, Any]:
+        return {"wall_ms": t[1], "cpu_ms": t[2], "parts_ms": {k: round(v, 2) for k, v in parts.items() if v >= 0.5}}
+
+    save("restore_profile", {
+        "n": args.n, "options": {k: v for k, v in vars(args).items() if k != "n"},
+        "builds": {label or "this checkout": [
+            {"joined": r["joined"], "restore_tasks": [task(t, sp) for t, sp, _ in r["restore"]],
+             "other_tasks": [task(t, sp) for t, sp, _ in r["others"]],
+             "longest_restore_wall_ms": max(t[1] for t, _, _ in r["restore"]),
+             "longest_restore_cpu_ms": max(t[2] for t, _, _ in r["restore"]),
+             "busy_wall_ms": r["busy_wall"], "busy_cpu_ms": r["busy_cpu"], "marks": r["marks"], "wasm": r["wasm"]}
+            for r in rows] for label, rows in results.items()}})
 
 
 if __name__ == "__main__":

@@ -37,6 +37,7 @@ import aiohttp
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
 from relay_helpers import Recorder, RelayProcess, info, pg_server, redis_server
+from results import save
 
 
 def pct(values: list[float], p: float) -> float:
@@ -127,6 +128,7 @@ async def main_async(args: argparse.Namespace) -> None:
     for r in results:
         print(f"{r['setup']:<12} {r['turns']:>6} {r['turns_per_s']:>8.1f} {r['p50_ms']:>8.1f} {r['p99_ms']:>8.1f} {r['max_ms']:>8.1f}"
               f" {r['p99_ms'] - base['p99_ms']:>+11.1f}")
+    save("scale", {"conversations": args.conversations, "turns": args.turns, "setups": results})
 
 
 def main() -> None:

@@ -24,6 +24,7 @@ import aiohttp
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
 from relay_helpers import RelayProcess, info, joined
+from results import save
 
 
 def rss_mb(pid: int) -> float:
@@ -98,6 +99,10 @@ async def main(replays: int, events: int, watch: float, chars: int) -> int:
             print(f"  socket disconnected by the relay: {'after %.1f s' % closed_at if closed_at is not None else 'no'}; "
                   f"{refused} replay acks rate_limited among the {got} packets read afterwards")
             print(f"  bystander's message acked in {bystander_ms:.0f} ms" if bystander_ms is not None else "  bystander: no ack")
+            save("slow_reader", {"events": events, "seq": seq, "chars": chars, "replays": replays, "sent_s": sent_s,
+                                 "watch_s": watch, "rss_before_mb": base, "rss_peak_mb": peak,
+                                 "disconnected_after_s": closed_at, "rate_limited_acks": refused,
+                                 "packets_read_after": got, "bystander_ack_ms": bystander_ms})
             return 0 if closed_at is not None and peak - base < 50 else 1
     finally:
         relay.stop()

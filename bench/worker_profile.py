@@ -36,6 +36,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from chrome_trace import Trace
 from jank import host_page
 from restore_profile import MARKS, PROFILE_CATEGORIES, WASM_CATEGORIES, ProfiledTrace, Sample, profiles
+from results import save
 from support import CHROMIUM, CHROMIUM_ARGS, PageServer, start_relay
 
 CATEGORIES = (PROFILE_CATEGORIES + "," + WASM_CATEGORIES).split(",")
@@ -100,8 +101,8 @@ def thread_names(trace: Trace) -> dict[tuple[int, int], str]:
             for e in trace.events if e.get("ph") == "M" and e.get("name") == "thread_name"}
 
 
-async def one_visit(pw: Any, site: str, interval_us: int) -> None:
-    """One traced first view in a fresh browser, until the worker is done; its report printed."""
+async def one_visit(pw: Any, site: str, interval_us: int) -> dict[str, Any]:
+    """One traced first view in a fresh browser, until the worker is done; its report printed, its figures returned."""
     browser = await pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
     try:
         page = await (await browser.new_context()).new_page()
@@ -148,9 +149,12 @@ async def one_visit(pw: Any, site: str, interval_us: int) -> None:
         ats, durs = flat[0::2], flat[1::2]
         print(f"  {name} ({thread}): {len(durs)} times, {sum(durs):.0f} ms in all, from {min(ats):.0f} to "
               f"{max(a + d for a, d in zip(ats, durs, strict=True)):.0f}")
+    return {"marks": marks, "worker_samples": len(samples), "worker_ms": dict(total.most_common()),
+            "boot_files": network(trace, t0),
+            "wasm_events_ms": {f"{name} ({thread})": sum(flat[1::2]) for (name, thread), flat in summed.items()}}
 
 
-async def run(args: argparse.Namespace) -> None:
+async def run(args: argparse.Namespace) -> list[dict[str, Any]]:
     from playwright.async_api import async_playwright
 
     pages = PageServer()
@@ -159,12 +163,14 @@ async def run(args: argparse.Namespace) -> None:
     try:
         pages.add("/site/1.html", host_page(relay.url, "idle", 1))
         async with async_playwright() as pw:
+            visits = []
             for i in range(args.n):
                 print(f"\n## visit {i + 1}")
-                await one_visit(pw, f"{pages.origin}/site/1.html", args.interval_us)
+                visits.append(await one_visit(pw, f"{pages.origin}/site/1.html", args.interval_us))
     finally:
         relay.stop()
         pages.close()
+    return visits
 
 
 def main() -> None:
@@ -176,7 +182,8 @@ def main() -> None:
     load = os.getloadavg()
     print(f"# worker profile {datetime.datetime.now(datetime.UTC):%Y-%m-%d %H:%M} UTC, "
           f"load average {load[0]:.1f} {load[1]:.1f}, n={args.n}")
-    asyncio.run(run(args))
+    visits = asyncio.run(run(args))
+    save("worker_profile", {"n": args.n, "dist": args.dist, "interval_us": args.interval_us, "visits": visits})
 
 
 if __name__ == "__main__":

@@ -44,6 +44,7 @@ sys.path.insert(0, str(HERE.parent / "tests"))
 sys.path.insert(0, str(HERE))
 
 from chrome_trace import INPUT_PROBE, Blocking, main_thread_cpu, main_thread_tasks, tracing  # noqa: E402
+from results import save, stats  # noqa: E402
 from support import CHROMIUM, CHROMIUM_ARGS, DIST, PageServer, start_relay  # noqa: E402
 
 KINDS = ("cold", "again", "newtab")
@@ -383,6 +384,10 @@ def main() -> None:
     for c in res["call"]:
         print(f"  function success {c['to_function_success']:.0f}, answer finished {c['to_finished']:.0f}; "
               f"the function returned {c['result'][:80]!r}")
+    save("worker_python", {"n": args.n, "kinds": args.kinds, "calls": args.calls, "chunks": args.chunks,
+                           "drop_module": args.drop_module,
+                           **res, "proxy_ms": {k: stats(v) for k, v in res["proxy"].items()},
+                           "render_ms": {k: stats(v) for k, v in res["render"].items()}, "proxy": None, "render": None})
 
 
 if __name__ == "__main__":
