@@ -2,7 +2,8 @@
 
 States: closed, empty, answers with call pills (one opened), an answer's tools with a rating and its comment
 form open (too long) then sent, a stopped call, confirmation, ask-user, an offered action and a form action's
-form, the activity log, then the same conversation dark (with a comment form open) and on a phone-sized screen.
+form, the activity log, then the same conversation dark (with a comment form open) and on a phone-sized screen;
+last, an answer with its cited sources (markers and rows), light and dark.
 Also the two focus cues axe does not measure: the focus ring and the composer's typing ring are 3:1 on the panel.
 
 axe-core comes from the npm registry (``npm pack``, pinned by version and sha256) into the build cache, never from
@@ -206,6 +207,28 @@ True""")
         await check("phone")
         assert found == {}, json.dumps(found, indent=1)
         for rings in (light, dark):
+        # An answer with its cited sources: markers in the text and the rows under it (synthetic relay events handed
+        # to the client's transport; the last step, so their seq never meets the relay's own), light then dark.
+        await page.set_viewport_size({"width": 1280, "height": 720})
+        await py(page, """
+def _ev(name, payload):
+    client.transport._handler(name, {**payload, "seq": client.seq.last_seq + 1})
+_text = "Colours come from custom properties [s1]; your cart from the page [t2], limits from [s3]."
+_sources = [
+    {"id": "s1", "n": 1, "kind": "docs", "title": "Theming › Colours", "url": js.location.origin + "/docs/#colours"},
+    {"id": "t2", "n": 2, "kind": "tool", "title": "Cart contents"},
+    {"id": "s3", "n": 3, "kind": "docs", "title": "Plans › Limits", "url": "https://docs.example.com/plans/#limits"}]
+_ev("completion.started", {"turn_id": "t-axe-src", "message_id": "axe-src"})
+_ev("completion_stream", {"message_id": "axe-src", "delta": _text})
+_ev("completion.ended", {"message": {"id": "axe-src", "role": "assistant", "content": _text, "sources": _sources},
+                         "tool_messages": []})
+_ev("completion.finished", {"turn_id": "t-axe-src", "status": "done"})
+True""")
+        await page.wait_for_selector(q('[data-key="axe-src"] ol.sources > li:nth-child(3)'))
+        await page.locator(q('[data-key="axe-src"] a.cite')).first.click()  # the focus on its row
+        await check("sources")
+        await page.emulate_media(color_scheme="dark")
+        await check("dark sources")
             assert rings["ring"] >= 3 and rings["ringWidth"] >= 2, rings
             assert rings["typing"] >= 3 and rings["typingWidth"] >= 2, rings
     finally:

@@ -461,7 +461,7 @@ async def test_rejoin_sends_stored_results_before_anything_else():
 
 async def test_first_call_handler_time_excludes_the_argument_check(monkeypatch):
     """Loading the schema validator before the first call is the widget's cost, not the handler's."""
-    import widget.client_calls as client_module
+    import widget.client.calls as client_module
 
     relay, transport, client = await connected()
     clock = [100.0]

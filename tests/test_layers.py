@@ -62,7 +62,7 @@ BROWSER_SIDE = sorted(
     and str(p.relative_to(ROOT).with_suffix("")) not in SERVER_SIDE
 )
 #: The runtime modules that perform the session's effects (``widget.client`` and its parts).
-CLIENT_RUNTIME = tuple(sorted(f"widget.{p.stem}" for p in PKG.glob("client*.py")))
+CLIENT_RUNTIME = ("widget.client",)
 
 RULES = [
     ("browser-side code never imports the relay", BROWSER_SIDE, tuple(p.replace("/", ".") for p in SERVER_SIDE)),

@@ -6,23 +6,25 @@ import ast
 import asyncio
 import inspect
 import json
-import logging
 import linecache
+import logging
 import re
 import sys
 import traceback
 import types
-from collections.abc import MutableMapping
-from typing import Any, Iterator
+from collections.abc import Awaitable, Iterator, MutableMapping
+from typing import Any, TypeVar
 
 from .client import AutopilotClient
 from .errors import WidgetError
-from .protocol import ClientEvent
 from .page import set_client
+from .protocol import ClientEvent
 from .store import Store
 from .transports.browser import BrowserTransport
 
 log = logging.getLogger("widget")
+
+T = TypeVar("T")
 
 #: The module page Python runs in: every inline block and ``data-python`` file shares its globals. It is in
 #: ``sys.modules`` like an imported .py file, so what looks a class or function up by its module works
@@ -188,8 +190,40 @@ async def warm_first_answer() -> None:
     render_markdown("*a* `b`")
 
 
+class Tasks:
+    """The tasks the boot and the JS API start, kept until they finish and cancelled on teardown.
+
+    asyncio holds only weak references to tasks, so a task nobody keeps may be collected while it waits; and a
+    task that outlives the widget (a retry, a schema check, an op waiting for the relay) would act on a destroyed
+    bar and store.
+    """
+
+    def __init__(self) -> None:
+        self._running: set[asyncio.Future[Any]] = set()
+
+    def start(self, aw: Awaitable[T], *, report: bool = True) -> asyncio.Future[T]:
+        """Run ``aw`` as a kept task; with ``report`` a failure is logged (else the caller reports it)."""
+        task = asyncio.ensure_future(aw)
+        self._running.add(task)
+        task.add_done_callback(self._running.discard)
+        if report:
+            task.add_done_callback(_log_failure)
+        return task
+
+    def cancel_all(self) -> None:
+        """Cancel every task still running (teardown)."""
+        for task in list(self._running):
+            task.cancel()
+
+
+def _log_failure(task: asyncio.Future[Any]) -> None:
+    if not task.cancelled() and task.exception() is not None:
+        log.error("widget task failed: %r", task.exception())
+
+
 async def boot(config_json: str, page_sources: Any, loader: Any) -> Any:
-    """Create the client, mount the bar, run page Python, then connect (in that order: the first state sync carries page Python's functions)."""
+    """Create the client, mount the bar, run page Python, then connect (in that order: the first state sync carries
+    page Python's functions)."""
     import autopilot_bridge  # type: ignore[import-not-found]  # registered by the loader
 
     handler = ConsoleHandler()
@@ -223,6 +257,7 @@ async def boot(config_json: str, page_sources: Any, loader: Any) -> Any:
     from .ui.bar import enable_bar
 
     connect_after = getattr(loader, "connectAfter", None)
+    tasks = Tasks()
 
     async def connect(join_after: Any = None) -> None:
         try:
@@ -244,7 +279,7 @@ async def boot(config_json: str, page_sources: Any, loader: Any) -> Any:
         await connect(page_done)
 
     def retry() -> None:
-        asyncio.ensure_future(connect())
+        tasks.start(connect())
 
     bar = enable_bar(store, loader=loader, css=str(css), title=config.get("title") or labels.get("title") or None,
                      on_retry=retry, position=config.get("position"), labels=labels)
@@ -258,15 +293,15 @@ async def boot(config_json: str, page_sources: Any, loader: Any) -> Any:
         bar.open()
     page = [(str(src), str(name)) for src, name in page_sources]
     # Connecting is not part of the boot: the bar is usable (and shows progress) meanwhile.
-    connecting = asyncio.ensure_future(first_connect())
+    connecting = tasks.start(first_connect())
     try:
         await run_page_python(page, client)
     finally:
         page_done.set_result(None)
     if client.registry.unchecked:
-        asyncio.ensure_future(check_schemas_later(client, list(client.registry.unchecked)))
-    asyncio.ensure_future(warm_first_answer())
-    handle = _Handle(client, store, bar, getattr(loader, "api", None))
+        tasks.start(check_schemas_later(client, list(client.registry.unchecked)))
+    tasks.start(warm_first_answer())
+    handle = _Handle(client, store, bar, getattr(loader, "api", None), tasks)
     handle.connecting = connecting
     return handle
 
@@ -292,12 +327,17 @@ class _Handle:
     #: How long ``send`` / ``newConversation`` from JS wait for the relay before giving up.
     CONNECT_WAIT_S = 30.0
 
-    def __init__(self, client: AutopilotClient, store: Store, bar: Any, host: Any = None) -> None:
+    def __init__(self, client: AutopilotClient, store: Store, bar: Any, host: Any = None,
+                 tasks: Tasks | None = None) -> None:
         self.client = client
         self.store = store
         self.bar = bar
         self.host = host
         self.connecting: asyncio.Future[None] | None = None
+        #: The boot's tasks and the JS API's operations in flight (cancelled on teardown).
+        self.tasks = tasks if tasks is not None else Tasks()
+        #: The disconnect teardown started (None before): a Python caller may await it.
+        self.disconnected: asyncio.Future[None] | None = None
         self._subscriptions: dict[str, Any] = {}
         self._tool_removers: dict[str, Any] = {}
         self._call_ids = 0
@@ -336,7 +376,8 @@ class _Handle:
             else:
                 reply(True, task.result())
 
-        asyncio.ensure_future(result).add_done_callback(done)
+        # Kept, and cancelled on teardown (the JS promise then rejects "<op>: cancelled"); ``done`` reports.
+        self.tasks.start(result, report=False).add_done_callback(done)
 
     def _op_open(self, _: Any) -> bool:
         self.bar.open()
@@ -354,10 +395,15 @@ class _Handle:
         if self.client.connection_state == "connected":
             return
         fut: asyncio.Future[None] = asyncio.get_event_loop().create_future()
-        off = self.client.on(ClientEvent.READY, lambda _p: fut.done() or fut.set_result(None))
+
+        def ready(_payload: Any) -> None:
+            if not fut.done():
+                fut.set_result(None)
+
+        off = self.client.on(ClientEvent.READY, ready)
         try:
             await asyncio.wait_for(fut, self.CONNECT_WAIT_S)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             raise WidgetError(f"Not connected to the relay after {self.CONNECT_WAIT_S:g} s.") from None
         finally:
             off()
@@ -386,9 +432,13 @@ class _Handle:
         return await self.store.history.delete(str(conversation_id))
 
     def _op_subscribe(self, event: Any) -> None:
-        event = str(event)
-        if event not in self._subscriptions:
-            self._subscriptions[event] = self.client.on(event, lambda payload, e=event: self._emit(e, payload))
+        name = str(event)
+        if name not in self._subscriptions:
+
+            def forward(payload: Any) -> None:
+                self._emit(name, payload)
+
+            self._subscriptions[name] = self.client.on(name, forward)
 
     def _op_unsubscribe(self, event: Any) -> None:
         off = self._subscriptions.pop(str(event), None)
@@ -504,11 +554,13 @@ class _Handle:
         self.host = None
         if self.client.webmcp is not None:
             self.client.webmcp.close()
-        if self.connecting is not None and not self.connecting.done():
-            self.connecting.cancel()
+        # The first connect, retries, the schema check, the warm-up and the JS ops in flight: none outlives the
+        # widget (``connecting`` is one of them).
+        self.tasks.cancel_all()
         self.bar.destroy()
         self.store.close()
-        asyncio.ensure_future(self.client.disconnect())
+        # Teardown is synchronous (JS's destroy op settles at once); the disconnect goes on as a kept task.
+        self.disconnected = self.tasks.start(self.client.disconnect())
 
     def destroy(self) -> None:
         """Python callers: the same as :meth:`teardown`."""

@@ -15,8 +15,7 @@ from typing import TYPE_CHECKING, Any
 from .forms import message_of
 
 if TYPE_CHECKING:
-    from ..client import AutopilotClient
-    from ..client_history import PastConversation
+    from ..client import AutopilotClient, PastConversation
 
 
 class PastConversations:
