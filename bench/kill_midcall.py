@@ -1,15 +1,17 @@
-"""Kill -9 of the relay while a page function runs, then Retry: does any request run its function twice or
-lose its result?
+"""Kill -9 (or SIGTERM: a rolling deploy) of the relay while a page function runs, then Retry: does any request
+run its function twice or lose its result?
 
 Each request is a fresh conversation with the real Python client (its outbox, run-once and rejoin): the
 message makes the demo model call ``place_order``; while the function runs (or just after it answered) the
-relay gets SIGKILL and is started again on the same port and store. The client reconnects by itself; once the
+relay gets SIGKILL (``--signal term``: SIGTERM, and the relay drains for ``--drain`` seconds before it exits) and is
+started again on the same port and store. The client reconnects by itself; once the
 turn shows as failed the bench sends Retry and waits for the answer. Counted per request: how many times the
 function ran, and whether the result it returned is the one the conversation stored.
 
     python bench/kill_midcall.py [-n 30]                      # SQLite, one relay
     python bench/kill_midcall.py -n 12 --scale                # PostgreSQL + Redis, two relays (the killed one
                                                               # holds the turn; the client is on the other)
+    python bench/kill_midcall.py -n 30 --signal term --drain 0    # a graceful stop (also --drain 2, 5 ...)
 """
 
 from __future__ import annotations
@@ -35,6 +37,8 @@ from widget.client import AutopilotClient
 from widget.transports.python_socketio import PythonSocketIOTransport
 
 TURN_S = 30.0
+#: How the relay is stopped: ``kill`` (SIGKILL, a crash) or ``term`` (SIGTERM, a graceful stop that drains).
+SIGNAL: list[str] = ["kill"]
 #: The checkout the relay processes run from (``--relay-root``; default: this one).
 ROOT: list[Path | None] = [None]
 
@@ -108,9 +112,13 @@ async def one_request(i: int, http: aiohttp.ClientSession, front: RelayProcess, 
         await asyncio.wait_for(started.wait(), TURN_S)
         await asyncio.sleep(rng.uniform(0.0, work_s + 0.1))  # mid-call, or just after the answer
         assert victim.proc is not None
-        victim.proc.kill()
-        victim.proc.wait()
         out["answered_before_kill"] = bool(answered)
+        if SIGNAL[0] == "term":
+            victim.proc.terminate()
+            await asyncio.to_thread(victim.proc.wait, TURN_S + 10)
+        else:
+            victim.proc.kill()
+            victim.proc.wait()
         if tab is not None:
             await tab.disconnect()
         victim.start()
@@ -150,13 +158,13 @@ async def one_request(i: int, http: aiohttp.ClientSession, front: RelayProcess, 
     return out
 
 
-async def main(n: int, scale: bool, seed: int) -> int:
+async def main(n: int, scale: bool, seed: int, drain_s: float) -> int:
     rng = random.Random(seed)
     work = Path(tempfile.mkdtemp(prefix="kill-midcall-"))
     cfg = work / "relay.toml"  # the bench polls the conversation: no per-address HTTP limits
     # (a relay from before the HTTP limits knows no get_rate_per_minute)
     cfg.write_text("create_rate_per_minute = 0\n" + ("get_rate_per_minute = 0\n" if ROOT[0] is None else ""))
-    extra = ["--config", str(cfg)]
+    extra = ["--config", str(cfg), "--drain-timeout", str(drain_s)]
     procs: list[RelayProcess] = []
     if scale:
         from relay_helpers import pg_server, redis_server
@@ -170,6 +178,7 @@ async def main(n: int, scale: bool, seed: int) -> int:
         front = victim = Relay(work, extra=extra)
         procs = [front]
     results = []
+    stopped = "SIGTERM" if SIGNAL[0] == "term" else "killed"
     t0 = time.monotonic()
     try:
         async with aiohttp.ClientSession() as http:
@@ -178,7 +187,7 @@ async def main(n: int, scale: bool, seed: int) -> int:
                 results.append(res)
                 flag = "" if res["ran"] == 1 and not res["lost"] else "  <-- " + str(res)
                 when = "mid-call" if res.get("answered_before_kill") is False else "after the answer"
-                print(f"request {i + 1:3d}/{n}: killed {when}, retried {res.get('retried')}, ran {res['ran']}, "
+                print(f"request {i + 1:3d}/{n}: {stopped} {when}, retried {res.get('retried')}, ran {res['ran']}, "
                       f"lost {res['lost']}{flag}", flush=True)
     finally:
         for p in procs:
@@ -190,7 +199,8 @@ async def main(n: int, scale: bool, seed: int) -> int:
     errors = sum(1 for r in results if r["error"])
     kind = "PostgreSQL + Redis, two relays" if scale else "SQLite, one relay"
     load = os.getloadavg()[0]
-    print(f"\nkill -9 mid-call x{n} ({kind}), {time.monotonic() - t0:.0f} s, load {load:.1f}: "
+    how = f"SIGTERM (drain {drain_s:g} s)" if SIGNAL[0] == "term" else "kill -9"
+    print(f"\n{how} mid-call x{n} ({kind}), {time.monotonic() - t0:.0f} s, load {load:.1f}: "
           f"{twice} requests ran the function twice, {lost} lost results, {errors} errors "
           f"({mid} killed while the function ran, {n - mid} after it answered; {retried} turns failed and were retried)")
     save("kill_midcall", {"n": n, "store": kind, "ran_twice": twice, "lost": lost, "errors": errors,
@@ -203,8 +213,13 @@ if __name__ == "__main__":
     ap.add_argument("-n", type=int, default=30)
     ap.add_argument("--scale", action="store_true", help="PostgreSQL + Redis, two relay processes")
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--signal", choices=["kill", "term"], default="kill",
+                    help="stop the relay with SIGKILL (a crash, default) or SIGTERM (a graceful stop)")
+    ap.add_argument("--drain", type=float, default=0.0,
+                    help="with --signal term: the relay's drain_timeout_s (the call outlives a short one)")
     ap.add_argument("--relay-root", help="run the relay from this checkout (e.g. an older commit, for a before/after)")
     args = ap.parse_args()
     if args.relay_root:
         ROOT[0] = Path(args.relay_root).resolve()
-    sys.exit(asyncio.run(main(args.n, args.scale, args.seed)))
+    SIGNAL[0] = args.signal
+    sys.exit(asyncio.run(main(args.n, args.scale, args.seed, args.drain)))

@@ -14,21 +14,27 @@ from __future__ import annotations
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import Literal
 
-from . import flows_more, flows_rules  # noqa: F401 - register their flows
+from . import flows_deploy, flows_more, flows_rules  # noqa: F401 - register their flows
 from .flows import FLOWS, Options
-from .peer import Mismatch, Relay
+from .peer import Mismatch, Relay, Skipped
+
+#: A flow passed, failed (``detail``: the first mismatch), or was skipped (``detail``: what it needs to run).
+Outcome = Literal["passed", "failed", "skipped"]
 
 
 @dataclass
 class Result:
-    """One flow's outcome: ``ok``, or the first mismatch (``detail``); ``seconds`` it took."""
+    """One flow's ``outcome`` (``ok`` only when it passed; a skipped flow is not ``ok``), ``detail`` (the first
+    mismatch, or why it was skipped) and the ``seconds`` it took."""
 
     name: str
     summary: str
     ok: bool
     detail: str
     seconds: float
+    outcome: Outcome = "passed"
 
 
 async def run_flow(name: str, relay: Relay, options: Options) -> Result:
@@ -38,10 +44,12 @@ async def run_flow(name: str, relay: Relay, options: Options) -> Result:
     try:
         note = await fn(relay, options)
         return Result(name, summary, True, note or "", time.monotonic() - t0)
+    except Skipped as exc:
+        return Result(name, summary, False, f"skipped: {exc}", time.monotonic() - t0, "skipped")
     except Mismatch as exc:
-        return Result(name, summary, False, str(exc), time.monotonic() - t0)
+        return Result(name, summary, False, str(exc), time.monotonic() - t0, "failed")
     except Exception as exc:  # noqa: BLE001 - a broken relay may make anything fail; report it as that flow's
-        return Result(name, summary, False, f"{type(exc).__name__}: {exc}", time.monotonic() - t0)
+        return Result(name, summary, False, f"{type(exc).__name__}: {exc}", time.monotonic() - t0, "failed")
 
 
 async def run_suite(
@@ -63,4 +71,4 @@ async def run_suite(
         await relay.close()
 
 
-__all__ = ["FLOWS", "Mismatch", "Options", "Result", "run_flow", "run_suite"]
+__all__ = ["FLOWS", "Mismatch", "Options", "Outcome", "Result", "Skipped", "run_flow", "run_suite"]

@@ -29,6 +29,9 @@ class Options:
     #: An app with the ask-user preset on (and its secret, when creating needs one); None skips that flow.
     ask_app: str | None = None
     ask_secret: str | None = None
+    #: Stops the relay gracefully (SIGTERM: its drain) and starts it again on the same store, returning once it
+    #: answers; None skips the ``rolling_deploy`` flow. The relay's ``drain_timeout_s`` must be below its call timeout.
+    restart: Callable[[], Awaitable[None]] | None = None
 
 
 Flow = Callable[[Relay, Options], Awaitable[str | None]]

@@ -18,7 +18,7 @@ from .flows import (
     send,
     turn_end,
 )
-from .peer import Peer, Relay, accepted, check, refused
+from .peer import Peer, Relay, Skipped, accepted, check, refused
 
 
 async def _failed_turn(peer: Peer) -> tuple[str, str]:
@@ -84,7 +84,7 @@ async def retry_regenerate_flow(r: Relay, o: Options) -> None:
 async def ask_user_flow(r: Relay, o: Options) -> str | None:
     """The model asks (``ask_user.request``, ``user_input {ask_user}``); answers are checked, then the turn resumes."""
     if o.ask_app is None:
-        return "skipped: no --ask-app"
+        raise Skipped("no --ask-app (an app with the ask-user preset on)")
     url = await r.create(o.ask_app, o.ask_secret)
     peer, _ = await r.peer(url)
     try:

@@ -18,6 +18,11 @@ class Mismatch(AssertionError):
     """The relay did something the protocol does not say (the message says what was expected and what came)."""
 
 
+class Skipped(Exception):
+    """The flow cannot run against this relay as the suite was started (the message says what it needs): its own
+    outcome, never a pass."""
+
+
 def check(condition: bool, message: str) -> None:
     """Raise ``Mismatch(message)`` unless ``condition``."""
     if not condition:

@@ -5,6 +5,11 @@ takes the process out of rotation), joins, messages, retries, creates and ask-us
 ``unavailable`` (clients go to another process), running turns go on for up to ``drain_timeout_s`` and those still
 running then end with ``turn_interrupted`` (Retry resumes them elsewhere); then every socket gets a Socket.IO
 disconnect packet and the server stops as uvicorn does. A second signal stops at once.
+
+A turn ended at the drain deadline is closed as a crashed relay's turn is (``Lifecycle.recover``), never as a
+cancelled one: a call the page is still running stays pending, so the page's late answer is accepted (by this
+process while it drains, or by the next one) and Retry finishes the round from it. Cancelling the call instead
+would make Retry ask the model again, and the page run the function a second time.
 """
 
 from __future__ import annotations
@@ -22,9 +27,9 @@ log = logging.getLogger("widget.relay")
 CANCEL_GRACE_S = 5.0
 
 
-def running_turns(hub: Any) -> list[asyncio.Task[Any]]:
-    """This process's turns still running."""
-    return [rt.turn for rt in list(hub.convs.values()) if rt.turn is not None and not rt.turn.done()]
+def running_turns(hub: Any) -> dict[str, asyncio.Task[Any]]:
+    """This process's turns still running, by conversation id."""
+    return {cid: rt.turn for cid, rt in list(hub.convs.items()) if rt.turn is not None and not rt.turn.done()}
 
 
 async def drain(hub: Any, timeout_s: float) -> dict[str, int]:
@@ -36,14 +41,23 @@ async def drain(hub: Any, timeout_s: float) -> dict[str, int]:
              len(turns), timeout_s)
     finished = len(turns)
     if turns and timeout_s > 0:
-        await asyncio.wait(turns, timeout=timeout_s)
+        await asyncio.wait(turns.values(), timeout=timeout_s)
     late = running_turns(hub)
     finished -= len(late)
-    for task in late:
-        task.cancel()  # the hub ends a turn cancelled while draining with turn_interrupted
     if late:
         log.warning("shutting down: %d turn(s) still running after %g s end with turn_interrupted", len(late), timeout_s)
-        await asyncio.wait(late, timeout=CANCEL_GRACE_S)
+        # Stopped as at a crash (the turn task leaves the store as it is; see the module doc), then closed here.
+        hub.closing = True
+        for task in late.values():
+            task.cancel()
+        await asyncio.wait(late.values(), timeout=CANCEL_GRACE_S)
+        for cid in late:
+            try:
+                conv = await asyncio.wait_for(hub.store.get_conversation(cid), CANCEL_GRACE_S)
+                if conv is not None:
+                    await asyncio.wait_for(hub.recover(conv), CANCEL_GRACE_S)
+            except Exception as exc:  # noqa: BLE001 - the next process to open it recovers it instead
+                log.warning("could not close the interrupted turn of %s: %s", cid, exc)
     sids = [sid for sid, _eio in hub.sio.manager.get_participants("/", None)]
     for sid in sids:
         try:

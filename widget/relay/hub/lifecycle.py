@@ -24,6 +24,8 @@ log = logging.getLogger("widget.relay")
 REMOTE_CANCEL_WAIT_S = 8.0
 
 NEVER_SENT = "The relay restarted before the call was sent to the page."
+#: A call the relay itself was running (an MCP tool) when its relay stopped.
+CUT_OFF = "Cancelled: the relay restarted during the call."
 #: A call of an interrupted turn still pending when the reader moves on (a new message, regenerate).
 ABANDONED = "Cancelled: the interrupted turn it belonged to was not retried."
 
@@ -154,6 +156,7 @@ class Lifecycle:
             message_id: str | None = None
             text: list[str] = []
             calls: list[dict[str, Any]] = []
+            ended: set[str] = set()
             for _s, name, p in events:
                 if name == P.EV_COMPLETION_STARTED:
                     message_id, text, calls = p.get("message_id"), [], []
@@ -161,6 +164,8 @@ class Lifecycle:
                     text.append(p.get("delta") or "")
                 elif name == P.EV_FUNCTION_CALL_BEGIN:
                     calls.append({"id": p["id"], "name": p["name"], "arguments": p.get("arguments")})
+                elif name == P.EV_FUNCTION_CALL_END:
+                    ended.add(p["id"])
             # A call sent to the page stays pending: the page may have run it and will resend its answer
             # (stored, and used by a retry of the turn). One never sent cannot have run: it is cancelled.
             begun = {c["id"] for c in calls}
@@ -179,6 +184,13 @@ class Lifecycle:
                     }
                     await hub.emit_locked(rt, cid, P.EV_FUNCTION_CALL_END, end)
                     tools.append(tool_message(c["id"], c["name"], c.get("kind", Kind.FUNCTION), end))
+            # A call the relay ran itself (an MCP tool) is stored only when it ends: one begun and neither ended
+            # nor stored was cut off with its relay. Its pill ends; Retry tells the model it did not run.
+            for c in calls:
+                if c["id"] not in ended and await store.get_call(cid, c["id"]) is None:
+                    end = {"id": c["id"], "name": c["name"], "status": P.STATUS_ERROR, "error": CUT_OFF,
+                           "duration_ms": None, "total_ms": None}
+                    await hub.emit_locked(rt, cid, P.EV_FUNCTION_CALL_END, end)
             if message_id is not None:
                 msg = {"id": message_id, "role": Role.ASSISTANT, "content": "".join(text), "created_at": time.time()}
                 if calls:
