@@ -1,0 +1,216 @@
+"""The docs index in PostgreSQL full-text search (tables ``docs_*`` in the relay's database), when ``database_url``
+is set: every relay process of a scaled deployment searches one shared index.
+
+Search: a stored ``tsvector`` (the ``english`` configuration: stemming and stop words) with a GIN index, the
+section's own heading weighted ``A``, the page title and headings above it ``B``, its text ``D``; the question's
+terms ORed through ``websearch_to_tsquery`` (they hold only letters and digits, so nothing in a question is an
+operator) and ranked by ``ts_rank_cd`` with ``WEIGHTS`` (cover density: terms close together rank higher).
+
+An index run is one transaction (PostgreSQL's MVCC keeps readers on the old rows until it commits, and other
+writers are not blocked), under a transaction-scoped advisory lock per app (``IndexBusy`` for a second run).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from typing import Any
+
+from . import DocHit
+from .indexer import IndexBusy
+from .limits import MAX_SEARCH_LIMIT
+from .page import Page, ranked_fields
+from .query import terms, websearch_or
+
+#: ``ts_rank_cd`` weights for the classes {D, C, B, A}: text, (unused), page title and headings above, own heading.
+WEIGHTS = (0.1, 0.2, 0.4, 1.0)
+#: ``ts_rank_cd`` normalization: 1 divides by 1 + log(length), so a long section does not win by length alone.
+NORMALIZATION = 1
+
+SCHEMA = [
+    """CREATE TABLE IF NOT EXISTS docs_apps (
+        app_id TEXT PRIMARY KEY,
+        settings TEXT NOT NULL DEFAULT '{}',
+        updated_at DOUBLE PRECISION
+    )""",
+    """CREATE TABLE IF NOT EXISTS docs_pages (
+        app_id TEXT NOT NULL,
+        url TEXT NOT NULL,
+        hash TEXT NOT NULL,
+        title TEXT NOT NULL,
+        PRIMARY KEY (app_id, url)
+    )""",
+    """CREATE TABLE IF NOT EXISTS docs_sections (
+        id BIGSERIAL PRIMARY KEY,
+        app_id TEXT NOT NULL,
+        page_url TEXT NOT NULL,
+        key TEXT NOT NULL,
+        url TEXT NOT NULL,
+        page_title TEXT NOT NULL,
+        headings TEXT NOT NULL,
+        title TEXT NOT NULL,
+        context TEXT NOT NULL,
+        body TEXT NOT NULL,
+        tsv tsvector GENERATED ALWAYS AS (
+            setweight(to_tsvector('english', title), 'A') || setweight(to_tsvector('english', context), 'B')
+            || setweight(to_tsvector('english', body), 'D')
+        ) STORED
+    )""",
+    "CREATE INDEX IF NOT EXISTS docs_sections_tsv ON docs_sections USING GIN (tsv)",
+    "CREATE INDEX IF NOT EXISTS docs_sections_page ON docs_sections (app_id, page_url)",
+]
+_SCHEMA_LOCK = 0x646F6373  # "docs": one process creates the tables at a time
+
+_SEARCH = f"""
+SELECT key, url, page_title, headings, body,
+       ts_rank_cd('{{{",".join(map(str, WEIGHTS))}}}'::float4[], tsv, q, {NORMALIZATION}) AS r
+FROM docs_sections, websearch_to_tsquery('english', $2) AS q
+WHERE app_id = $1 AND tsv @@ q
+ORDER BY r DESC LIMIT $3
+"""
+_COLUMNS = ("app_id", "page_url", "key", "url", "page_title", "headings", "title", "context", "body")
+
+
+class PgDocsIndex:
+    """``DocsIndex`` and ``DocsWriter`` on PostgreSQL (asyncpg; a small pool of its own, opened on first use)."""
+
+    def __init__(self, dsn: str, *, max_connections: int = 4) -> None:
+        self.dsn = dsn
+        self.max_connections = max_connections
+        self._pool: Any = None
+        self._opening = asyncio.Lock()
+
+    async def _get_pool(self) -> Any:
+        if self._pool is None:
+            async with self._opening:
+                if self._pool is None:
+                    import asyncpg
+
+                    pool = await asyncpg.create_pool(self.dsn, min_size=1, max_size=self.max_connections)
+                    async with pool.acquire() as con, con.transaction():
+                        await con.execute("SELECT pg_advisory_xact_lock($1)", _SCHEMA_LOCK)
+                        for stmt in SCHEMA:
+                            await con.execute(stmt)
+                    self._pool = pool
+        return self._pool
+
+    # -- DocsIndex --------------------------------------------------------------------------
+    async def search(self, app_id: str, query: str, *, limit: int = 5) -> list[DocHit]:
+        """The best ``limit`` sections of the app for a reader's question."""
+        text = websearch_or(terms(query))
+        if not text or limit <= 0:
+            return []
+        pool = await self._get_pool()
+        rows = await pool.fetch(_SEARCH, app_id, text, min(limit, MAX_SEARCH_LIMIT))
+        return [DocHit(key=r["key"], page_title=r["page_title"], headings=json.loads(r["headings"]), url=r["url"],
+                       text=r["body"], score=float(r["r"])) for r in rows]
+
+    async def has_index(self, app_id: str) -> bool:
+        """Whether the app has any section."""
+        pool = await self._get_pool()
+        return bool(await pool.fetchval("SELECT EXISTS (SELECT 1 FROM docs_sections WHERE app_id = $1)", app_id))
+
+    async def close(self) -> None:
+        """Close the pool."""
+        if self._pool is not None:
+            pool, self._pool = self._pool, None
+            await pool.close()
+
+    # -- DocsWriter -------------------------------------------------------------------------
+    async def index_settings(self, app_id: str) -> dict[str, Any] | None:
+        """The settings the app's last run stored."""
+        pool = await self._get_pool()
+        raw = await pool.fetchval("SELECT settings FROM docs_apps WHERE app_id = $1", app_id)
+        return json.loads(raw) if raw is not None else None
+
+    async def drop_index(self, app_id: str) -> int:
+        """Remove the app's index in one transaction; how many sections it had."""
+        pool = await self._get_pool()
+        async with pool.acquire() as con, con.transaction():
+            n = await con.fetchval("SELECT count(*) FROM docs_sections WHERE app_id = $1", app_id)
+            for table in ("docs_sections", "docs_pages", "docs_apps"):
+                await con.execute(f"DELETE FROM {table} WHERE app_id = $1", app_id)
+        return int(n)
+
+    async def begin_index(self, app_id: str) -> PgJob:
+        """Open the run's transaction and take the app's advisory lock (``IndexBusy`` when another run has it)."""
+        pool = await self._get_pool()
+        con = await pool.acquire()
+        tr = con.transaction()
+        try:
+            await tr.start()
+            if not await con.fetchval("SELECT pg_try_advisory_xact_lock(hashtext('autopilot-docs:' || $1))", app_id):
+                raise IndexBusy(f"another index run of app {app_id!r} is in progress; try again when it ends")
+        except BaseException:
+            await tr.rollback()
+            await pool.release(con)
+            raise
+        return PgJob(pool, con, tr, app_id)
+
+
+class PgJob:
+    """One index run: every write inside one transaction, published by its commit."""
+
+    def __init__(self, pool: Any, con: Any, tr: Any, app_id: str) -> None:
+        self.pool, self.con, self.tr, self.app_id = pool, con, tr, app_id
+        self._done = False
+
+    async def existing(self) -> dict[str, str]:
+        """Pages' hashes by URL."""
+        rows = await self.con.fetch("SELECT url, hash FROM docs_pages WHERE app_id = $1", self.app_id)
+        return {r["url"]: r["hash"] for r in rows}
+
+    async def write(self, pages: list[tuple[str, Page]]) -> None:
+        """Replace or add pages and their sections."""
+        urls = [p.url for _, p in pages]
+        await self.con.execute("DELETE FROM docs_sections WHERE app_id = $1 AND page_url = ANY($2::text[])",
+                               self.app_id, urls)
+        await self.con.executemany(
+            "INSERT INTO docs_pages(app_id, url, hash, title) VALUES ($1, $2, $3, $4) "
+            "ON CONFLICT (app_id, url) DO UPDATE SET hash = EXCLUDED.hash, title = EXCLUDED.title",
+            [(self.app_id, p.url, digest, p.title) for digest, p in pages])
+        records = []
+        for _, page in pages:
+            for s in page.sections:
+                title, context = ranked_fields(page, s)
+                records.append((self.app_id, page.url, s.key, s.url, page.title,
+                                json.dumps(s.headings, ensure_ascii=False), title, context, s.text))
+        if records:
+            await self.con.copy_records_to_table("docs_sections", records=records, columns=_COLUMNS)
+
+    async def remove(self, urls: list[str]) -> None:
+        """Remove pages and their sections."""
+        for table, column in (("docs_sections", "page_url"), ("docs_pages", "url")):
+            await self.con.execute(f"DELETE FROM {table} WHERE app_id = $1 AND {column} = ANY($2::text[])",
+                                   self.app_id, urls)
+
+    async def commit(self, settings: dict[str, Any]) -> tuple[int, int]:
+        """Store the settings and commit: readers see the new index from here on."""
+        try:
+            await self.con.execute(
+                "INSERT INTO docs_apps(app_id, settings, updated_at) VALUES ($1, $2, $3) ON CONFLICT (app_id) "
+                "DO UPDATE SET settings = EXCLUDED.settings, updated_at = EXCLUDED.updated_at",
+                self.app_id, json.dumps(settings, ensure_ascii=False), time.time())
+            pages = await self.con.fetchval("SELECT count(*) FROM docs_pages WHERE app_id = $1", self.app_id)
+            sections = await self.con.fetchval("SELECT count(*) FROM docs_sections WHERE app_id = $1", self.app_id)
+            await self.tr.commit()
+        finally:
+            self._done = True
+            if not self.con.is_closed() and self.con.is_in_transaction():
+                await self.tr.rollback()
+            await self.pool.release(self.con)
+        return int(pages), int(sections)
+
+    async def abort(self) -> None:
+        """Roll the run back (nothing to do once ``commit`` ran: it released the connection either way)."""
+        if self._done:
+            return
+        self._done = True
+        try:
+            if not self.con.is_closed() and self.con.is_in_transaction():
+                await self.tr.rollback()
+        except Exception:  # noqa: BLE001 - a lost connection rolled the transaction back already
+            pass
+        finally:
+            await self.pool.release(self.con)

@@ -1,0 +1,330 @@
+"""The docs index in SQLite FTS5, in the relay's own database file (tables ``docs_*``), the embedded default.
+
+Search: FTS5 with the ``porter unicode61`` tokenizer (English stemming, any script, diacritics folded), ranked by
+BM25 with a section's own heading weighted over the page title and headings above it, and both over its text
+(``WEIGHTS``). The question's terms are ORed, each quoted (``query.py``).
+
+Atomic for readers without one long write transaction (which would hold the file's write lock and stall the
+relay's own writes during a large re-index): every page and section row carries the generation it became live in
+(``live_from``) and the one it was replaced in (``live_until``); an app's ``generation`` says which rows a search
+sees. A run writes generation G+1 in short transactions of ``SQLITE_BATCH_PAGES`` pages, then one tiny
+transaction flips the app to G+1, then the replaced rows are deleted. A run that dies leaves rows of a generation
+nobody sees; the next run deletes them first. One run per app at a time: a lease in ``docs_apps`` (``IndexBusy``).
+
+Every call runs sqlite3 in a worker thread (``asyncio.to_thread``), one statement at a time per connection; WAL
+lets the relay read while the CLI writes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sqlite3
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, TypeVar
+
+from . import DocHit
+from .indexer import IndexBusy
+from .limits import LOCK_LEASE_S, MAX_SEARCH_LIMIT, SQLITE_BATCH_PAGES
+from .page import Page, ranked_fields
+from .query import fts5_match, terms
+
+T = TypeVar("T")
+
+#: BM25 column weights: the section's own heading, the page title and headings above it, the text.
+WEIGHTS = (8.0, 3.0, 1.0)
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS docs_apps (
+    app_id TEXT PRIMARY KEY,
+    generation INTEGER NOT NULL DEFAULT 0,
+    settings TEXT NOT NULL DEFAULT '{}',
+    updated_at REAL,
+    lock_token TEXT,
+    lock_until REAL
+);
+CREATE TABLE IF NOT EXISTS docs_pages (
+    id INTEGER PRIMARY KEY,
+    app_id TEXT NOT NULL,
+    url TEXT NOT NULL,
+    hash TEXT NOT NULL,
+    title TEXT NOT NULL,
+    live_from INTEGER NOT NULL,
+    live_until INTEGER
+);
+CREATE INDEX IF NOT EXISTS docs_pages_app ON docs_pages(app_id, url);
+CREATE TABLE IF NOT EXISTS docs_sections (
+    id INTEGER PRIMARY KEY,
+    page_id INTEGER NOT NULL,
+    app_id TEXT NOT NULL,
+    key TEXT NOT NULL,
+    url TEXT NOT NULL,
+    page_title TEXT NOT NULL,
+    headings TEXT NOT NULL,
+    title TEXT NOT NULL,
+    context TEXT NOT NULL,
+    body TEXT NOT NULL,
+    live_from INTEGER NOT NULL,
+    live_until INTEGER
+);
+CREATE INDEX IF NOT EXISTS docs_sections_page ON docs_sections(page_id);
+CREATE VIRTUAL TABLE IF NOT EXISTS docs_fts USING fts5(
+    title, context, body, content='docs_sections', content_rowid='id',
+    tokenize='porter unicode61 remove_diacritics 2'
+);
+"""
+
+_SEARCH = f"""
+SELECT s.key, s.url, s.page_title, s.headings, s.body, bm25(docs_fts, {WEIGHTS[0]}, {WEIGHTS[1]}, {WEIGHTS[2]}) AS r
+FROM docs_fts CROSS JOIN docs_sections AS s ON s.id = docs_fts.rowid
+WHERE docs_fts MATCH ?1 AND s.app_id = ?2
+  AND s.live_from <= (SELECT generation FROM docs_apps WHERE app_id = ?2)
+  AND (s.live_until IS NULL OR s.live_until > (SELECT generation FROM docs_apps WHERE app_id = ?2))
+ORDER BY r LIMIT ?3
+"""
+_LIVE_PAGES = """
+SELECT count(*) FROM docs_pages p JOIN docs_apps a ON a.app_id = p.app_id
+WHERE p.app_id = ? AND p.live_from <= a.generation AND (p.live_until IS NULL OR p.live_until > a.generation)
+"""
+_LIVE_SECTIONS = _LIVE_PAGES.replace("docs_pages p", "docs_sections p")
+_HAS_INDEX = "SELECT EXISTS (" + _LIVE_PAGES.replace("count(*)", "1") + ")"
+
+
+def connect(path: str | Path) -> sqlite3.Connection:
+    """A connection to the relay's database file with the docs tables created (WAL, autocommit)."""
+    if str(path) != ":memory:":
+        Path(path).expanduser().parent.mkdir(parents=True, exist_ok=True)
+    db = sqlite3.connect(str(path), check_same_thread=False, isolation_level=None, timeout=30.0)
+    db.execute("PRAGMA journal_mode=WAL")
+    db.execute("PRAGMA synchronous=NORMAL")
+    db.executescript(SCHEMA)  # each statement IF NOT EXISTS: two processes starting together both succeed
+    return db
+
+
+class SqliteDocsIndex:
+    """``DocsIndex`` and ``DocsWriter`` on the relay's SQLite file."""
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = str(path)
+        self._db: sqlite3.Connection | None = None
+        self._lock = threading.Lock()
+
+    def _call(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        with self._lock:
+            if self._db is None:
+                self._db = connect(self.path)
+            return fn(self._db)
+
+    async def _run(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        return await asyncio.to_thread(self._call, fn)
+
+    # -- DocsIndex --------------------------------------------------------------------------
+    async def search(self, app_id: str, query: str, *, limit: int = 5) -> list[DocHit]:
+        """The best ``limit`` sections of the app for a reader's question."""
+        words = terms(query)
+        if not words or limit <= 0:
+            return []
+        match, n = fts5_match(words), min(limit, MAX_SEARCH_LIMIT)
+        rows = await self._run(lambda db: db.execute(_SEARCH, (match, app_id, n)).fetchall())
+        return [DocHit(key=k, page_title=t, headings=json.loads(h), url=u, text=b, score=-float(r))
+                for k, u, t, h, b, r in rows]
+
+    async def has_index(self, app_id: str) -> bool:
+        """Whether the app has any live section."""
+        return bool(await self._run(lambda db: db.execute(_HAS_INDEX, (app_id,)).fetchone()[0]))
+
+    async def close(self) -> None:
+        """Close the connection (a later call opens it again)."""
+        def close(_db: sqlite3.Connection) -> None:
+            if self._db is not None:
+                self._db.close()
+                self._db = None
+        if self._db is not None:
+            await self._run(close)
+
+    # -- DocsWriter -------------------------------------------------------------------------
+    async def index_settings(self, app_id: str) -> dict[str, Any] | None:
+        """The settings the app's last run stored."""
+        row = await self._run(lambda db: db.execute("SELECT settings, generation FROM docs_apps WHERE app_id = ?",
+                                                    (app_id,)).fetchone())
+        return json.loads(row[0]) if row and row[1] > 0 else None
+
+    async def drop_index(self, app_id: str) -> int:
+        """Remove the app's index in one transaction; how many live sections it had."""
+        def drop(db: sqlite3.Connection) -> int:
+            with _tx(db):
+                count = db.execute(_LIVE_SECTIONS, (app_id,)).fetchone()[0]
+                ids = [r[0] for r in db.execute("SELECT id FROM docs_pages WHERE app_id = ?", (app_id,))]
+                _delete_pages(db, ids)
+                db.execute("DELETE FROM docs_apps WHERE app_id = ?", (app_id,))
+            return int(count)
+        return await self._run(drop)
+
+    async def begin_index(self, app_id: str) -> SqliteJob:
+        """Take the app's lease and clean what an earlier run that died left."""
+        token = uuid.uuid4().hex
+
+        def begin(db: sqlite3.Connection) -> int:
+            with _tx(db):
+                db.execute("INSERT OR IGNORE INTO docs_apps(app_id) VALUES (?)", (app_id,))
+                gen, holder, until = db.execute(
+                    "SELECT generation, lock_token, lock_until FROM docs_apps WHERE app_id = ?", (app_id,)).fetchone()
+                if holder and until and until > time.time():
+                    raise IndexBusy(f"another index run of app {app_id!r} is in progress (its lock expires in "
+                                    f"{until - time.time():.0f} s if it died); try again when it ends")
+                db.execute("UPDATE docs_apps SET lock_token = ?, lock_until = ? WHERE app_id = ?",
+                           (token, time.time() + LOCK_LEASE_S, app_id))
+            # Rows of a run that died before its flip, and old rows a finished run did not get to delete.
+            while True:
+                with _tx(db):
+                    ids = [r[0] for r in db.execute(
+                        "SELECT id FROM docs_pages WHERE app_id = ? AND (live_from > ? OR live_until <= ?) LIMIT ?",
+                        (app_id, gen, gen, SQLITE_BATCH_PAGES))]
+                    _delete_pages(db, ids)
+                if not ids:
+                    break
+            with _tx(db):
+                db.execute("UPDATE docs_pages SET live_until = NULL WHERE app_id = ? AND live_until > ?", (app_id, gen))
+                db.execute("UPDATE docs_sections SET live_until = NULL WHERE app_id = ? AND live_until > ?",
+                           (app_id, gen))
+            return int(gen)
+
+        gen = await self._run(begin)
+        return SqliteJob(self, app_id, token, gen + 1)
+
+
+class SqliteJob:
+    """One index run's writes at generation ``gen`` (see the module's docstring)."""
+
+    def __init__(self, index: SqliteDocsIndex, app_id: str, token: str, gen: int) -> None:
+        self.index, self.app_id, self.token, self.gen = index, app_id, token, gen
+
+    def _hold(self, db: sqlite3.Connection) -> None:
+        """Renew the lease inside the current transaction (``IndexBusy`` when another run took it)."""
+        cur = db.execute("UPDATE docs_apps SET lock_until = ? WHERE app_id = ? AND lock_token = ?",
+                         (time.time() + LOCK_LEASE_S, self.app_id, self.token))
+        if cur.rowcount != 1:
+            raise IndexBusy(f"the index run of app {self.app_id!r} lost its lock (it paused longer than "
+                            f"{LOCK_LEASE_S:.0f} s and another run started); nothing of it was published")
+
+    async def existing(self) -> dict[str, str]:
+        """Live pages' hashes by URL."""
+        rows = await self.index._run(lambda db: db.execute(
+            "SELECT url, hash FROM docs_pages WHERE app_id = ? AND live_until IS NULL", (self.app_id,)).fetchall())
+        return dict(rows)
+
+    def _retire(self, db: sqlite3.Connection, urls: list[str]) -> None:
+        for url in urls:
+            row = db.execute("SELECT id FROM docs_pages WHERE app_id = ? AND url = ? AND live_until IS NULL "
+                             "AND live_from < ?", (self.app_id, url, self.gen)).fetchone()
+            if row:
+                db.execute("UPDATE docs_pages SET live_until = ? WHERE id = ?", (self.gen, row[0]))
+                db.execute("UPDATE docs_sections SET live_until = ? WHERE page_id = ?", (self.gen, row[0]))
+
+    async def write(self, pages: list[tuple[str, Page]]) -> None:
+        """New versions of pages at the run's generation, the old ones marked replaced by it."""
+        def write(db: sqlite3.Connection) -> None:
+            with _tx(db):
+                self._hold(db)
+                self._retire(db, [p.url for _, p in pages])
+                for digest, page in pages:
+                    page_id = db.execute(
+                        "INSERT INTO docs_pages(app_id, url, hash, title, live_from) VALUES (?, ?, ?, ?, ?)",
+                        (self.app_id, page.url, digest, page.title, self.gen)).lastrowid
+                    for s in page.sections:
+                        title, context = ranked_fields(page, s)
+                        sid = db.execute(
+                            "INSERT INTO docs_sections(page_id, app_id, key, url, page_title, headings, title, "
+                            "context, body, live_from) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                            (page_id, self.app_id, s.key, s.url, page.title, json.dumps(s.headings,
+                             ensure_ascii=False), title, context, s.text, self.gen)).lastrowid
+                        db.execute("INSERT INTO docs_fts(rowid, title, context, body) VALUES (?, ?, ?, ?)",
+                                   (sid, title, context, s.text))
+        await self.index._run(write)
+
+    async def remove(self, urls: list[str]) -> None:
+        """Mark pages replaced by nothing at the run's generation."""
+        for i in range(0, len(urls), SQLITE_BATCH_PAGES):
+            chunk = urls[i:i + SQLITE_BATCH_PAGES]
+
+            def remove(db: sqlite3.Connection, chunk: list[str] = chunk) -> None:
+                with _tx(db):
+                    self._hold(db)
+                    self._retire(db, chunk)
+            await self.index._run(remove)
+
+    async def commit(self, settings: dict[str, Any]) -> tuple[int, int]:
+        """Flip the app to the run's generation, delete the replaced rows, release the lease."""
+        def flip(db: sqlite3.Connection) -> tuple[int, int]:
+            with _tx(db):
+                self._hold(db)
+                db.execute("UPDATE docs_apps SET generation = ?, settings = ?, updated_at = ? WHERE app_id = ?",
+                           (self.gen, json.dumps(settings, ensure_ascii=False), time.time(), self.app_id))
+                return (db.execute(_LIVE_PAGES, (self.app_id,)).fetchone()[0],
+                        db.execute(_LIVE_SECTIONS, (self.app_id,)).fetchone()[0])
+
+        counts = await self.index._run(flip)
+        await self._clean("live_until <= ?")
+        await self._release()
+        return counts
+
+    async def abort(self) -> None:
+        """Delete what the run wrote, un-retire what it retired, release the lease (best effort)."""
+        try:
+            await self._clean("live_from >= ?")
+
+            def restore(db: sqlite3.Connection) -> None:
+                with _tx(db):
+                    for table in ("docs_pages", "docs_sections"):
+                        db.execute(f"UPDATE {table} SET live_until = NULL WHERE app_id = ? AND live_until >= ?",
+                                   (self.app_id, self.gen))
+            await self.index._run(restore)
+            await self._release()
+        except (sqlite3.Error, IndexBusy):
+            pass  # the next run cleans up; the lease expires
+
+    async def _clean(self, condition: str) -> None:
+        while True:
+            def clean(db: sqlite3.Connection) -> int:
+                with _tx(db):
+                    self._hold(db)
+                    ids = [r[0] for r in db.execute(
+                        f"SELECT id FROM docs_pages WHERE app_id = ? AND {condition} LIMIT ?",
+                        (self.app_id, self.gen, SQLITE_BATCH_PAGES))]
+                    _delete_pages(db, ids)
+                return len(ids)
+            if not await self.index._run(clean):
+                return
+
+    async def _release(self) -> None:
+        await self.index._run(lambda db: db.execute(
+            "UPDATE docs_apps SET lock_token = NULL, lock_until = NULL WHERE app_id = ? AND lock_token = ?",
+            (self.app_id, self.token)))
+
+
+def _delete_pages(db: sqlite3.Connection, ids: list[int]) -> None:
+    """Delete pages, their sections and their full-text entries (inside the caller's transaction)."""
+    if not ids:
+        return
+    marks = ",".join("?" * len(ids))
+    db.execute("INSERT INTO docs_fts(docs_fts, rowid, title, context, body) SELECT 'delete', id, title, context, "
+               f"body FROM docs_sections WHERE page_id IN ({marks})", ids)
+    db.execute(f"DELETE FROM docs_sections WHERE page_id IN ({marks})", ids)
+    db.execute(f"DELETE FROM docs_pages WHERE id IN ({marks})", ids)
+
+
+@contextmanager
+def _tx(db: sqlite3.Connection) -> Iterator[None]:
+    """``BEGIN IMMEDIATE`` … ``COMMIT`` (``ROLLBACK`` on any exception)."""
+    db.execute("BEGIN IMMEDIATE")
+    try:
+        yield
+    except BaseException:
+        db.execute("ROLLBACK")
+        raise
+    db.execute("COMMIT")

@@ -1,0 +1,175 @@
+"""Source folders → the pages to index, each with its URL; bounded.
+
+A source is a folder (or one file) and the base URL its pages are served under. ``.html``/``.htm`` files are
+built pages: ``guide/theming/index.html`` is served as ``<base>guide/theming/`` (directory URLs, as MkDocs,
+VitePress and Docusaurus link them) and ``x.html`` as ``<base>x.html``. ``.md``/``.markdown`` files are
+sources: with ``url_style="directory"`` (MkDocs' default) ``guide/theming.md`` is ``<base>guide/theming/`` and
+``index.md``/``README.md`` their folder; with ``"html"`` they are ``<base>guide/theming.html``.
+
+Bounds: folders and files whose names start with ``.``, ``node_modules``, Sphinx's ``_static``/``_sources``
+and the generators' own search, index and 404 pages are not pages; ``exclude`` globs (matched against the path
+relative to the source) leave out more. A symlinked folder is followed only when it resolves inside the source
+folder and was not walked already (so a loop ends); a symlinked file is read wherever it points. More than
+``max_pages`` pages is an error before anything is indexed; folders deeper than ``MAX_DEPTH`` are not walked.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import os
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
+from typing import Literal
+from urllib.parse import quote
+
+from .limits import MAX_DEPTH
+
+Kind = Literal["html", "markdown"]
+UrlStyle = Literal["directory", "html"]
+URL_STYLES: tuple[UrlStyle, ...] = ("directory", "html")
+
+_KINDS: dict[str, Kind] = {".html": "html", ".htm": "html", ".md": "markdown", ".markdown": "markdown"}
+_SKIP_DIRS = frozenset({"node_modules", "_static", "_sources", "__pycache__"})
+#: Pages the generators write that are not documentation (search pages, generated indexes, not-found pages).
+DEFAULT_EXCLUDES: tuple[str, ...] = ("404.html", "search.html", "genindex.html", "py-modindex.html",
+                                     "search/index.html", "404/index.html")
+
+
+class WalkError(Exception):
+    """A source cannot be indexed as asked (missing folder, too many pages); the message says what to change."""
+
+
+@dataclass(frozen=True, slots=True)
+class Source:
+    """A folder (or file) of pages and the base URL they are served under (ends with ``/``)."""
+
+    path: Path
+    base_url: str = "/"
+    url_style: UrlStyle = "directory"
+
+
+@dataclass(frozen=True, slots=True)
+class SourceFile:
+    """One page to index."""
+
+    path: Path
+    #: The path relative to its source, with ``/`` separators.
+    rel: str
+    kind: Kind
+    url: str
+
+
+def normalize_base(base_url: str) -> str:
+    """A base URL ending with ``/`` (``ValueError`` for an empty one or one with a query or fragment)."""
+    base = base_url.strip()
+    if not base or "?" in base or "#" in base or any(c.isspace() for c in base):
+        raise ValueError(f"base URL {base_url!r} must be a path or an http(s) URL without query or fragment")
+    return base if base.endswith("/") else base + "/"
+
+
+def page_url(rel: str, kind: Kind, base_url: str, url_style: UrlStyle = "directory") -> str:
+    """The URL a page file is served under (see the module's docstring)."""
+    p = PurePosixPath(rel)
+    if kind == "html":
+        parts = list(p.parts)
+        if p.name in ("index.html", "index.htm"):
+            parts = parts[:-1]
+            tail = "/" if parts else ""
+        else:
+            tail = ""
+    else:
+        stem = p.with_suffix("")
+        if stem.name in ("index", "README") and url_style == "directory":
+            parts, tail = list(stem.parts[:-1]), "/"
+        elif url_style == "directory":
+            parts, tail = list(stem.parts), "/"
+        else:
+            parts, tail = list(stem.with_suffix(".html").parts), ""
+        if not parts:
+            tail = ""
+    path = "/".join(quote(part) for part in parts)
+    return base_url + path + (tail if path else "")
+
+
+def collect(sources: list[Source], *, max_pages: int,
+            excludes: tuple[str, ...] = ()) -> tuple[list[SourceFile], list[str]]:
+    """Every page of the sources in a stable order, and warning lines (``WalkError`` when a bound is passed)."""
+    pages: list[SourceFile] = []
+    warnings: list[str] = []
+    patterns = DEFAULT_EXCLUDES + tuple(excludes)
+    for source in sources:
+        root = source.path
+        if not root.exists():
+            raise WalkError(f"{root}: no such file or folder")
+        if root.is_file():
+            kind = _KINDS.get(root.suffix.lower())
+            if kind is None:
+                raise WalkError(f"{root}: not a page (.html, .htm, .md or .markdown)")
+            url = page_url(root.name, kind, source.base_url, source.url_style)
+            pages.append(SourceFile(root, root.name, kind, url))
+            continue
+        real_root = root.resolve()
+        seen_dirs = {_dir_id(real_root)}
+        stack: list[tuple[Path, str, int]] = [(root, "", 0)]
+        while stack:
+            folder, rel_folder, depth = stack.pop()
+            try:
+                entries = sorted(os.scandir(folder), key=lambda e: e.name, reverse=True)
+            except OSError as exc:
+                warnings.append(f"{folder}: cannot list ({exc.strerror or exc}); skipped")
+                continue
+            files: list[SourceFile] = []
+            for entry in entries:
+                name = entry.name
+                if name.startswith("."):
+                    continue
+                rel = f"{rel_folder}{name}"
+                try:
+                    is_dir = entry.is_dir()  # follows a symlink
+                except OSError:
+                    continue
+                if is_dir:
+                    if name in _SKIP_DIRS or _excluded(rel + "/", patterns):
+                        continue
+                    if depth + 1 > MAX_DEPTH:
+                        warnings.append(f"{entry.path}: deeper than {MAX_DEPTH} folders; not walked")
+                        continue
+                    if entry.is_symlink():
+                        target = Path(entry.path).resolve()
+                        if not target.is_relative_to(real_root):
+                            warnings.append(f"{entry.path}: a symlink to a folder outside {root}; not followed")
+                            continue
+                        ident = _dir_id(target)
+                        if ident in seen_dirs:
+                            continue  # a loop, or a folder walked under another name
+                        seen_dirs.add(ident)
+                    else:
+                        ident = _dir_id(Path(entry.path))
+                        if ident in seen_dirs:
+                            continue
+                        seen_dirs.add(ident)
+                    stack.append((Path(entry.path), rel + "/", depth + 1))
+                    continue
+                kind = _KINDS.get(os.path.splitext(name)[1].lower())
+                if kind is None or _excluded(rel, patterns):
+                    continue
+                files.append(SourceFile(Path(entry.path), rel, kind, page_url(rel, kind, source.base_url,
+                                                                               source.url_style)))
+            pages.extend(reversed(files))
+            if len(pages) > max_pages:
+                raise WalkError(
+                    f"more than {max_pages} pages under {', '.join(str(s.path) for s in sources)} "
+                    "(--max-pages); index a smaller folder, --exclude some, or raise --max-pages"
+                )
+    return pages, warnings
+
+
+def _dir_id(path: Path) -> tuple[int, int]:
+    st = path.stat()
+    return st.st_dev, st.st_ino
+
+
+def _excluded(rel: str, patterns: tuple[str, ...]) -> bool:
+    name = rel.rstrip("/").rsplit("/", 1)[-1]
+    return any(fnmatch.fnmatchcase(rel, p) or fnmatch.fnmatchcase(rel.rstrip("/"), p) or
+               ("/" not in p and fnmatch.fnmatchcase(name, p)) for p in patterns)
