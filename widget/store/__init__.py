@@ -38,6 +38,12 @@ Starters and suggestions (``widget.store.starters``): ``store.starters`` lists t
 conversation is empty, ``store.suggestions`` is ``(answer id, texts)`` of the model's follow-up questions under the
 last answer; ``send_prompt(text)`` sends one as the reader's message.
 
+An answer's cited sources (``widget.store.sources``): an assistant message in ``store.messages`` keeps the
+``sources`` the relay sent with it (live and restored alike); ``source_rows``, ``citation_numbers`` and the copy
+helpers say what a view shows for them, as pure functions. An answer the relay withdraws (``messages.withdrawn``,
+for a retry, a regenerate, or because it cited nothing: reason ``uncited``) leaves ``store.messages`` with the same
+``messages`` change; its replacement streams in as any answer does.
+
 Offered actions are live only: ``store.actions_for(message_id)`` lists the offers shown under a
 message, each ``{id, name, label, title, confirm, parameters, arguments, message_id, status, outcome, error,
 field_errors, form_open, values}`` — ``status`` is ``offered``, ``running``, ``done`` or ``failed``. They come
