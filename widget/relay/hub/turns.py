@@ -370,7 +370,7 @@ class TurnRunner:
                 continue
             call = {"id": new_id("call_"), "name": tc.name, "arguments": tc.arguments}
             cur.calls.append(call)
-            if tc.name == ASK_USER_TOOL and app.ask_user:
+            if tc.name == ASK_USER_TOOL and app.ask_user and not info.one_shot:
                 prompt, wrong = prompt_from(call)
                 if prompt is None:
                     cur.tools.append(tool_message(call["id"], tc.name, ToolMessageKind.RELAY, {"status": P.STATUS_ERROR, "error": f"Invalid ask_user call: {wrong}. Nothing was shown to the reader; fix the arguments and call again."}))
@@ -382,6 +382,9 @@ class TurnRunner:
                 cur.tools.append(await self.search_docs(call, info, log_calls))
             elif tc.name not in catalogue:
                 cur.tools.append(tool_message(call["id"], tc.name, ToolMessageKind.RELAY, {"status": P.STATUS_ERROR, "error": f"Unknown function {tc.name!r}."}))
+            elif info.one_shot:  # a one-shot answer calls nothing (the model was given no function tools)
+                cur.tools.append(tool_message(call["id"], tc.name, ToolMessageKind.RELAY, {
+                    "status": P.STATUS_ERROR, "error": f"{tc.name!r} cannot be called in a one-shot answer; nothing ran."}))
             elif not isinstance(tc.arguments, dict):
                 cur.tools.append(tool_message(call["id"], tc.name, catalogue[tc.name]["kind"], {"status": P.STATUS_ERROR, "error": "The arguments were not a JSON object."}))
             else:
