@@ -3,11 +3,15 @@
 The relay runs as a real subprocess (``python -m widget.relay``) on a free loopback port with its own
 SQLite file; the browser is Debian's Chromium driven by Playwright. Helpers live in tests/support.py.
 
-Every test has one tier, marked here (``python -m pytest -m unit`` runs one and imports no other tier's
-files): by file, ``build`` (the asset build and packaging), ``browser`` (the file uses Chromium), ``build`` again
-for files that read what the build cache holds, and ``relay`` (it starts or talks to a relay, in-process or as a
-subprocess); in the other files, ``fuzz`` for property-based tests (hypothesis) and ``unit`` for the rest: pure
-logic, seconds for the whole tier. A test marked with a tier itself (``@pytest.mark.build``) keeps it.
+Every test file declares its tier in one line after its imports, ``pytestmark = pytest.mark.<tier>`` (or
+``pytestmark = [pytest.mark.<tier>, <other marks>]``), one of ``TIERS``: ``unit`` (pure logic: no relay, browser,
+build or network; seconds for the whole tier), ``fuzz`` (property searches of pure logic, whose cost grows with
+their example counts), ``relay`` (starts or talks to a relay, in process or as a subprocess, or PostgreSQL, Redis,
+nginx), ``browser`` (drives a browser) and ``build`` (runs or reads the asset build: build.py, widget/_dist, the
+build cache's Pyodide and Node). Every test has exactly its file's tier: a file without exactly one declared tier,
+or a test marked with another tier, fails the collection with the file's name (a test of another tier goes in a
+file of that tier). ``python -m pytest -m <tier>`` does not even import the other tiers' files, so the five
+single-tier runs together collect the whole suite, each test once.
 """
 
 from __future__ import annotations
@@ -140,52 +144,81 @@ async def fresh_demo(demo_page: BootedPage) -> AsyncIterator[BootedPage]:
 
 
 TIERS = ("unit", "fuzz", "relay", "browser", "build")
-_BUILD_FILES = {"test_build.py", "test_packaging.py"}
-#: A test file that uses Chromium: the browser fixture, or the booted-page fixtures and helpers built on it.
-_BROWSER_RE = re.compile(r"(def \w+\([^)]*\bbrowser\b)|\b(bar_page|bar_relay|demo_page|fresh_demo|open_page)\b")
-#: Words that show a test file starts or talks to a relay, or reads the build's cache.
-_RELAY_WORDS = ("relay_helpers", "relay_server", "start_relay", "RelayProcess", "widget.relay")
-_BUILD_WORDS = ("default_cache_dir",)
+#: The tier's declaration: a top-level line of the file whose first mark is the tier (read from the text, so that a
+#: one-tier run need not import the other tiers' files; the collection then checks the marks pytest really sees).
+_DECLARATION = re.compile(r"^pytestmark = (?:\[\s*)?pytest\.mark\.(\w+)\b", re.MULTILINE)
+_ASSIGNMENT = re.compile(r"^pytestmark\b", re.MULTILINE)
+_HOW = (
+    "add one line after its imports: pytestmark = pytest.mark.<tier> (or pytestmark = [pytest.mark.<tier>, ...] "
+    f"beside other marks), <tier> one of {', '.join(TIERS)} (docs/development.md, Test tiers)"
+)
 
 
 @functools.cache
-def _tier_of_file(path: Path) -> str | None:
-    """The tier of a test file, read from its text (so a one-tier run need not import the others), or None when
-    it is decided test by test (unit or fuzz)."""
-    if path.name in _BUILD_FILES:
-        return "build"
-    text = path.read_text()
-    if _BROWSER_RE.search(text):
-        return "browser"
-    if any(word in text for word in _BUILD_WORDS):
-        return "build"
-    return "relay" if any(word in text for word in _RELAY_WORDS) else None
+def declared_tier(path: Path) -> tuple[str | None, str | None]:
+    """The tier a test file declares, or None and what is wrong with its declaration."""
+    text = path.read_text(encoding="utf-8")
+    assignments, found = len(_ASSIGNMENT.findall(text)), _DECLARATION.findall(text)
+    name = _shown(path)
+    if assignments > 1:
+        return None, f"{name} assigns pytestmark {assignments} times: a test file declares its tier once; {_HOW}"
+    if not found:
+        return None, f"{name} declares no test tier: {_HOW}"
+    if found[0] not in TIERS:
+        return None, f"{name} declares pytest.mark.{found[0]}, which is not a tier: {_HOW}"
+    return found[0], None
 
 
-def _is_property_test(item: pytest.Item) -> bool:
-    return bool(getattr(getattr(item, "obj", None), "is_hypothesis_test", False))
+def _shown(path: Path) -> str:
+    try:
+        return str(path.relative_to(Path.cwd()))
+    except ValueError:
+        return str(path)
 
 
-def pytest_configure(config: pytest.Config) -> None:
-    for tier in TIERS:
-        config.addinivalue_line("markers", f"{tier}: a test of the {tier} tier (set in tests/conftest.py)")
+def _is_test_file(path: Path) -> bool:
+    return path.suffix == ".py" and path.name.startswith("test_")
+
+
+def _tiers_of(node: pytest.Item | pytest.Collector) -> list[str]:
+    return [mark.name for mark in node.iter_markers() if mark.name in TIERS]
 
 
 def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
-    """With ``-m <one tier>``, test files of other tiers are not even imported."""
+    """With ``-m <one tier>``, test files of other tiers are not even imported (a file whose declaration is wrong
+    is collected, so that its error shows)."""
     wanted = (config.getoption("markexpr") or "").strip()
-    if wanted not in TIERS or collection_path.suffix != ".py" or not collection_path.name.startswith("test_"):
+    if wanted not in TIERS or not _is_test_file(collection_path):
         return None
-    tier = _tier_of_file(collection_path)
-    return True if (tier or "unit") != wanted and not (tier is None and wanted == "fuzz") else None
+    tier, _ = declared_tier(collection_path)
+    return True if tier is not None and tier != wanted else None
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_make_collect_report(
+    collector: pytest.Collector,
+) -> Generator[None, pytest.CollectReport, pytest.CollectReport]:
+    """A test file without exactly one tier fails its collection, the report naming the file and the fix."""
+    report = yield
+    if not isinstance(collector, pytest.Module) or not _is_test_file(collector.path) or not report.passed:
+        return report
+    tier, problem = declared_tier(collector.path)
+    marked = _tiers_of(collector)
+    if problem is None and marked != [tier]:
+        problem = f"{_shown(collector.path)} declares {tier} but pytest sees the tier marks {marked}: {_HOW}"
+    if problem is not None:
+        report.outcome, report.longrepr, report.result = "failed", problem, []
+    return report
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    for item in items:
-        if any(item.get_closest_marker(tier) for tier in TIERS):  # a test may name its tier itself
-            continue
-        tier = _tier_of_file(Path(str(item.path)))
-        item.add_marker(getattr(pytest.mark, tier or ("fuzz" if _is_property_test(item) else "unit")))
+    """Every test has exactly one tier, its file's: one marked with another tier too stops the run."""
+    wrong = [f"{item.nodeid}: tier marks {tiers}" for item in items if len(tiers := _tiers_of(item)) != 1]
+    if wrong:
+        raise pytest.UsageError(
+            "every test has exactly one tier, its file's; a test of another tier goes in a file of that tier:\n  "
+            + "\n  ".join(wrong)
+        )
 
 
 _crashes: list[tuple[str, str, list[str]]] = []

@@ -11,8 +11,11 @@ import json
 import urllib.request
 from typing import Any
 
+import pytest
 from support import open_page, wait_mark
 from test_bar import bar_page, bar_relay, js_root, last_message, open_bar, py, q, send  # noqa: F401
+
+pytestmark = pytest.mark.browser
 
 
 async def stored_messages(page: Any) -> list[dict[str, Any]]:

@@ -6,10 +6,13 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+import pytest
 from fake_relay import BASE, FakeRelay, MemoryTransport
 from widget import AutopilotClient
 from widget.env import MemoryEnv
 from widget.store import Store, arguments_text, form_arguments
+
+pytestmark = pytest.mark.unit
 
 PLAN = {"type": "object", "properties": {"plan": {"type": "string", "enum": ["free", "pro", "team"]}},
         "required": ["plan"]}

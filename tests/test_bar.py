@@ -18,6 +18,8 @@ import pytest_asyncio
 from conftest import require_build
 from support import PageLog, PageServer, RelayServer, open_page, start_relay
 
+pytestmark = pytest.mark.browser
+
 BAR = "#autopilot-bar-host"
 TOGGLE = "#autopilot-toggle-host >> button.toggle"
 PRELUDE = (

@@ -12,9 +12,12 @@ import urllib.request
 from collections.abc import AsyncIterator
 from typing import Any
 
+import pytest
 import pytest_asyncio
 from support import open_page, wait_mark
 from test_bar import BarPage, bar_relay, js_root, open_bar, py, q, send  # noqa: F401
+
+pytestmark = pytest.mark.browser
 
 TOOLS = ".messages > .message.assistant >> nth=-1 >> .answer-tools"
 

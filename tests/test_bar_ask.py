@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import json
 
+import pytest
 from test_bar import bar_page, bar_relay, js_root, open_bar, py, q, send, user_count, wait_turn_done  # noqa: F401
+
+pytestmark = pytest.mark.browser
 
 PROMPTS = [
     {"id": "p-text", "type": "text", "question": "Who is the lamp for? <img src=x onerror=alert(1)>",

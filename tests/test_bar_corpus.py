@@ -16,11 +16,14 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import pytest
 import pytest_asyncio
 
 from support import open_page
 from test_bar import bar_relay, js_root, py  # noqa: F401
 from test_markdown import corpus_payloads, html_violations
+
+pytestmark = pytest.mark.browser
 
 PAGE = """<!doctype html><html><head><meta charset="utf-8"><link rel="icon" href="data:,"><title>corpus</title>
 <script>

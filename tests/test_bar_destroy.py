@@ -5,7 +5,10 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 from test_bar import TOGGLE, bar_page, bar_relay, open_bar, py, q, send  # noqa: F401
+
+pytestmark = pytest.mark.browser
 
 
 async def listeners(page: Any) -> dict[str, list[str]]:

@@ -12,8 +12,11 @@ import urllib.error
 import urllib.request
 from typing import Any
 
+import pytest
 from support import open_page
 from test_bar import TOGGLE, BarPage, bar_relay, open_bar, py, q, send  # noqa: F401
+
+pytestmark = pytest.mark.browser
 
 ITEMS = ".history-list > .history-item"
 

@@ -7,9 +7,12 @@ from __future__ import annotations
 import itertools
 from typing import Any
 
+import pytest
 import test_bar
 from support import open_page, wait_mark
 from test_bar import js_root, last_message, open_bar, py, q, send, user_count, wait_turn_done
+
+pytestmark = pytest.mark.browser
 
 bar_relay, bar_page = test_bar.bar_relay, test_bar.bar_page  # the fixtures, shared with test_bar
 

@@ -5,7 +5,10 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 from test_bar import TOGGLE, bar_page, bar_relay, js_root, q, user_count, wait_turn_done  # noqa: F401
+
+pytestmark = pytest.mark.browser
 
 
 async def focused(page: Any) -> str:

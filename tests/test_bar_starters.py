@@ -22,6 +22,8 @@ from test_bar_a11y import axe_source, violations
 
 from widget.relay.models.demo import DEMO_SUGGESTIONS
 
+pytestmark = pytest.mark.browser
+
 STARTERS = ["What can you do?", "Suggest follow-ups"]
 STARTER_BUTTONS = ".starters > button.starter"
 SUGGESTION_BUTTONS = ".suggestions > button.suggestion"

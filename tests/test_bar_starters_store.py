@@ -17,6 +17,8 @@ from widget.core.starters import check_starters, suggestions_of
 from widget.errors import ConfigError
 from widget.store import Store
 
+pytestmark = pytest.mark.unit
+
 APP_STARTERS = ["What can you do?", "Pricing?"]
 SUGGEST = P.SUGGEST_FOLLOWUPS_TOOL
 

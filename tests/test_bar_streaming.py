@@ -15,12 +15,15 @@ import json
 import asyncio
 from typing import Any, AsyncIterator
 
+import pytest
 import pytest_asyncio
 
 from conftest import require_build
 from support import PageLog, open_page
 from test_bar import BarPage, bar_relay, js_root, open_bar, py  # noqa: F401
 from widget.transports.browser import BATCH, BrowserTransport
+
+pytestmark = pytest.mark.browser
 
 #: The bridge's batch window (static/bridge.mjs STREAM_BATCH_MS), in seconds.
 STREAM_BATCH_S = 0.1

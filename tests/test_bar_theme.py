@@ -4,8 +4,11 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 from support import open_page
 from test_bar import bar_relay, js_root, open_bar, q, send  # noqa: F401
+
+pytestmark = pytest.mark.browser
 
 SCRIPT = ('<script src="/widget/autopilot.js" data-relay="{relay}" data-app="demo" data-boot="eager" '
           'data-open="true" {extra}></script>')

@@ -5,9 +5,12 @@ from __future__ import annotations
 import asyncio
 import re
 
+import pytest
 from support import PageLog, open_page, py_eval, wait_mark
 
 from widget.relay.storage import SQLiteStore
+
+pytestmark = pytest.mark.browser
 
 TOGGLE = "#autopilot-toggle-host >> button.toggle"
 PANEL = "#autopilot-bar-host >> section.panel"

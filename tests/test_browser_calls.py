@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import pytest
 from support import py_eval
+
+pytestmark = pytest.mark.browser
 
 SETUP = """
 import asyncio

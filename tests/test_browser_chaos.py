@@ -10,9 +10,12 @@ import json
 import os
 import re
 
+import pytest
 from support import py_eval, start_relay, wait_mark
 
 from widget.relay.storage import SQLiteStore
+
+pytestmark = pytest.mark.browser
 
 PAGE = """<!doctype html><html><head><link rel="icon" href="data:,"><title>chaos</title></head><body>
 <script type="autopilot-python">

@@ -7,7 +7,10 @@ from __future__ import annotations
 
 import re
 
+import pytest
 from support import free_port, start_relay, wait_mark
+
+pytestmark = pytest.mark.browser
 
 NOTICE = "#autopilot-bar-host >> .notice"
 RETRY = "#autopilot-bar-host >> .notice >> button.retry"

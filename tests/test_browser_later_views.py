@@ -10,7 +10,10 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 from support import open_page, py_eval, wait_mark
+
+pytestmark = pytest.mark.browser
 
 TOGGLE = "#autopilot-toggle-host >> button.toggle"
 

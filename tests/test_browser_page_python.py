@@ -16,6 +16,8 @@ import pytest
 
 from support import open_page, py_eval, wait_mark
 
+pytestmark = pytest.mark.browser
+
 HEAD = '<!doctype html><html><head><meta charset="utf-8"><link rel="icon" href="data:,"><title>{title}</title></head><body>'
 BAR = "#autopilot-bar-host"
 

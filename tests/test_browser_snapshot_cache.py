@@ -14,8 +14,11 @@ import asyncio
 import secrets
 from typing import Any
 
+import pytest
 from conftest import require_build
 from support import DIST, open_page, py_eval, wait_mark
+
+pytestmark = pytest.mark.browser
 
 TOGGLE = "#autopilot-toggle-host >> button.toggle"
 ANSWERS = "#autopilot-bar-host >> .messages > .message.assistant"

@@ -5,7 +5,10 @@ from __future__ import annotations
 
 import json
 
+import pytest
 from support import py_eval, wait_mark
+
+pytestmark = pytest.mark.browser
 
 PAGE = """<!doctype html><html><head><link rel="icon" href="data:,"><title>Tools page</title></head><body>
 <p>tools</p>

@@ -10,6 +10,8 @@ from relay_helpers import ASK_SECRET, launch
 from widget import AutopilotClient, ConfigError
 from widget.transports.python_socketio import PythonSocketIOTransport
 
+pytestmark = pytest.mark.relay
+
 
 @pytest.fixture
 async def ask_relay(tmp_path):

@@ -14,6 +14,8 @@ from widget.core.session import ClientSession, Notify
 from widget.errors import ConfigError, ConnectionFailed
 from widget.store.feedback import Ratings, comment_over, comment_text
 
+pytestmark = pytest.mark.unit
+
 
 def test_feedback_event_reaches_the_page_without_touching_the_sequence() -> None:
     s = ClientSession(instance="t")

@@ -5,8 +5,11 @@ The fallbacks' timing is tested without a clock in tests/test_client_session.py.
 
 import asyncio
 
+import pytest
 from fake_relay import BASE, FakeRelay, MemoryTransport
 from widget import AutopilotClient
+
+pytestmark = pytest.mark.unit
 
 
 async def connected(**kw):

@@ -8,6 +8,8 @@ from fake_relay import BASE, FakeRelay, MemoryTransport
 from widget import AutopilotClient, ConfigError, ConnectionFailed, ProtocolError
 from widget import protocol as P
 
+pytestmark = pytest.mark.unit
+
 
 async def settle(n: int = 100) -> None:
     """Let every task the client started run to its next real wait (the in-memory relay answers at once):

@@ -10,6 +10,8 @@ from widget import AutopilotClient, ConnectionFailed, ProtocolError
 from widget import protocol as P
 from widget.transports.python_socketio import PythonSocketIOTransport
 
+pytestmark = pytest.mark.relay
+
 
 def make_client(relay_server, **kw) -> AutopilotClient:
     return AutopilotClient(PythonSocketIOTransport(), headers={"Origin": relay_server.url}, **kw)

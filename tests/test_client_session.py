@@ -11,6 +11,8 @@ from widget.core import session as S
 from widget.core.session import ClientSession, EndCall, Notify, Options, Rejoin, RunCall, Send
 from widget.protocol import MAX_STATE_BYTES
 
+pytestmark = pytest.mark.unit
+
 INFO = {"conversation": {"id": "c1", "seq": 0}, "messages": [], "token": "tok"}
 OK = {"ok": True}
 

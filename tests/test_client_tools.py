@@ -9,6 +9,8 @@ from widget import AutopilotClient, ConfigError
 from widget import protocol as P
 from widget.env import MemoryEnv
 
+pytestmark = pytest.mark.unit
+
 TOOLS = {
     "plan_limits": {
         "description": "Live limits of one plan.",

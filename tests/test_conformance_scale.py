@@ -11,6 +11,8 @@ from relay_helpers import RelayProcess, pg_server, redis_server
 
 from widget.conformance import FLOWS, Options, run_suite
 
+pytestmark = pytest.mark.relay
+
 ORIGIN = "https://conformance.invalid"
 ASK_SECRET = "conformance-ask-secret-0123456789"
 CONFIG = f"""

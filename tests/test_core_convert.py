@@ -21,6 +21,8 @@ from widget.core.schema import parameters_from_signature, schema_for
 from widget.core.validation import schema_problem, validate, validate_arguments
 from widget.errors import ConfigError
 
+pytestmark = pytest.mark.unit
+
 
 class Size(enum.Enum):
     S = "s"

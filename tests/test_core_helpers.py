@@ -13,6 +13,8 @@ from widget.core.schema import parameters_from_signature
 from widget.core.validation import validate_arguments
 from widget.errors import ConfigError
 
+pytestmark = pytest.mark.unit
+
 
 def test_emitter_isolates_listeners_and_unsubscribes():
     e = Emitter()

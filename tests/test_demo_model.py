@@ -13,6 +13,8 @@ from widget.relay.models.base import Chunk, ModelError, ModelRequest, StreamLimi
 from widget.relay.models.demo import DemoModel, fill
 from widget.relay.tools import offer_actions_spec
 
+pytestmark = pytest.mark.unit
+
 WEATHER = {"name": "get_weather", "description": "Weather for a city.", "parameters": {
     "type": "object", "properties": {"city": {"type": "string"}, "days": {"type": "integer"}, "metric": {"type": "boolean"}},
     "required": ["city"]}}

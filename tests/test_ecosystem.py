@@ -18,6 +18,8 @@ from typing import Any
 import pytest
 from support import ROOT, PageServer, free_port, open_page, py_eval, start_relay, wait_mark
 
+pytestmark = pytest.mark.browser
+
 HEAD = '<!doctype html><html><head><meta charset="utf-8"><link rel="icon" href="data:,"><title>{title}</title></head><body>'
 BAR = "#autopilot-bar-host"
 TOGGLE = "#autopilot-toggle-host"

@@ -18,6 +18,8 @@ import pytest
 import pytest_asyncio
 from engines import ENGINES, Engine
 
+pytestmark = pytest.mark.browser
+
 PAGE = """<!doctype html><html><head><meta charset="utf-8"><link rel="icon" href="data:,"><title>engines</title></head>
 <body><p>engine page</p><button id="before">a host button</button>
 <script type="autopilot-python">

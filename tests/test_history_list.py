@@ -12,6 +12,8 @@ import pytest
 from widget.core.history import ConversationList, conversation_id_of, history_key, is_conversation_id
 from widget.protocol import MAX_SUMMARY_IDS
 
+pytestmark = pytest.mark.unit
+
 
 def cid(n: int) -> str:
     return f"c_{n:020d}"

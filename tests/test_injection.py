@@ -24,6 +24,8 @@ from widget.relay import start_relay
 from widget.relay.models.base import ModelAdapter, ModelRequest, TextDelta, ToolCall
 from widget.transports.python_socketio import PythonSocketIOTransport
 
+pytestmark = pytest.mark.relay
+
 # Families from the public benchmarks (AgentDojo "important instructions", "ignore previous", fake system
 # message, tool knowledge; InjecAgent third-party instructions) — written for these tests.
 INJECTIONS = [

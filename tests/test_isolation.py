@@ -14,6 +14,8 @@ from relay_helpers import Recorder, launch
 
 from widget import protocol as P
 
+pytestmark = pytest.mark.relay
+
 
 @pytest.fixture
 async def relay(tmp_path):

@@ -47,6 +47,8 @@ from widget.core.limits import check_state
 from widget.core.state import StateSync, document
 from widget.relay.hub import _PatchFailed, apply_patch_atomic
 
+pytestmark = pytest.mark.relay
+
 
 def corpora_dir() -> Path:
     """``../shared/corpora`` beside the repo clone (CI), else the machine's shared folder."""

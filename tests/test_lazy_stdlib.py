@@ -17,6 +17,8 @@ import pytest
 
 from buildtools.programs import FINDER_GROUPS_LINE, program
 
+pytestmark = pytest.mark.unit
+
 PREFIX = "aplazy_"  # module names no other test imports
 
 

@@ -7,7 +7,10 @@ from __future__ import annotations
 import asyncio
 import re
 
+import pytest
 from support import open_page, wait_mark
+
+pytestmark = pytest.mark.browser
 
 HEAD = ('<!doctype html><html><head><meta charset="utf-8"><link rel="icon" href="data:,">'
         "<title>{title}</title></head><body>")

@@ -27,6 +27,8 @@ from typing import Any
 import pytest
 from support import ROOT, free_port, open_page
 
+pytestmark = pytest.mark.build
+
 
 def _source_copy(dest: Path) -> Path:
     """What a clean clone has (tracked and new, not ignored, files), without widget/_dist or caches."""

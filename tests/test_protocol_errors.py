@@ -16,6 +16,8 @@ from widget.errors import (
 )
 from widget.transports.base import TransportError
 
+pytestmark = pytest.mark.unit
+
 
 @pytest.mark.parametrize(
     "exc,code,text",

@@ -27,6 +27,8 @@ from widget.protocol import messages, names
 from widget.protocol import schemas as S
 from widget.relay.http import contract as C
 
+pytestmark = pytest.mark.relay
+
 ROOT = Path(__file__).resolve().parent.parent
 CHECKED_IN = ROOT / "schemas"
 #: The AsyncAPI Initiative's JSON Schema of AsyncAPI documents (npm package), pinned by its tarball's hash.

@@ -20,6 +20,8 @@ from typing import Any
 import pytest
 from support import ROOT, open_page, py_eval, start_relay
 
+pytestmark = pytest.mark.browser
+
 HEAD = ('<!doctype html><html><head><meta charset="utf-8"><link rel="icon" href="data:,">'
         "<title>{title}</title></head><body>")
 FENCE = re.compile(r"^```(html|js)\n(.*?)^```", re.S | re.M)

@@ -30,6 +30,8 @@ from widget import protocol as P
 from widget.relay.ratelimit import RateLimiter
 from widget.relay.tokens import TokenSigner
 
+pytestmark = pytest.mark.relay
+
 
 @pytest_asyncio.fixture(scope="session", params=STORE_KINDS)
 async def relay(request: Any, tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Any]:

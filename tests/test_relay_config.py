@@ -11,6 +11,8 @@ import pytest
 from widget.errors import ConfigError
 from widget.relay.config import RelayConfig, load_config
 
+pytestmark = pytest.mark.relay
+
 
 def test_defaults_have_demo_app_with_own_origins() -> None:
     cfg = load_config(env={})

@@ -47,6 +47,8 @@ from widget import protocol as P
 from widget.relay import serve_in_thread
 from widget.relay.hub import apply_patch_atomic
 
+pytestmark = pytest.mark.relay
+
 EVENTS = [P.EV_JOIN, P.EV_STATE_PATCH, P.EV_USER_MESSAGE, P.EV_FUNCTION_RESPONSE, P.EV_CANCEL, P.EV_REPLAY, P.EV_ACTIVATE,
           P.EV_RETRY, P.EV_REGENERATE, P.EV_ACTION_OUTCOME]
 WRITES = [P.EV_STATE_PATCH, P.EV_USER_MESSAGE, P.EV_FUNCTION_RESPONSE, P.EV_CANCEL, P.EV_RETRY, P.EV_REGENERATE,

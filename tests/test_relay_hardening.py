@@ -29,6 +29,8 @@ from widget.relay.models.base import ModelRequest, TextDelta, ToolCall
 from widget.relay.ratelimit import EXPIRE_PER_CHECK, RateLimiter
 from widget.relay.storage.sql import fetch as S_fetch
 
+pytestmark = pytest.mark.relay
+
 
 class Clock:
     """A clock the test moves by hand."""

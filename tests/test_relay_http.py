@@ -24,6 +24,8 @@ from widget.relay.config import AppConfig, load_config, parse_app_flag
 from widget.relay.http.limits import LogStormFilter
 from widget.relay.ratelimit import EXPIRE_PER_CHECK, RateLimiter
 
+pytestmark = pytest.mark.relay
+
 #: Generous bounds for "it happened" (a loaded 2-core machine); the lower bounds are exact by construction.
 WITHIN_S = 15.0
 

@@ -9,10 +9,13 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
+import pytest
 
 from relay_helpers import Recorder, create, info
 from support import start_relay, stop_process
 from widget import protocol as P
+
+pytestmark = pytest.mark.relay
 
 WITHIN_S = 30.0
 

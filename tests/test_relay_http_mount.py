@@ -16,6 +16,8 @@ from relay_helpers import SHOP_ORIGIN, relay_config
 from widget.relay import mount
 from widget.relay.server import _bind
 
+pytestmark = pytest.mark.relay
+
 fastapi = pytest.importorskip("fastapi")
 from fastapi.middleware.cors import CORSMiddleware  # noqa: E402
 

@@ -22,7 +22,10 @@ from widget import protocol as P
 
 CONF = Path(__file__).resolve().parent.parent / "docs" / "examples" / "nginx-relay.conf"
 NGINX = shutil.which("nginx") or ("/usr/sbin/nginx" if Path("/usr/sbin/nginx").exists() else None)
-pytestmark = pytest.mark.skipif(NGINX is None, reason="nginx is not installed (Debian: apt-get install nginx-light)")
+pytestmark = [
+    pytest.mark.relay,
+    pytest.mark.skipif(NGINX is None, reason="nginx is not installed (Debian: apt-get install nginx-light)"),
+]
 
 
 @pytest_asyncio.fixture

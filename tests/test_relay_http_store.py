@@ -14,8 +14,11 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
+import pytest
 from support import ROOT, free_port, stop_process
 from widget import protocol as P
+
+pytestmark = pytest.mark.relay
 
 SECRET = "store-test-secret-0123456789"
 #: The biggest file the relay may write: the fresh database fits, a few hundred conversations do not.

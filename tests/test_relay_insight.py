@@ -26,6 +26,8 @@ from widget.relay.config import AppConfig, ModelConfig
 from widget.relay.http.insight import percentile
 from widget.relay.models.base import ModelError, TextDelta, ToolCall
 
+pytestmark = pytest.mark.relay
+
 SITE_SECRET = "site-secret-0123456789abcdef"
 OTHER_SECRET = "other-secret-0123456789abcdef"
 ARG_SECRET = "ARG-SECRET-4711"

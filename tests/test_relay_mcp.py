@@ -32,6 +32,8 @@ from widget.relay.config import AppConfig, ModelConfig, load_config
 from widget.relay.mcp.config import McpServerConfig, finalize_servers
 from widget.relay.models.base import TextDelta, ToolCall
 
+pytestmark = pytest.mark.relay
+
 SERVER = str(Path(__file__).with_name("mcp_test_server.py"))
 TOKEN_VAR = "AUTOPILOT_TEST_MCP_TOKEN"
 LOCAL_TOOLS = ["add", "echo", "whoami", "wipe", "sleep_forever", "die", "nested"]

@@ -19,6 +19,8 @@ from widget.relay.config import AppConfig, ModelConfig
 from widget.relay.models.base import ModelError, ModelRequest, StreamLimits, TextDelta, ToolCall, guarded
 from widget.relay.models.openai_chat import OpenAIAdapter
 
+pytestmark = pytest.mark.relay
+
 
 def _chunk(delta: dict[str, Any], finish: str | None = None) -> bytes:
     body = {"id": "chatcmpl-1", "object": "chat.completion.chunk", "created": 0, "model": "m",

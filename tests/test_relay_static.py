@@ -12,6 +12,8 @@ import pytest_asyncio
 
 from relay_helpers import SHOP_ORIGIN, launch
 
+pytestmark = pytest.mark.relay
+
 
 @pytest_asyncio.fixture(scope="module")
 async def srv(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Any]:

@@ -21,6 +21,8 @@ from widget.protocol import CallState, ConversationStatus
 from widget.relay.storage import store as S
 from widget.relay.storage import SQLiteStore, Store
 
+pytestmark = pytest.mark.relay
+
 
 def make_store(kind: str, tmp: Path) -> Store:
     if kind == "sqlite":

@@ -25,6 +25,8 @@ from widget.relay.models.base import TextDelta, ToolCall
 from widget.relay.models.demo import DEMO_SUGGESTIONS
 from widget.relay.tools import check_suggestions, suggest_followups_spec, suggestions_note
 
+pytestmark = pytest.mark.relay
+
 SUGGEST = P.SUGGEST_FOLLOWUPS_TOOL
 STARTERS = ["What can you do?", "Suggest follow-ups"]
 

@@ -19,6 +19,8 @@ from relay_helpers import SHOP_ORIGIN, SHOP_SECRET, STORE_KINDS, Recorder, datab
 
 from widget import protocol as P
 
+pytestmark = pytest.mark.relay
+
 ANSWER_MARK = "Demo"  # the demo model's answers start with it; no answer text may reach a summary
 
 

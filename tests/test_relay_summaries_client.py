@@ -22,6 +22,8 @@ from widget.core.history import history_key
 from widget.errors import ConfigError
 from widget.transports.python_socketio import PythonSocketIOTransport
 
+pytestmark = pytest.mark.relay
+
 
 @pytest_asyncio.fixture(scope="module", params=STORE_KINDS)
 async def relay(request: Any, tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Any]:

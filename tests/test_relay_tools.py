@@ -28,6 +28,8 @@ from widget.relay.config import DEFAULT_SYSTEM_PROMPT, AppConfig, ModelConfig, T
 from widget.relay.models.base import TextDelta, ToolCall
 from widget.relay.tools import ToolError, check_offer, offer_actions_spec, strict_schema
 
+pytestmark = pytest.mark.relay
+
 # ---------------------------------------------------------------------------------------------- declarations
 
 PLAN = {"type": "object", "properties": {"plan": {"type": "string", "enum": ["free", "pro", "team"], "description": "The plan"}},

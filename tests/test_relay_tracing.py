@@ -28,6 +28,8 @@ from opentelemetry.trace import StatusCode
 
 from widget.relay.tracing import Tracing
 
+pytestmark = pytest.mark.relay
+
 ARG_SECRET = "ARG-SECRET-4711"
 CTX_SECRET = "CTX-SECRET-0815"
 USER_TEXT = "USER-TEXT-1234"

@@ -23,6 +23,8 @@ from widget.relay.config import AppConfig, ModelConfig
 from widget.relay.hub import RateLimiter, _prompt_from
 from widget.relay.models.base import ModelError, ModelRequest, TextDelta, ToolCall
 
+pytestmark = pytest.mark.relay
+
 
 @pytest_asyncio.fixture(scope="module")
 async def http() -> AsyncIterator[aiohttp.ClientSession]:

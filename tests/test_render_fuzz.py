@@ -6,11 +6,14 @@ from __future__ import annotations
 
 import os
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from test_markdown import corpus_payloads, html_violations
 
 from widget.core.markdown import StreamingRenderer, render_markdown
+
+pytestmark = pytest.mark.fuzz
 
 MARKDOWN_BITS = [
     "# ", "## ", "> ", "- ", "1. ", "```", "```html\n", "`", "**", "_", "~~", "|", "---", "\n", "\n\n", "    ",

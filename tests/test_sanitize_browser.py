@@ -23,6 +23,8 @@ from test_markdown import corpus_payloads, html_violations
 
 from widget.core.markdown import StreamingRenderer, render_markdown
 
+pytestmark = pytest.mark.browser
+
 NONCE = "t3st-n0nce"
 CSP = ("default-src 'none'; "
        f"script-src 'self' 'nonce-{NONCE}' 'wasm-unsafe-eval'; "

@@ -30,6 +30,8 @@ from relay_helpers import RelayProcess, Recorder, info, joined, launch, pg_serve
 from widget import AutopilotClient
 from widget.transports.python_socketio import PythonSocketIOTransport
 
+pytestmark = pytest.mark.relay
+
 
 class Cluster:
     def __init__(self, workdir: Path) -> None:

@@ -37,6 +37,8 @@ from typing import Any
 
 import pytest
 
+pytestmark = pytest.mark.build
+
 ROOT = Path(__file__).resolve().parent.parent
 SUITE_VERSION = "4.17.3"
 SUITE_SHA256 = "0f864437ab8b6076ba6707453ef8f98a6a0d512a80e93f8abdb676f737ecb60d"

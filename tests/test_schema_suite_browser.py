@@ -30,6 +30,8 @@ from test_schema_suite import (
     summary,
 )
 
+pytestmark = pytest.mark.browser
+
 BATCH = 250
 
 

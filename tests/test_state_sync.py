@@ -7,6 +7,8 @@ from widget.core.state import StateSync
 from widget.errors import StateLimitError
 from widget.protocol import MAX_STATE_BYTES
 
+pytestmark = pytest.mark.unit
+
 
 def ready() -> StateSync:
     s = StateSync()

@@ -1,6 +1,10 @@
 """The streaming state machine: the relay's completion events in order, and bad input ignored, never raised."""
 
+import pytest
+
 from widget.core.streaming import StreamingSession
+
+pytestmark = pytest.mark.unit
 
 
 def run(session, events):

@@ -11,6 +11,8 @@ import pytest
 from widget.core.templates import TemplateError, expand, placeholders
 from widget.errors import ConfigError
 
+pytestmark = pytest.mark.unit
+
 
 def corpora() -> Path:
     here = Path(__file__).resolve().parents[2] / "shared" / "corpora"

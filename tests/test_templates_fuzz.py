@@ -9,10 +9,13 @@ import os
 import unicodedata
 from urllib.parse import unquote, urlsplit
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from widget.core.templates import TemplateError, expand
+
+pytestmark = pytest.mark.fuzz
 
 TEMPLATES = [
     "https://api.example.com/plans/{plan}",

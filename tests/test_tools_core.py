@@ -6,6 +6,8 @@ from widget.core.tools import check_tool_arguments, parse_tool, parse_tools
 from widget.errors import ConfigError
 from widget.relay.tools import strict_schema
 
+pytestmark = pytest.mark.unit
+
 PLAN = {"type": "object", "properties": {"plan": {"type": "string", "enum": ["free", "pro", "team"]}},
         "required": ["plan"]}
 SUPPORT = {

@@ -24,6 +24,8 @@ from support import CHROMIUM, CHROMIUM_ARGS, PageServer, RelayServer, open_page,
 from test_bar import js_root, open_bar, q, send, user_count, wait_turn_done
 from widget import protocol as P
 
+pytestmark = pytest.mark.browser
+
 SERVER = str(Path(__file__).with_name("mcp_test_server.py"))
 
 PAGE = """<!doctype html><html><head><meta charset="utf-8"><link rel="icon" href="data:,"><title>webmcp</title></head>
