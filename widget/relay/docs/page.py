@@ -45,13 +45,13 @@ class Page:
 
 
 _SPACES = re.compile(r"[ \t\r\f\v\u00a0\u200b]+")
-_BLANKS = re.compile(r"\n{3,}")
+_BLANKS = re.compile(r"\n{2,}")
 
 
 def clean_text(text: str) -> str:
-    """Trailing spaces off every line, at most one blank line in a row, no leading or trailing blank lines."""
+    """Trailing spaces off every line, no blank lines (blocks are one per line), no leading or trailing space."""
     lines = [line.rstrip() for line in text.replace("\r\n", "\n").split("\n")]
-    return _BLANKS.sub("\n\n", "\n".join(lines)).strip("\n").strip()
+    return _BLANKS.sub("\n", "\n".join(lines)).strip()
 
 
 def one_line(text: str) -> str:

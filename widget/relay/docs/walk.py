@@ -114,11 +114,12 @@ def collect(sources: list[Source], *, max_pages: int,
         while stack:
             folder, rel_folder, depth = stack.pop()
             try:
-                entries = sorted(os.scandir(folder), key=lambda e: e.name, reverse=True)
+                entries = sorted(os.scandir(folder), key=lambda e: e.name)
             except OSError as exc:
                 warnings.append(f"{folder}: cannot list ({exc.strerror or exc}); skipped")
                 continue
             files: list[SourceFile] = []
+            folders: list[tuple[os.DirEntry[str], str]] = []
             for entry in entries:
                 name = entry.name
                 if name.startswith("."):
@@ -129,33 +130,32 @@ def collect(sources: list[Source], *, max_pages: int,
                 except OSError:
                     continue
                 if is_dir:
-                    if name in _SKIP_DIRS or _excluded(rel + "/", patterns):
-                        continue
-                    if depth + 1 > MAX_DEPTH:
-                        warnings.append(f"{entry.path}: deeper than {MAX_DEPTH} folders; not walked")
-                        continue
-                    if entry.is_symlink():
-                        target = Path(entry.path).resolve()
-                        if not target.is_relative_to(real_root):
-                            warnings.append(f"{entry.path}: a symlink to a folder outside {root}; not followed")
-                            continue
-                        ident = _dir_id(target)
-                        if ident in seen_dirs:
-                            continue  # a loop, or a folder walked under another name
-                        seen_dirs.add(ident)
-                    else:
-                        ident = _dir_id(Path(entry.path))
-                        if ident in seen_dirs:
-                            continue
-                        seen_dirs.add(ident)
-                    stack.append((Path(entry.path), rel + "/", depth + 1))
+                    if name not in _SKIP_DIRS and not _excluded(rel + "/", patterns):
+                        folders.append((entry, rel))
                     continue
                 kind = _KINDS.get(os.path.splitext(name)[1].lower())
                 if kind is None or _excluded(rel, patterns):
                     continue
                 files.append(SourceFile(Path(entry.path), rel, kind, page_url(rel, kind, source.base_url,
                                                                                source.url_style)))
-            pages.extend(reversed(files))
+            # Real folders first, so a symlink to one of them is the name skipped, not the folder's own.
+            keep: dict[str, tuple[os.DirEntry[str], str]] = {}
+            for entry, rel in sorted(folders, key=lambda f: f[0].is_symlink()):
+                if depth + 1 > MAX_DEPTH:
+                    warnings.append(f"{entry.path}: deeper than {MAX_DEPTH} folders; not walked")
+                    continue
+                target = Path(entry.path).resolve()
+                if entry.is_symlink() and not target.is_relative_to(real_root):
+                    warnings.append(f"{entry.path}: a symlink to a folder outside {root}; not followed")
+                    continue
+                ident = _dir_id(target)
+                if ident in seen_dirs:
+                    continue  # a loop, or a folder walked under another name
+                seen_dirs.add(ident)
+                keep[rel] = (entry, rel)
+            for entry, rel in sorted(keep.values(), key=lambda f: f[1], reverse=True):
+                stack.append((Path(entry.path), rel + "/", depth + 1))
+            pages.extend(files)
             if len(pages) > max_pages:
                 raise WalkError(
                     f"more than {max_pages} pages under {', '.join(str(s.path) for s in sources)} "
