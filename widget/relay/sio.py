@@ -11,6 +11,7 @@ answered 400 at once (the library left it hanging).
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from typing import Any
 
 import socketio
@@ -77,6 +78,8 @@ class RelaySocketServer(socketio.AsyncServer):
 
     #: Engine.IO sessions per client address (0: no cap); set by the relay from its config.
     max_sockets_per_address = 0
+    #: Called with an Engine.IO session's id once it has ended (the hub forgets what it kept for it).
+    on_connection_closed: Callable[[str], None] | None = None
 
     def __init__(self, **kwargs: Any) -> None:
         kwargs.setdefault("serializer", _CheckedPacket)
@@ -108,7 +111,23 @@ class RelaySocketServer(socketio.AsyncServer):
                 mine.discard(eio_sid)
                 if not mine:
                     del self._sessions_of[address]
-        await super()._handle_eio_disconnect(eio_sid, *args)
+        try:
+            await super()._handle_eio_disconnect(eio_sid, *args)
+        finally:
+            if self.on_connection_closed is not None:
+                self.on_connection_closed(eio_sid)
+
+    async def close_connection(self, eio_sid: str, sid: str | None) -> None:
+        """Close an Engine.IO connection: the Socket.IO disconnect packet of its namespace (``sid``, when one is
+        connected), then the connection itself."""
+        if sid is not None:
+            try:
+                await self.disconnect(sid)
+            except Exception as exc:  # noqa: BLE001 - the connection is closed below anyway
+                log.warning("could not disconnect socket %s: %s", sid, exc)
+        s = self.eio.sockets.get(eio_sid)
+        if s is not None:
+            await _close_now(s)
 
     def sessions_from(self, address: str) -> int:
         """How many Engine.IO sessions are open from ``address``."""

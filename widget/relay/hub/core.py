@@ -104,6 +104,7 @@ class Hub:
         self.store.add_listener(self.fanout.on_signal)
         self.sio.on("connect", self.membership.on_connect)
         self.sio.on("disconnect", self.membership.on_disconnect)
+        self.sio.on_connection_closed = self.membership.connection_closed
         for owner in (self.membership, self.writes):
             for event, (spec, fn) in handlers_of(owner).items():
                 self.sio.on(event, wrap(self, owner, spec, fn))

@@ -29,7 +29,9 @@ class Membership:
 
     def __init__(self, hub: Hub) -> None:
         self.hub = hub
-        #: sockets not joined yet -> the timer that closes them
+        #: Engine.IO connections whose socket has not joined yet -> the timer that closes them. Keyed by the
+        #: connection, not the Socket.IO session: a namespace connected again on the same connection does not
+        #: start the budget again.
         self._unjoined: dict[str, asyncio.TimerHandle] = {}
         #: sockets closed for not joining in time (since start)
         self.closed_unjoined = 0
@@ -43,16 +45,33 @@ class Membership:
         client = (environ.get("asgi.scope") or {}).get("client")
         hub.addresses[sid] = str(client[0]) if client else str(environ.get("REMOTE_ADDR") or "?")
         hub.send_queues.bound(sid)
-        timeout = hub.config.unjoined_socket_timeout_s
-        if timeout > 0:
-            self._unjoined[sid] = asyncio.get_running_loop().call_later(timeout, self._close_unjoined, sid)
+        self._start_budget(sid)
         return True
 
-    def _close_unjoined(self, sid: str) -> None:
-        self._unjoined.pop(sid, None)
-        if sid not in self.hub.clients and sid in self.hub.addresses:
+    def _start_budget(self, sid: str) -> None:
+        """Start the join budget of the socket's Engine.IO connection, unless it runs already (a namespace
+        connected again on the same connection counts against the budget it had)."""
+        timeout = self.hub.config.unjoined_socket_timeout_s
+        eio = self.hub.sio.manager.eio_sid_from_sid(sid, "/")
+        if timeout > 0 and eio is not None and eio not in self._unjoined:
+            self._unjoined[eio] = asyncio.get_running_loop().call_later(timeout, self._close_unjoined, eio)
+
+    def _close_unjoined(self, eio: str) -> None:
+        self._unjoined.pop(eio, None)
+        sid = self.hub.sio.manager.sid_from_eio_sid(eio, "/")
+        if sid is not None and sid in self.hub.clients:
+            return
+        if eio in self.hub.sio.eio.sockets:
             self.closed_unjoined += 1
-            self.hub.spawn(self.hub.sio.disconnect(sid))
+            # The Engine.IO connection itself: a namespace disconnect alone leaves it (and its descriptor) to a
+            # client that answers pings and connects the namespace again.
+            self.hub.spawn(self.hub.sio.close_connection(eio, sid))
+
+    def connection_closed(self, eio: str) -> None:
+        """An Engine.IO connection ended: its join budget with it."""
+        timer = self._unjoined.pop(eio, None)
+        if timer is not None:
+            timer.cancel()
 
     async def on_disconnect(self, sid: str, *args: Any) -> None:
         """A socket left: record it in the store (a call it held goes to the next active client)."""
@@ -60,9 +79,8 @@ class Membership:
         hub.addresses.pop(sid, None)
         hub.replay_limiter.forget(sid)
         self._replaying.pop(sid, None)
-        timer = self._unjoined.pop(sid, None)
-        if timer is not None:
-            timer.cancel()
+        if hub.sio.manager.eio_sid_from_sid(sid, "/") in hub.sio.eio.sockets:
+            self._start_budget(sid)  # only the namespace left: the connection must join again in time
         if hub.runtimes.leave(sid) is not None:
             recorded = hub.leaving[sid] = asyncio.Event()
             try:
@@ -127,7 +145,7 @@ class Membership:
             pending = await hub.dispatch.pending_for(rt, cid, sid)
         if previous is not None and previous != sid:
             await hub.sio.emit(P.EV_CLIENT_ROLE, {"active": False, "conversation_id": cid}, to=previous)
-        timer = self._unjoined.pop(sid, None)
+        timer = self._unjoined.pop(hub.sio.manager.eio_sid_from_sid(sid, "/") or "", None)
         if timer is not None:
             timer.cancel()
         # Runs after this handler returns, i.e. after the ack is queued: ack, state, replay.
