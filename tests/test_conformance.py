@@ -10,7 +10,8 @@ from typing import Any
 
 import pytest
 import pytest_asyncio
-from relay_helpers import ASK_SECRET, launch
+from docs_double import SITE, MemoryDocs
+from relay_helpers import ASK_SECRET, SHOP_SECRET, launch
 
 from widget.conformance import FLOWS, Options, run_suite
 
@@ -24,12 +25,14 @@ async def relay(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Any]:
     """Our relay (demo model, 0.6 s call timeout, an ask-user app), in this test's loop."""
     # A call timeout long enough for the run_flag flow's steps on a loaded machine, short for the timeout flow.
     handle = await launch(tmp_path_factory.mktemp("conformance"), function_call_timeout_s=3.0)
+    handle.hub.docs = MemoryDocs({"shop": list(SITE)})  # the shop app answers from docs (demo model)
     yield handle
     await handle.stop()
 
 
 def options(relay: Any) -> Options:
-    return Options(call_timeout_s=relay.config.function_call_timeout_s, ask_app="ask", ask_secret=ASK_SECRET)
+    return Options(call_timeout_s=relay.config.function_call_timeout_s, ask_app="ask", ask_secret=ASK_SECRET,
+                   docs_app="shop", docs_secret=SHOP_SECRET, docs_question="How do I change the bar's colours?")
 
 
 #: Flows that need more than a relay in this process (rolling_deploy restarts it: tests/test_edges_drain.py runs it).

@@ -16,7 +16,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Literal
 
-from . import flows_deploy, flows_more, flows_rules  # noqa: F401 - register their flows
+from . import flows_deploy, flows_docs, flows_more, flows_rules  # noqa: F401 - register their flows
 from .flows import FLOWS, Options
 from .peer import Mismatch, Relay, Skipped
 

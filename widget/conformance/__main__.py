@@ -52,6 +52,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--secret", help="the app's secret (creates conversations as a site's backend)")
     ap.add_argument("--ask-app", help="an app with the ask-user preset on (the ask_user flow is skipped without)")
     ap.add_argument("--ask-secret", help="that app's secret")
+    ap.add_argument("--docs-app", help="an app with a docs index (the sources and uncited flows are skipped without)")
+    ap.add_argument("--docs-secret", help="that app's secret")
+    ap.add_argument("--docs-question", default=Options.docs_question,
+                    help=f"a question the docs app's documentation answers (default {Options.docs_question!r})")
     ap.add_argument("--call-timeout", type=float, default=30.0, help="the relay's function_call_timeout_s (default 30)")
     ap.add_argument("--timeout", type=float, default=10.0, help="seconds to wait for any one packet (default 10)")
     ap.add_argument(
@@ -62,7 +66,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--only", action="append", choices=sorted(FLOWS), help="run only this flow (repeatable)")
     ap.add_argument("--json", action="store_true", help="print the results as JSON")
     args = ap.parse_args(argv)
-    options = Options(call_timeout_s=args.call_timeout, ask_app=args.ask_app, ask_secret=args.ask_secret)
+    options = Options(call_timeout_s=args.call_timeout, ask_app=args.ask_app, ask_secret=args.ask_secret,
+                      docs_app=args.docs_app, docs_secret=args.docs_secret, docs_question=args.docs_question)
     if args.restart_command:
         options.restart = functools.partial(restart_by_command, args.restart_command, args.relay)
     results = asyncio.run(

@@ -32,6 +32,12 @@ class Options:
     #: Stops the relay gracefully (SIGTERM: its drain) and starts it again on the same store, returning once it
     #: answers; None skips the ``rolling_deploy`` flow. The relay's ``drain_timeout_s`` must be below its call timeout.
     restart: Callable[[], Awaitable[None]] | None = None
+    #: An app with a docs index whose model is the demo model (and its secret, when creating needs one); None skips
+    #: the ``sources`` and ``uncited`` flows.
+    docs_app: str | None = None
+    docs_secret: str | None = None
+    #: A question the docs app's documentation answers (the ``sources`` flow asks it).
+    docs_question: str = "How do I change the colours?"
 
 
 Flow = Callable[[Relay, Options], Awaitable[str | None]]
