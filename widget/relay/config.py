@@ -232,6 +232,15 @@ class RelayConfig:
     idempotency_retention_s: float = 86_400.0
     #: Sequenced events one conversation may store; past it new turns are refused ``conversation_full`` (0: no cap).
     max_events_per_conversation: int = 50_000
+    #: ``cancel`` writes with a new idempotency key per socket per minute (0: unlimited); over it: ``rate_limited``.
+    cancel_rate_per_minute: int = 30
+    #: Refused writes that are recorded (a ``function_response`` for a call not pending, an ``action_outcome`` for
+    #: no offered action) per socket per minute (0: unlimited); over it: ``rate_limited``, nothing recorded.
+    refused_write_rate_per_minute: int = 60
+    #: Recorded refused writes kept per conversation, the newest (0: no cap).
+    max_refused_writes_per_conversation: int = 200
+    #: Stored ``cancel`` acks kept per conversation, the newest (0: no cap; the retention still applies).
+    max_cancel_acks_per_conversation: int = 200
     #: OpenTelemetry traces of turns and calls: ``off``, ``otlp`` or ``console`` (widget.relay.tracing).
     tracing: str = "off"
     #: Where ``otlp`` sends spans (OTLP over HTTP); unset: the ``OTEL_EXPORTER_OTLP_*`` environment decides.
@@ -283,7 +292,9 @@ class RelayConfig:
             if getattr(cfg, name) <= 0:
                 raise ConfigError(f"{name} must be > 0")
         for name in ("replay_rate_per_minute", "state_patch_rate_per_minute", "socket_send_queue_bytes",
-                     "unjoined_socket_timeout_s", "idempotency_retention_s", "max_events_per_conversation"):
+                     "unjoined_socket_timeout_s", "idempotency_retention_s", "max_events_per_conversation",
+                     "cancel_rate_per_minute", "refused_write_rate_per_minute", "max_refused_writes_per_conversation",
+                     "max_cancel_acks_per_conversation"):
             if getattr(cfg, name) < 0:
                 raise ConfigError(f"{name} must be >= 0")
         if cfg.database_url is not None:
@@ -478,6 +489,10 @@ _TOP_KEYS = {
     "unjoined_socket_timeout_s": (int, float),
     "idempotency_retention_s": (int, float),
     "max_events_per_conversation": int,
+    "cancel_rate_per_minute": int,
+    "refused_write_rate_per_minute": int,
+    "max_refused_writes_per_conversation": int,
+    "max_cancel_acks_per_conversation": int,
 }
 
 
@@ -552,6 +567,10 @@ _ENV = {
     "AUTOPILOT_STATE_PATCH_RATE_PER_MINUTE": ("state_patch_rate_per_minute", int),
     "AUTOPILOT_IDEMPOTENCY_RETENTION_S": ("idempotency_retention_s", float),
     "AUTOPILOT_MAX_EVENTS_PER_CONVERSATION": ("max_events_per_conversation", int),
+    "AUTOPILOT_CANCEL_RATE_PER_MINUTE": ("cancel_rate_per_minute", int),
+    "AUTOPILOT_REFUSED_WRITE_RATE_PER_MINUTE": ("refused_write_rate_per_minute", int),
+    "AUTOPILOT_MAX_REFUSED_WRITES_PER_CONVERSATION": ("max_refused_writes_per_conversation", int),
+    "AUTOPILOT_MAX_CANCEL_ACKS_PER_CONVERSATION": ("max_cancel_acks_per_conversation", int),
     "AUTOPILOT_HOST": ("host", str),
     "AUTOPILOT_PORT": ("port", int),
     "AUTOPILOT_PUBLIC_URL": ("public_url", str),

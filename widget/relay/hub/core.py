@@ -14,7 +14,7 @@ from typing import Any
 
 from ... import protocol as P
 from ..config import AppConfig, RelayConfig
-from ..docs import DocsIndex
+from ..docs import DocsIndex, open_docs_index
 from ..mcp.servers import McpTools
 from ..models.adapters import make_adapter
 from ..models.base import ModelAdapter
@@ -61,6 +61,8 @@ class Hub:
         self.join_limiter = RateLimiter(config.join_rate_per_minute)
         self.replay_limiter = RateLimiter(config.replay_rate_per_minute)  # per socket
         self.patch_limiter = RateLimiter(config.state_patch_rate_per_minute)  # per conversation
+        self.cancel_limiter = RateLimiter(config.cancel_rate_per_minute)  # per socket
+        self.refused_limiter = RateLimiter(config.refused_write_rate_per_minute)  # per socket
         #: sockets of this process that disconnected and whose leaving the store is still recording
         #: (set when it is recorded): a join or activate racing that write waits for it, so a call
         #: held by the socket that left goes to the new active client (§3.1 pending_calls)
@@ -74,8 +76,8 @@ class Hub:
         self.fanout = Fanout(self)
         self.dispatch = CallDispatch(self)
         self.mcp = McpTools(config)  # the apps' MCP servers
-        #: the site documentation's index (``search_docs``), opened by the app at start; None: no app has docs
-        self.docs: DocsIndex | None = None
+        #: the site documentation's index (``search_docs``), in the relay's store (connects on first use)
+        self.docs: DocsIndex | None = open_docs_index(config.database_url, config.db_path)
         self.turns = TurnRunner(self)
         self.recovery = Lifecycle(self)
         self.membership = Membership(self)

@@ -78,6 +78,8 @@ class Membership:
         hub = self.hub
         hub.addresses.pop(sid, None)
         hub.replay_limiter.forget(sid)
+        hub.cancel_limiter.forget(sid)
+        hub.refused_limiter.forget(sid)
         self._replaying.pop(sid, None)
         if hub.sio.manager.eio_sid_from_sid(sid, "/") in hub.sio.eio.sockets:
             self._start_budget(sid)  # only the namespace left: the connection must join again in time

@@ -251,7 +251,7 @@ class Writes:
         if not done:
             call = await store.get_call(cid, call_id)
             reason = f"call is {call['status']}" if call else "unknown call"
-            await store.record_refused(cid, Event.FUNCTION_RESPONSE, data, reason)
+            await self._record_refused(ctx, Event.FUNCTION_RESPONSE, data, reason)
             raise ProtocolError(P.ERR_CALL_NOT_PENDING, f"The relay is not waiting for call {call_id!r} ({reason}).")
         ev = ctx.conv_rt.call_events.get(call_id)
         if ev is not None:
@@ -291,7 +291,7 @@ class Writes:
         offer = await hub.store.get_offer(cid, str(message_id))
         action = next((a for a in offer["actions"] if a["id"] == action_id), None) if offer else None
         if action is None:
-            await hub.store.record_refused(cid, Event.ACTION_OUTCOME, data, "not offered")
+            await self._record_refused(ctx, Event.ACTION_OUTCOME, data, "not offered")
             raise ProtocolError(P.ERR_NOT_FOUND, f"No action {action_id!r} was offered on message {message_id!r}.")
         if action["name"] != name:
             raise ProtocolError(P.ERR_BAD_REQUEST, f"Action {action_id!r} is {action['name']!r}, not {name!r}.")
@@ -299,7 +299,7 @@ class Writes:
         if problem is not None:
             raise ProtocolError(P.ERR_BAD_REQUEST, f"The arguments of {name} do not pass its schema: {problem}")
         if await hub.store.action_succeeded(cid, str(action_id)):
-            await hub.store.record_refused(cid, Event.ACTION_OUTCOME, data, "already succeeded")
+            await self._record_refused(ctx, Event.ACTION_OUTCOME, data, "already succeeded")
             raise ProtocolError(P.ERR_BAD_REQUEST, f"Action {action_id!r} already succeeded; it is done.")
         check_rate(hub.message_limiter, cid, "Too many messages; wait a moment.")
         msg = {
@@ -322,7 +322,18 @@ class Writes:
     @socket_event(P.EV_CANCEL, shape="cancel expects {idempotency_key}", idempotent=True)
     async def cancel(self, ctx: Ctx, data: dict[str, Any]) -> Ack:
         """Stop the running turn (or the wait for ask-user answers)."""
-        cancelled = await self.hub.recovery.cancel_turn(ctx.cid)
+        hub = self.hub
+        # Each new key stores an ack: bounded per socket (rate) and per conversation (the newest kept).
+        check_rate(hub.cancel_limiter, ctx.sid, "Too many cancels from this socket; wait a moment.")
+        cancelled = await hub.recovery.cancel_turn(ctx.cid)
         ack = P.ok(cancelled=cancelled)
-        await self.hub.store.put_ack(ctx.cid, ctx.key, ack, ctx.event)
+        await hub.store.put_ack(ctx.cid, ctx.key, ack, ctx.event, keep=hub.config.max_cancel_acks_per_conversation)
         return ack
+
+    async def _record_refused(self, ctx: Ctx, kind: str, data: dict[str, Any], reason: str) -> None:
+        """Record a refused write (an excerpt, for the operator): at most ``refused_write_rate_per_minute`` a socket
+        (past it the write is refused ``rate_limited`` and nothing is recorded), the conversation's newest
+        ``max_refused_writes_per_conversation`` kept."""
+        hub = self.hub
+        check_rate(hub.refused_limiter, ctx.sid, "Too many refused writes from this socket; wait a moment.")
+        await hub.store.record_refused(ctx.cid, kind, data, reason, keep=hub.config.max_refused_writes_per_conversation)

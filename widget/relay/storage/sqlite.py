@@ -139,6 +139,10 @@ CREATE TABLE IF NOT EXISTS feedback (
     PRIMARY KEY (conversation_id, message_id)
 ) WITHOUT ROWID;
 """),
+    # a conversation's refused writes are capped (record_refused's keep): found by conversation
+    (5, """
+CREATE INDEX IF NOT EXISTS refused_conv ON refused(conversation_id);
+"""),
 ]
 SCHEMA_VERSION = _MIGRATIONS[-1][0]
 

@@ -291,9 +291,19 @@ class Store(_Presence, _Prompts):
                                        conversation_id, key), READ)
         return _ack_of(row, kind)
 
-    async def put_ack(self, conversation_id: str, key: str, ack: dict[str, Any], kind: str | None = None) -> None:
-        """Store an ack under an idempotency key (the first one stored stays)."""
-        await self._one(self._put_ack(conversation_id, key, ack, kind))
+    async def put_ack(self, conversation_id: str, key: str, ack: dict[str, Any], kind: str | None = None,
+                      keep: int = 0) -> None:
+        """Store an ack under an idempotency key (the first one stored stays). ``keep`` > 0: of the conversation's
+        acks of this ``kind``, only the newest ``keep`` are kept (a client can send any number of fresh keys)."""
+
+        def go() -> Body[None]:
+            yield self._put_ack(conversation_id, key, ack, kind)
+            if keep > 0 and kind is not None:
+                yield execute("DELETE FROM idempotency WHERE conversation_id = ? AND kind = ? AND key NOT IN"
+                              " (SELECT key FROM idempotency WHERE conversation_id = ? AND kind = ?"
+                              " ORDER BY created_at DESC LIMIT ?)", conversation_id, kind, conversation_id, kind, keep)
+
+        await self.perform(go)
 
     async def expire_acks(self, before: float) -> int:
         """Forget the acks stored before ``before`` (a timestamp); how many."""
@@ -369,10 +379,20 @@ class Store(_Presence, _Prompts):
             self._fire(message)
         return done
 
-    async def record_refused(self, conversation_id: str, kind: str, payload: Any, reason: str) -> None:
-        """Keep a bounded excerpt of a refused write (``refused_excerpt``) and why."""
-        await self._one(execute("INSERT INTO refused (conversation_id, kind, payload, reason, created_at) VALUES (?,?,?,?,?)",
-                                conversation_id, kind, _dumps(refused_excerpt(payload)), _clean_text(reason, 200), time.time()))
+    async def record_refused(self, conversation_id: str, kind: str, payload: Any, reason: str, keep: int = 0) -> None:
+        """Keep a bounded excerpt of a refused write (``refused_excerpt``) and why; ``keep`` > 0: only the
+        conversation's newest ``keep`` such records stay."""
+        order = self.dialect.order
+
+        def go() -> Body[None]:
+            yield execute("INSERT INTO refused (conversation_id, kind, payload, reason, created_at) VALUES (?,?,?,?,?)",
+                          conversation_id, kind, _dumps(refused_excerpt(payload)), _clean_text(reason, 200), time.time())
+            if keep > 0:
+                yield execute(f"DELETE FROM refused WHERE conversation_id = ? AND {order} NOT IN (SELECT {order} FROM"
+                              f" refused WHERE conversation_id = ? ORDER BY {order} DESC LIMIT ?)",
+                              conversation_id, conversation_id, keep)
+
+        await self.perform(go)
 
     async def refused(self, conversation_id: str) -> list[dict[str, Any]]:
         """The refused writes recorded, in order."""
