@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import fnmatch
 import os
+import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Literal
@@ -96,7 +98,11 @@ def collect(sources: list[Source], *, max_pages: int,
     """Every page of the sources in a stable order, and warning lines (``WalkError`` when a bound is passed)."""
     pages: list[SourceFile] = []
     warnings: list[str] = []
-    patterns = DEFAULT_EXCLUDES + tuple(excludes)
+    excluded = _exclusion(DEFAULT_EXCLUDES + tuple(excludes))
+
+    def too_many() -> WalkError:
+        return WalkError(f"more than {max_pages} pages under {', '.join(str(s.path) for s in sources)} "
+                         "(--max-pages); index a smaller folder, --exclude some, or raise --max-pages")
     for source in sources:
         root = source.path
         if not root.exists():
@@ -130,12 +136,14 @@ def collect(sources: list[Source], *, max_pages: int,
                 except OSError:
                     continue
                 if is_dir:
-                    if name not in _SKIP_DIRS and not _excluded(rel + "/", patterns):
+                    if name not in _SKIP_DIRS and not excluded(rel + "/"):
                         folders.append((entry, rel))
                     continue
                 kind = _KINDS.get(os.path.splitext(name)[1].lower())
-                if kind is None or _excluded(rel, patterns):
+                if kind is None or excluded(rel):
                     continue
+                if len(pages) + len(files) >= max_pages:
+                    raise too_many()
                 files.append(SourceFile(Path(entry.path), rel, kind, page_url(rel, kind, source.base_url,
                                                                                source.url_style)))
             # Real folders first, so a symlink to one of them is the name skipped, not the folder's own.
@@ -156,11 +164,6 @@ def collect(sources: list[Source], *, max_pages: int,
             for entry, rel in sorted(keep.values(), key=lambda f: f[1], reverse=True):
                 stack.append((Path(entry.path), rel + "/", depth + 1))
             pages.extend(files)
-            if len(pages) > max_pages:
-                raise WalkError(
-                    f"more than {max_pages} pages under {', '.join(str(s.path) for s in sources)} "
-                    "(--max-pages); index a smaller folder, --exclude some, or raise --max-pages"
-                )
     return pages, warnings
 
 
@@ -169,7 +172,19 @@ def _dir_id(path: Path) -> tuple[int, int]:
     return st.st_dev, st.st_ino
 
 
-def _excluded(rel: str, patterns: tuple[str, ...]) -> bool:
-    name = rel.rstrip("/").rsplit("/", 1)[-1]
-    return any(fnmatch.fnmatchcase(rel, p) or fnmatch.fnmatchcase(rel.rstrip("/"), p) or
-               ("/" not in p and fnmatch.fnmatchcase(name, p)) for p in patterns)
+def _exclusion(patterns: tuple[str, ...]) -> Callable[[str], bool]:
+    """A test of a relative path (folders end with ``/``) against the globs: a glob with a ``/`` matches the
+    path from the source folder, one without matches a file or folder name anywhere."""
+    whole = [fnmatch.translate(p) for p in patterns if "/" in p]
+    whole += [fnmatch.translate(p.rstrip("/")) for p in patterns if p.endswith("/")]
+    names = [fnmatch.translate(p) for p in patterns if "/" not in p]
+    rx_whole = re.compile("|".join(whole)) if whole else None
+    rx_name = re.compile("|".join(names)) if names else None
+
+    def excluded(rel: str) -> bool:
+        bare = rel.rstrip("/")
+        if rx_whole is not None and (rx_whole.match(rel) or rx_whole.match(bare)):
+            return True
+        return rx_name is not None and bool(rx_name.match(bare.rsplit("/", 1)[-1]))
+
+    return excluded
