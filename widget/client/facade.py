@@ -225,9 +225,9 @@ class AutopilotClient:
         return self.core.offers.all()
 
     @property
-    def _outbox(self) -> list[str]:
-        """Old name of ``pending_responses`` (kept until every caller reads the public one)."""
-        return self.core.outbox
+    def _tool_handlers(self) -> dict[str, Callable[..., Any]]:
+        """The page's tool handlers by name (a test checks a remover took one away)."""
+        return self._catalog.handlers
 
     @property
     def _ended_calls(self) -> dict[str, asyncio.Future[None]]:
