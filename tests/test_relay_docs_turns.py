@@ -25,11 +25,13 @@ from relay_helpers import SHOP_SECRET, Recorder, ScriptedModel, declare, fold, i
 from widget import protocol as P
 from widget.errors import ConfigError
 from widget.relay.config import AppConfig, DocsConfig, ModelConfig, load_config
+from widget.relay.docs import DocHit
+from widget.relay.docs.tool import build_reply
 from widget.relay.hub.citations import Citations, exempt_reason, is_greeting, quoted_passage, text_fragment
 from widget.relay.hub.prompts import CITATION_RULES
 from widget.relay.models.base import TextDelta, ToolCall
 from widget.relay.models.demo import DEMO_NOT_FOUND
-from widget.relay.tools import DOCS_SECTIONS_HEAD, docs_reply, search_docs_spec, section_title, tool_title
+from widget.relay.tools import DOCS_SECTIONS_HEAD, tool_title
 
 pytestmark = pytest.mark.relay
 
@@ -160,24 +162,17 @@ def test_greetings_and_exemptions() -> None:
     assert exempt_reason("how?", "You answered: green.", offered=False, after_prompt=True) == "reader_answer"
 
 
-def test_titles_and_reply_budget() -> None:
-    assert section_title("Theming", ["Theming", "Colours"]) == "Theming › Colours"
-    assert section_title("Theming", ["Theming"]) == "Theming" and section_title("Theming", []) == "Theming"
+def test_tool_titles() -> None:
     assert tool_title("plan_limits") == "Plan limits" and tool_title("x", "Live limits") == "Live limits"
     assert tool_title("mcp__github__get_issue") == "Get issue"
-    sections = [{"id": f"s{i}", "page": "P", "headings": ["H"], "url": f"/p#{i}", "text": "w" * 1500} for i in range(4)]
-    reply = docs_reply("q", sections)
-    assert sum(len(s["text"]) for s in reply["sections"]) <= P.TOOL_REPLY_MAX_CHARS
-    assert [len(s["text"]) for s in reply["sections"]] == [1500, 1500, 1000]
-    assert reply["sections"][2]["text"].endswith(" [cut]")
-    assert docs_reply("q", [])["note"] == "Nothing in the documentation matches this query."
-    assert search_docs_spec()["parameters"]["required"] == ["query"]
 
 
 def test_citations_drop_unknown_ids_and_number_in_order() -> None:
     cites = Citations()
-    cites.add_reply(docs_reply("q", [{"id": "s1", "page": "Theming", "headings": ["Theming", "Colours"],
-                                      "url": "/docs/theming.html#colours", "text": SITE[1]["text"]}]))
+    s = SITE[1]
+    hit = DocHit(key=s["url"], page_title=s["page_title"], headings=s["headings"], url=s["url"], text=s["text"],
+                 score=1.0)
+    cites.add_reply(build_reply([hit], lambda h: "s1"))
     cites.tool("call_1", "Plan limits")
     assert cites.doc("/docs/theming.html#colours") == "s1" and cites.doc("/docs/x#y") == "s2"
     out = cites.sources("Pro has 5 seats [t1]. Colours: see [s7] and [s1], again [t1].")

@@ -53,7 +53,7 @@ def _check_search_rounds(events: list[tuple[str, dict[str, Any]]]) -> dict[str, 
             result = tm.get("result")
             check(isinstance(result, dict) and isinstance(result.get("sections"), list), f"search_docs result: {tm!r}")
             for s in result["sections"]:
-                check(set(s) == {"id", "page", "headings", "url", "text"} and re.fullmatch(r"s[1-9][0-9]*", s["id"])
+                check(set(s) == {"id", "title", "url", "text"} and re.fullmatch(r"s[1-9][0-9]*", s["id"])
                       is not None, f"a section of a search_docs result: {s!r}")
                 check(sections.get(s["id"], s)["url"] == s["url"], f"one id, one section: {s!r}")
                 sections[s["id"]] = s

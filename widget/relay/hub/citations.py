@@ -22,7 +22,7 @@ from urllib.parse import quote
 from ... import protocol as P
 from ...protocol import Role, SourceKind, ToolMessageKind
 from ...protocol.messages import CitedSource
-from ..tools import CITE_RE, section_title
+from ..tools import CITE_RE
 
 #: A word for passage matching (letters and digits, with inner apostrophes).
 _WORD = re.compile(r"\w+(?:['’]\w+)*")
@@ -102,9 +102,8 @@ class Citations:
                 continue
             sid, url = s["id"], str(s.get("url") or "")
             self.doc_ids.setdefault(url, sid)
-            self.by_id.setdefault(sid, Cited(sid, SourceKind.DOCS, section_title(str(s.get("page") or ""),
-                                                                                 list(s.get("headings") or [])),
-                                             url or None, str(s.get("text") or "")))
+            title = " ".join(str(s.get("title") or "").split()) or "Documentation"
+            self.by_id.setdefault(sid, Cited(sid, SourceKind.DOCS, title, url or None, str(s.get("text") or "")))
             if sid[1:].isdigit():
                 self.next_s = max(self.next_s, int(sid[1:]) + 1)
 

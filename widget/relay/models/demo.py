@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any, AsyncIterator
 
 from ... import protocol as P
-from ..tools import DOCS_SECTIONS_HEAD, offer_names, parse_docs_reply, section_title
+from ..tools import DOCS_SECTIONS_HEAD, offer_names, parse_docs_reply
 from .base import ASK_USER_TOOL, Chunk, ModelAdapter, ModelError, ModelRequest, TextDelta, ToolCall
 
 #: The question "ask me" asks (a radiolist, answered in the bar).
@@ -362,8 +362,8 @@ def _from_docs(reply: dict[str, Any] | None) -> str:
     if not sections:
         return DEMO_NOT_FOUND
     best = sections[0]
-    where = section_title(str(best.get("page") or ""), [h for h in best.get("headings") or [] if isinstance(h, str)])
-    quote = _first_sentences(str(best["text"])).replace(" [cut]", "")
+    where = " ".join(str(best.get("title") or "").split()) or "the documentation"
+    quote = _first_sentences(str(best["text"]).strip("…"))
     return f"From the documentation ({where}):\n\n> {quote} [{best['id']}]"
 
 
