@@ -90,3 +90,15 @@ def test_the_rules_see_imports() -> None:
     found = imports_of(PKG / "relay" / "hub" / "turns.py")
     assert "widget.relay.models.base" in found and "widget.protocol" in found
     assert offenders(["widget/relay/hub"], ("widget.relay.models.base",))
+
+
+def test_the_clients_parts_never_reach_into_the_facade() -> None:
+    """widget/client/'s parts are given what they use (a context object), never ``AutopilotClient`` itself, and
+    none re-declares a sibling's state for the type checker (docs/architecture.md, "The client's parts")."""
+    parts = [p for p in sorted((PKG / "client").glob("*.py")) if p.stem not in ("__init__", "facade")]
+    assert len(parts) >= 10
+    sources = [str(p.relative_to(ROOT).with_suffix("")) for p in parts]
+    assert offenders(sources, ("widget.client.facade", "widget.client.AutopilotClient")) == []
+    assert [p.name for p in PKG.glob("client_*.py")] == []  # no mixin modules beside the package
+    for p in (PKG / "client").glob("*.py"):
+        assert "TYPE_CHECKING" not in p.read_text(encoding="utf-8"), p.name
