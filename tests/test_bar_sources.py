@@ -373,12 +373,6 @@ async def docs_page(browser: Any, docs_relay: RelayServer) -> AsyncIterator[BarP
     await ctx.close()
 
 
-#: The relay does not open its docs index at start yet (``Hub.docs`` stays None: widget/relay/app.py), so its
-#: turns never search; these two tests fail until it does, and then (strict) their mark must go.
-NOT_WIRED = pytest.mark.xfail(strict=True, reason="the relay does not open the docs index at start yet")
-
-
-@NOT_WIRED
 async def test_a_real_answer_cites_the_docs_and_is_restored_after_a_reload(docs_page: BarPage) -> None:
     page = docs_page.page
     await open_bar(page)
@@ -403,7 +397,6 @@ async def test_a_real_answer_cites_the_docs_and_is_restored_after_a_reload(docs_
     assert docs_page.log.page_errors == []
 
 
-@NOT_WIRED
 async def test_a_real_uncited_answer_is_withdrawn_and_replaced(docs_page: BarPage) -> None:
     page = docs_page.page
     await open_bar(page)
