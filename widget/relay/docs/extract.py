@@ -52,7 +52,7 @@ _ALWAYS_DROP = etree.XPath(
         "md-content__button", "md-source-file", "md-clipboard", "md-top", "md-feedback",
         # Sphinx themes: sidebars, top/bottom link bars, Furo's edit/view icons, Read the Docs' footer buttons
         "sphinxsidebar", "related", "edit-this-page", "view-this-page", "content-icon-container", "toc-drawer",
-        "back-to-top", "related-pages", "rst-footer-buttons", "wy-breadcrumbs", "breadcrumbs",
+        "back-to-top", "related-pages", "rst-footer-buttons", "wy-breadcrumbs", "breadcrumbs", "toctree-wrapper",
         # Docusaurus and VitePress: breadcrumbs, edit links, previous/next, tables of contents
         "theme-doc-breadcrumbs", "theme-edit-this-page", "theme-doc-footer", "theme-doc-toc-mobile",
         "pagination-nav", "edit-link", "VPDocFooter", "prev-next", "table-of-contents", "toc",
