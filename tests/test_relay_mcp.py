@@ -175,10 +175,12 @@ async def test_catalogue_allowlist_and_unavailable_servers(relay: Any, model: Sc
     assert add["strict"] is True and add["parameters"]["required"] == ["a", "b"] and "local" in add["description"]
     notes = [m["content"] for m in req.messages if m["role"] == "system" and "MCP server" in m["content"]]
     assert len(notes) == 1
-    assert "'broken' is unavailable: it failed to start" in notes[0] and "configuration missing" in notes[0]
+    assert "'broken' is unavailable: it failed to start." in notes[0]
+    assert "configuration missing" not in notes[0]  # its stderr is the operator's (the log), never the model's
     assert "'stuck' is unavailable: it did not start within 1 s" in notes[0]
     logged = [json.loads(r.getMessage()) for r in caplog.records if r.getMessage().startswith('{"event": "mcp_unavailable"')]
     assert {e["server"] for e in logged} == {"broken", "stuck"}
+    assert any("configuration missing" in e["detail"] for e in logged)
     await rec.disconnect()
 
 
@@ -227,7 +229,7 @@ async def test_hanging_call_and_server_dying_mid_call(relay: Any, model: Scripte
     assert named(events, "completion.finished")[-1]["status"] == "done"
     events = await turn(rec, "die", "m4")
     end = named(events, "function_call.end")[0]
-    assert end["status"] == "error" and end["error"].startswith("The MCP server 'local' failed during the call (")
+    assert end["status"] == "error" and end["error"] == "The MCP server 'local' failed during the call."
     assert any('"event": "mcp_call_failed"' in r.getMessage() and '"die"' in r.getMessage() for r in caplog.records)
     events = await turn(rec, "again", "m5")  # the next use starts the server again
     assert named(events, "function_call.end")[0]["result"] == 3

@@ -66,6 +66,9 @@ class McpServerConfig:
     startup_timeout_s: float = 10.0
     #: After a failed start, the next attempt waits this long (seconds); until then the model is told why.
     retry_after_s: float = 30.0
+    #: The largest message the relay reads from the server (bytes): a tool result over it is not read (the model
+    #: is told so), and memory stays bounded whatever the server sends.
+    max_result_bytes: int = 1_000_000
     #: The values of ``env`` / ``headers`` read from the relay's environment (set by ``finalize_servers``).
     resolved_env: dict[str, str] = field(default_factory=dict, compare=False, repr=False)
     resolved_headers: dict[str, str] = field(default_factory=dict, compare=False, repr=False)
@@ -151,6 +154,8 @@ def finalize_servers(where: str, servers: Any, env: Mapping[str, str]) -> dict[s
         s.timeout_s = _number(s.timeout_s, f"{at}: timeout_s")
         s.startup_timeout_s = _number(s.startup_timeout_s, f"{at}: startup_timeout_s")
         s.retry_after_s = _number(s.retry_after_s, f"{at}: retry_after_s")
+        if isinstance(s.max_result_bytes, bool) or not isinstance(s.max_result_bytes, int) or s.max_result_bytes < 1024:
+            raise ConfigError(f"{at}: max_result_bytes must be an integer >= 1024")
         s.env = _names(s.env, f"{at}: env")
         s.headers = _names(s.headers, f"{at}: headers")
         s.resolved_env = _resolve(s.env, env, at)

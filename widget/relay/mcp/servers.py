@@ -10,7 +10,12 @@ and ``function_call.end`` with its timings - runs within the server's ``timeout_
 the model as data cut to ``TOOL_REPLY_MAX_CHARS``. A sensitive tool is first sent to the active page as a
 call the page's client answers with the reader's decision in the bar (a denial gives the model the same
 message as a denied page function). The turn log records ``{tool, ok, ms}``; failures are logged with the
-server and the reason, never the arguments.
+server and the kind of failure, never the arguments nor the text of the server's error (it may echo them).
+
+What a server prints to stderr, and the exception text of a failed start or connection, go only to the relay's
+log, with the configured secret values (``env``, ``headers``) masked: the page and the model get a fixed message
+naming the server (a crashed server that printed its token must not put it in the conversation). Every message
+is read with the server's ``max_result_bytes`` limit (``widget.relay.mcp.bounded``).
 """
 
 from __future__ import annotations
@@ -30,6 +35,7 @@ from ...errors import ConfigError
 from ...protocol import ConversationStatus
 from ..config import AppConfig, RelayConfig
 from ..tools import flat_parameters, strict_schema
+from .bounded import TOO_LARGE_CODE, bounded_stdio_client, capped_http_client, too_large_message
 from .config import McpServerConfig
 
 if TYPE_CHECKING:
@@ -88,11 +94,13 @@ class McpLink:
         self._error: str | None = None
         self._failed_at = 0.0
         self._stderr: Any = None
+        #: when an HTTP response was cut at ``max_result_bytes`` (monotonic; 0: never)
+        self._cut_at = 0.0
 
     async def ensure(self) -> list[Any]:
         """The server's tools, starting it first when it is not running (McpUnavailable with the reason)."""
-        if self.session is not None and self._task is not None and not self._task.done():
-            return self.tools
+        if self.session is not None and self._task is not None and not self._task.done() and not self._stop.is_set():
+            return self.tools  # (a connection a failed call gave up on is stopping: the next use starts it again)
         if self._error is not None and time.monotonic() - self._failed_at < self.cfg.retry_after_s:
             raise McpUnavailable(self._error)
         if self._starting is None or self._starting.done():
@@ -109,8 +117,10 @@ class McpLink:
             tools = await asyncio.wait_for(asyncio.shield(ready), limit)
         except asyncio.TimeoutError:
             reason = f"it did not start within {limit:g} s"
+            detail = self._describe(None)
         except Exception as exc:  # noqa: BLE001 - whatever the transport raised becomes the reason
-            reason = f"it failed to start ({self._describe(exc)})"
+            reason = "it failed to start"
+            detail = self._describe(exc)
         else:
             self._error = None
             log.info("MCP server %r of app %r started: %d tools", self.name, self.app_id, len(tools))
@@ -118,16 +128,32 @@ class McpLink:
         await self._teardown()
         if ready.done() and not ready.cancelled():
             ready.exception()  # the teardown after a timeout fails it with nobody left waiting: mark it seen
+        # The page and the model get the fixed reason; the detail (its stderr, masked) is the operator's.
         self._error, self._failed_at = f"The MCP server {self.name!r} is unavailable: {reason}.", time.monotonic()
-        log.warning(json.dumps({"event": "mcp_unavailable", "app": self.app_id, "server": self.name, "reason": reason}))
+        log.warning(json.dumps({"event": "mcp_unavailable", "app": self.app_id, "server": self.name, "reason": reason,
+                                "detail": detail}, ensure_ascii=False))
         raise McpUnavailable(self._error)
 
-    def _describe(self, exc: BaseException) -> str:
+    def _describe(self, exc: BaseException | None) -> str:
+        """What went wrong, for the operator's log only: the exception and the server's stderr tail, with the
+        configured secret values masked."""
         while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
             exc = exc.exceptions[0]
-        text = " ".join(str(exc).split()) or type(exc).__name__
+        text = (" ".join(str(exc).split()) or type(exc).__name__) if exc is not None else ""
         tail = self._stderr_tail()
-        return f"{text}; its stderr ends: {tail}" if tail else text
+        if tail:
+            text = f"{text}; its stderr ends: {tail}" if text else f"its stderr ends: {tail}"
+        return self.mask(text)
+
+    def mask(self, text: str) -> str:
+        """``text`` with every configured secret value (``env``, ``headers``, and each long word of one) masked."""
+        secrets: set[str] = set()
+        for value in (*self.cfg.resolved_env.values(), *self.cfg.resolved_headers.values()):
+            secrets.add(value)
+            secrets.update(w for w in value.split() if len(w) >= 8)
+        for value in sorted((v for v in secrets if len(v) >= 4), key=len, reverse=True):
+            text = text.replace(value, "[secret]")
+        return text
 
     def _stderr_tail(self) -> str:
         f = self._stderr
@@ -149,16 +175,18 @@ class McpLink:
         try:
             async with contextlib.AsyncExitStack() as stack:
                 if self.cfg.transport == "stdio":
-                    from mcp.client.stdio import StdioServerParameters, get_default_environment, stdio_client
+                    from mcp.client.stdio import StdioServerParameters, get_default_environment
 
                     self._stderr = tempfile.TemporaryFile("w+", encoding="utf-8", errors="replace")
                     params = StdioServerParameters(command=self.cfg.command[0], args=self.cfg.command[1:], cwd=self.cfg.cwd,
                                                    env={**get_default_environment(), **self.cfg.resolved_env})
-                    read, write = await stack.enter_async_context(stdio_client(params, errlog=self._stderr))
+                    read, write = await stack.enter_async_context(
+                        bounded_stdio_client(params, self._stderr, self.cfg.max_result_bytes))
                 else:
-                    from mcp.client.streamable_http import create_mcp_http_client, streamable_http_client
+                    from mcp.client.streamable_http import streamable_http_client
 
-                    client = await stack.enter_async_context(create_mcp_http_client(headers=dict(self.cfg.resolved_headers)))
+                    client = await stack.enter_async_context(capped_http_client(
+                        dict(self.cfg.resolved_headers), self.cfg.max_result_bytes, self._note_cut))
                     read, write = await stack.enter_async_context(streamable_http_client(self.cfg.url, http_client=client))
                 session = await stack.enter_async_context(ClientSession(read, write))
                 await session.initialize()
@@ -185,6 +213,9 @@ class McpLink:
         finally:
             self.session = None
 
+    def _note_cut(self) -> None:
+        self._cut_at = time.monotonic()
+
     async def call(self, tool: str, arguments: dict[str, Any]) -> tuple[bool, Any]:
         """Run one tool within ``timeout_s``: ``(ok, result or error text)``."""
         if self._stderr is not None:
@@ -199,6 +230,7 @@ class McpLink:
         session, limit = self.session, self.cfg.timeout_s
         if session is None:
             return False, f"The MCP server {self.name!r} is unavailable: it stopped."
+        started = time.monotonic()
         try:
             res = await asyncio.wait_for(session.call_tool(tool, arguments), limit)
         except asyncio.TimeoutError:
@@ -207,12 +239,29 @@ class McpLink:
             from mcp.shared.exceptions import MCPError
             from mcp.types import CONNECTION_CLOSED
 
+            if isinstance(exc, MCPError) and exc.code == TOO_LARGE_CODE:  # the relay's own answer (bounded.py)
+                return False, too_large_message(self.cfg.max_result_bytes)
             if isinstance(exc, MCPError) and exc.code != CONNECTION_CLOSED:  # the server answered with an error
                 return False, _cut(f"The tool failed: {exc.message}")
-            reason = self._describe(exc)
             self._stop.set()  # the connection is not trusted any more: the next use starts the server again
-            return False, f"The MCP server {self.name!r} failed during the call ({reason})."
+            if self._cut_at >= started:
+                return False, too_large_message(self.cfg.max_result_bytes)
+            log.warning(json.dumps({"event": "mcp_server_failed", "app": self.app_id, "server": self.name,
+                                    "tool": tool, "detail": self._describe(exc)}, ensure_ascii=False))
+            return False, f"The MCP server {self.name!r} failed during the call."
         return result_of(res)
+
+    def failure_kind(self, error: str) -> str:
+        """The kind of a failed call's error text (what ``call`` answered), for the log."""
+        if error.startswith("The tool did not answer"):
+            return "timeout"
+        if error.startswith("The tool's result is over"):
+            return "result_too_large"
+        if error.startswith(f"The MCP server {self.name!r} failed during"):
+            return "server_failed"
+        if error.startswith(f"The MCP server {self.name!r} is unavailable"):
+            return "unavailable"
+        return "tool_error"
 
     async def _teardown(self) -> None:
         self._stop.set()
@@ -275,9 +324,9 @@ class McpTool:
             end.update(status=P.STATUS_SUCCESS, result=value)
         else:
             end.update(status=P.STATUS_ERROR, error=value)
-            if denied is None:
+            if denied is None:  # the kind of failure only: a server's error text may echo the arguments
                 log.warning(json.dumps({"event": "mcp_call_failed", "app": self.link.app_id, "server": self.link.name,
-                                        "tool": self.tool, "error": value}, ensure_ascii=False))
+                                        "tool": self.tool, "failure": self.link.failure_kind(value)}))
             if value.startswith("The tool did not answer"):
                 end["timed_out"] = True
         end.update(duration_ms=None if denied is not None else handler_ms, total_ms=ms)
