@@ -306,8 +306,16 @@ async def support(args, ctx):
 REMOVE = client.register_tool("contact_support", support)
 True""")
     actions = [{"id": "a1", "name": "contact_support", "arguments": {}}]
-    events = answer_events("src-unc", uncited, [], finish=False)
-    events.append(("messages.withdrawn", {"message_ids": ["src-unc"], "reason": "uncited", "turn_id": "t-src-unc"}))
+    # The uncited answer called a page function on the way: its pill holds the reader's focus when it goes.
+    first = answer_events("src-unc", uncited, [], finish=False)
+    call = {"id": "call-unc", "name": "get_cart"}
+    first[1:1] = [("function_call.begin", {**call, "arguments": {}, "message_id": "src-unc", "run": False,
+                                           "kind": "function"}),
+                  ("function_call.end", {**call, "status": "success", "result": {"items": []}, "duration_ms": 1,
+                                         "total_ms": 2})]
+    await deliver(page, first, gap=10)
+    await page.locator(q('[data-key="src-unc"] summary.call-summary')).focus()
+    events = [("messages.withdrawn", {"message_ids": ["src-unc"], "reason": "uncited", "turn_id": "t-src-unc"})]
     events += answer_events("src-rep", replacement, None, finish=False, actions=actions)
     events.append(("completion.finished", {"turn_id": "t-src-unc", "status": "done"}))
     await deliver(page, events, gap=10)
@@ -321,6 +329,9 @@ True""")
     assert shown[-1] == ["assistant", "src-rep", replacement], shown
     assert not any(key == "src-unc" for _, key, _ in shown)
     assert seen["errors"] == 0 and seen["notices"] == 0, seen
+    assert uncited in seen["texts"]  # it was shown before it went
+    # The focus did not fall out of the bar with the withdrawn pill: it is in the composer.
+    assert await js_root(page, "return r.activeElement && r.activeElement.tagName;") == "TEXTAREA"
     # The replacement is the turn's answer: its tools, no source list, its action offered.
     assert await page.locator(q('[data-key="src-rep"] .answer-tools button.copy')).count() == 2
     assert await page.locator(q('[data-key="src-rep"] ol.sources:not([hidden])')).count() == 0
@@ -416,3 +427,21 @@ async def test_a_real_uncited_answer_is_withdrawn_and_replaced(docs_page: BarPag
     assert not await page.locator(q(".message.assistant")).filter(has_text="nothing about that").count()
     assert seen["errors"] == 0 and seen["notices"] == 0, seen
     assert docs_page.log.page_errors == []
+
+
+async def test_every_text_of_the_sources_comes_from_the_labels(src_page: BarPage) -> None:
+    """A site that translates the bar translates the sources too: the list's name, "from the site", "(opens in a new
+    tab)" and the markers' names are labels."""
+    page = src_page.page
+    await fresh(page)
+    await py(page, "bar.bar.dom.labels.update({'sources': 'Quellen', 'source_site': 'von der Website', "
+                   "'source_new_tab': '(neuer Tab)', 'source_marker': 'Quelle {n}: {source}'})\nTrue")
+    await deliver(page, answer_events("src-de", ANSWER, sources(src_page.relay.url), chunk=400))
+    await wait_rows(page, "src-de", 4)
+    got = await js_root(page, """const m = r.querySelector('[data-key="src-de"]');
+        return [m.querySelector('ol.sources').getAttribute('aria-label'),
+                [...m.querySelectorAll('ol.sources > li')].map((li) => li.textContent),
+                m.querySelector('a.cite').getAttribute('aria-label')];""")
+    assert got == ["Quellen", ["1. Theming › Colours · von der Website", "2. Cart contents",
+                               "3. Plans › Limits (neuer Tab) · von der Website", "4. Sneaky · von der Website"],
+                   "Quelle 1: Theming › Colours"]

@@ -18,7 +18,7 @@ from ..core.markdown import MARK_OPEN
 from ..protocol import Role
 from ..store.sources import plain_markers
 from .calls import CallPills, CallView
-from .dom import bidi_safe, message_key
+from .dom import absent, bidi_safe, message_key
 from .sources import Sources, streaming_text
 
 if TYPE_CHECKING:
@@ -136,9 +136,19 @@ class Messages:
                 keys.append(key)
                 view = self._view(key, Role.ASSISTANT)
                 self._fill(view, streaming, streaming=True, last=False)
-        for key in [k for k in self.views if k not in keys]:
-            self.views.pop(key).el.remove()
-            self.bar.answer_tools.forget(key)
+        gone = [k for k in self.views if k not in keys]
+        if gone:
+            # A withdrawn message (retry, regenerate, an uncited answer) may hold the focus: it goes to the composer
+            # rather than to nowhere (the page's body, outside the bar's Tab trap).
+            active = self.bar.root.activeElement
+            lost = False
+            for key in gone:
+                el = self.views.pop(key).el
+                lost = lost or (not absent(active) and bool(el.contains(active)))
+                el.remove()
+                self.bar.answer_tools.forget(key)
+            if lost:
+                self.bar.input.focus()
         if keys != self.order:
             for key in keys:  # appendChild moves: the list ends up in order
                 self.list.appendChild(self.views[key].el)

@@ -60,7 +60,7 @@ class Sources:
 
     def rows_of(self, m: dict[str, Any], streaming: bool) -> list[SourceRow]:
         """The rows of a message (none while it streams)."""
-        return [] if streaming else source_rows(m, self.page_url())
+        return [] if streaming or not m.get("sources") else source_rows(m, self.page_url())
 
     def list_el(self, view: MessageView) -> Any:
         """The answer's (hidden) list of sources, created on first use after the answer's content."""
