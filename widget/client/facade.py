@@ -62,9 +62,8 @@ class AutopilotClient:
         headers: dict[str, str] | None = None,
         env: PageEnv | None = None,
     ) -> None:
-        self.transport = transport
-        #: Where declarative tool runs take effect (the page); None under CPython unless given.
-        self.env = env
+        self._transport = transport
+        self._env = env
         self._storage = StorageSlot(storage if storage is not None else {})
         self.events = Emitter()
         self.events.on_listener_error = lambda ev, exc: log.error("listener for %r raised: %r", ev, exc)
@@ -102,6 +101,17 @@ class AutopilotClient:
         transport.set_handler(connection.on_transport_event)
 
     # ------------------------------------------------------------------ settings the parts share
+    @property
+    def transport(self) -> Transport:
+        """The network under the client (fixed at construction: the parts hold it)."""
+        return self._transport
+
+    @property
+    def env(self) -> PageEnv | None:
+        """Where declarative tool runs take effect (the page); None under CPython unless given (fixed at
+        construction: the parts hold it)."""
+        return self._env
+
     @property
     def headers(self) -> dict[str, str]:
         """Sent with every HTTP request (e.g. ``Authorization: Bearer <app secret>`` from a backend)."""
