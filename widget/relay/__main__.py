@@ -46,6 +46,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--retention-days", dest="retention_days", type=float, help="delete conversations idle this long (0: never)")
     p.add_argument("--demo-chunk-delay-ms", dest="demo_chunk_delay_ms", type=float,
                    help="pause between the demo model's streamed chunks (default 15)")
+    p.add_argument("--demo-docs", dest="demo_docs", metavar="DIR",
+                   help="index DIR's Markdown for the demo app at start and serve it at /docs/<name>.html")
     p.add_argument("--log-level", dest="log_level", help="debug, info, warning, error (default info)")
     p.add_argument("--trusted-proxy", dest="trusted_proxies", action="append", metavar="ADDRESS",
                    help="address of a reverse proxy in front (repeatable; env AUTOPILOT_TRUSTED_PROXIES, comma-separated)")
@@ -102,6 +104,7 @@ def main(argv: list[str] | None = None) -> int:
             dist_dir=Path(args.dist_dir) if args.dist_dir else None, retention_days=args.retention_days,
             log_level=args.log_level, apps=apps, trusted_proxies=args.trusted_proxies,
             drain_timeout_s=args.drain_timeout_s,
+            demo_docs=Path(args.demo_docs) if args.demo_docs else None,
         )
         if args.demo_chunk_delay_ms is not None:
             if args.demo_chunk_delay_ms < 0:

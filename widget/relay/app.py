@@ -21,6 +21,7 @@ from .http.contract import routes as contract_routes
 from .http.limits import BodyLimit
 from .hub import Hub
 from .models.base import ModelAdapter
+from .http.docs_site import DemoDocs
 from .http.static import DistFiles
 from .storage import Store, make_store
 
@@ -59,12 +60,18 @@ def create_app(
     for feature in (feedback, insight, summaries):  # POST .../feedback, GET .../stats, POST .../summaries
         feature.install(api)
     dist = DistFiles(config.dist_dir, config.all_allowed_origins())
+    demo_docs = DemoDocs(config.demo_docs) if config.demo_docs is not None else None  # --demo-docs
 
     @contextlib.asynccontextmanager
     async def lifespan(_app: Starlette) -> AsyncIterator[None]:
         await store.open()
         await hub.start()
         await sweep_retention(hub, config.retention_days)
+        if demo_docs is not None:
+            try:
+                await demo_docs.index(hub.docs)
+            except Exception:  # noqa: BLE001 - the relay serves without the demo's docs
+                log.exception("--demo-docs: indexing %s failed", config.demo_docs)
         warmer = asyncio.ensure_future(dist.warm())
         sweeper = None
         if config.retention_days > 0:
@@ -114,6 +121,7 @@ def create_app(
         Route("/api/{path:path}", api_not_found, methods=["GET", "POST", "DELETE", "OPTIONS"]),
         Route("/widget/{path:path}", dist.widget, methods=["GET", "HEAD"]),
         Route("/widget/{path:path}", dist.preflight, methods=["OPTIONS"]),
+        *(demo_docs.routes() if demo_docs is not None else []),  # /docs/<name>.html
         Route("/", dist.demo, methods=["GET", "HEAD"]),
         Route("/{path:path}", dist.demo, methods=["GET", "HEAD"]),
     ]

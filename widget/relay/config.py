@@ -165,6 +165,9 @@ class RelayConfig:
     retention_days: float = 30.0
     #: Folder of the build output (``widget/_dist``); the relay starts without it.
     dist_dir: Path = DEFAULT_DIST_DIR
+    #: A folder of Markdown the relay indexes for the ``demo`` app at start and serves at ``/docs/<name>.html``
+    #: (``--demo-docs``; ``bash dev demo`` passes this project's docs/). None: no docs site.
+    demo_docs: Path | None = None
     relay_path: str = DEFAULT_RELAY_PATH
     apps: dict[str, AppConfig] = field(default_factory=dict)
     models: dict[str, ModelConfig] = field(default_factory=dict)
@@ -308,6 +311,8 @@ class RelayConfig:
         if (cfg.database_url or cfg.redis_url) and not cfg.secret:
             raise ConfigError("several relay processes need one shared secret (secret / AUTOPILOT_SECRET): "
                               "a join token issued by one is checked by another")
+        if cfg.demo_docs is not None and not Path(cfg.demo_docs).is_dir():
+            raise ConfigError(f"demo_docs must be a folder of Markdown pages, got {str(cfg.demo_docs)!r}")
         if DEMO_MODEL not in cfg.models:
             cfg.models[DEMO_MODEL] = ModelConfig(adapter="demo")
         for name, m in cfg.models.items():
@@ -337,6 +342,9 @@ class RelayConfig:
             for name, tool in app.tools.items():
                 _bind_tool(f"app {app_id!r}: tool {name!r}", name, tool)
             app.mcp = finalize_servers(f"app {app_id!r}", app.mcp, env)
+        if cfg.demo_docs is not None and DEFAULT_APP not in cfg.apps:
+            raise ConfigError(f"demo_docs serves the {DEFAULT_APP!r} app's documentation, and the relay has no "
+                              f"{DEFAULT_APP!r} app")
         if DEFAULT_APP in cfg.apps:
             demo = cfg.apps[DEFAULT_APP]
             for origin in cfg.own_origins():
