@@ -3,6 +3,8 @@ the sockets of each conversation spread over both (every flow passes as against 
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import uuid
 from collections.abc import Iterator
 
@@ -15,6 +17,9 @@ pytestmark = pytest.mark.relay
 
 ORIGIN = "https://conformance.invalid"
 ASK_SECRET = "conformance-ask-secret-0123456789"
+DOCS_SECRET = "conformance-docs-secret-0123456789"
+#: The docs app's documentation (indexed into the shared PostgreSQL before the relays start).
+DOCS_PAGE = "# Theming\n\n## Colours\n\nThe bar's colours come from CSS custom properties on the host element.\n"
 CONFIG = f"""
 function_call_timeout_s = 3.0
 tool_call_timeout_s = 1.0
@@ -29,6 +34,9 @@ allowed_origins = ["{ORIGIN}"]
 ask_user = true
 secret = "{ASK_SECRET}"
 
+[apps.docs]
+secret = "{DOCS_SECRET}"
+
 [models.demo]
 adapter = "demo"
 chunk_delay_ms = 2
@@ -42,6 +50,10 @@ def relays(tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[str]]:
     config = workdir / "relay.toml"
     config.write_text(CONFIG)
     dsn = pg_server().database("conf_" + uuid.uuid4().hex[:8])
+    (workdir / "site").mkdir()
+    (workdir / "site" / "theming.md").write_text(DOCS_PAGE)
+    subprocess.run([sys.executable, "-m", "widget.relay", "index", "--app", "docs", "--database-url", dsn,
+                    f"{workdir / 'site'}=/docs/"], check=True, capture_output=True, timeout=120)
     redis = redis_server()
     extra = ["--config", str(config), "--log-level", "warning"]
     procs = [RelayProcess(workdir, database_url=dsn, redis_url=redis.url, extra=extra) for _ in range(2)]
@@ -57,7 +69,8 @@ async def test_flow_on_two_processes(relays: list[str], name: str) -> None:
         "demo",
         origin=ORIGIN,
         only=[name],
-        options=Options(call_timeout_s=3.0, ask_app="ask", ask_secret=ASK_SECRET),
+        options=Options(call_timeout_s=3.0, ask_app="ask", ask_secret=ASK_SECRET, docs_app="docs",
+                        docs_secret=DOCS_SECRET, docs_question="How do I change the colours?"),
     )
     assert result.ok, f"{name}: {result.detail}"
 
