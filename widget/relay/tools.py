@@ -302,3 +302,19 @@ def tool_title(name: str, title: Any = None) -> str:
     base = name.split("__")[-1] if name.startswith("mcp__") else name
     words = " ".join(base.replace("_", " ").replace("-", " ").split())
     return (words[:1].upper() + words[1:]) if words else name
+
+
+#: Reader messages that are a greeting, thanks or goodbye (their short answer may cite nothing).
+_GREETING = re.compile(
+    r"(?:hi|hello|hey|hiya|howdy|yo|good\s+(?:morning|afternoon|evening|day)|thanks?(?:\s+(?:a\s+lot|you))?"
+    r"(?:\s+(?:so|very)\s+much)?|thank\s+you(?:\s+(?:so|very)\s+much)?|thx|ty|cheers|bye|goodbye|see\s+you|"
+    r"ok(?:ay)?|cool|great|nice|perfect|got\s+it|hallo|hola|bonjour|salut|merci|danke|gracias|grazie|ciao)"
+    r"(?:\s+(?:there|again|everyone|all))?(?:\s+(?:autopilot|bot))?",
+    re.IGNORECASE,
+)
+
+
+def is_greeting(question: str) -> bool:
+    """Whether the reader's message is only a greeting, thanks or goodbye (at most 40 characters)."""
+    text = question.strip().rstrip("!.?,:;) ").strip()
+    return len(question.strip()) <= 40 and bool(text) and _GREETING.fullmatch(text) is not None

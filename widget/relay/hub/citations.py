@@ -22,7 +22,7 @@ from urllib.parse import quote
 from ... import protocol as P
 from ...protocol import Role, SourceKind, ToolMessageKind
 from ...protocol.messages import CitedSource
-from ..tools import CITE_RE
+from ..tools import CITE_RE, is_greeting
 
 #: A word for passage matching (letters and digits, with inner apostrophes).
 _WORD = re.compile(r"\w+(?:['’]\w+)*")
@@ -32,16 +32,6 @@ MIN_PASSAGE_WORDS = 4
 FRAGMENT_EDGE_WORDS = 5
 #: An answer at most this long that offers an action, or that answers a greeting, may cite nothing.
 EXEMPT_MAX_CHARS = 300
-#: Reader messages that are a greeting, thanks or goodbye (their short answer may cite nothing).
-_GREETING = re.compile(
-    r"(?:hi|hello|hey|hiya|howdy|yo|good\s+(?:morning|afternoon|evening|day)|thanks?(?:\s+(?:a\s+lot|you))?"
-    r"(?:\s+(?:so|very)\s+much)?|thank\s+you(?:\s+(?:so|very)\s+much)?|thx|ty|cheers|bye|goodbye|see\s+you|"
-    r"ok(?:ay)?|cool|great|nice|perfect|got\s+it|hallo|hola|bonjour|salut|merci|danke|gracias|grazie|ciao)"
-    r"(?:\s+(?:there|again|everyone|all))?(?:\s+(?:autopilot|bot))?",
-    re.IGNORECASE,
-)
-
-
 def search_key(arguments: Any) -> str:
     """Two ``search_docs`` calls with the same query (ignoring case and spacing) have the same key."""
     q = arguments.get("query") if isinstance(arguments, dict) else None
@@ -196,12 +186,6 @@ def with_fragment(url: str, directive: str | None) -> str:
     if directive is None:
         return url
     return f"{url}:~:{directive}" if "#" in url else f"{url}#:~:{directive}"
-
-
-def is_greeting(question: str) -> bool:
-    """Whether the reader's message is only a greeting, thanks or goodbye (at most 40 characters)."""
-    text = question.strip().rstrip("!.?,:;) ").strip()
-    return len(question.strip()) <= 40 and bool(text) and _GREETING.fullmatch(text) is not None
 
 
 def exempt_reason(question: str, answer: str, offered: bool, after_prompt: bool = False) -> str | None:

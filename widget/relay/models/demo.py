@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any, AsyncIterator
 
 from ... import protocol as P
-from ..tools import DOCS_SECTIONS_HEAD, offer_names, parse_docs_reply
+from ..tools import DOCS_SECTIONS_HEAD, is_greeting, offer_names, parse_docs_reply
 from .base import ASK_USER_TOOL, Chunk, ModelAdapter, ModelError, ModelRequest, TextDelta, ToolCall
 
 #: The question "ask me" asks (a radiolist, answered in the bar).
@@ -39,6 +39,8 @@ DEMO_SUGGESTIONS: tuple[str, ...] = (
 _SUGGEST = re.compile(r"suggest\s+follow[- ]?ups?", re.IGNORECASE)
 #: What the demo says when a documentation search found nothing (it cites nothing: the relay replaces it).
 DEMO_NOT_FOUND = "I found nothing about that in the documentation."
+#: Its answer to a greeting in an app with docs (short: a greeting's answer needs no citation).
+DEMO_GREETING = "Hello! Ask me anything about this site's documentation, and I will answer with its sources."
 #: The longest quote from a section (whole sentences; a first sentence longer than this is cut at a word).
 QUOTE_CHARS = 300
 #: A tool reply's citable id, as the relay puts it before the reply (``[t1] {...}``).
@@ -227,6 +229,10 @@ class DemoModel(ModelAdapter):
             return
         suggest = P.SUGGEST_FOLLOWUPS_TOOL in tools
         if not (suggest and _SUGGEST.search(text)):
+            if is_greeting(text) and (P.SEARCH_DOCS_TOOL in tools or _one_shot_sections(msgs) is not None):
+                async for c in self._text(DEMO_GREETING):
+                    yield c
+                return
             if P.SEARCH_DOCS_TOOL in tools:  # a question for the docs: search them with the reader's words
                 yield ToolCall(P.SEARCH_DOCS_TOOL, {"query": text})
                 return
