@@ -67,6 +67,7 @@ class Sources:
         if view.sources is None:
             ol = self.dom.el("ol", "sources", part="sources")
             ol.setAttribute("aria-label", self.dom.labels["sources"])
+            ol.id = self.dom.uid("sources")  # its rows' ids start with it: the same row keeps its id when rebuilt
             ol.hidden = True
             view.body.after(ol)
             view.sources = ol
@@ -79,6 +80,7 @@ class Sources:
             return
         view.sources_sig = sig
         view.source_ids = {}
+        view.cites = None  # the markers are named after the rows: the body renders them again
         if not rows and view.sources is None:
             return
         ol = self.list_el(view)
@@ -86,7 +88,7 @@ class Sources:
         lbl = self.dom.labels
         for r in rows:
             li = self.dom.el("li", f"source source-{r['kind']}", part=f"source source-{r['kind']}",
-                             id=self.dom.uid("source"))
+                             id=f"{ol.id}-{r['n']}")
             li.setAttribute("tabindex", "-1")  # a marker moves the focus here
             li.setAttribute("data-n", str(r["n"]))
             li.appendChild(self.dom.el("span", "source-n", text=f"{r['n']}. "))
