@@ -21,7 +21,7 @@ log = logging.getLogger("widget")
 
 #: Error codes of a ``function_response`` ack after which the response is sent again later (the relay could not
 #: take it now); any other refusal is final.
-TRANSIENT_RESPONSE_ERRORS = frozenset({P.ERR_INTERNAL, P.ERR_RATE_LIMITED, P.ERR_BUSY})
+TRANSIENT_RESPONSE_ERRORS = frozenset({P.ERR_INTERNAL, P.ERR_UNAVAILABLE, P.ERR_RATE_LIMITED, P.ERR_BUSY})
 #: Seconds between resends of a response refused as transient; the last value repeats.
 RESEND_DELAYS_S: tuple[float, ...] = (0.25, 0.5, 1.0, 2.0, 5.0)
 #: A response still refused as transient this long after its call was received is dropped (the relay timed the
@@ -208,6 +208,18 @@ class CallsPart:
         call.record["respondedAt"] = call.record["startedAt"] + total_ms
         call.record["totalMs"] = total_ms
         return [Notify(ClientEvent.FUNCTION_RESPONSE_SENT, {"request": call.request, "totalMs": total_ms, "ack": ack})]
+
+    def _response_unacknowledged(self, tag: str, now: float) -> list[Effect]:
+        """No acknowledgement came for a response (the socket dropped, or the relay did not answer in time): it stays
+        in the outbox for the next join and, while this socket stays joined, goes again after the resend delay (the
+        relay takes a response once per idempotency key, so a second copy is harmless)."""
+        _, attempt, call_id = tag.split(":", 2)
+        call = self._calls.get(call_id)
+        if call is None or call.payload is None or str(call.attempts) != attempt or not self.joined:
+            return []
+        if now - call.started <= RESEND_WINDOW_S:
+            call.resend_at = now + RESEND_DELAYS_S[min(call.attempts, len(RESEND_DELAYS_S)) - 1]
+        return []
 
     def local_call_settled(
         self, call_id: str, status: str, result: Any, error: str | None, now: float

@@ -333,7 +333,9 @@ class ClientSession(CallsPart):
         """The relay acknowledged the ``Send`` with ``tag``."""
         if tag == "replay":
             self._replay_pending = False
-            return []
+            # A call whose live copy was lost in the gap: the replay's copies never say run, its ack lists the calls
+            # dispatched to this socket (docs/protocol.md, replay); run-once skips those already run.
+            return self._pending_calls(ack) if self.active and isinstance(ack, dict) else []
         if tag.startswith("fr:"):
             return self._response_acked(tag, ack, now)
         if tag.startswith("patch:"):
@@ -349,7 +351,12 @@ class ClientSession(CallsPart):
         """The socket could not deliver the ``Send`` with ``tag`` (no acknowledgement)."""
         if tag == "replay":
             self._replay_pending = False
-        # A response stays in the outbox for the next join; a patch stays in flight until the next snapshot.
+            # Asked again (the events may have come, but the calls to run are in the ack); the transport's ack
+            # timeout spaces the attempts, a dropped socket's rejoin replaces them.
+            return self._ask_replay() if self.joined else []
+        if tag.startswith("fr:"):
+            return self._response_unacknowledged(tag, now)
+        # A patch stays in flight until the next snapshot.
         return self._pump(now) if tag.startswith("patch:") else []
 
     def next_deadline(self) -> float | None:
