@@ -4,11 +4,14 @@ host in place, another host in a new tab), and the two copies (Markdown footnote
 
 from __future__ import annotations
 
+import re
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from widget.core.markdown import MARK_CLOSE, MARK_OPEN, StreamingRenderer, render_markdown
+from widget.protocol import SourceKind
 from widget.store.sources import (
     citation_numbers,
     cited_sources,
@@ -180,3 +183,14 @@ def test_plain_text_answers_read_numbers() -> None:
         "Colours[1], cart[2], unknown. `[s1]`")
     assert plain_markers("Streaming [s1] text", None) == "Streaming text"
     assert plain_markers("no tokens", None) == "no tokens"
+
+
+def test_the_sources_parts_are_documented() -> None:
+    """Every ``::part`` name the sources use is in docs/theming.md (a site styles them from there)."""
+    root = Path(__file__).resolve().parent.parent
+    code = (root / "widget" / "ui" / "sources.py").read_text()
+    names = {n for m in re.finditer(r'part=f?"([^"]+)"', code) for n in m.group(1).split()}
+    names = {n for n in names if "{" not in n} | {f"source-{kind.value}" for kind in SourceKind}
+    assert {"cite", "sources", "source", "source-link", "source-title", "source-origin"} <= names
+    doc = (root / "docs" / "theming.md").read_text()
+    assert sorted(n for n in names if f"`{n}`" not in doc) == []
