@@ -29,8 +29,12 @@ from .config import (
     PYSCRIPT_DIST,
     WHEEL_PINS,
 )
+from .join import join_loader
 from .patch import edited
 from .util import BuildError, Progress, json_bytes, rmtree, sha256, sha256_file, write_atomic
+
+#: static/'s folder of the loader's modules (buildtools/join.py joins them into the loader).
+LOADER_MODULES = "loader/"
 
 
 @dataclass
@@ -84,6 +88,8 @@ def assemble(pr: Progress, root: Path, out_dir: Path, cache_dir: Path, parts: Pa
                 if fn.startswith(".") or fn.endswith(".pyc") or p == loader:
                     continue
                 rel = p.relative_to(static).as_posix()
+                if rel.startswith(LOADER_MODULES):  # joined into the loader, not fetched on their own
+                    continue
                 if rel in files or rel.split("/")[0] in ("pyodide", "vendor", "pyscript"):
                     raise BuildError(f"static/{rel} collides with a generated file or folder; rename it")
                 files[rel] = p
@@ -131,7 +137,7 @@ def assemble(pr: Progress, root: Path, out_dir: Path, cache_dir: Path, parts: Pa
     manifest_files = {f"{build_id}/{rel}": {"bytes": size, "sha256": sha}
                       for rel, (sha, size) in hashes.items()}
     if loader.is_file():
-        js = loader.read_bytes().replace(b"__BUILD_ID__", build_id.encode())
+        js = join_loader(loader).replace(b"__BUILD_ID__", build_id.encode())
         shared = root / "widget" / "loader_data.py"  # labels, toggle CSS and event names the loader shares with Python
         if shared.is_file():
             js = runpy.run_path(str(shared))["fill_loader"](js)
@@ -142,7 +148,9 @@ def assemble(pr: Progress, root: Path, out_dir: Path, cache_dir: Path, parts: Pa
                         bundlePath=BUNDLE_FS_PATH)
         if snapshot_path:
             boot["snapshot"] = "pyodide/python.snapshot"
-        js = js.replace(b"/*__BOOT_FILES__*/null", json.dumps(boot, sort_keys=True).encode())
+        boot_json = json.dumps(boot, sort_keys=True).encode()
+        # (The placeholder is an empty object in the loader's modules; ``null || {}`` in a loader of one file.)
+        js = js.replace(b"/*__BOOT_FILES__*/{}", boot_json).replace(b"/*__BOOT_FILES__*/null", boot_json)
         if not (out_dir / "autopilot.js").is_file() or (out_dir / "autopilot.js").read_bytes() != js:
             write_atomic(out_dir / "autopilot.js", js)
         manifest_files["autopilot.js"] = {"bytes": len(js), "sha256": sha256(js)}

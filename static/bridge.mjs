@@ -227,7 +227,7 @@ export async function request(method, url, bodyJson) {
     try {
       const answer = await entry.answer;
       if (answer[0] >= 200 && answer[0] < 300 && performance.now() - entry.at < EARLY_MAX_AGE_MS) return answer;
-    } catch (e) { /* failed early: ask again */ }
+    } catch { /* failed early: ask again */ }
   }
   return httpRequest(method, url, bodyJson);
 }

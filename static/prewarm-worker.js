@@ -160,7 +160,7 @@ async function store(py, s, wasmBytes) {
     await cache.put(s.key, new Response(body, { headers }));
     const pages = runs.reduce((n, [a, b]) => n + b - a + 1, 0);
     return { bytes: snapshot.length, stored: body.size, pages, wasm, ms: performance.now() - t };
-  } catch (e) {
+  } catch {
     return null;
   }
 }
