@@ -18,7 +18,8 @@ from relay_helpers import Recorder, joined, launch
 
 from widget.errors import ConfigError
 from widget.relay.__main__ import main as relay_main
-from widget.relay.config import DEFAULT_NOT_FOUND_TEXT, AppConfig, RelayConfig
+from widget.relay.__main__ import startup_banner
+from widget.relay.config import DEFAULT_NOT_FOUND_TEXT, AppConfig, RelayConfig, load_config
 from widget.relay.docs.markdown_source import extract_markdown
 from widget.relay.http.docs_site import render
 
@@ -138,3 +139,6 @@ def test_demo_docs_settings(tmp_path: Path, capsys: pytest.CaptureFixture[str]) 
         RelayConfig(demo_docs=tmp_path, apps={"shop": AppConfig()}).finalized()
     assert relay_main(["--demo-docs", str(tmp_path / "nope"), "--port", "0"]) == 2
     assert "demo_docs must be a folder" in capsys.readouterr().err
+    banner = startup_banner(load_config(env={}, demo_docs=tmp_path))
+    assert banner.splitlines()[1] == ("  the demo's docs: http://127.0.0.1:8765/docs/ "
+                                      "(ask the demo a question about them)")

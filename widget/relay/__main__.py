@@ -69,6 +69,8 @@ def startup_banner(config: "RelayConfig") -> str:
     lines = [f"Autopilot relay listening on http://{shown}:{config.port} (model: {', '.join(models)}{scale})"]
     if DEFAULT_APP in config.apps:
         lines[0] += f" — open {base}/ for the demo"
+        if config.demo_docs is not None:
+            lines.append(f"  the demo's docs: {base}/docs/ (ask the demo a question about them)")
     for app_id, app in sorted(config.apps.items()):
         if app_id == DEFAULT_APP:
             continue
