@@ -445,3 +445,16 @@ async def test_every_text_of_the_sources_comes_from_the_labels(src_page: BarPage
     assert got == ["Quellen", ["1. Theming › Colours · von der Website", "2. Cart contents",
                                "3. Plans › Limits (neuer Tab) · von der Website", "4. Sneaky · von der Website"],
                    "Quelle 1: Theming › Colours"]
+
+
+async def test_a_stopped_answer_shows_no_half_citation(src_page: BarPage) -> None:
+    """The reader stopped the answer while the model was writing a citation: the half token is not shown."""
+    page = src_page.page
+    await fresh(page)
+    text = "Colours are set with custom properties [s"
+    events = answer_events("src-stop", text, None, finish=False)
+    events.append(("completion.finished", {"turn_id": "t-src-stop", "status": "cancelled"}))
+    await deliver(page, events)
+    await page.locator(q('[data-key="src-stop"] .stopped')).wait_for()
+    assert await js_root(page, "return r.querySelector('[data-key=\"src-stop\"] .content').textContent;") == (
+        "Colours are set with custom properties")

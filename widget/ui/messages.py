@@ -228,7 +228,9 @@ class Messages:
             rows = self.sources.rows_of(m, streaming)
             self.sources.render(view, rows)
             cites = None if streaming else {r["id"]: r["n"] for r in rows}
-            self._answer(view, streaming_text(text) if streaming else text, streaming, cites)
+            # A stopped answer may end in half a citation, as a streaming one does.
+            cut = streaming or bool(m.get("stopped"))
+            self._answer(view, streaming_text(text) if cut else text, streaming, cites)
         elif view.text != text:
             view.body.textContent = text
             view.text = text
