@@ -386,7 +386,8 @@ async def test_nesting_the_decoder_accepts(relay: Any, http: aiohttp.ClientSessi
         ack = await raw.ack(await raw.emit(event, text))
         assert isinstance(ack, dict), (label, ack)
         assert_error_ack(ack, code)
-    assert (await raw.ack(await raw.emit(P.EV_ACTIVATE, deep)))["ok"]
+    assert (await raw.ack(await raw.emit(P.EV_ACTIVATE, '{"extra":%s}' % deep)))["ok"]  # an object; its keys unread
+    assert_error_ack(await raw.ack(await raw.emit(P.EV_ACTIVATE, deep)), P.ERR_BAD_REQUEST)  # not an object
     await raw.close()
     await bystander.round_trip(http)
     assert relay_log.problems() == []

@@ -555,13 +555,22 @@ async def function_error_flow(r: Relay, o: Options) -> None:
 
 @flow("function_timeout")
 async def function_timeout_flow(r: Relay, o: Options) -> None:
-    """A call nobody answers ends with an error after the relay's timeout; a late answer is ``call_not_pending``."""
+    """A call nobody answers ends after the relay's timeout (``--call-timeout``), saying so; a late answer is
+    ``call_not_pending``."""
     peer, tid, mid, begin = await _call_begins(r, "get_selection", FUNC)
     try:
+        t0 = time.monotonic()
         end = await peer.expect(
             Event.FUNCTION_CALL_END, timeout=o.call_timeout_s + r.timeout, id=begin["id"], status="error"
         )
-        check(isinstance(end.get("error"), str) and end["error"], f"a timed-out call says why: {end!r}")
+        waited = time.monotonic() - t0
+        expected = f"The page did not answer within {o.call_timeout_s:g} s."
+        check(end.get("error") == expected, f"a timed-out call says {expected!r}, got {end.get('error')!r}")
+        # The relay's timer started before the begin reached this socket: a little less than the figure may pass.
+        check(
+            waited >= o.call_timeout_s * 0.9 - 0.2,
+            f"the call ended after {waited:.2f} s, before the relay's {o.call_timeout_s:g} s timeout",
+        )
         await _after_call(peer, tid, mid, begin, end)
         refused(
             await peer.call(

@@ -1,7 +1,8 @@
 """A small, fast checker for the JSON Schemas ``widget.protocol.schemas`` generates.
 
 It understands exactly the keywords the generator writes (``$ref`` into ``$defs``, ``type``, ``properties``,
-``required``, ``additionalProperties``, ``items``, ``enum``, ``const``, ``anyOf``, ``oneOf``) and says what
+``required``, ``additionalProperties``, ``items``, ``enum``, ``const``, ``anyOf``, ``oneOf``, ``minLength``,
+``maxLength``, ``minimum``, ``maximum``) and says what
 jsonschema would say about them, at a fraction of the cost: a relay checks every payload it receives, and a
 patch of thousands of operations must not cost seconds. Each schema is compiled once into nested closures;
 the tests compare the verdicts with jsonschema's on every message they see.
@@ -110,6 +111,8 @@ class Checker:
             steps.append(self._object(node))
         if "items" in node:
             steps.append(self._items(self._compile(node["items"])))
+        if any(k in node for k in ("minLength", "maxLength", "minimum", "maximum")):
+            steps.append(self._bounds(node))
         if not steps:
             return _nothing
 
@@ -190,6 +193,26 @@ class Checker:
                     out.append((path, f"Additional properties are not allowed ({name!r} was unexpected)"))
                 elif extra_check is not None:
                     extra_check(item, (path, name), out)
+
+        return check
+
+    @staticmethod
+    def _bounds(node: dict[str, Any]) -> Check:
+        """``minLength``/``maxLength`` of a string (in characters), ``minimum``/``maximum`` of a number."""
+        shortest, longest = node.get("minLength"), node.get("maxLength")
+        low, high = node.get("minimum"), node.get("maximum")
+
+        def check(value: Any, path: Path, out: Found) -> None:
+            if isinstance(value, str):
+                if shortest is not None and len(value) < shortest:
+                    out.append((path, f"{_show(value)} is too short"))
+                elif longest is not None and len(value) > longest:
+                    out.append((path, f"{_show(value)} is too long"))
+            elif isinstance(value, (int, float)) and not isinstance(value, bool):
+                if low is not None and value < low:
+                    out.append((path, f"{_show(value)} is less than the minimum of {low}"))
+                elif high is not None and value > high:
+                    out.append((path, f"{_show(value)} is greater than the maximum of {high}"))
 
         return check
 

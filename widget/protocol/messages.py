@@ -13,8 +13,10 @@ it as ``duration_ms``) and ``total_ms`` the time until the response left the cli
 
 # No ``from __future__ import annotations`` here: under Python 3.11 it hides ``NotRequired`` from TypedDict,
 # which then counts every key as required.
-from typing import Any, Literal, NotRequired, TypedDict
+from dataclasses import dataclass
+from typing import Annotated, Any, Literal, NotRequired, TypedDict
 
+from .limits import MAX_IDEMPOTENCY_KEY_CHARS, MAX_SEQ, MAX_USER_MESSAGE_CHARS
 from .names import (
     ActionConfirm,
     AskUserType,
@@ -37,6 +39,29 @@ from .names import (
 JSON = Any
 #: A JSON object with keys the protocol does not fix (a JSON Schema, the page context, tool arguments).
 JSONObject = dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Bounds a value must also meet, as the relay enforces them (``Annotated[str, Limits(...)]``; the schema
+    generator writes them as ``minLength``/``maxLength``/``minimum``/``maximum``)."""
+
+    min_length: int | None = None
+    max_length: int | None = None
+    minimum: int | None = None
+    maximum: int | None = None
+
+    def keywords(self) -> dict[str, int]:
+        """The JSON Schema keywords of these bounds."""
+        named = {"minLength": self.min_length, "maxLength": self.max_length, "minimum": self.minimum,
+                 "maximum": self.maximum}
+        return {k: v for k, v in named.items() if v is not None}
+
+
+#: An idempotency key: 1 to ``MAX_IDEMPOTENCY_KEY_CHARS`` characters.
+IdempotencyKey = Annotated[str, Limits(min_length=1, max_length=MAX_IDEMPOTENCY_KEY_CHARS)]
+#: A ``seq`` a client names (``last_seq``): 0 to 2**63 - 1.
+SeqNumber = Annotated[int, Limits(minimum=0, maximum=MAX_SEQ)]
 
 
 # --- acks and errors -------------------------------------------------------------------------
@@ -126,7 +151,7 @@ class JoinPayload(TypedDict):
 
     token: str
     version: int
-    last_seq: NotRequired[int | None]
+    last_seq: NotRequired[SeqNumber | None]
 
 
 #: One RFC 6902 operation (``from``: ``move``/``copy`` only; a keyword, hence the functional form).
@@ -146,14 +171,14 @@ class StatePatchPayload(TypedDict):
     """``state_patch``: an RFC 6902 patch of the stored document, applied atomically."""
 
     patch: list[PatchOp]
-    idempotency_key: str
+    idempotency_key: IdempotencyKey
 
 
 class UserMessagePayload(TypedDict):
     """``user_message``: the reader's text; starts a turn."""
 
-    text: str
-    idempotency_key: str
+    text: Annotated[str, Limits(min_length=1, max_length=MAX_USER_MESSAGE_CHARS)]
+    idempotency_key: IdempotencyKey
 
 
 class FunctionResponsePayload(TypedDict):
@@ -164,7 +189,7 @@ class FunctionResponsePayload(TypedDict):
     result: NotRequired[JSON]
     #: A string; anything else (or an empty string) is stored as "The function failed.".
     error: NotRequired[JSON]
-    idempotency_key: str
+    idempotency_key: IdempotencyKey
     #: Numbers; anything else is stored as null.
     handler_ms: NotRequired[JSON]
     total_ms: NotRequired[JSON]
@@ -173,17 +198,17 @@ class FunctionResponsePayload(TypedDict):
 class KeyOnlyPayload(TypedDict):
     """``cancel``, ``retry``, ``regenerate``: nothing but the idempotency key."""
 
-    idempotency_key: str
+    idempotency_key: IdempotencyKey
 
 
 class ReplayPayload(TypedDict):
     """``replay``: re-send every sequenced event after ``last_seq``."""
 
-    last_seq: int | None
+    last_seq: SeqNumber
 
 
-#: ``activate``: no fields are read; any payload is accepted.
-ActivatePayload = JSON
+#: ``activate``: an object (``{}``); no fields are read.
+ActivatePayload = JSONObject
 
 
 class ActionOutcomePayload(TypedDict):
@@ -195,7 +220,7 @@ class ActionOutcomePayload(TypedDict):
     arguments: NotRequired[JSONObject | None]
     ok: bool
     outcome: NotRequired[str | None]
-    idempotency_key: str
+    idempotency_key: IdempotencyKey
 
 
 # --- the state document ------------------------------------------------------------------------
@@ -523,7 +548,7 @@ class AskUserBody(TypedDict):
     """``POST /api/conversations/{id}/ask_user`` body (``answers`` may be a single answer object)."""
 
     answers: list[AskUserAnswer] | AskUserAnswer
-    idempotency_key: NotRequired[str | None]
+    idempotency_key: NotRequired[IdempotencyKey | None]
 
 
 class FeedbackBody(TypedDict):

@@ -12,6 +12,7 @@ import types
 from dataclasses import dataclass
 from enum import Enum
 from typing import (
+    Annotated,
     Any,
     Literal,
     NotRequired,
@@ -182,6 +183,14 @@ HTTP: tuple[HttpOperation, ...] = (
         ((200, M.StatsResponse), (400, M.ErrorAck), (401, M.ErrorAck), (404, M.ErrorAck), (503, M.ErrorAck)),
     ),
     HttpOperation(
+        "get",
+        "/api/protocol/{name}",
+        "protocolDocument",
+        "One of these machine-readable documents (protocol.schema.json, asyncapi.json, openapi.json); any origin.",
+        None,
+        ((200, Any), (404, M.ErrorAck)),
+    ),
+    HttpOperation(
         "get", "/healthz", "health", "Liveness: the process serves requests.", None, ((200, M.HealthResponse),)
     ),
     HttpOperation(
@@ -230,6 +239,12 @@ class _Gen:
                 self.defs[name] = self._object(tp)
             return self.ref(name)
         origin, args = get_origin(tp), get_args(tp)
+        if origin is Annotated:  # a value with limits (messages.Limits): the base type's schema with them
+            out = dict(self.of(args[0]))
+            for meta in args[1:]:
+                if isinstance(meta, M.Limits):
+                    out.update(meta.keywords())
+            return out
         if origin is NotRequired:
             return self.of(args[0])
         if origin is Literal:

@@ -122,7 +122,7 @@ def openapi() -> dict[str, Any]:
         entry = schema_bundle()["x-http"][op.operation_id]
         params = [
             {"name": p, "in": "path", "required": True, "schema": {"type": "string"}}
-            for p in ("app_id", "conversation_id")
+            for p in ("app_id", "conversation_id", "name")
             if "{" + p + "}" in op.path
         ]
         responses: dict[str, Any] = {}
@@ -258,6 +258,8 @@ def refusal(event: str, payload: Any) -> tuple[str, str] | None:
     first = problems[0]
     field = "/" + first.path.split("/")[1] if first.path else ""
     code = REFUSAL_CODES.get((event, field), ErrorCode.BAD_REQUEST)
+    if (event, field) == (Event.USER_MESSAGE, "/text") and first.message.endswith(" is too long"):
+        code = ErrorCode.MESSAGE_TOO_LONG  # over MAX_USER_MESSAGE_CHARS: the protocol's own code for it
     return code, f"Invalid {event} payload: {first}."
 
 

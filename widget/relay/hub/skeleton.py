@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 from ... import protocol as P
 from ...errors import ProtocolError
 from ..http.contract import refusal
+from ..http.edge import is_store_failure
 from ..storage import store as S
 from .runtime import ConvRuntime
 
@@ -190,7 +191,10 @@ def wrap(
             return P.error(exc.code, exc.message)
         except S.IdempotencyConflict as exc:
             return P.error(P.ERR_IDEMPOTENCY_KEY_REUSED, key_reused_message(exc.kind, spec.event))
-        except Exception:
+        except Exception as exc:
+            if is_store_failure(exc):  # as the HTTP API answers it (503 unavailable): the client tries again
+                log.warning("the store failed during %s: %s: %s", spec.event, type(exc).__name__, str(exc)[:160])
+                return P.error(P.ERR_UNAVAILABLE, "The relay's store did not answer; try again in a moment.")
             log.exception("relay handler failed")
             return P.error(P.ERR_INTERNAL, "The relay failed to handle this event.")
 

@@ -216,8 +216,11 @@ class Writes:
             raise ProtocolError(P.ERR_BAD_REQUEST, "function_response needs an id and status 'success' or 'error'")
 
         def timing(name: str) -> float | None:
+            """A client timing as stored: a finite number from 0 to MAX_CLIENT_MS, else null (it feeds the stats)."""
             v = data.get(name)
-            return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
+            if not isinstance(v, (int, float)) or isinstance(v, bool) or not 0 <= v <= P.MAX_CLIENT_MS:
+                return None  # (NaN fails the comparison too)
+            return float(v)
 
         handler_ms, total_ms = timing("handler_ms"), timing("total_ms")
         conv = await store.get_conversation(cid)

@@ -1,0 +1,163 @@
+"""The contract says what the relay enforces (issue 31, item 7).
+
+The schemas carry the limits the prose and the relay enforce (an idempotency key of 1-128 characters, a message
+text of 1-16,000, ``last_seq`` from 0 to 2**63 - 1 and never null in ``replay``, an ``activate`` payload that is an
+object); openapi.json has ``GET /api/protocol/{name}``; client timings are stored only when they are finite numbers
+from 0 to an hour; a store failure is ``unavailable`` on the socket as over HTTP; in the conformance suite a skipped
+flow is never a pass and ``function_timeout`` checks the figure it names."""
+
+from __future__ import annotations
+
+import sqlite3
+import subprocess
+import sys
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+import pytest_asyncio
+from relay_helpers import joined, launch, register
+from support import free_port, stop_process
+
+from widget import protocol as P
+from widget.conformance import Options, run_suite
+from widget.relay.http.contract import check_payload, jsonschema_validator, openapi
+
+pytestmark = pytest.mark.relay
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest_asyncio.fixture(scope="module")
+async def relay(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Any]:
+    handle = await launch(tmp_path_factory.mktemp("edges-contract"), function_call_timeout_s=1.0)
+    yield handle
+    await handle.stop()
+
+
+@pytest_asyncio.fixture
+async def http() -> AsyncIterator[aiohttp.ClientSession]:
+    async with aiohttp.ClientSession() as session:
+        yield session
+
+
+BAD = [
+    ("user_message", {"text": "hi", "idempotency_key": ""}),
+    ("user_message", {"text": "hi", "idempotency_key": "k" * 129}),
+    ("user_message", {"text": "", "idempotency_key": "k"}),
+    ("user_message", {"text": "x" * 16_001, "idempotency_key": "k"}),
+    ("join", {"token": "t", "version": 1, "last_seq": -1}),
+    ("join", {"token": "t", "version": 1, "last_seq": 2**63}),
+    ("replay", {"last_seq": None}),
+    ("replay", {"last_seq": -3}),
+    ("activate", []),
+    ("activate", "now"),
+    ("cancel", {"idempotency_key": "k" * 129}),
+]
+GOOD = [
+    ("user_message", {"text": "x" * 16_000, "idempotency_key": "k" * 128}),
+    ("join", {"token": "t", "version": 1, "last_seq": 2**63 - 1}),
+    ("join", {"token": "t", "version": 1, "last_seq": None}),
+    ("replay", {"last_seq": 0}),
+    ("activate", {}),
+]
+
+
+@pytest.mark.parametrize(("event", "payload"), BAD + GOOD)
+def test_the_schemas_carry_the_limits(event: str, payload: Any) -> None:
+    ours = check_payload(event, payload)
+    theirs = list(jsonschema_validator("event", event, "payload").iter_errors(payload))
+    assert bool(ours) == bool(theirs) == ((event, payload) in BAD), (ours, theirs)
+
+
+def test_openapi_has_the_protocol_documents() -> None:
+    op = openapi()["paths"]["/api/protocol/{name}"]["get"]
+    assert op["operationId"] == "protocolDocument"
+    assert [p["name"] for p in op["parameters"]] == ["name"] and set(op["responses"]) == {"200", "404"}
+
+
+async def test_the_relay_refuses_what_the_schemas_refuse(relay: Any, http: aiohttp.ClientSession) -> None:
+    rec, _, _ = await joined(http, relay.url)
+    try:
+        for event, payload, code in [
+            ("activate", "now", P.ERR_BAD_REQUEST),
+            ("replay", {"last_seq": None}, P.ERR_BAD_REQUEST),
+            ("user_message", {"text": "x" * 16_001, "idempotency_key": "k1"}, P.ERR_MESSAGE_TOO_LONG),
+            ("user_message", {"text": "", "idempotency_key": "k2"}, P.ERR_BAD_REQUEST),
+        ]:
+            ack = await rec.call(event, payload)
+            assert ack["ok"] is False and ack["error"]["code"] == code, (event, ack)
+        assert (await rec.call("activate", {}))["ok"]
+        async with http.get(f"{relay.url}/api/protocol/openapi.json") as r:
+            assert r.status == 200 and "/api/protocol/{name}" in (await r.json())["paths"]
+    finally:
+        await rec.disconnect()
+
+
+async def test_client_timings_out_of_range_are_not_stored(relay: Any, http: aiohttp.ClientSession) -> None:
+    """``total_ms: -5``, ``handler_ms: 1e308`` or infinity are stored (and shown, and counted in the stats) as null."""
+    rec, data, _ = await joined(http, relay.url)
+    cid = data["conversation"]["id"]
+    cases = [((-5, 1e308), (None, None)), ((float("inf"), 3.5), (None, 3.5)), ((2.5, 3.5), (2.5, 3.5))]
+    try:
+        await register(rec, "get_selection")
+        for i, ((total, handler), expected) in enumerate(cases):
+            mark = len(rec.events)
+            assert (await rec.call("user_message", {"text": "get_selection", "idempotency_key": f"m{i}"}))["ok"]
+            begin = await rec.wait("function_call.begin", lambda d: d.get("run") is True, start=mark)
+            ack = await rec.call("function_response", {"id": begin["id"], "status": "success", "result": "ok",
+                                                       "total_ms": total, "handler_ms": handler,
+                                                       "idempotency_key": f"r{i}"})
+            assert ack == {"ok": True}
+            end = await rec.wait("function_call.end", start=mark)
+            assert (end["total_ms"], end["duration_ms"]) == expected
+            stored = await relay.hub.store.get_call(cid, begin["id"])
+            assert (stored["total_ms"], stored["handler_ms"]) == expected
+            await rec.wait("user_input", start=mark)
+    finally:
+        await rec.disconnect()
+
+
+async def test_a_store_failure_is_unavailable_on_the_socket_too(
+        relay: Any, http: aiohttp.ClientSession, monkeypatch: pytest.MonkeyPatch) -> None:
+    rec, _, _ = await joined(http, relay.url)
+    try:
+        async def failing(*args: Any, **kwargs: Any) -> Any:
+            raise sqlite3.OperationalError("disk I/O error")
+
+        monkeypatch.setattr(relay.hub.store, "get_ack", failing)
+        ack = await rec.call("user_message", {"text": "hello", "idempotency_key": "s1"})
+        assert ack["ok"] is False and ack["error"]["code"] == P.ERR_UNAVAILABLE, ack
+    finally:
+        monkeypatch.undo()
+        await rec.disconnect()
+
+
+async def test_function_timeout_checks_the_figure_it_names(relay: Any) -> None:
+    """The relay times calls out after 1 s: the flow passes when told 1 s, and fails when told 3 s."""
+    [right] = await run_suite([relay.url], "demo", options=Options(call_timeout_s=1.0), only=["function_timeout"])
+    assert right.ok, right.detail
+    [wrong] = await run_suite([relay.url], "demo", options=Options(call_timeout_s=3.0), only=["function_timeout"])
+    assert wrong.outcome == "failed" and "within 3 s" in wrong.detail
+
+
+def test_a_skipped_flow_is_not_a_pass(tmp_path: Path) -> None:
+    """``--only ask_user`` against a plain file server: skipped, exit status 2, never "1/1 flows passed"."""
+    port = free_port()
+    server = subprocess.Popen([sys.executable, "-m", "http.server", str(port), "--bind", "127.0.0.1"],
+                              cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        time.sleep(0.5)
+        base = [sys.executable, "-m", "widget.conformance", "--relay", f"http://127.0.0.1:{port}", "--app", "demo"]
+        out = subprocess.run([*base, "--only", "ask_user"], cwd=ROOT, capture_output=True, text=True, timeout=120,
+                             check=False)
+        assert out.returncode == 2, out.stdout + out.stderr
+        assert "SKIP ask_user" in out.stdout and "0/1 flows passed, 1 skipped" in out.stdout
+        out = subprocess.run([*base, "--only", "http"], cwd=ROOT, capture_output=True, text=True, timeout=120,
+                             check=False)
+        assert out.returncode == 1 and "FAIL http" in out.stdout, out.stdout
+    finally:
+        stop_process(server)
