@@ -15,7 +15,9 @@ _client: AutopilotClient | None = None
 def get_client() -> AutopilotClient:
     """The page's autopilot client (set by the loader's boot before page Python runs)."""
     if _client is None:
-        raise WidgetError("The autopilot client is not set up yet: get_client() works in page Python run by the loader.")
+        raise WidgetError(
+            "The autopilot client is not set up yet: get_client() works in page Python run by the loader."
+        )
     return _client
 
 

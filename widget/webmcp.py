@@ -50,7 +50,8 @@ def tool_descriptor(d: FunctionDefinition) -> dict[str, Any]:
         desc += " (an action: the reader confirms it on the page)"
     elif d.sensitive:
         desc += " (the reader confirms each call on the page)"
-    out: dict[str, Any] = {"name": d.name, "description": desc, "inputSchema": d.parameters or {"type": "object", "properties": {}}}
+    schema = d.parameters or {"type": "object", "properties": {}}
+    out: dict[str, Any] = {"name": d.name, "description": desc, "inputSchema": schema}
     if d.kind == P.KIND_TOOL:
         out["annotations"] = {"readOnlyHint": True}
     return out

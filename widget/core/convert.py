@@ -85,7 +85,8 @@ def from_json(tp: Any, value: Any, path: tuple[Any, ...] = ()) -> Any:
         return None
     if origin is typing.Literal:
         for option in args:
-            if type(option) is type(value) and option == value or _is_number(option) and _is_number(value) and option == value:
+            same_type = type(option) is type(value) or _is_number(option) and _is_number(value)
+            if same_type and option == value:
                 return option
         raise _fail(path, value, f"one of {list(args)!r}")
     if origin in (typing.Union, types.UnionType):
@@ -182,7 +183,7 @@ def _from_tuple(args: tuple[Any, ...], value: Any, path: tuple[Any, ...]) -> tup
         args = ()
     if len(value) != len(args):
         raise ArgumentError(_where(path), f"needs exactly {len(args)} items, got {len(value)}")
-    return tuple(from_json(a, v, (*path, i)) for i, (a, v) in enumerate(zip(args, value)))
+    return tuple(from_json(a, v, (*path, i)) for i, (a, v) in enumerate(zip(args, value, strict=True)))
 
 
 def _from_key(tp: Any, key: str, path: tuple[Any, ...]) -> Any:
@@ -204,7 +205,7 @@ def _from_dataclass(tp: type, value: Any, path: tuple[Any, ...]) -> Any:
     unknown = sorted(set(value) - set(fields))
     if unknown:
         raise ArgumentError(_where(path), f"unexpected field(s) {', '.join(map(repr, unknown))} for {tp.__name__}")
-    kwargs = {}
+    kwargs: dict[str, Any] = {}
     for name, raw in value.items():
         f = fields[name]
         if raw is None and f.default is None:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, TypedDict, Union
+from typing import Any, TypedDict
 
 from .. import protocol as P
 from ..protocol import ClientEvent
@@ -54,7 +54,7 @@ class Rejoin:
     """The socket came back on its own: read the conversation again and join."""
 
 
-Effect = Union[Send, Notify, RunCall, EndCall, Rejoin]
+Effect = Send | Notify | RunCall | EndCall | Rejoin
 
 
 @dataclass

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import logging
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 log = logging.getLogger("widget")
 
@@ -55,7 +56,7 @@ class Emitter:
                         listener({"event": event, "payload": payload})
                     else:
                         listener(payload)
-                except Exception as exc:  # noqa: BLE001 - isolation is the point
+                except Exception as exc:
                     if self.on_listener_error is not None:
                         self.on_listener_error(event, exc)
                     else:

@@ -4,12 +4,14 @@ its return value converted back to JSON. Also how a failing handler is reported 
 
 from __future__ import annotations
 
+import functools
 import inspect
 import logging
 import traceback
 import typing
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 from ..errors import ConfigError, WidgetError
 from .convert import ArgumentError, from_json, to_json
@@ -53,7 +55,8 @@ def bind_function(func: Callable[..., Any], name: str | None = None, description
             param = signature.parameters.get(key)
             try:
                 if param is None:
-                    raise ArgumentError(key, f"unexpected argument ({fname} takes {', '.join(signature.parameters) or 'none'})")
+                    takes = ", ".join(signature.parameters) or "none"
+                    raise ArgumentError(key, f"unexpected argument ({fname} takes {takes})")
                 if raw is None and param.default is None:
                     kwargs[key] = None  # ``x: T = None``: null means the default
                 else:
@@ -62,20 +65,17 @@ def bind_function(func: Callable[..., Any], name: str | None = None, description
                 raise InvalidArguments(f"Invalid arguments for {fname!r}: {exc}") from None
         return kwargs
 
-    if inspect.iscoroutinefunction(func):
+    async def call_async(args: dict[str, Any], context: dict[str, Any]) -> Any:
+        return to_json(await func(**convert(args)))
 
-        async def handler(args: dict[str, Any], context: dict[str, Any]) -> Any:
-            return to_json(await func(**convert(args)))
+    def call(args: dict[str, Any], context: dict[str, Any]) -> Any:
+        result = func(**convert(args))
+        if inspect.isawaitable(result):
+            return _awaited(result)
+        return to_json(result)
 
-    else:
-
-        def handler(args: dict[str, Any], context: dict[str, Any]) -> Any:
-            result = func(**convert(args))
-            if inspect.isawaitable(result):
-                return _awaited(result)
-            return to_json(result)
-
-    handler.__wrapped__ = func  # type: ignore[attr-defined]  # for tracebacks and introspection
+    handler: Handler = call_async if inspect.iscoroutinefunction(func) else call
+    functools.update_wrapper(handler, func, assigned=(), updated=())  # only __wrapped__: tracebacks, introspection
     return BoundFunction(fname, description if description is not None else doc.description, parameters, handler)
 
 

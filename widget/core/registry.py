@@ -8,8 +8,9 @@ the boot (the browser boot calls it once page Python ran and the socket joins; t
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 from ..errors import ConfigError
 from ..protocol import KIND_FUNCTION, Source, is_tool_name

@@ -14,7 +14,8 @@ import inspect
 import json
 import types
 import typing
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from ..errors import ConfigError
 from .convert import STRING_FORMATS, class_hints, to_json

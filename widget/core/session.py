@@ -64,7 +64,9 @@ ERROR = ConnectionState.ERROR.value
 
 #: A rejoin refused with one of these codes (many tabs rejoining a restarted relay at once, a relay still starting)
 #: is tried again after the next delay; the last value repeats. Any other refusal ends in the ``error`` state.
-RETRYABLE_REJOIN_ERRORS = frozenset({P.ERR_RATE_LIMITED, P.ERR_INTERNAL, P.ERR_BUSY, P.ERR_UNAVAILABLE, "connection_failed"})
+RETRYABLE_REJOIN_ERRORS = frozenset(
+    {P.ERR_RATE_LIMITED, P.ERR_INTERNAL, P.ERR_BUSY, P.ERR_UNAVAILABLE, "connection_failed"}
+)
 REJOIN_DELAYS_S: tuple[float, ...] = (1.0, 2.0, 4.0, 8.0, 15.0)
 #: A join token this young is used again for a rejoin without reading the conversation first: after a relay
 #: restart the stored results then go out before anything else reaches the relay (half the token's lifetime, so
@@ -268,7 +270,9 @@ class ClientSession(CallsPart):
         if event == P.EV_CLIENT_ROLE:
             named = data.get("conversation_id") if isinstance(data, dict) else None
             if isinstance(named, str) and self.conversation_id is not None and named != self.conversation_id:
-                log.warning("client.role for conversation %s ignored (this client is on %s)", named, self.conversation_id)
+                log.warning(
+                    "client.role for conversation %s ignored (this client is on %s)", named, self.conversation_id
+                )
                 return []
             self.active = bool(isinstance(data, dict) and data.get("active"))
             return [Notify(ClientEvent.ROLE_CHANGED, {"active": self.active})]

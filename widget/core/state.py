@@ -22,7 +22,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-import jsonpatch  # type: ignore[import-untyped]
+import jsonpatch
 
 from ..errors import StateLimitError
 from ..protocol import CONTEXT_DEBOUNCE_MS, FUNCTIONS_DEBOUNCE_MS, STATE_ROOT

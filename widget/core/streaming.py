@@ -13,9 +13,10 @@ Rules:
 from __future__ import annotations
 
 import copy
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Any, Callable
+from typing import Any
 
 from ..protocol import CallProgress, CallStatus, Event, Role
 

@@ -35,7 +35,11 @@ _PROPERTY_KEYS = {
 }
 #: Formats we check ourselves (``multiline`` is a UI hint for a string field).
 FORMATS = ("email", "uri", "date", "date-time", "multiline")
-_EMAIL = re.compile(r"^[A-Za-z0-9.!#$%&'*+/=?^_`{|}~-]+@[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?)+$")
+_EMAIL = re.compile(
+    r"^[A-Za-z0-9.!#$%&'*+/=?^_`{|}~-]+"  # the local part
+    r"@[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?"  # the first label of the domain
+    r"(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?)+$"  # and at least one more
+)
 
 
 @dataclass
@@ -124,7 +128,8 @@ def _check_run(name: str, run: Any, kind: str) -> dict[str, Any] | None:
         placeholders(run["fetch"])
         if kind == KIND_TOOL and method != "GET":
             raise ConfigError(
-                f"Tool {name!r} would POST: a function tool must only read. Make it an action (confirm: true or 'form')."
+                f"Tool {name!r} would POST: a function tool must only read. "
+                "Make it an action (confirm: true or 'form')."
             )
         return {"fetch": run["fetch"], "method": method}
     if "href" in run:

@@ -28,7 +28,7 @@ def json_equal(a: Any, b: Any) -> bool:
     if isinstance(a, (int, float)) and isinstance(b, (int, float)):
         return a == b
     if isinstance(a, list) and isinstance(b, list):
-        return len(a) == len(b) and all(json_equal(x, y) for x, y in zip(a, b))
+        return len(a) == len(b) and all(json_equal(x, y) for x, y in zip(a, b, strict=True))
     if isinstance(a, dict) and isinstance(b, dict):
         return a.keys() == b.keys() and all(json_equal(a[k], b[k]) for k in a)
     return type(a) is type(b) and a == b
@@ -79,7 +79,8 @@ def _local_only_resolver() -> Any:
     if not _resolver_cls:
         import jsonschema
 
-        class LocalOnly(jsonschema.RefResolver):
+        # jsonschema ships no type information (pyproject's ignore_missing_imports), so its classes are Any.
+        class LocalOnly(jsonschema.RefResolver):  # type: ignore[misc]
             def resolve_remote(self, uri: str) -> Any:
                 raise jsonschema.exceptions.RefResolutionError(f"remote reference {uri!r} is not followed")
 
@@ -126,7 +127,7 @@ def checker_ready() -> bool:
     if "jsonschema" in sys.modules:
         return True
     try:
-        import _autopilot_stdlib  # type: ignore[import-not-found]  # the browser build's lazy-zip finder
+        import _autopilot_stdlib  # the browser build's lazy-zip finder
     except ImportError:
         return True
     groups = set(_autopilot_stdlib.state()["groups"])
@@ -136,7 +137,7 @@ def checker_ready() -> bool:
 async def prefetch_checker() -> None:
     """Fetch jsonschema's zip without blocking the page (nothing to do outside the browser build)."""
     try:
-        import _autopilot_stdlib  # type: ignore[import-not-found]
+        import _autopilot_stdlib
     except ImportError:
         return
     await _autopilot_stdlib.prefetch(("jsonschema",))

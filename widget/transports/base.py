@@ -6,7 +6,8 @@ callback. Payloads cross it as plain JSON values (dict/list/str/int/float/bool/N
 
 from __future__ import annotations
 
-from typing import Any, Callable, Protocol
+from collections.abc import Callable
+from typing import Any, Protocol
 
 from ..errors import ConnectionFailed
 

@@ -44,7 +44,7 @@ class BrowserTransport:
                 continue
             try:
                 self._handler(item[0], item[1])
-            except Exception:  # noqa: BLE001 - one failing event must not lose the rest of the batch
+            except Exception:
                 log.exception("handling relay event %r failed", item[0])
 
     @property
@@ -56,7 +56,7 @@ class BrowserTransport:
         self, method: str, url: str, body: Any = None, headers: dict[str, str] | None = None
     ) -> tuple[int, Any]:
         """One JSON HTTP request through ``fetch``."""
-        from pyodide.ffi import JsException  # type: ignore[import-not-found]  # only in the browser
+        from pyodide.ffi import JsException  # only in the browser
 
         try:
             result = await self._bridge.request(method, url, None if body is None else json.dumps(body))

@@ -7,7 +7,7 @@ import random
 from typing import Any
 
 import aiohttp
-import socketio  # type: ignore[import-untyped]
+import socketio
 
 from .base import CONNECT_ERROR, CONNECTED, DISCONNECTED, EventHandler, TransportError
 
@@ -81,7 +81,7 @@ class PythonSocketIOTransport:
                 except ValueError:
                     data = None
                 return resp.status, data
-        except (aiohttp.ClientError, asyncio.TimeoutError, OSError, ValueError) as exc:
+        except (TimeoutError, aiohttp.ClientError, OSError, ValueError) as exc:
             raise TransportError(f"{method} {url} failed: {exc or type(exc).__name__}") from exc
 
     async def connect(self, url: str, path: str) -> None:
