@@ -15,7 +15,7 @@ from starlette.routing import Route
 
 from .. import protocol as P
 from .http.api import Api
-from .config import RelayConfig
+from .config import DEFAULT_APP, RelayConfig
 from .http import feedback, insight, summaries
 from .http.contract import routes as contract_routes
 from .http.limits import BodyLimit
@@ -59,7 +59,7 @@ def create_app(
     api = Api(hub)
     for feature in (feedback, insight, summaries):  # POST .../feedback, GET .../stats, POST .../summaries
         feature.install(api)
-    dist = DistFiles(config.dist_dir, config.all_allowed_origins())
+    dist = DistFiles(config.dist_dir, config.all_allowed_origins(), demo_app=DEFAULT_APP in config.apps)
     demo_docs = DemoDocs(config.demo_docs) if config.demo_docs is not None else None  # --demo-docs
 
     @contextlib.asynccontextmanager

@@ -138,7 +138,7 @@ class Api:
         """The 403 for an origin ``app_id`` does not allow, logged once per origin and app per interval."""
         text = origin_refusal(origin, app_id, allowed)
         if self._origin_notes.allow(f"{origin}|{app_id}"):
-            log.warning("%s", text)
+            log.warning("%s", origin_refusal(origin, app_id, allowed, for_log=True))
         return HttpError(P.ERR_FORBIDDEN_ORIGIN, text[0].upper() + text[1:] + ".")
 
     def refuse_if_draining(self) -> None:
@@ -242,6 +242,8 @@ class Api:
         origin = request.headers.get("origin")
         if app is not None and origin and origin not in app.allowed_origins:
             self.refuse_origin(origin, app_id, app.allowed_origins)  # logged
+        if app is None and origin:  # any page may learn that the app does not exist (the POST's 404 says so)
+            return self.preflight(request, [origin], "POST, OPTIONS")
         return self.preflight(request, app.allowed_origins if app else [], "POST, OPTIONS")
 
     @endpoint
@@ -249,9 +251,9 @@ class Api:
         app_id = request.path_params["app_id"]
         app = self.config.apps.get(app_id)
         origin = request.headers.get("origin")
-        request.state.cors = self.cors_headers(request, app.allowed_origins if app else [])
-        if app is None:
-            raise ProtocolError(P.ERR_NOT_FOUND, f"No app {app_id!r} on this relay.")
+        request.state.cors = self.cors_headers(request, app.allowed_origins if app else [origin] if origin else [])
+        if app is None:  # readable by the page (a wrong data-app), which can then say so
+            raise ProtocolError(P.ERR_NOT_FOUND, f"No app {app_id!r} on this relay; check the page's data-app.")
         self.refuse_if_draining()
         auth = request.headers.get("authorization")
         if auth is not None:

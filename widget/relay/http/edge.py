@@ -70,9 +70,12 @@ def is_store_failure(exc: BaseException) -> bool:
     return type(exc).__module__.split(".")[0] in ("asyncpg", "redis")
 
 
-def origin_refusal(origin: str, app_id: str, allowed: list[str]) -> str:
-    """The one sentence for an origin an app does not allow (the log line and the HTTP error say it alike)."""
-    text = f"origin {origin} is not allowed for app {app_id}; allowed: {', '.join(allowed) if allowed else 'none'}"
+def origin_refusal(origin: str, app_id: str, allowed: list[str], *, for_log: bool = False) -> str:
+    """The one sentence for an origin an app does not allow. The page is told only that (and, on a developer's
+    machine, that localhost and 127.0.0.1 differ); the operator's log (``for_log``) names the allowed origins."""
+    text = f"origin {origin} is not allowed for app {app_id}"
+    if for_log:
+        text += f"; allowed: {', '.join(allowed) if allowed else 'none'}"
     host = urlsplit(origin).hostname or ""
     swapped = {"localhost": "127.0.0.1", "127.0.0.1": "localhost"}.get(host)
     if swapped and (twin := origin.replace(host, swapped, 1)) in allowed:

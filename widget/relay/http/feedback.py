@@ -162,7 +162,11 @@ def parse_body(body: Any) -> tuple[str, P.FeedbackRating | None, str | None]:
     if comment is not None and len(comment) > P.MAX_FEEDBACK_COMMENT_CHARS:
         raise ProtocolError(P.ERR_BAD_REQUEST, f"comment is over {P.MAX_FEEDBACK_COMMENT_CHARS} characters.")
     if comment is not None:
-        comment = comment.encode("utf-8", "replace").decode("utf-8")  # lone surrogates have no UTF-8 form to store
+        try:
+            comment.encode("utf-8")
+        except UnicodeEncodeError:  # as every other endpoint answers it: nothing of the request is stored
+            raise ProtocolError(P.ERR_BAD_REQUEST, "comment contains a lone surrogate (not valid Unicode); "
+                                "nothing was stored.") from None
     if raw is None:
         comment = None
     return message_id, (P.FeedbackRating(raw) if raw is not None else None), comment

@@ -207,15 +207,15 @@ async def stats(api: Api, request: Request) -> Response:
     api.limit(api.get_limiter, api.client_address(request), "requests")
     app_id = request.path_params["app_id"]
     app = api.config.apps.get(app_id)
-    if app is None:
-        raise ProtocolError(P.ERR_NOT_FOUND, f"No app {app_id!r} on this relay.")
     scheme, _, secret = (request.headers.get("authorization") or "").partition(" ")
-    if not app.secret:
-        raise ProtocolError(
-            P.ERR_UNAUTHORIZED, "This app has no secret; set one in the relay config to read its stats."
-        )
-    if scheme.lower() != "bearer" or not hmac.compare_digest(secret.strip().encode(), app.secret.encode()):
-        raise ProtocolError(P.ERR_UNAUTHORIZED, "Send Authorization: Bearer <app secret> to read this app's stats.")
+    # An unknown app, an app without a secret and a wrong secret get one answer: without the secret nobody
+    # learns which app ids exist.
+    expected = app.secret if app is not None and app.secret else None
+    given = secret.strip().encode()
+    matches = hmac.compare_digest(given, (expected or "\0" * 32).encode())
+    if expected is None or scheme.lower() != "bearer" or not matches:
+        raise ProtocolError(P.ERR_UNAUTHORIZED, "Send Authorization: Bearer <app secret> to read this app's stats "
+                            "(an app without a secret has none).")
     since, until = _period(request)
     if since is not None and until is not None and since >= until:
         raise ProtocolError(P.ERR_BAD_REQUEST, "since must be before until.")

@@ -66,9 +66,13 @@ NO_CACHE = "no-cache"
 
 
 class DistFiles:
-    def __init__(self, root: Path, allowed_origins: Iterable[str] = ()) -> None:
+    """The build output and the demo page (see the module doc)."""
+
+    def __init__(self, root: Path, allowed_origins: Iterable[str] = (), *, demo_app: bool = True) -> None:
         self.root = Path(root)
         self.allowed_origins = set(allowed_origins)
+        #: whether the relay has the app the demo page uses (``demo``); without it the page could not work
+        self.demo_app = demo_app
         self._gz: dict[tuple[str, int, int], bytes | None] = {}
         self._gz_locks: dict[tuple[str, int, int], asyncio.Lock] = {}
         #: a refused origin is logged once a minute (per origin)
@@ -224,7 +228,14 @@ class DistFiles:
         return await self.file_response(request, path, cache)
 
     async def demo(self, request: Request) -> Response:
+        """The demo page and its files, when the relay has the demo app (else a page that says so)."""
         rel = request.path_params.get("path", "") or "index.html"
+        if not self.demo_app:
+            return PlainTextResponse(
+                "This relay serves the widget and its API, not the demo page: the demo page needs the app 'demo', "
+                "which its configuration (--app or --config) does not have. Add [apps.demo] (or --app "
+                "demo=ORIGIN) to try the demo here, or embed the widget in your own site (docs/embedding.md).",
+                status_code=404)
         bid = self.build_id()
         path = self._resolve(f"{bid}/demo/{rel}") if bid else None
         if path is None:

@@ -292,11 +292,11 @@ class DemoModel(ModelAdapter):
         heading = "### Demo answer" if attempt == 0 else f"### Demo answer {attempt + 1}"
         lines = [heading, "", f"You wrote: *{quoted}*", "", "- " + _OPENINGS[min(attempt, 1)].format(n=attempt + 1)]
         if names:
-            lines.append("- Name one of the page's functions and I will call it: " + ", ".join(f"`{n}`" for n in names[:12]) + ".")
+            lines.append("- Name one of the page's functions and I will call it: " + ", ".join(f"`{n}`" for n in names) + ".")  # every one: MCP tools come after the page's
         else:
             lines.append("- The page has registered no functions yet.")
         if actions:
-            lines.append('- Say "offer <action>" and I will offer one of the page\'s actions: ' + ", ".join(f"`{n}`" for n in actions[:12]) + ".")
+            lines.append('- Say "offer <action>" and I will offer one of the page\'s actions: ' + ", ".join(f"`{n}`" for n in actions) + ".")
         if ask:
             lines.append('- Say "ask me" and I will ask you a question.')
         if suggest:
