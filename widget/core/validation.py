@@ -115,10 +115,35 @@ def validate(schema: Any, instance: Any) -> str | None:
         return f"the arguments could not be checked ({type(exc).__name__}: {exc})"
     if not errors:
         return None
-    first = errors[0]
-    where = "/".join(str(p) for p in first.absolute_path) or "(root)"
-    more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
-    return f"{where}: {first.message}{more}"
+    # Every problem at once (as FastAPI answers), so the caller can fix them all in one go; a bounded list.
+    shown = [f"{'/'.join(str(p) for p in e.absolute_path) or '(root)'}: {_message(e)}" for e in errors[:MAX_SHOWN]]
+    more = f"; and {len(errors) - MAX_SHOWN} more" if len(errors) > MAX_SHOWN else ""
+    return "; ".join(shown) + more
+
+
+#: The most problems one reason lists.
+MAX_SHOWN = 20
+
+
+def _message(error: Any) -> str:
+    """One problem in words: an ``anyOf``/``oneOf`` says what each choice wanted (``1.5 is not of type 'integer'
+    or 'null'``) instead of jsonschema's "not valid under any of the given schemas"."""
+    if error.validator in ("anyOf", "oneOf") and error.context:
+        here = [e for e in error.context if not list(e.relative_path)]
+        if here and all(e.validator == "type" for e in here):
+            kinds: list[str] = []
+            for e in here:
+                for k in e.validator_value if isinstance(e.validator_value, list) else [e.validator_value]:
+                    if repr(k) not in kinds:
+                        kinds.append(repr(k))
+            return f"{error.instance!r} is not of type {' or '.join(kinds)}"
+        import jsonschema
+
+        best = jsonschema.exceptions.best_match(error.context)
+        if best is not None:
+            inner = "/".join(str(p) for p in best.relative_path)
+            return f"{inner}: {best.message}" if inner else best.message
+    return str(error.message)
 
 
 def checker_ready() -> bool:
