@@ -105,7 +105,8 @@ async def test_the_small_site_is_indexed_served_and_answers(small: Any, http: ai
     msg = final(await ask(rec, "How do I install the package?"))
     assert msg["content"].startswith("From the documentation (Guide › Setup and more):\n\n> Install the package")
     (src,) = msg["sources"]
-    assert src["url"].startswith("/docs/guide.html#setup-and-more:~:text=")
+    # absolute, on the relay's own host (a client links http(s) URLs only)
+    assert src["url"].startswith(f"{small.url}/docs/guide.html#setup-and-more:~:text=")
     start = unquote(src["url"].split(":~:text=", 1)[1].split(",", 1)[0])
     assert start in page  # the fragment's passage is on the served page
     gone = final(await ask(rec, "zzqx wibble"))
@@ -122,9 +123,9 @@ async def test_the_projects_own_docs_answer_the_colours_question(tmp_path: Path,
         msg = final(await ask(rec, "How do I change the bar's colours?"))
         (src,) = msg["sources"]
         assert src["title"] == "Theming the bar › Colours" and msg["content"].endswith("[s1]")
-        path, _, fragment = src["url"].partition("#")
-        assert path == "/docs/theming.html" and fragment.startswith("colours:~:text=")
-        page = await (await http.get(h.url + path)).text()
+        page_url, _, fragment = src["url"].partition("#")
+        assert page_url == f"{h.url}/docs/theming.html" and fragment.startswith("colours:~:text=")
+        page = await (await http.get(page_url)).text()
         assert '<h3 id="colours">' in page
         assert unquote(fragment.split("text=", 1)[1].split(",", 1)[0]) in page
         await rec.disconnect()

@@ -21,7 +21,7 @@ from .http.contract import routes as contract_routes
 from .http.limits import BodyLimit
 from .hub import Hub
 from .models.base import ModelAdapter
-from .http.docs_site import DemoDocs
+from .http.docs_site import DemoDocs, site_base
 from .http.static import DistFiles
 from .storage import Store, make_store
 
@@ -60,7 +60,7 @@ def create_app(
     for feature in (feedback, insight, summaries):  # POST .../feedback, GET .../stats, POST .../summaries
         feature.install(api)
     dist = DistFiles(config.dist_dir, config.all_allowed_origins(), demo_app=DEFAULT_APP in config.apps)
-    demo_docs = DemoDocs(config.demo_docs) if config.demo_docs is not None else None  # --demo-docs
+    demo_docs = DemoDocs(config.demo_docs, site_base(config)) if config.demo_docs is not None else None
 
     @contextlib.asynccontextmanager
     async def lifespan(_app: Starlette) -> AsyncIterator[None]:

@@ -2,7 +2,9 @@
 served as pages at ``/docs/<name>.html``, so an answer's source opens the right section.
 
 - At start the folder's Markdown (``DIR/*.md``, not its subfolders) is indexed for the ``demo`` app as Markdown
-  sources under ``/docs/`` with ``.html`` URLs (incremental: a restart re-reads only changed pages).
+  sources under the relay's own ``/docs/`` with ``.html`` URLs (incremental: a restart re-reads only changed pages).
+  The URLs are absolute (``public_url``, else ``http://<host>:<port>``): a source's link must say its host, since a
+  client links only http(s) URLs (a site's docs usually live on another host than the page with the widget).
 - ``GET /docs/<name>.html`` renders ``DIR/<name>.md`` with markdown-it-py; each heading's ``id`` is the anchor
   the index gave its section (the same rule, ``widget.relay.docs.markdown_source``), so ``/docs/theming.html#colours``
   lands on the heading. Links to ``x.md`` become ``x.html``. Raw HTML in a source is shown as text. The page
@@ -37,7 +39,7 @@ log = logging.getLogger("widget.relay.http.docs_site")
 
 #: The app whose docs the site is.
 DEMO_APP = "demo"
-#: Where the pages are served (the index's base URL).
+#: Where the pages are served on the relay.
 BASE = "/docs/"
 _NAME = re.compile(r"[A-Za-z0-9_-]{1,100}")
 _LOCAL_MD = re.compile(r"^(?![a-z][a-z0-9+.-]*:|/)([^#?]*?)\.md((?:#[^?]*)?)$", re.IGNORECASE)
@@ -96,11 +98,22 @@ def render(markdown_text: str) -> tuple[str, str]:
     return title or fm_title or "Documentation", cast(str, md.renderer.render(tokens, md.options, {}))
 
 
+def site_base(config: Any) -> str:
+    """The absolute URL the site's pages are indexed under: the relay's ``public_url`` (or ``http://host:port``,
+    ``127.0.0.1`` for a wildcard host) and ``/docs/``."""
+    if config.public_url:
+        return str(config.public_url).rstrip("/") + BASE
+    host = config.host if config.host not in ("0.0.0.0", "::", "") else "127.0.0.1"
+    host = f"[{host}]" if ":" in host else host
+    return f"http://{host}:{config.port}{BASE}"
+
+
 class DemoDocs:
     """The docs site of one folder (see the module's docstring)."""
 
-    def __init__(self, folder: Path) -> None:
+    def __init__(self, folder: Path, base_url: str = BASE) -> None:
         self.folder = Path(folder).expanduser().absolute()
+        self.base_url = base_url
         self._cache: dict[str, tuple[float, int, str]] = {}
 
     def pages(self) -> list[Path]:
@@ -114,12 +127,12 @@ class DemoDocs:
             log.warning("--demo-docs: the relay's docs index cannot be written; the demo answers without docs")
             return None
         top = {p.name for p in self.pages()}
-        files, warnings = collect([Source(self.folder, BASE, "html")], max_pages=MAX_PAGES)
+        files, warnings = collect([Source(self.folder, self.base_url, "html")], max_pages=MAX_PAGES)
         files = [f for f in files if f.rel in top]
         for line in warnings:
             log.warning("--demo-docs: %s", line)
         summary = await run_index(cast(DocsWriter, docs), DEMO_APP, files,
-                                  settings={"sources": [{"path": str(self.folder), "base_url": BASE,
+                                  settings={"sources": [{"path": str(self.folder), "base_url": self.base_url,
                                                          "url_style": "html"}]},
                                   warn=lambda line: log.warning("--demo-docs: %s", line))
         log.info("--demo-docs: indexed %s for the demo app: %s", self.folder, dict(summary))
