@@ -119,7 +119,8 @@ def main() -> int:
         run = RUNS[name]
         cmd = [sys.executable, str(BENCH / run.script), *(run.quick if args.quick else run.full)]
         plan.append((name, run.script, cmd, run.quick_limit if args.quick else run.full_limit))
-    print(f"# bench/all.py{' --quick' if args.quick else ''}  {datetime.datetime.now(datetime.UTC):%Y-%m-%d %H:%M} UTC  "
+    print(f"# bench/all.py{' --quick' if args.quick else ''}  {datetime.datetime.now(datetime.UTC):%Y-%m-%d %H:%M} "
+          "UTC  "
           f"{platform.machine()} {os.cpu_count()} cores  load {os.getloadavg()[0]:.1f}", flush=True)
     for script in unlisted():
         print(f"(bench/{script} is in neither RUNS nor NOT_RUN of bench/all.py: add it to one)", flush=True)
@@ -146,7 +147,8 @@ def main() -> int:
             status = f"stopped after {limit} s"
         dt = time.monotonic() - t0
         # Progress lines ("[peer hh:mm:ss] ...") are noise here; the tables are what matter.
-        print("\n".join(line for line in out.splitlines() if not line.startswith(("[peer ", "[memory ", "installing lighthouse"))),
+        print("\n".join(line for line in out.splitlines() if not line.startswith(("[peer ", "[memory ",
+                                                                                  "installing lighthouse"))),
               flush=True)
         files: list[str] = RESULT_LINE.findall(out)
         results.append((name, status, dt, files[-1] if files else "no results file"))

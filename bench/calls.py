@@ -106,12 +106,14 @@ async def browser_calls(relay_url: str, n: int, rtt_n: int) -> dict[str, list[fl
             "async def _bench():\n"
             "    global BENCH_RESULT\n"
             f"    _c = get_client()\n"
-            f"    BENCH_RESULT = json.dumps({{'clean': await run_calls(_c, {n}, False), 'dirty': await run_calls(_c, {n}, True)}})\n"
+            f"    BENCH_RESULT = json.dumps({{'clean': await run_calls(_c, {n}, False), 'dirty': await run_calls(_c, "
+            f"{n}, True)}})\n"
             "BENCH_RESULT = None\n_task = asyncio.ensure_future(_bench())\n"
         )
         await page.evaluate("code => window.Autopilot.pyodide.runPython(code)", code)
         await page.wait_for_function(
-            "() => window.Autopilot.pyodide.globals.get('BENCH_RESULT') || window.Autopilot.pyodide.globals.get('_task').done()",
+            "() => window.Autopilot.pyodide.globals.get('BENCH_RESULT') || "
+            "window.Autopilot.pyodide.globals.get('_task').done()",
             timeout=0, polling=500,
         )
         text = await page.evaluate(

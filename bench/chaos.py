@@ -1,4 +1,4 @@
-"""Chaos run (relay kills and cut sockets): ≥ 100 rounds of relay restarts and WebSocket cuts with function calls in flight.
+"""Chaos run: ≥ 100 rounds of relay restarts (kills) and WebSocket cuts with function calls in flight.
 
 Each round sends a message whose function call is running in the page when the relay is killed (even rounds)
 or the sockets are cut (odd rounds); the test asserts no call ran twice, every response was recorded once,

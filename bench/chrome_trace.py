@@ -14,8 +14,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
-from typing import Any, AsyncIterator
+from typing import Any
 
 CATEGORIES = ",".join([
     "devtools.timeline",
@@ -30,7 +31,9 @@ LONG_MS = 50.0
 LONGTASK_SCRIPT = """
 window.__longtasks = [];
 try {
-  new PerformanceObserver(list => { for (const e of list.getEntries()) window.__longtasks.push([e.startTime, e.duration]); })
+  new PerformanceObserver(list => {
+    for (const e of list.getEntries()) window.__longtasks.push([e.startTime, e.duration]);
+  })
     .observe({type: 'longtask', buffered: true});
 } catch (e) {}
 """
@@ -48,7 +51,7 @@ class Blocking:
     long_tasks: int
 
     @classmethod
-    def of(cls, durations: list[float]) -> "Blocking":
+    def of(cls, durations: list[float]) -> Blocking:
         """From task durations in ms."""
         return cls(
             longest_ms=max(durations, default=0.0),
@@ -150,7 +153,8 @@ INPUT_PROBE = """() => {
 }"""
 
 
-def run_tasks(trace: Trace, pid: int | None, tid: int | None, after_us: float = 0.0) -> list[tuple[float, float, float]]:
+def run_tasks(trace: Trace, pid: int | None, tid: int | None,
+              after_us: float = 0.0) -> list[tuple[float, float, float]]:
     """(start µs, wall ms, CPU ms) of the ``RunTask`` events of one thread from ``after_us`` on, in order."""
     out = [(float(e["ts"]), e.get("dur", 0) / 1000.0, e.get("tdur", 0) / 1000.0) for e in trace.events
            if e.get("pid") == pid and e.get("tid") == tid and e.get("ph") == "X" and e.get("name") == "RunTask"

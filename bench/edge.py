@@ -95,7 +95,8 @@ class Relay:
             self.proc.wait()
 
 
-def request(url: str, method: str = "GET", body: bytes | None = None, headers: dict[str, str] | None = None) -> tuple[int, Any]:
+def request(url: str, method: str = "GET", body: bytes | None = None,
+            headers: dict[str, str] | None = None) -> tuple[int, Any]:
     req = urllib.request.Request(url, data=body, method=method, headers=headers or {})
     try:
         with urllib.request.urlopen(req, timeout=10) as r:
@@ -129,7 +130,7 @@ async def send_body(port: int, head: str, total: int, chunked: bool, limit_s: fl
             writer.write(b"0\r\n\r\n")
             await writer.drain()
         await asyncio.wait_for(reading, 30)
-    except (ConnectionError, asyncio.TimeoutError):
+    except (TimeoutError, ConnectionError):
         pass
     writer.close()
     return {"status": status[0] if status else None, "sent_mb": sent // MB, "s": round(time.monotonic() - t0, 2)}
@@ -150,9 +151,11 @@ async def bench_body(root: Path, tmp: Path) -> dict[str, Any]:
                                     "Transfer-Encoding: chunked\r\n\r\n", 2 * MB, True)
         cases = [
             ("create_800MB_length", [f"POST /api/apps/demo/conversations HTTP/1.1\r\nHost: x\r\nOrigin: {origin}\r\n"
-                                     f"Content-Type: application/json\r\nContent-Length: {800 * MB}\r\n\r\n"], 800, False),
+                                     f"Content-Type: application/json\r\nContent-Length: {800 * MB}\r\n\r\n"],
+             800, False),
             ("create_800MB_chunked", [f"POST /api/apps/demo/conversations HTTP/1.1\r\nHost: x\r\nOrigin: {origin}\r\n"
-                                      f"Content-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n"], 800, True),
+                                      f"Content-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n"],
+             800, True),
             ("ask_user_4x500MB", [f"POST {path}/ask_user HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
                                   f"Content-Length: {500 * MB}\r\n\r\n"] * 4, 500, False),
         ]
@@ -218,7 +221,8 @@ async def slow_clients(port: int, sources: list[str], seconds: float) -> dict[st
     deadline_closed = [t for t in times if t > 1]
     return {"opened": len(conns), "connect_refused": refused, "answered_503": answered_503,
             "closed_by_relay": len(closed_at), "still_open_after_s": len(conns) - len(closed_at),
-            "closed_at_s_min_max": [round(deadline_closed[0], 1), round(deadline_closed[-1], 1)] if deadline_closed else None}
+            "closed_at_s_min_max": [round(deadline_closed[0], 1),
+                                    round(deadline_closed[-1], 1)] if deadline_closed else None}
 
 
 async def bench_slowloris(root: Path, tmp: Path, seconds: float) -> dict[str, Any]:
@@ -240,19 +244,22 @@ async def bench_sessions(root: Path, tmp: Path, count: int = 8000) -> dict[str, 
 
         async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=20)) as http:
             async def one() -> None:
-                async with http.get(f"{relay.url}/socket.io/?EIO=4&transport=polling", headers={"Origin": relay.url}) as r:
+                async with http.get(f"{relay.url}/socket.io/?EIO=4&transport=polling",
+                                    headers={"Origin": relay.url}) as r:
                     statuses[r.status] = statuses.get(r.status, 0) + 1
                     await r.read()
 
             for i in range(0, count, 200):
                 await asyncio.gather(*(one() for _ in range(min(200, count - i))))
         after = relay.mem()
-        return {"opened": count, "statuses": statuses, "rss_growth_mb": round((after["VmRSS"] - before["VmRSS"]) / 1024, 1)}
+        return {"opened": count, "statuses": statuses,
+                "rss_growth_mb": round((after["VmRSS"] - before["VmRSS"]) / 1024, 1)}
     finally:
         relay.stop()
 
 
-async def bench_unjoined(root: Path, tmp: Path, timeout_s: float, count: int = 8000, sources: int = 32) -> dict[str, Any]:
+async def bench_unjoined(root: Path, tmp: Path, timeout_s: float, count: int = 8000,
+                         sources: int = 32) -> dict[str, Any]:
     import aiohttp
 
     relay = Relay(root, tmp, toml=f"unjoined_socket_timeout_s = {timeout_s}\n")
@@ -263,7 +270,8 @@ async def bench_unjoined(root: Path, tmp: Path, timeout_s: float, count: int = 8
         before = relay.mem()
         sockets = []
         for k in range(sources):
-            sessions.append(aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0, local_addr=(f"127.0.2.{1 + k}", 0))))
+            connector = aiohttp.TCPConnector(limit=0, local_addr=(f"127.0.2.{1 + k}", 0))
+            sessions.append(aiohttp.ClientSession(connector=connector))
         t0 = time.monotonic()
 
         async def one(http: aiohttp.ClientSession) -> None:
@@ -276,7 +284,7 @@ async def bench_unjoined(root: Path, tmp: Path, timeout_s: float, count: int = 8
                     return
                 await ws.send_str("40")  # connect the default namespace, then never join
                 sockets.append(ws)
-            except (aiohttp.ClientError, asyncio.TimeoutError):
+            except (TimeoutError, aiohttp.ClientError):
                 refused += 1
 
         per = count // sources
@@ -299,7 +307,7 @@ async def bench_unjoined(root: Path, tmp: Path, timeout_s: float, count: int = 8
 
         try:
             await asyncio.wait_for(asyncio.gather(*(watch(ws) for ws in sockets)), timeout_s + opened_s + 10)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             pass
         return {"tried": count, "accepted": len(sockets), "refused": refused, "open_s": round(opened_s, 1),
                 "closed_by_relay": len(closed_at), "last_closed_s": round(max(closed_at, default=0), 1),
@@ -325,7 +333,8 @@ async def bench_fdlimit(root: Path, tmp: Path, seconds: float) -> dict[str, Any]
         try:
             for i in range(1100):
                 try:
-                    held.append(await asyncio.open_connection("127.0.0.1", relay.port, local_addr=(f"127.0.1.{1 + i // 100}", 0)))
+                    held.append(await asyncio.open_connection("127.0.0.1", relay.port,
+                                                              local_addr=(f"127.0.1.{1 + i // 100}", 0)))
                 except OSError:
                     break
             size0 = relay.log.stat().st_size

@@ -7,10 +7,10 @@ wire as JSON text, into the relay's ``apply_patch_atomic`` + ``check_state``; af
 must equal the client's projection. Both client diff libraries run on the same sequences: the jsonpatch installed
 here (CPython client) and the pinned wheel of the browser bundle; the relay side uses the installed one.
 
-Besides divergences (must be 0) it counts the documents the client refused (a client may refuse integers beyond
-±(2**53 − 1), which JSON in the browser cannot carry exactly: ``refused_by_client``), how often ``StateSync`` had to fall back to sending a part whole because
-the library's own patch did not reproduce the document (``raw_bad``: what would have diverged without that
-check), the ops emitted, and the time per flush.
+Besides divergences (must be 0) it counts the documents the client refused (a client may refuse integers beyond ±(2**53
+− 1), which JSON in the browser cannot carry exactly: ``refused_by_client``), how often ``StateSync`` had to fall back
+to sending a part whole because the library's own patch did not reproduce the document (``raw_bad``: what would have
+diverged without that check), the ops emitted, and the time per flush.
 
 ``--js-wire`` also measures what the browser's real wire does to numbers: the bridge (static/bridge.mjs) hands
 the JSON text to ``JSON.parse`` and socket.io ``JSON.stringify``s it again, so every number becomes an IEEE

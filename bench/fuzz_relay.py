@@ -1,5 +1,7 @@
-"""Full relay bad-input fuzz (every socket event and HTTP endpoint): the fast subset's families plus N random (event, payload) pairs on a
-joined socket (random, not derandomized), with a bystander client served after each barrage.
+"""Full relay bad-input fuzz (every socket event and HTTP endpoint).
+
+The fast subset's families plus N random (event, payload) pairs on a joined socket (random, not derandomized), with a
+bystander client served after each barrage.
 
     python bench/fuzz_relay.py [-n 3000]
 """

@@ -14,4 +14,5 @@ if __name__ == "__main__":
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("-n", type=int, default=10_000)
     n = ap.parse_args().n
-    sys.exit(run("test_templates_fuzz.py", "TEMPLATE_FUZZ_EXAMPLES", n, f"{n} examples (0 scheme/host changes, 0 dot segments)"))
+    sys.exit(run("test_templates_fuzz.py", "TEMPLATE_FUZZ_EXAMPLES", n,
+                 f"{n} examples (0 scheme/host changes, 0 dot segments)"))

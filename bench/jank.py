@@ -36,11 +36,17 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from support import CHROMIUM, CHROMIUM_ARGS, PageServer, start_relay  # noqa: E402
-from chrome_trace import (  # noqa: E402
-    LONGTASK_COLLECT, LONGTASK_SCRIPT, Blocking, main_thread_cpu, main_thread_tasks, probe_input, tracing,
+from chrome_trace import (
+    LONGTASK_COLLECT,
+    LONGTASK_SCRIPT,
+    Blocking,
+    main_thread_cpu,
+    main_thread_tasks,
+    probe_input,
+    tracing,
 )
-from results import save, stats  # noqa: E402
+from results import save, stats
+from support import CHROMIUM, CHROMIUM_ARGS, PageServer, start_relay
 
 KINDS = ("cold", "second", "third", "newtab", "restart", "pages",
          "cold-reader", "later-reader", "newtab-reader", "restart-reader")
@@ -95,10 +101,10 @@ async def visit(context: Any, page: Any, url: str, site: str, reader: bool = Fal
         lt = await page.evaluate(LONGTASK_COLLECT)
     b = Blocking.of(main_thread_tasks(trace, site))
     cpu = Blocking.of(main_thread_cpu(trace, site))
-    l = Blocking.of(lt)
+    long_tasks = Blocking.of(lt)
     return {
         "trace_longest": b.longest_ms, "trace_tbt": b.tbt_ms, "trace_busy": b.busy_ms, "cpu_longest": cpu.longest_ms,
-        "lt_longest": l.longest_ms, "lt_tbt": l.tbt_ms,
+        "lt_longest": long_tasks.longest_ms, "lt_tbt": long_tasks.tbt_ms,
         "input_worst": max(delays, default=0.0), "input_over_100": sum(1 for d in delays if d > 100),
         "joined": state == "joined",
     }

@@ -91,8 +91,11 @@ async def webmcp(n: int) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         dist = ROOT / "widget" / "_dist"
         port = free_port()
-        relay = subprocess.Popen([sys.executable, "-m", "widget.relay", "--port", str(port), "--db", f"{tmp}/r.sqlite3",
-                                  "--dist", str(dist)], cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        cmd = [sys.executable, "-m", "widget.relay", "--port", str(port), "--db", f"{tmp}/r.sqlite3",
+               "--dist", str(dist)]
+        # Started off the event loop: fork and exec block it.
+        relay = await asyncio.to_thread(subprocess.Popen, cmd, cwd=ROOT, stdout=subprocess.DEVNULL,
+                                        stderr=subprocess.DEVNULL)
         try:
             wait_port(port, relay)
             async with async_playwright() as pw:
@@ -123,7 +126,8 @@ async def main() -> None:
     ap.add_argument("-n", type=int, default=50)
     args = ap.parse_args()
     port = free_port()
-    http = subprocess.Popen([sys.executable, SERVER, "http", str(port)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    http = await asyncio.to_thread(subprocess.Popen, [sys.executable, SERVER, "http", str(port)],
+                                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         wait_port(port, http)
         await links(args.n, f"http://127.0.0.1:{port}/mcp")

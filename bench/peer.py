@@ -50,13 +50,13 @@ N runs each:
 Variants of ours (``--targets``): ``ours-noprewarm`` / ``ours-prewarm`` / ``ours-prewarm-basic`` set
 ``window.AutopilotConfig.prewarm`` to false / true / "basic" (default: a worker pre-warms the wasm code on a
 tab's first start only; "basic": start-up only, without the widget's imports and a Markdown render;
-``ours-prewarm-compile``: "compile", a warm-only worker on every visit; ``ours-warm``: "warm", the worker once
-per tab without the hand-over (the default before 2026-12-02); ``ours-handoff``: "handoff" (now the default), the worker
-hands the page a snapshot of its Python and its compiled module), ``ours-nosnapcache``: ``snapshotCache: false``, later views
-start Python on the page instead of restoring the snapshot the worker stored (the default before 2026-12-02), ``ours-eager`` / ``ours-intent`` / ``ours-ready`` set
-the boot policy (the demo page's default is idle); ``ours-snapshot`` / ``ours-before`` are the demo
-page of another build folder (``--snapshot-dist``: made with ``build.py --snapshot``; ``--before-dist``: an older
-commit's build) served by another relay.
+``ours-prewarm-compile``: "compile", a warm-only worker on every visit; ``ours-warm``: "warm", the worker once per tab
+without the hand-over (the default before 2026-12-02); ``ours-handoff``: "handoff" (now the default), the worker hands
+the page a snapshot of its Python and its compiled module), ``ours-nosnapcache``: ``snapshotCache: false``, later views
+start Python on the page instead of restoring the snapshot the worker stored (the default before 2026-12-02),
+``ours-eager`` / ``ours-intent`` / ``ours-ready`` set the boot policy (the demo page's default is idle);
+``ours-snapshot`` / ``ours-before`` are the demo page of another build folder (``--snapshot-dist``: made with
+``build.py --snapshot``; ``--before-dist``: an older commit's build) served by another relay.
 
     python bench/peer.py [-n 5] [--targets ours,chainlit,bare] [--no-warm] [--dwell S] [--timeout 1500]
 """
@@ -137,7 +137,10 @@ PROBE = """
   const look = () => {
     const h = document.getElementById(cfg.host);
     const b = h && h.shadowRoot && h.shadowRoot.querySelector(cfg.button);
-    if (b) { const r = b.getBoundingClientRect(); if (r.width > 0 && r.height > 0) { P.toggle = performance.now(); return; } }
+    if (b) {
+      const r = b.getBoundingClientRect();
+      if (r.width > 0 && r.height > 0) { P.toggle = performance.now(); return; }
+    }
     requestAnimationFrame(look);
   };
   requestAnimationFrame(look);
@@ -679,7 +682,8 @@ async def bench(args: argparse.Namespace) -> None:
                         seq += 1
                         ctx = await new_context(browser, t)
                         try:
-                            r = await run_once(await Tab.open(ctx, foreign), Run(t, urls[t], args.step_timeout, args.dwell),
+                            r = await run_once(await Tab.open(ctx, foreign),
+                                               Run(t, urls[t], args.step_timeout, args.dwell),
                                                f"ping-{seq}-{t}")
                         except Exception as exc:  # noqa: BLE001 - a crashed tab or a timeout: counted, not fatal
                             failures.append(f"cold {t}: {str(exc).splitlines()[0][:160]}")
@@ -704,7 +708,8 @@ async def bench(args: argparse.Namespace) -> None:
                         for t in order:
                             seq += 1
                             try:
-                                r = await run_once(tabs[t], Run(t, urls[t], args.step_timeout, args.dwell), f"ping-{seq}-{t}")
+                                r = await run_once(tabs[t], Run(t, urls[t], args.step_timeout, args.dwell),
+                                                   f"ping-{seq}-{t}")
                             except Exception as exc:  # noqa: BLE001 - counted; the tab is replaced (same context)
                                 failures.append(f"warm {t}: {str(exc).splitlines()[0][:160]}")
                                 log(f"warm {i + 1}/{args.n} {t}: FAILED: {failures[-1]}")

@@ -161,7 +161,8 @@ class Client:
 
     async def connect(self) -> None:
         await self.sio.connect(self.bench.base, socketio_path="socket.io", transports=["websocket"], wait_timeout=60)
-        ack = await self.sio.call(P.EV_JOIN, {"token": self.token, "version": P.PROTOCOL_VERSION, "last_seq": 0}, timeout=60)
+        ack = await self.sio.call(P.EV_JOIN, {"token": self.token, "version": P.PROTOCOL_VERSION, "last_seq": 0},
+                                  timeout=60)
         if not ack.get("ok"):
             raise RuntimeError(f"join refused: {ack}")
         await asyncio.wait_for(self.state_seen.wait(), 60)
@@ -181,7 +182,8 @@ class Client:
     async def round(self, i: int) -> None:
         await self.patch([{"op": "replace", "path": "/autopilot/context/page", "value": f"/page/{i}"}])
         self.turn_done.clear()
-        ack = await self.sio.call(P.EV_USER_MESSAGE, {"text": f'call bench_fn {{"i": {i}}}', "idempotency_key": self.key()}, timeout=60)
+        ack = await self.sio.call(P.EV_USER_MESSAGE,
+                                  {"text": f'call bench_fn {{"i": {i}}}', "idempotency_key": self.key()}, timeout=60)
         if not ack.get("ok"):
             self.bench.errors.append(f"user_message refused: {ack}")
             return
@@ -214,7 +216,8 @@ class Bench:
                        "max_sockets_per_address = 0\nretention_days = 0\n")
         cmd = [sys.executable, "-m", "widget.relay", "--port", str(port), "--db", str(self.tmp / "relay.sqlite3"),
                "--config", str(cfg), "--demo-chunk-delay-ms", "0", "--log-level", "warning"]
-        self.relay = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=open(self.tmp / "relay.log", "wb"))
+        self.relay = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL,
+                                      stderr=open(self.tmp / "relay.log", "wb"))
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
             if self.relay.poll() is not None:
@@ -252,7 +255,9 @@ class Bench:
         return len(bad)
 
     def stats(self, values: list[float]) -> str:
-        return f"p50 {pct(values, 50):.2f} ms, p99 {pct(values, 99):.2f} ms, max {max(values):.2f} ms (n={len(values)})" if values else "no samples"
+        if not values:
+            return "no samples"
+        return f"p50 {pct(values, 50):.2f} ms, p99 {pct(values, 99):.2f} ms, max {max(values):.2f} ms (n={len(values)})"
 
     async def run(self) -> None:
         a = self.args
@@ -260,10 +265,12 @@ class Bench:
         pid = self.relay.pid  # type: ignore[union-attr]
         self.say(f"# Relay benchmark — {datetime.date.today().isoformat()}")
         self.say(f"machine: {os.cpu_count()} cores ({cpu_model()}), Python {platform.python_version()}, "
-                 f"python-socketio {getattr(socketio, '__version__', '5.x')} clients over WebSocket, relay on uvicorn + wsproto + SQLite")
-        self.say(f"clients: {n} python-socketio AsyncClients in ONE load-generator process; the relay is another process; "
-                 f"clients and relay share this machine's {os.cpu_count()} cores (loopback only)")
-        self.say("load average before: " + " ".join(f"{x:.2f}" for x in os.getloadavg()) + " (other work on the machine skews every number)")
+                 f"python-socketio {getattr(socketio, '__version__', '5.x')} clients over WebSocket, relay on uvicorn "
+                 "+ wsproto + SQLite")
+        self.say(f"clients: {n} python-socketio AsyncClients in ONE load-generator process; the relay is another "
+                 f"process; clients and relay share this machine's {os.cpu_count()} cores (loopback only)")
+        self.say("load average before: " + " ".join(f"{x:.2f}" for x in os.getloadavg())
+                 + " (other work on the machine skews every number)")
         connector = aiohttp.TCPConnector(limit=a.concurrency)
         async with aiohttp.ClientSession(connector=connector) as http:
             # warm-up: one complete client cycle, so lazy imports and caches are in place before measuring
@@ -277,9 +284,11 @@ class Bench:
 
             clients = [Client(self, i) for i in range(n)]
             t = time.perf_counter()
-            bad = self.failures(await self.gather_limited([c.http_setup(http) for c in clients], a.concurrency), "http setup")
+            bad = self.failures(await self.gather_limited([c.http_setup(http) for c in clients], a.concurrency),
+                                "http setup")
             dt = time.perf_counter() - t
-            self.say(f"1. HTTP setup (POST create + GET token), {a.concurrency} in flight: {n} in {dt:.2f} s = {n / dt:.0f} conversations/s"
+            self.say(f"1. HTTP setup (POST create + GET token), {a.concurrency} in flight: {n} in {dt:.2f} s = "
+                     f"{n / dt:.0f} conversations/s"
                      + (f" ({bad} failed)" if bad else ""))
         self.figures["http_setup"] = {"conversations_per_s": n / dt, "failed": bad}
 
@@ -291,10 +300,10 @@ class Bench:
         await asyncio.sleep(2.0)
         rss1 = rss_kib(pid)
         connected = [c for c in clients if c.sio.connected and c.state_seen.is_set()]
-        self.say(f"2. Socket setup (connect + join + state snapshot), {a.concurrency} in flight: {len(connected)} in {dt:.2f} s = "
-                 f"{len(connected) / dt:.0f} connections/s" + (f" ({bad} failed)" if bad else ""))
-        self.say(f"   relay RSS {rss0 / 1024:.1f} MiB before, {rss1 / 1024:.1f} MiB with {len(connected)} idle joined clients: "
-                 f"{(rss1 - rss0) / max(1, len(connected)):.1f} KiB per connection")
+        self.say(f"2. Socket setup (connect + join + state snapshot), {a.concurrency} in flight: {len(connected)} in "
+                 f"{dt:.2f} s = {len(connected) / dt:.0f} connections/s" + (f" ({bad} failed)" if bad else ""))
+        self.say(f"   relay RSS {rss0 / 1024:.1f} MiB before, {rss1 / 1024:.1f} MiB with {len(connected)} idle joined "
+                 f"clients: {(rss1 - rss0) / max(1, len(connected)):.1f} KiB per connection")
         self.figures["socket_setup"] = {"connections_per_s": len(connected) / dt, "failed": bad,
                                         "rss_idle_mib": rss0 / 1024, "rss_joined_mib": rss1 / 1024,
                                         "kib_per_connection": (rss1 - rss0) / max(1, len(connected))}
@@ -325,15 +334,18 @@ class Bench:
         cpu = cpu_s(pid) - cpu0
         calls = len(self.overhead_ms)
         self.say(f"4. All {len(connected)} clients active at once, {a.calls} × (patch + message + function call) each: "
-                 f"{calls} calls in {dt:.1f} s = {calls / dt:.0f} calls/s" + (f" ({bad} clients failed)" if bad else ""))
+                 f"{calls} calls in {dt:.1f} s = {calls / dt:.0f} calls/s"
+                 + (f" ({bad} clients failed)" if bad else ""))
         self.say(f"   relay overhead per function call: {self.stats(self.overhead_ms)}")
         self.say(f"   state patch ack round trip:       {self.stats(self.patch_ms)}")
         self.say(f"   client handler time (excluded):   p50 {pct(self.handler_ms, 50) * 1000:.1f} µs")
         self.say(f"   relay CPU {cpu:.1f} s over {dt:.1f} s wall ({cpu / dt * 100:.0f} % of one core): "
-                 f"{cpu / max(1, calls) * 1000:.1f} ms of relay CPU per turn (patch + message + call + answer, ~20 sequenced "
-                 f"events) — the load-independent number; load generator CPU {time.process_time():.1f} s in all")
+                 f"{cpu / max(1, calls) * 1000:.1f} ms of relay CPU per turn (patch + message + call + answer, ~20 "
+                 "sequenced events) — the load-independent number; "
+                 f"load generator CPU {time.process_time():.1f} s in all")
         self.say(f"   peak relay RSS {rss_kib(pid) / 1024:.1f} MiB")
-        self.figures["all_active"] = {"clients": len(connected), "calls": calls, "seconds": dt, "calls_per_s": calls / dt,
+        self.figures["all_active"] = {"clients": len(connected), "calls": calls, "seconds": dt,
+                                      "calls_per_s": calls / dt,
                                       "failed_clients": bad, "overhead_ms": stats(self.overhead_ms),
                                       "patch_ack_ms": stats(self.patch_ms), "relay_cpu_s": cpu,
                                       "relay_cpu_ms_per_turn": cpu / max(1, calls) * 1000,
@@ -342,8 +354,9 @@ class Bench:
         self.say("load average after: " + " ".join(f"{x:.2f}" for x in os.getloadavg()))
         if self.errors:
             self.say(f"errors ({len(self.errors)}): " + "; ".join(self.errors[:5]))
-        self.say("method: overhead = (client receives function_call.end − client receives function_call.begin) − client handler time; "
-                 "it includes loopback transport both ways and this load generator's own scheduling delay (an upper bound for the relay's share).")
+        self.say("method: overhead = (client receives function_call.end − client receives function_call.begin) − "
+                 "client handler time; it includes loopback transport both ways and this load generator's own "
+                 "scheduling delay (an upper bound for the relay's share).")
 
 
 async def main_async(args: argparse.Namespace) -> int:
@@ -364,8 +377,10 @@ async def main_async(args: argparse.Namespace) -> int:
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--clients", type=int, default=1000, help="concurrent simulated clients (default 1000)")
-    p.add_argument("--calls", type=int, default=3, help="function-call rounds per client in the concurrent phase (default 3)")
-    p.add_argument("--solo-calls", type=int, default=200, help="sequential calls of one client while the others idle (default 200)")
+    p.add_argument("--calls", type=int, default=3,
+                   help="function-call rounds per client in the concurrent phase (default 3)")
+    p.add_argument("--solo-calls", type=int, default=200,
+                   help="sequential calls of one client while the others idle (default 200)")
     p.add_argument("--concurrency", type=int, default=100, help="setup requests in flight (default 100)")
     p.add_argument("--timeout", type=float, default=600, help="stop after this many seconds (default 600)")
     args = p.parse_args()

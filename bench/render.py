@@ -151,7 +151,8 @@ def bench_py_ms():
 
 BROWSER_RUN = """async ([ends, incremental]) => {
   const py = window.__pyodide, S = window.__sanitizer;
-  const step = py.globals.get("bench_step"), reset = py.globals.get("bench_reset"), pyMs = py.globals.get("bench_py_ms");
+  const step = py.globals.get("bench_step"), reset = py.globals.get("bench_reset");
+  const pyMs = py.globals.get("bench_py_ms");
   const stable = document.getElementById("stable"), tail = document.getElementById("tail");
   stable.replaceChildren(); tail.replaceChildren();
   reset();
@@ -285,7 +286,8 @@ def main() -> int:
         "chars": len(text), "chunks": len(ends), "chars_per_chunk": chars_per_chunk, "repeat": args.repeat,
         "tokens_per_second": args.tokens_per_second, "chunks_per_second": args.chunks_per_second,
         "cpython": {name: {"total_ms": total * 1000, "max_chunk_ms": worst * 1000,
-                           "mean_chunk_ms": total / len(ends) * 1000} for name, (total, worst, _html) in results.items()},
+                           "mean_chunk_ms": total / len(ends) * 1000}
+                    for name, (total, worst, _html) in results.items()},
         "tail_chars": {"median": statistics.median(tails), "max": max(tails)}}
     rc = browser_bench(text, ends, args.repeat, figures) if args.browser else 0
     save("render", figures)

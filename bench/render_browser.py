@@ -195,7 +195,9 @@ BREAKDOWN = {
 }
 
 
-def main_thread_tasks(trace: Any, t_start: float, t_end: float) -> tuple[list[tuple[float, float]], str, dict[str, float]]:
+def main_thread_tasks(
+    trace: Any, t_start: float, t_end: float
+) -> tuple[list[tuple[float, float]], str, dict[str, float]]:
     """``(wall ms, thread CPU ms)`` of top-level tasks on the busiest renderer main thread between two trace
     timestamps (µs), and the time of a few inner event kinds (ms)."""
     events = trace["traceEvents"] if isinstance(trace, dict) else trace
@@ -248,7 +250,8 @@ async def run(args: argparse.Namespace) -> int:
             run_py = "code => window.Autopilot.pyodide.runPythonAsync(code)"
             await page.evaluate(run_py, f"NAIVE = {bool(args.naive)!r}\nPROFILE = {bool(args.profile)!r}\n" + SETUP)
             await page.wait_for_timeout(800)
-            await page.evaluate(run_py, "STATS['frames'].clear(); STATS['events'].clear(); STATS.get('parts', {}).clear(); True")
+            await page.evaluate(run_py, "STATS['frames'].clear(); STATS['events'].clear(); STATS.get('parts', "
+                                        "{}).clear(); True")
             await page.evaluate("window.__longtasks.length = 0")
             mark = "bench-" + ("naive" if args.naive else "inc")
             # The answer and its chunking go to the page before the measurement (parsing them is the bench's cost).
@@ -256,7 +259,8 @@ async def run(args: argparse.Namespace) -> int:
                                         f"ENDS = {ends!r}\nTrue")
             frames = socket_frames(text, ends, mark, await page.evaluate(run_py, "client.seq.last_seq + 1"))
             t_before = await page.evaluate("performance.timeOrigin + performance.now()")
-            await browser.start_tracing(page=page, categories=["devtools.timeline", "disabled-by-default-devtools.timeline"])
+            await browser.start_tracing(page=page,
+                                        categories=["devtools.timeline", "disabled-by-default-devtools.timeline"])
             await page.evaluate("() => console.timeStamp('bench-start')")
             if args.socket:
                 seconds, event_ms = await page.evaluate(SOCKET_STREAM, {"frames": frames, "interval": interval * 1000})
@@ -319,7 +323,8 @@ want.innerHTML.replace("\\n", "") == got.innerHTML.replace("\\n", "")""")
               f"p95 {sorted(frames)[int(len(frames) * 0.95) - 1]:.2f} ms, max {max(frames):.2f} ms")
     if events:
         what = ("WebSocket message: socket.io decoding + bridge + transport + client" if args.socket
-                else "client event handling (session, store; the stream's Markdown + sanitizing when it asks for a frame)")
+                else "client event handling (session, store; the stream's Markdown + sanitizing when it asks for a "
+                     "frame)")
         print(f"  {what}: mean {statistics.mean(events):.3f} ms, "
               f"max {max(events):.2f} ms over {len(events)} events")
     for name, value in sorted(stats.get("parts", {}).items()):

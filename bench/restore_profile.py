@@ -260,8 +260,8 @@ async def one_visit(
 ) -> dict[str, Any]:
     """One visit in a fresh browser where the reader hovers the toggle once the widget is prepared (``early``: as
     soon as the toggle shows, while the worker is still starting Python; ``later``: the site's second page after a
-    first view that stored its snapshot, the reader hovering once it is idle); its trace, analysed. With ``whole`` (implied by
-    ``early``) the trace starts before the navigation (as bench/jank.py's do), else at the hover."""
+    first view that stored its snapshot, the reader hovering once it is idle); its trace, analysed. With ``whole``
+    (implied by ``early``) the trace starts before the navigation (as bench/jank.py's do), else at the hover."""
     whole = whole or early
     browser = await pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
     try:
@@ -283,7 +283,8 @@ async def one_visit(
                 await asyncio.sleep(SETTLE_S)
         if whole:
             await recording.start()
-        await page.goto(site + ("2.html" if later and extra_views % 2 == 0 else "1.html"), wait_until="domcontentloaded")
+        await page.goto(site + ("2.html" if later and extra_views % 2 == 0 else "1.html"),
+                        wait_until="domcontentloaded")
         # (not jank's settled(): under load the worker may take longer than its 4-s "idle" window)
         if later:
             await settled(page, 60)
@@ -326,7 +327,8 @@ def wasm_code(trace: Trace, pid: int, tid: int) -> dict[str, float]:
     """How the page's main thread got its wasm code: functions compiled lazily there (count, ms), and whether V8
     took compiled code from elsewhere (a module alive in the process, without compiling; a serialized code cache)."""
     lazy = [e.get("dur", 0) / 1000 for e in trace.events
-            if e.get("name") == "wasm.CompileLazy" and e.get("pid") == pid and e.get("tid") == tid and e.get("ph") == "X"]
+            if e.get("name") == "wasm.CompileLazy" and e.get("pid") == pid and e.get("tid") == tid
+            and e.get("ph") == "X"]
     names = {e.get("name", "") for e in trace.events if e.get("pid") == pid and "wasm" in (e.get("cat") or "")}
     return {"lazy": len(lazy), "lazy_ms": sum(lazy), "from_cache": float(any("Deserialize" in n for n in names))}
 

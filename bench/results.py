@@ -176,7 +176,8 @@ def _machine() -> Machine:
     exe = os.environ.get("CHROMIUM", "/usr/bin/chromium")
     if Path(exe).exists():
         try:
-            chromium = subprocess.run([exe, "--version"], capture_output=True, text=True, timeout=20).stdout.strip() or None
+            chromium = subprocess.run([exe, "--version"], capture_output=True, text=True,
+                                      timeout=20).stdout.strip() or None
         except (OSError, subprocess.SubprocessError):
             chromium = None
     return {"arch": platform.machine(), "cores": os.cpu_count(), "memory_gib": memory, "os": platform.platform(),

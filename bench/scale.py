@@ -13,9 +13,9 @@ model call a page function (two model rounds, ~16 sequenced events per turn). Se
   process, so the turn runs on one process while its function call and all its events go to the
   client on the other (Redis fan-out + the response through PostgreSQL).
 
-Per setup: turns/s over the run, and the latency of a turn (message sent → ``completion.finished``
-received) p50/p99; the next message goes after ``user_input``. Bounded: ``--conversations`` × ``--turns`` turns, a 120 s cap per setup. Client
-load runs in this process on the same 2-core machine as the relays: compare setups within one run.
+Per setup: turns/s over the run, and the latency of a turn (message sent → ``completion.finished`` received) p50/p99;
+the next message goes after ``user_input``. Bounded: ``--conversations`` × ``--turns`` turns, a 120 s cap per setup.
+Client load runs in this process on the same 2-core machine as the relays: compare setups within one run.
 
     python bench/scale.py [--conversations 16] [--turns 8]
 """
@@ -60,7 +60,8 @@ async def one_conversation(http: aiohttp.ClientSession, home: str, sender_base: 
     assert ack["ok"], ack
     await client.wait("state")
     patch = [{"op": "add", "path": "/autopilot/functions/get_selection",
-              "value": {"name": "get_selection", "description": "Selected text.", "parameters": {"type": "object", "properties": {}},
+              "value": {"name": "get_selection", "description": "Selected text.",
+                        "parameters": {"type": "object", "properties": {}},
                         "kind": "function", "sensitive": False, "source": "client"}}]
     assert (await client.call("state_patch", {"patch": patch, "idempotency_key": "p"})) == {"ok": True}
     client.auto_answer = lambda call: {"text": "selected"}
@@ -83,7 +84,8 @@ async def one_conversation(http: aiohttp.ClientSession, home: str, sender_base: 
     return done
 
 
-async def run_setup(name: str, relays: list[RelayProcess], conversations: int, turns: int, cross: bool) -> dict[str, Any]:
+async def run_setup(name: str, relays: list[RelayProcess], conversations: int, turns: int,
+                    cross: bool) -> dict[str, Any]:
     latencies: list[float] = []
     deadline = time.monotonic() + 120
     async with aiohttp.ClientSession() as http:
@@ -110,7 +112,8 @@ async def main_async(args: argparse.Namespace) -> None:
 
     def cluster(n: int, store: bool) -> list[RelayProcess]:
         dsn = pg.database("bench_" + uuid.uuid4().hex[:8]) if store else None
-        return [RelayProcess(work, database_url=dsn, redis_url=redis.url if store else None, extra=extra) for _ in range(n)]
+        return [RelayProcess(work, database_url=dsn, redis_url=redis.url if store else None, extra=extra)
+                for _ in range(n)]
 
     for name, n, store, cross in (("sqlite-1", 1, False, False), ("pg-1", 1, True, False),
                                   ("pg-2", 2, True, False), ("pg-2-cross", 2, True, True)):
@@ -126,7 +129,8 @@ async def main_async(args: argparse.Namespace) -> None:
           "client load in this process, same machine")
     print(f"{'setup':<12} {'turns':>6} {'turns/s':>8} {'p50 ms':>8} {'p99 ms':>8} {'max ms':>8} {'p99 vs pg-1':>12}")
     for r in results:
-        print(f"{r['setup']:<12} {r['turns']:>6} {r['turns_per_s']:>8.1f} {r['p50_ms']:>8.1f} {r['p99_ms']:>8.1f} {r['max_ms']:>8.1f}"
+        print(f"{r['setup']:<12} {r['turns']:>6} {r['turns_per_s']:>8.1f} {r['p50_ms']:>8.1f} {r['p99_ms']:>8.1f} "
+              f"{r['max_ms']:>8.1f}"
               f" {r['p99_ms'] - base['p99_ms']:>+11.1f}")
     save("scale", {"conversations": args.conversations, "turns": args.turns, "setups": results})
 

@@ -96,9 +96,11 @@ async def main(replays: int, events: int, watch: float, chars: int) -> int:
                   f"{replays} replays sent in {sent_s:.2f} s, "
                   f"nothing read for {watch:.0f} s; load {load:.1f}")
             print(f"  relay RSS {base:.1f} MB before, peak {peak:.1f} MB (+{peak - base:.1f} MB)")
-            print(f"  socket disconnected by the relay: {'after %.1f s' % closed_at if closed_at is not None else 'no'}; "
+            print("  socket disconnected by the relay: "
+                  f"{'after %.1f s' % closed_at if closed_at is not None else 'no'}; "
                   f"{refused} replay acks rate_limited among the {got} packets read afterwards")
-            print(f"  bystander's message acked in {bystander_ms:.0f} ms" if bystander_ms is not None else "  bystander: no ack")
+            print(f"  bystander's message acked in {bystander_ms:.0f} ms" if bystander_ms is not None
+                  else "  bystander: no ack")
             save("slow_reader", {"events": events, "seq": seq, "chars": chars, "replays": replays, "sent_s": sent_s,
                                  "watch_s": watch, "rss_before_mb": base, "rss_peak_mb": peak,
                                  "disconnected_after_s": closed_at, "rate_limited_acks": refused,
@@ -113,6 +115,7 @@ if __name__ == "__main__":
     ap.add_argument("--replays", type=int, default=400)
     ap.add_argument("--events", type=int, default=2000)
     ap.add_argument("--watch", type=float, default=30.0)
-    ap.add_argument("--chars", type=int, default=20, help="characters of each user message (larger: more bytes per replay)")
+    ap.add_argument("--chars", type=int, default=20,
+                    help="characters of each user message (larger: more bytes per replay)")
     a = ap.parse_args()
     sys.exit(asyncio.run(main(a.replays, a.events, a.watch, a.chars)))

@@ -53,7 +53,8 @@ SETTLE_S = 1.0
 ISOLATION_HEADERS = {"Cross-Origin-Opener-Policy": "same-origin", "Cross-Origin-Embedder-Policy": "require-corp"}
 
 #: A 2 KB Markdown answer of the kinds the bar renders (headings, lists, code, a table, links).
-ANSWER = ("### Demo answer\n\nHere is what I found on **this page**, with `code` and a [link](https://example.com/a).\n\n"
+ANSWER = ("### Demo answer\n\nHere is what I found on **this page**, with `code` and a "
+          "[link](https://example.com/a).\n\n"
           + "".join(f"- item {i}: *some* words about the item, and a little more text\n" for i in range(12))
           + "\n```python\ndef f(x):\n    return x * 2\n```\n\n| name | value |\n|---|---|\n"
           + "".join(f"| row {i} | {i * 7} |\n" for i in range(12))
@@ -139,7 +140,8 @@ async def visit(context: Any, page: Any, url: str, site: str, variant: str) -> d
     await cdp.detach()
     b = Blocking.of(main_thread_tasks(trace, site))
     cpu = Blocking.of(main_thread_cpu(trace, site))
-    return {"cpu_longest": cpu.longest_ms, "cpu_tbt": cpu.tbt_ms, "heap": heap, "longest": b.longest_ms, "tbt": b.tbt_ms, "busy": b.busy_ms, "input_worst": max(delays, default=0.0),
+    return {"cpu_longest": cpu.longest_ms, "cpu_tbt": cpu.tbt_ms, "heap": heap, "longest": b.longest_ms,
+            "tbt": b.tbt_ms, "busy": b.busy_ms, "input_worst": max(delays, default=0.0),
             "input_over_100": sum(1 for d in delays if d > 100), **times}
 
 

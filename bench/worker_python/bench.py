@@ -54,7 +54,8 @@ async def call_page_function() -> str:
     success, finished = loop.create_future(), loop.create_future()
     client.on(ClientEvent.FUNCTION_SUCCESS,
               lambda p: success.done() or success.set_result((bench_proxy.now(), str(p.get("result")))))
-    client.on("completion.finished", lambda p: success.done() and not finished.done() and finished.set_result(bench_proxy.now()))
+    client.on("completion.finished",
+              lambda p: success.done() and not finished.done() and finished.set_result(bench_proxy.now()))
     t = bench_proxy.now()
     await client.send_message("page_title")
     ok_at, payload = await asyncio.wait_for(success, 30)
