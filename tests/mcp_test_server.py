@@ -1,6 +1,6 @@
 """A small MCP server for the relay's MCP tests, over stdio or streamable HTTP.
 
-    python tests/mcp_test_server.py stdio [--mode ok|crash|leak-crash|hang-start]
+    python tests/mcp_test_server.py stdio [--mode ok|crash|leak-crash|slow-start|hang-start]
     python tests/mcp_test_server.py http PORT
 
 Tools: ``add(a, b)``, ``echo(text)`` (a long text comes back whole: the relay cuts it), ``whoami()`` (the
@@ -90,6 +90,10 @@ def main() -> None:
         if mode == "leak-crash":
             print(f"cannot start: token {os.environ.get('MCP_TEST_TOKEN')} was refused", file=sys.stderr)
             sys.exit(2)
+        if mode == "slow-start":  # the handshake comes 2 s late
+            import time
+
+            time.sleep(2)
         if mode == "hang-start":
             import time
 

@@ -71,16 +71,19 @@ async def both(tmp_path_factory: pytest.TempPathFactory,
         "leaky": McpServerConfig(command=[sys.executable, SERVER, "stdio", "--mode", "leak-crash"], env=env,
                                  tools=["*"], startup_timeout_s=30),
         "local": McpServerConfig(command=[sys.executable, SERVER, "stdio"], env=env, startup_timeout_s=30,
-                                 tools=["leak_and_die", "fail_echo", "big", "add"], timeout_s=20,
+                                 tools=["leak_and_die", "fail_echo", "big", "add", "sleep_forever"], timeout_s=20,
                                  max_result_bytes=LIMIT),
         "web": McpServerConfig(transport="http", url=http_server, tools=["big", "add"], startup_timeout_s=30,
                                max_result_bytes=LIMIT),
     }
+    slow = {"slow": McpServerConfig(command=[sys.executable, SERVER, "stdio", "--mode", "slow-start"],
+                                    tools=["add", "no_such_tool"], startup_timeout_s=30)}
     os.environ[TOKEN_VAR] = TOKEN
     try:
         h = await launch(tmp, adapters={"script": model},
                          apps={"shop": AppConfig(model="script", allowed_origins=[SHOP_ORIGIN], secret=SHOP_SECRET,
-                                                 mcp=servers)},
+                                                 mcp=servers),
+                               "slowapp": AppConfig(model="script", secret=SHOP_SECRET, mcp=slow)},
                          models={"script": ModelConfig(chunk_delay_ms=0)})
     finally:
         del os.environ[TOKEN_VAR]
@@ -149,6 +152,51 @@ async def test_an_http_server_s_result_is_read_within_the_limit(
         ends = {d["name"]: d for e, d in rec.events if e == "function_call.end"}
         assert ends["mcp__web__big"]["error"] == too_large_message(LIMIT)
         assert ends["mcp__web__add"]["result"] == 4  # the next use connects again
+    finally:
+        await rec.disconnect()
+
+
+async def test_stop_during_an_mcp_call_ends_its_pill_also_after_a_reload(
+        both: tuple[Any, ScriptedModel, Path], http: aiohttp.ClientSession) -> None:
+    relay, model, _ = both
+    model.reset()
+    rec, _, url = await joined(http, relay.url, app="shop")
+    model.script([TextDelta("Looking. "), ToolCall("mcp__local__sleep_forever", {})])
+    try:
+        assert (await rec.call("user_message", {"text": "wait", "idempotency_key": "s1"}))["ok"]
+        begin = await rec.wait("function_call.begin", timeout=60)
+        assert (await rec.call("cancel", {"idempotency_key": "c1"}))["cancelled"] is True
+        end = await rec.wait("function_call.end", timeout=30)
+        assert (end["id"], end["status"], end["error"]) == (begin["id"], "error", "Cancelled.")
+        assert (await rec.wait("completion.finished", timeout=30))["status"] == "cancelled"
+        assert [e for e, d in rec.events if e == "function_call.end"] == ["function_call.end"]  # one end
+        messages = (await info(http, url))["messages"]  # what a reload shows
+        tools = [m for m in messages if m["role"] == "tool" and m.get("function_call_id") == begin["id"]]
+        assert [(t["status"], t["error"]) for t in tools] == [("error", "Cancelled.")], messages
+    finally:
+        await rec.disconnect()
+
+
+async def test_the_turn_runs_from_its_acceptance_while_a_server_starts(
+        both: tuple[Any, ScriptedModel, Path], http: aiohttp.ClientSession, caplog: pytest.LogCaptureFixture) -> None:
+    """The server's handshake takes 2 s: ``completion.started`` (the bar's "Thinking…" and Stop) does not wait for
+    it; an allowlisted tool the server does not offer is reported when it starts."""
+    relay, model, _ = both
+    model.reset()
+    caplog.set_level(logging.INFO, logger="widget.relay")
+    rec, _, _ = await joined(http, relay.url, app="slowapp")
+    model.script([TextDelta("hello")])
+    try:
+        t0 = time.monotonic()
+        assert (await rec.call("user_message", {"text": "hi", "idempotency_key": "q1"}))["ok"]
+        await rec.wait("completion.started", timeout=30)
+        started = time.monotonic() - t0
+        await rec.wait("completion.finished", timeout=60)
+        finished = time.monotonic() - t0
+        assert started < 1.5 <= finished, (started, finished)
+        missing = [json.loads(r.getMessage()) for r in caplog.records
+                   if r.getMessage().startswith('{"event": "mcp_tools_missing"')]
+        assert [(m["server"], m["tools"]) for m in missing] == [("slow", ["no_such_tool"])]
     finally:
         await rec.disconnect()
 

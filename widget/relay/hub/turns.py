@@ -157,7 +157,6 @@ class TurnRunner:
                 last_round = iteration >= hub.config.max_iterations - 1
                 request, info = await build_request(hub.store, hub.config, cid, conv, app, turn_id, with_tools=not last_round,
                                                     model=model, docs=docs)
-                await hub.mcp.extend(app, info, request, model, with_tools=not last_round)
                 first = False
                 rounds += 1
                 cur = Round(message_id=new_id("m_"))
@@ -167,6 +166,9 @@ class TurnRunner:
                     if not cur.started:
                         cur.started = True
                         await hub.emit_event(cid, P.EV_COMPLETION_STARTED, {"turn_id": turn_id, "message_id": cur.message_id})
+
+                # MCP servers that must start first: the round starts (the turn shows as running) before that wait.
+                await hub.mcp.extend(app, info, request, model, with_tools=not last_round, before_wait=start)
 
                 request.attempt = attempt
                 async for chunk in guarded(model.stream(request), limits):

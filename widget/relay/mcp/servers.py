@@ -26,6 +26,7 @@ import json
 import logging
 import tempfile
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -97,6 +98,12 @@ class McpLink:
         #: when an HTTP response was cut at ``max_result_bytes`` (monotonic; 0: never)
         self._cut_at = 0.0
 
+    def ready(self) -> bool:
+        """Whether ``ensure`` answers at once (the server runs, or failed recently and is not tried again yet)."""
+        running = self.session is not None and self._task is not None and not self._task.done()
+        waiting = self._error is not None and time.monotonic() - self._failed_at < self.cfg.retry_after_s
+        return (running and not self._stop.is_set()) or waiting
+
     async def ensure(self) -> list[Any]:
         """The server's tools, starting it first when it is not running (McpUnavailable with the reason)."""
         if self.session is not None and self._task is not None and not self._task.done() and not self._stop.is_set():
@@ -124,6 +131,11 @@ class McpLink:
         else:
             self._error = None
             log.info("MCP server %r of app %r started: %d tools", self.name, self.app_id, len(tools))
+            offered = {getattr(t, "name", None) for t in tools}
+            missing = [t for t in self.cfg.tools if t != "*" and t not in offered]
+            if missing:  # a typo in the allowlist, or a server of another version: the operator is told at once
+                log.warning(json.dumps({"event": "mcp_tools_missing", "app": self.app_id, "server": self.name,
+                                        "tools": missing, "offered": sorted(n for n in offered if n)[:50]}))
             return tools
         await self._teardown()
         if ready.done() and not ready.cancelled():
@@ -311,12 +323,18 @@ class McpTool:
             try:
                 ok, value = await self.link.call(self.tool, c["arguments"])
             except asyncio.CancelledError:
-                # The turn was stopped: the pill ends too (the relay's pending-call cleanup does not know this call).
+                # The turn was stopped (Stop). A call the relay had not stored yet is stored pending now, so the turn's
+                # end cancels it as it cancels a page call: its pill ends "Cancelled." and the round keeps its tool
+                # message, which a reload shows. A confirmed call (stored, answered by the reader's "allow") ends here.
                 if not hub.closing:
                     with contextlib.suppress(Exception):
-                        await hub.emit_event(cid, P.EV_FUNCTION_CALL_END, {
-                            "id": c["id"], "name": c["name"], "status": P.STATUS_ERROR, "error": "Cancelled.",
-                            "duration_ms": None, "total_ms": None})
+                        if end.get("stored"):
+                            await hub.emit_event(cid, P.EV_FUNCTION_CALL_END, {
+                                "id": c["id"], "name": c["name"], "status": P.STATUS_ERROR, "error": "Cancelled.",
+                                "duration_ms": None, "total_ms": None})
+                        else:
+                            await hub.store.add_calls(cid, c["turn_id"], [{
+                                "id": c["id"], "name": c["name"], "kind": P.KIND_TOOL, "arguments": c["arguments"]}])
                 raise
         handler_ms = round((time.monotonic() - t1) * 1000, 1)
         ms = round((time.monotonic() - t0) * 1000, 1)
@@ -366,12 +384,15 @@ class McpTools:
                                   "pip install 'autopilot-widget[mcp]'") from None
 
     async def extend(self, app: AppConfig, info: RoundInfo, request: ModelRequest, model: ModelAdapter | None,
-                     with_tools: bool) -> None:
+                     with_tools: bool, before_wait: Callable[[], Awaitable[None]] | None = None) -> None:
         """Add the app's allowed MCP tools to a round's catalogue (and, ``with_tools``, to the model's tools);
-        tell the model which servers are unavailable and why. A page entry of the same name wins."""
+        tell the model which servers are unavailable and why. A page entry of the same name wins. ``before_wait``
+        is awaited first when a server must be started (it can take seconds): the turn shows as running meanwhile."""
         links = [self.links[(info.app_id, n)] for n in app.mcp if (info.app_id, n) in self.links]
         if not links:
             return
+        if before_wait is not None and not all(link.ready() for link in links):
+            await before_wait()
         listed = await asyncio.gather(*(link.ensure() for link in links), return_exceptions=True)
         keywords = model.schema_keywords if model is not None else frozenset({"enum"})
         formats = model.schema_formats if model is not None else frozenset()
