@@ -340,6 +340,37 @@ True""")
     assert src_page.log.page_errors == []
 
 
+async def test_every_text_of_the_sources_comes_from_the_labels(src_page: BarPage) -> None:
+    """A site that translates the bar translates the sources too: the list's name, "from the site", "(opens in a new
+    tab)" and the markers' names are labels."""
+    page = src_page.page
+    await fresh(page)
+    await py(page, "bar.bar.dom.labels.update({'sources': 'Quellen', 'source_site': 'von der Website', "
+                   "'source_new_tab': '(neuer Tab)', 'source_marker': 'Quelle {n}: {source}'})\nTrue")
+    await deliver(page, answer_events("src-de", ANSWER, sources(src_page.relay.url), chunk=400))
+    await wait_rows(page, "src-de", 4)
+    got = await js_root(page, """const m = r.querySelector('[data-key="src-de"]');
+        return [m.querySelector('ol.sources').getAttribute('aria-label'),
+                [...m.querySelectorAll('ol.sources > li')].map((li) => li.textContent),
+                m.querySelector('a.cite').getAttribute('aria-label')];""")
+    assert got == ["Quellen", ["1. Theming › Colours · von der Website", "2. Cart contents",
+                               "3. Plans › Limits (neuer Tab) · von der Website", "4. Sneaky · von der Website"],
+                   "Quelle 1: Theming › Colours"]
+
+
+async def test_a_stopped_answer_shows_no_half_citation(src_page: BarPage) -> None:
+    """The reader stopped the answer while the model was writing a citation: the half token is not shown."""
+    page = src_page.page
+    await fresh(page)
+    text = "Colours are set with custom properties [s"
+    events = answer_events("src-stop", text, None, finish=False)
+    events.append(("completion.finished", {"turn_id": "t-src-stop", "status": "cancelled"}))
+    await deliver(page, events)
+    await page.locator(q('[data-key="src-stop"] .stopped')).wait_for()
+    assert await js_root(page, "return r.querySelector('[data-key=\"src-stop\"] .content').textContent;") == (
+        "Colours are set with custom properties")
+
+
 # --------------------------------------------------------------------------------------------------------------
 # The real relay: an app with a docs index, the demo model citing it
 
@@ -427,34 +458,3 @@ async def test_a_real_uncited_answer_is_withdrawn_and_replaced(docs_page: BarPag
     assert not await page.locator(q(".message.assistant")).filter(has_text="nothing about that").count()
     assert seen["errors"] == 0 and seen["notices"] == 0, seen
     assert docs_page.log.page_errors == []
-
-
-async def test_every_text_of_the_sources_comes_from_the_labels(src_page: BarPage) -> None:
-    """A site that translates the bar translates the sources too: the list's name, "from the site", "(opens in a new
-    tab)" and the markers' names are labels."""
-    page = src_page.page
-    await fresh(page)
-    await py(page, "bar.bar.dom.labels.update({'sources': 'Quellen', 'source_site': 'von der Website', "
-                   "'source_new_tab': '(neuer Tab)', 'source_marker': 'Quelle {n}: {source}'})\nTrue")
-    await deliver(page, answer_events("src-de", ANSWER, sources(src_page.relay.url), chunk=400))
-    await wait_rows(page, "src-de", 4)
-    got = await js_root(page, """const m = r.querySelector('[data-key="src-de"]');
-        return [m.querySelector('ol.sources').getAttribute('aria-label'),
-                [...m.querySelectorAll('ol.sources > li')].map((li) => li.textContent),
-                m.querySelector('a.cite').getAttribute('aria-label')];""")
-    assert got == ["Quellen", ["1. Theming › Colours · von der Website", "2. Cart contents",
-                               "3. Plans › Limits (neuer Tab) · von der Website", "4. Sneaky · von der Website"],
-                   "Quelle 1: Theming › Colours"]
-
-
-async def test_a_stopped_answer_shows_no_half_citation(src_page: BarPage) -> None:
-    """The reader stopped the answer while the model was writing a citation: the half token is not shown."""
-    page = src_page.page
-    await fresh(page)
-    text = "Colours are set with custom properties [s"
-    events = answer_events("src-stop", text, None, finish=False)
-    events.append(("completion.finished", {"turn_id": "t-src-stop", "status": "cancelled"}))
-    await deliver(page, events)
-    await page.locator(q('[data-key="src-stop"] .stopped')).wait_for()
-    assert await js_root(page, "return r.querySelector('[data-key=\"src-stop\"] .content').textContent;") == (
-        "Colours are set with custom properties")
