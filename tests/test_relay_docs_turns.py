@@ -197,6 +197,8 @@ def test_config_docs_and_loop(tmp_path: Path) -> None:
         ('[apps.a.docs]\nfallback_actions = ["no spaces"]', "docs.fallback_actions must be a list"),
         ('[apps.a.docs]\nrequire_citations = "yes"', "docs.require_citations must be true or false"),
         ('[apps.a.docs]\nindex = "x"', "unknown key 'index'"),
+        ('[apps.a.tools.search_docs]\ncallable = "json:dumps"\ndescription = "x"',
+         "'search_docs' is the relay's own tool"),
     ]:
         f.write_text(toml + "\n")
         with pytest.raises(ConfigError, match=needle.replace("(", r"\(")):
@@ -261,6 +263,14 @@ async def test_a_tool_reply_is_sent_with_its_id_and_cited_like_a_page(relay: Any
     final = named(events, "completion.ended")[-1]["message"]
     assert final["sources"] == [{"id": "t1", "n": 1, "kind": "tool", "title": "Plan limits"}]
     assert "messages.withdrawn" not in [e for e, _ in events]
+    # a repeat answered from the first call keeps its id; a new call gets the next one
+    model.script([ToolCall("plan_limits", {"plan": "pro"})], [ToolCall("plan_limits", {"plan": "pro"}),
+                                                              ToolCall("plan_limits", {"plan": "free"})],
+                 [TextDelta("Same [t1], free [t2].")])
+    events = await turn(rec, "Pro twice, then free?", "m1b")
+    assert fed(model.requests[-1])[-3:] == ['[t1] {"plan": "pro", "seats": 5}', '[t1] {"plan": "pro", "seats": 5}',
+                                            '[t2] {"plan": "pro", "seats": 5}']
+    assert [s["id"] for s in named(events, "completion.ended")[-1]["message"]["sources"]] == ["t1", "t2"]
     # the same report without its citation: the rule applies (withdrawn)
     model.script([ToolCall("plan_limits", {"plan": "free"})], [TextDelta("Free has 1 seat.")])
     events = await turn(rec, "And free?", "m2")
