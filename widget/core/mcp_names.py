@@ -25,3 +25,12 @@ def mcp_tool_name(server: str, tool: str) -> str | None:
 def is_mcp_name(name: object) -> bool:
     """Whether ``name`` is an MCP server tool's catalogue name."""
     return isinstance(name, str) and name.startswith(MCP_PREFIX) and is_tool_name(name)
+
+
+def mcp_parts(name: object) -> tuple[str, str] | None:
+    """``(server, tool)`` of an MCP tool's catalogue name (server names have no ``_``), or None for any other name."""
+    if not is_mcp_name(name):
+        return None
+    assert isinstance(name, str)
+    server, sep, tool = name[len(MCP_PREFIX):].partition("__")
+    return (server, tool) if sep and server and tool else None

@@ -4,11 +4,27 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from ..core.mcp_names import mcp_parts
 from ..protocol import ConfirmationDecision
 from .dom import as_text
 
 if TYPE_CHECKING:
     from .bar import Bar
+
+
+#: The id prefix of a call an in-browser agent made through WebMCP (``widget.webmcp.call_here``).
+WEBMCP_CALL = "webmcp-"
+
+
+def subject(request: dict[str, Any]) -> tuple[str, dict[str, str]]:
+    """Who asks and what runs, as a label key and its values: a server's tool the relay runs (``mcp__…``), a page
+    function an in-browser agent calls (WebMCP), or a page function the assistant calls."""
+    parts = mcp_parts(request.get("name"))
+    if parts is not None:
+        return "confirm_text_mcp", {"server": parts[0], "tool": parts[1]}
+    if str(request.get("id") or "").startswith(WEBMCP_CALL):
+        return "confirm_text_webmcp", {}
+    return "confirm_text", {}
 
 
 class Confirmations:
@@ -44,7 +60,8 @@ class Confirmations:
             box.setAttribute("aria-labelledby", title_id)
             box.setAttribute("aria-describedby", desc_id)
             box.appendChild(dom.el("h3", "confirm-title", text=dom.t("confirm_title", name=name), id=title_id))
-            box.appendChild(dom.el("p", "confirm-text", text=lbl["confirm_text"], id=desc_id))
+            key, values = subject(req)
+            box.appendChild(dom.el("p", "confirm-text", text=dom.t(key, **values), id=desc_id))
             fn = dom.el("p", "confirm-fn")
             fn.appendChild(dom.el("code", "confirm-name", text=name))
             box.appendChild(fn)

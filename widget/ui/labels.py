@@ -74,6 +74,10 @@ LABELS: dict[str, str] = {
     # confirmation
     "confirm_title": "Allow “{name}” to run?",
     "confirm_text": "The assistant wants to run this page function with these arguments:",
+    "confirm_text_mcp": "The assistant wants the relay to run the tool “{tool}” of the MCP server “{server}” (not "
+                        "on this page) with these arguments:",
+    "confirm_text_webmcp": "An in-browser agent (WebMCP, not this site's assistant) wants to run this page "
+                           "function with these arguments:",
     "allow": "Allow",
     "deny": "Deny",
     # ask user
