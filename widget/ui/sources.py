@@ -66,6 +66,7 @@ class Sources:
         """The answer's (hidden) list of sources, created on first use after the answer's content."""
         if view.sources is None:
             ol = self.dom.el("ol", "sources", part="sources")
+            ol.setAttribute("role", "list")  # kept a list where list-style: none drops it (WebKit)
             ol.setAttribute("aria-label", self.dom.labels["sources"])
             ol.id = self.dom.uid("sources")  # its rows' ids start with it: the same row keeps its id when rebuilt
             ol.hidden = True
