@@ -6,8 +6,8 @@ The relay sends ``sources`` on an assistant message (``completion.ended`` and th
 What the bar does with them, whatever the wire holds:
 
 - an entry that is not an object, has no string ``id``/``title``, no whole ``n`` ≥ 1 or a ``kind`` other than
-  ``docs``/``tool`` is left out; so is a second
-  entry with an ``id`` or ``n`` seen before (the first one wins); the rest are shown in ``n`` order;
+  ``docs``/``tool`` is left out; so is a second entry with an ``id`` or ``n`` seen before (the first one wins);
+  the rest are shown in ``n`` order;
 - a ``[id]`` token whose id is not among them is dropped from the text (never shown);
 - a docs source links to its ``url`` only when that is an ``http(s)`` URL with a host and no whitespace, control,
   bidi or zero-width character (anything else shows its title as plain text); a URL on the page's own host opens
