@@ -178,7 +178,10 @@ class Membership:
                 events = await hub.store.events_after(cid, sent)
                 await hub.dispatch.emit_stored(cid, sid, events, run_after=ack_seq)
                 sent = events[-1][0] if events else sent
-                await hub.sio.enter_room(sid, cid)
+                try:
+                    await hub.sio.enter_room(sid, cid)
+                except KeyError:  # the socket left during the catch-up (Socket.IO forgets it before on_disconnect)
+                    return
                 rt.ready.add(sid)
                 if hub.store.shared:
                     # Another process may have emitted an event after the read above and before this socket
