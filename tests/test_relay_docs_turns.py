@@ -151,9 +151,12 @@ def test_passage_and_text_fragment() -> None:
 
 
 def test_greetings_and_exemptions() -> None:
-    for q in ("hi", "Hello!", "hey there", "Thanks!", "thank you so much", "ok", "Good morning", "merci"):
+    for q in ("hi", "Hello!", "hey there", "Thanks!", "thank you so much", "ok", "Good morning", "merci",
+              "Thanks, that helped!", "bye for now", "great."):
         assert is_greeting(q), q
-    for q in ("hi, how do I change the colours?", "thanks, and what about the pro plan?", "hello " * 10, ""):
+    for q in ("hi, how do I change the colours?", "thanks, and what about the pro plan?", "hello " * 10, "",
+              "hi what are the limits", "okay, the pro plan", "thanks! one more thing: the limits of pro",
+              "history of the project", "hike"):
         assert not is_greeting(q), q
     assert exempt_reason("hi", "Hello! Ask me about the docs.", offered=False) == "greeting"
     assert exempt_reason("hi", "x" * 301, offered=False) is None

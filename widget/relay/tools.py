@@ -304,17 +304,33 @@ def tool_title(name: str, title: Any = None) -> str:
     return (words[:1].upper() + words[1:]) if words else name
 
 
-#: Reader messages that are a greeting, thanks or goodbye (their short answer may cite nothing).
+#: A greeting, thanks or goodbye at the start of a reader's message (their short answer may cite nothing).
 _GREETING = re.compile(
-    r"(?:hi|hello|hey|hiya|howdy|yo|good\s+(?:morning|afternoon|evening|day)|thanks?(?:\s+(?:a\s+lot|you))?"
+    r"(?:hi|hello|hey|hiya|howdy|good\s+(?:morning|afternoon|evening|day)|thanks?(?:\s+(?:a\s+lot|you))?"
     r"(?:\s+(?:so|very)\s+much)?|thank\s+you(?:\s+(?:so|very)\s+much)?|thx|ty|cheers|bye|goodbye|see\s+you|"
-    r"ok(?:ay)?|cool|great|nice|perfect|got\s+it|hallo|hola|bonjour|salut|merci|danke|gracias|grazie|ciao)"
-    r"(?:\s+(?:there|again|everyone|all))?(?:\s+(?:autopilot|bot))?",
+    r"hallo|hola|bonjour|salut|merci|danke|gracias|grazie|ciao)"
+    r"(?:\s+(?:there|again|everyone|all))?(?:\s+(?:autopilot|bot))?\b",
     re.IGNORECASE,
 )
+#: Acknowledgements that are a greeting only alone ("ok", but not "ok, the pro plan").
+_ALONE = re.compile(r"(?:ok(?:ay)?|cool|great|nice|perfect|got\s+it|yo)", re.IGNORECASE)
+#: Words that make a short message a question, whatever it starts with.
+_QUESTION_WORDS = frozenset("what how why when where which who whom whose can could does do did is are was were "
+                            "should would will may might tell explain show list find".split())
 
 
 def is_greeting(question: str) -> bool:
-    """Whether the reader's message is only a greeting, thanks or goodbye (at most 40 characters)."""
-    text = question.strip().rstrip("!.?,:;) ").strip()
-    return len(question.strip()) <= 40 and bool(text) and _GREETING.fullmatch(text) is not None
+    """Whether the reader's message is only a greeting, thanks or goodbye: at most 40 characters, no ``?``, and
+    either an acknowledgement alone ("ok", "great") or a greeting or thanks followed by at most four words none of
+    which asks ("hi", "Thanks, that helped!"; not "hi what are the limits")."""
+    text = " ".join(question.split())
+    if not text or len(text) > 40 or "?" in text:
+        return False
+    bare = text.rstrip("!.,:;) ").strip()
+    if _ALONE.fullmatch(bare):
+        return True
+    m = _GREETING.match(bare)
+    if m is None:
+        return False
+    rest = re.findall(r"[\w']+", bare[m.end():].casefold())
+    return len(rest) <= 4 and not _QUESTION_WORDS & set(rest)
