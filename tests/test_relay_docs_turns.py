@@ -30,7 +30,7 @@ from widget.relay.docs.tool import build_reply
 from widget.relay.hub.citations import Citations, exempt_reason, is_greeting, quoted_passage, text_fragment
 from widget.relay.hub.prompts import CITATION_RULES
 from widget.relay.models.base import TextDelta, ToolCall
-from widget.relay.models.demo import DEMO_GREETING, DEMO_NOT_FOUND
+from widget.relay.models.demo import DEMO_GREETING, DEMO_NOT_FOUND, DEMO_THANKS
 from widget.relay.tools import DOCS_SECTIONS_HEAD, tool_title
 
 pytestmark = pytest.mark.relay
@@ -514,6 +514,9 @@ async def test_the_demo_model_answers_from_the_docs_with_its_citation(relay: Any
     docs.queries.clear()
     events = await turn(rec, "Hello!", "m4")
     assert [d["message"]["content"] for d in named(events, "completion.ended")] == [DEMO_GREETING]
+    assert docs.queries == [] and "messages.withdrawn" not in [e for e, _ in events]
+    events = await turn(rec, "Thanks, that helped!", "m5")
+    assert [d["message"]["content"] for d in named(events, "completion.ended")] == [DEMO_THANKS]
     assert docs.queries == [] and "messages.withdrawn" not in [e for e, _ in events]
     await rec.disconnect()
 

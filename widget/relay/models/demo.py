@@ -41,6 +41,9 @@ _SUGGEST = re.compile(r"suggest\s+follow[- ]?ups?", re.IGNORECASE)
 DEMO_NOT_FOUND = "I found nothing about that in the documentation."
 #: Its answer to a greeting in an app with docs (short: a greeting's answer needs no citation).
 DEMO_GREETING = "Hello! Ask me anything about this site's documentation, and I will answer with its sources."
+#: Its answer to thanks in an app with docs.
+DEMO_THANKS = "You are welcome! Ask me anything else about this site's documentation."
+_THANKS = re.compile(r"\s*(?:thank|thx|ty\b|cheers|merci|danke|gracias|grazie)", re.IGNORECASE)
 #: The longest quote from a section (whole sentences; a first sentence longer than this is cut at a word).
 QUOTE_CHARS = 300
 #: A tool reply's citable id, as the relay puts it before the reply (``[t1] {...}``).
@@ -230,7 +233,7 @@ class DemoModel(ModelAdapter):
         suggest = P.SUGGEST_FOLLOWUPS_TOOL in tools
         if not (suggest and _SUGGEST.search(text)):
             if is_greeting(text) and (P.SEARCH_DOCS_TOOL in tools or _one_shot_sections(msgs) is not None):
-                async for c in self._text(DEMO_GREETING):
+                async for c in self._text(DEMO_THANKS if _THANKS.match(text) else DEMO_GREETING):
                     yield c
                 return
             if P.SEARCH_DOCS_TOOL in tools:  # a question for the docs: search them with the reader's words
