@@ -118,6 +118,8 @@ class Bar:
         # --- panel and its parts ----------------------------------------------------------------
         self.panel = dom.el("section", "panel", part="panel")
         self.panel.setAttribute("role", "dialog")
+        # Non-modal: the page beside it stays usable (mouse and keyboard), so focus is not kept inside it.
+        self.panel.setAttribute("aria-modal", "false")
         self.panel.setAttribute("aria-label", dom.t("dialog"))
         self.panel.setAttribute("aria-describedby", "ap-hint")
         self.panel.hidden = True

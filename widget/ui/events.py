@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..protocol import ConfirmationDecision
 from .answer_tools import ACTIONS as ANSWER_ACTIONS
-from .dom import FOCUSABLE, absent, has
+from .dom import absent, has
 from .history import ACTIONS as HISTORY_ACTIONS
 from .sources import CITE_ACTION
 from .starters import ACTIONS as PROMPT_ACTIONS
@@ -26,7 +26,8 @@ def is_shortcut(event: Any) -> bool:
 
 
 class PanelEvents:
-    """Clicks on ``data-action`` controls, keys (Esc, Tab trap, Enter, tab arrows), form submits, changes, input."""
+    """Clicks on ``data-action`` controls, keys (Esc, Enter, tab arrows), form submits, changes, input. Tab is the
+    browser's: the panel is a non-modal dialog beside a page that stays usable, so Tab may leave it."""
 
     def __init__(self, bar: Bar) -> None:
         self.bar = bar
@@ -115,9 +116,6 @@ class PanelEvents:
             else:
                 self.bar.close()
             return
-        if key == "Tab":
-            self._trap_tab(event)
-            return
         target = event.target
         cls = target.classList
         if cls.contains("comment-input"):  # Ctrl/Cmd+Enter sends a comment; Enter alone is a new line
@@ -140,21 +138,6 @@ class PanelEvents:
             event.preventDefault()
             event.stopPropagation()  # ours: a page listener on window must not act on it (and take the focus back)
             self.bar.toggle_open()
-
-    def _trap_tab(self, event: Any) -> None:
-        """Keep Tab / Shift+Tab inside the open panel."""
-        items = [el for el in self.bar.root.querySelectorAll(FOCUSABLE) if el.getClientRects().length > 0]
-        if not items:
-            return
-        first, last = items[0], items[-1]
-        active = self.bar.root.activeElement
-        if event.shiftKey:
-            if absent(active) or active == first or active == self.bar.panel:
-                event.preventDefault()
-                last.focus()
-        elif absent(active) or active == last:
-            event.preventDefault()
-            first.focus()
 
     def on_submit(self, event: Any) -> None:
         """The composer, the ask-user form or an action's form was submitted."""
