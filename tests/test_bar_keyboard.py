@@ -1,5 +1,6 @@
 """Keyboard only, end to end (Chromium): open with the toggle or Alt+Shift+A, type and send, confirm a sensitive
-call, Tab goes through the open bar and out of it (non-modal), Esc closes and focus returns; labelled controls, visible focus, aria-live."""
+call, Tab goes through the open bar and out of it (non-modal), Esc closes and focus returns; labelled controls,
+visible focus, aria-live."""
 
 from __future__ import annotations
 
