@@ -237,7 +237,11 @@ def relay_cli(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
 def docs_db(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The repo's docs/*.md indexed once as the demo serves them (``/docs/<name>.html#anchor``)."""
     tmp = tmp_path_factory.mktemp("docs-cli")
-    out = relay_cli("index", "--app", "demo", f"{REPO / 'docs'}=/docs/", "--url-style", "html",
+    docs = tmp / "docs"  # a copy: the repo's docs may change while the tests run
+    docs.mkdir()
+    for page in (REPO / "docs").glob("*.md"):
+        shutil.copy(page, docs / page.name)
+    out = relay_cli("index", "--app", "demo", f"{docs}=/docs/", "--url-style", "html",
                     "--db", str(tmp / "relay.sqlite3"), cwd=tmp)
     assert out.returncode == 0, out.stderr
     summary = json.loads(out.stdout)

@@ -13,6 +13,8 @@ MAX_PAGES: Final = 20_000
 MAX_DEPTH: Final = 64
 #: A section's text is cut here when stored (the rest of a giant section is rarely what a reader asks about).
 MAX_SECTION_CHARS: Final = 100_000
+#: A section's text is searched in passages of about this many characters (a section ranks by its best one).
+CHUNK_CHARS: Final = 600
 #: Sections of one page beyond this are dropped with a warning (a generated page with thousands of headings).
 MAX_SECTIONS_PER_PAGE: Final = 2_000
 #: A reader's question is cut to this many characters before it is split into terms (never refused).
@@ -21,6 +23,10 @@ MAX_QUERY_CHARS: Final = 2_000
 MAX_QUERY_TERMS: Final = 32
 #: A term longer than this is cut (a 10,000-letter "word" is noise, not a word).
 MAX_TERM_CHARS: Final = 64
+#: A search scores at most about this many passages: the question's rarest words are searched in all text while
+#: the passages they match stay under it, the commoner ones only in headings (each scored passage costs a few
+#: microseconds; a word in most passages says little about what the question is about).
+MAX_SCORED_PASSAGES: Final = 3_000
 #: Sections a search returns at most, whatever ``limit`` asks.
 MAX_SEARCH_LIMIT: Final = 50
 #: Pages written per transaction while indexing into SQLite: short transactions keep the relay's own writes

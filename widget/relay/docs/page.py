@@ -13,7 +13,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from .limits import MAX_SECTION_CHARS, MAX_SECTIONS_PER_PAGE
+from .limits import CHUNK_CHARS, MAX_SECTION_CHARS, MAX_SECTIONS_PER_PAGE
 
 
 class PageSkipped(Exception):
@@ -130,3 +130,27 @@ def ranked_fields(page: Page, section: Section) -> tuple[str, str]:
     own = section.headings[-1] if section.headings else page.title
     above = [page.title, *section.headings[:-1]]
     return own, " › ".join(dict.fromkeys(h for h in above if h))
+
+
+def chunks(text: str, size: int = CHUNK_CHARS) -> list[str]:
+    """A section's text in passages of about ``size`` characters, cut between lines (a longer line between words),
+    so a long section is ranked by its best passage rather than by all its words at once."""
+    out: list[str] = []
+    current = ""
+    for line in text.split("\n"):
+        while len(line) > size:
+            cut = line.rfind(" ", size // 2, size)
+            cut = cut if cut > 0 else size
+            if current:
+                out.append(current)
+                current = ""
+            out.append(line[:cut])
+            line = line[cut:].lstrip()
+        if current and len(current) + 1 + len(line) > size:
+            out.append(current)
+            current = line
+        else:
+            current = f"{current}\n{line}" if current else line
+    if current or not out:
+        out.append(current)
+    return out

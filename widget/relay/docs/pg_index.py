@@ -1,10 +1,15 @@
 """The docs index in PostgreSQL full-text search (tables ``docs_*`` in the relay's database), when ``database_url``
 is set: every relay process of a scaled deployment searches one shared index.
 
-Search: a stored ``tsvector`` (the ``english`` configuration: stemming and stop words) with a GIN index, the
-section's own heading weighted ``A``, the page title and headings above it ``B``, its text ``D``; the question's
-terms ORed through ``websearch_to_tsquery`` (they hold only letters and digits, so nothing in a question is an
-operator) and ranked by ``ts_rank_cd`` with ``WEIGHTS`` (cover density: terms close together rank higher).
+Search: a stored ``tsvector`` per passage of a section (``page.chunks``; the ``english`` configuration: stemming
+and stop words) with a GIN index, the section's own heading weighted ``A``, the page title and headings above it
+``B``, its text ``D``. The question's terms (``query.terms``: letters and digits only) are normalized by
+``to_tsvector`` as the documents were, and each lexeme becomes a one-lexeme ``tsquery`` cast from its quoted text,
+so nothing in a question is an operator. A passage scores the sum over the lexemes it has of ``idf × ts_rank``
+(``ts_rank`` alone has no inverse document frequency: a common word would count as much as a rare one; the
+lexemes' passage counts are kept per app in ``docs_terms``, refreshed with ``ts_stat`` by each run that changed
+something), a lexeme in more than ``COMMON`` of the passages is left out while rarer ones remain, and a section
+ranks by its best passage — BM25's ingredients on PostgreSQL's own full-text search.
 
 An index run is one transaction (PostgreSQL's MVCC keeps readers on the old rows until it commits, and other
 writers are not blocked), under a transaction-scoped advisory lock per app (``IndexBusy`` for a second run).
@@ -20,19 +25,31 @@ from typing import Any
 from . import DocHit
 from .indexer import IndexBusy
 from .limits import MAX_SEARCH_LIMIT
-from .page import Page, ranked_fields
-from .query import terms, websearch_or
+from .page import Page, chunks, ranked_fields
+from .query import terms
 
-#: ``ts_rank_cd`` weights for the classes {D, C, B, A}: text, (unused), page title and headings above, own heading.
-WEIGHTS = (0.1, 0.2, 0.4, 1.0)
-#: ``ts_rank_cd`` normalization: 1 divides by 1 + log(length), so a long section does not win by length alone.
+#: ``ts_rank`` weights for the classes {D, C, B, A}: text, (unused), page title and headings above, own heading.
+WEIGHTS = (0.5, 0.5, 0.75, 1.0)
+#: ``ts_rank`` normalization: 1 divides by 1 + log(length), so a long passage does not win by length alone.
 NORMALIZATION = 1
+#: A term in more than this share of an app's passages is left out of a search when rarer terms remain (it
+#: says little about what the question is about, and matching it costs a scan of most of the index).
+COMMON = 0.25
 
 SCHEMA = [
     """CREATE TABLE IF NOT EXISTS docs_apps (
         app_id TEXT PRIMARY KEY,
         settings TEXT NOT NULL DEFAULT '{}',
-        updated_at DOUBLE PRECISION
+        updated_at DOUBLE PRECISION,
+        chunks BIGINT NOT NULL DEFAULT 0
+    )""",
+    # How many of an app's passages have each lexeme (ts_stat, refreshed by every run that changed something):
+    # the inverse document frequency that ts_rank lacks.
+    """CREATE TABLE IF NOT EXISTS docs_terms (
+        app_id TEXT NOT NULL,
+        lexeme TEXT NOT NULL,
+        ndoc BIGINT NOT NULL,
+        PRIMARY KEY (app_id, lexeme)
     )""",
     """CREATE TABLE IF NOT EXISTS docs_pages (
         app_id TEXT NOT NULL,
@@ -41,11 +58,14 @@ SCHEMA = [
         title TEXT NOT NULL,
         PRIMARY KEY (app_id, url)
     )""",
-    """CREATE TABLE IF NOT EXISTS docs_sections (
+    # One row per passage of a section (``page.chunks``), the section's fields repeated: a section is its rows
+    # with one key, its text their bodies in ``ord`` order.
+    """CREATE TABLE IF NOT EXISTS docs_chunks (
         id BIGSERIAL PRIMARY KEY,
         app_id TEXT NOT NULL,
         page_url TEXT NOT NULL,
         key TEXT NOT NULL,
+        ord INTEGER NOT NULL,
         url TEXT NOT NULL,
         page_title TEXT NOT NULL,
         headings TEXT NOT NULL,
@@ -57,19 +77,41 @@ SCHEMA = [
             || setweight(to_tsvector('english', body), 'D')
         ) STORED
     )""",
-    "CREATE INDEX IF NOT EXISTS docs_sections_tsv ON docs_sections USING GIN (tsv)",
-    "CREATE INDEX IF NOT EXISTS docs_sections_page ON docs_sections (app_id, page_url)",
+    "CREATE INDEX IF NOT EXISTS docs_chunks_tsv ON docs_chunks USING GIN (tsv)",
+    "CREATE INDEX IF NOT EXISTS docs_chunks_page ON docs_chunks (app_id, page_url)",
+    "CREATE INDEX IF NOT EXISTS docs_chunks_key ON docs_chunks (app_id, key)",
 ]
 _SCHEMA_LOCK = 0x646F6373  # "docs": one process creates the tables at a time
 
+_ARRAY = "{" + ",".join(map(str, WEIGHTS)) + "}"
+_RANK = f"ts_rank('{_ARRAY}'::float4[], c.tsv, k.tq, {NORMALIZATION})"
 _SEARCH = f"""
-SELECT key, url, page_title, headings, body,
-       ts_rank_cd('{{{",".join(map(str, WEIGHTS))}}}'::float4[], tsv, q, {NORMALIZATION}) AS r
-FROM docs_sections, websearch_to_tsquery('english', $2) AS q
-WHERE app_id = $1 AND tsv @@ q
-ORDER BY r DESC LIMIT $3
+WITH app AS (SELECT greatest(chunks, 1) AS n FROM docs_apps WHERE app_id = $1),
+lex AS (
+    SELECT t.lexeme, quote_literal(t.lexeme)::tsquery AS tq, t.ndoc,
+           ln(1 + ((SELECT n FROM app) - t.ndoc + 0.5) / (t.ndoc + 0.5)) AS idf
+    FROM (SELECT DISTINCT unnest(tsvector_to_array(to_tsvector('english', $2))) AS l) AS q
+    JOIN docs_terms AS t ON t.app_id = $1 AND t.lexeme = q.l
+),
+kept AS (
+    SELECT * FROM lex WHERE ndoc <= {COMMON} * (SELECT n FROM app)
+    UNION ALL
+    SELECT * FROM (SELECT * FROM lex ORDER BY ndoc LIMIT 1) AS rarest
+    WHERE NOT EXISTS (SELECT 1 FROM lex WHERE ndoc <= {COMMON} * (SELECT n FROM app))
+),
+scored AS (
+    SELECT c.key, sum(k.idf * {_RANK}) AS r
+    FROM kept AS k JOIN docs_chunks AS c ON c.tsv @@ k.tq
+    WHERE c.app_id = $1
+    GROUP BY c.id, c.key
+),
+best AS (SELECT key, max(r) AS r FROM scored GROUP BY key ORDER BY r DESC LIMIT $3)
+SELECT best.key, best.r, c.url, c.page_title, c.headings, string_agg(c.body, E'\\n' ORDER BY c.ord) AS body
+FROM best JOIN docs_chunks AS c ON c.app_id = $1 AND c.key = best.key
+GROUP BY best.key, best.r, c.url, c.page_title, c.headings
+ORDER BY best.r DESC
 """
-_COLUMNS = ("app_id", "page_url", "key", "url", "page_title", "headings", "title", "context", "body")
+_COLUMNS = ("app_id", "page_url", "key", "ord", "url", "page_title", "headings", "title", "context", "body")
 
 
 class PgDocsIndex:
@@ -98,7 +140,7 @@ class PgDocsIndex:
     # -- DocsIndex --------------------------------------------------------------------------
     async def search(self, app_id: str, query: str, *, limit: int = 5) -> list[DocHit]:
         """The best ``limit`` sections of the app for a reader's question."""
-        text = websearch_or(terms(query))
+        text = " ".join(terms(query))
         if not text or limit <= 0:
             return []
         pool = await self._get_pool()
@@ -109,7 +151,7 @@ class PgDocsIndex:
     async def has_index(self, app_id: str) -> bool:
         """Whether the app has any section."""
         pool = await self._get_pool()
-        return bool(await pool.fetchval("SELECT EXISTS (SELECT 1 FROM docs_sections WHERE app_id = $1)", app_id))
+        return bool(await pool.fetchval("SELECT EXISTS (SELECT 1 FROM docs_chunks WHERE app_id = $1)", app_id))
 
     async def close(self) -> None:
         """Close the pool."""
@@ -128,8 +170,8 @@ class PgDocsIndex:
         """Remove the app's index in one transaction; how many sections it had."""
         pool = await self._get_pool()
         async with pool.acquire() as con, con.transaction():
-            n = await con.fetchval("SELECT count(*) FROM docs_sections WHERE app_id = $1", app_id)
-            for table in ("docs_sections", "docs_pages", "docs_apps"):
+            n = await con.fetchval("SELECT count(DISTINCT key) FROM docs_chunks WHERE app_id = $1", app_id)
+            for table in ("docs_chunks", "docs_pages", "docs_terms", "docs_apps"):
                 await con.execute(f"DELETE FROM {table} WHERE app_id = $1", app_id)
         return int(n)
 
@@ -155,6 +197,8 @@ class PgJob:
     def __init__(self, pool: Any, con: Any, tr: Any, app_id: str) -> None:
         self.pool, self.con, self.tr, self.app_id = pool, con, tr, app_id
         self._done = False
+        #: Whether the run wrote or removed anything (then the term statistics are refreshed at commit).
+        self.changed = False
 
     async def existing(self) -> dict[str, str]:
         """Pages' hashes by URL."""
@@ -163,25 +207,28 @@ class PgJob:
 
     async def write(self, pages: list[tuple[str, Page]]) -> None:
         """Replace or add pages and their sections."""
+        self.changed = True
         urls = [p.url for _, p in pages]
-        await self.con.execute("DELETE FROM docs_sections WHERE app_id = $1 AND page_url = ANY($2::text[])",
+        await self.con.execute("DELETE FROM docs_chunks WHERE app_id = $1 AND page_url = ANY($2::text[])",
                                self.app_id, urls)
         await self.con.executemany(
             "INSERT INTO docs_pages(app_id, url, hash, title) VALUES ($1, $2, $3, $4) "
             "ON CONFLICT (app_id, url) DO UPDATE SET hash = EXCLUDED.hash, title = EXCLUDED.title",
             [(self.app_id, p.url, digest, p.title) for digest, p in pages])
-        records = []
+        records: list[tuple[object, ...]] = []
         for _, page in pages:
             for s in page.sections:
                 title, context = ranked_fields(page, s)
-                records.append((self.app_id, page.url, s.key, s.url, page.title,
-                                json.dumps(s.headings, ensure_ascii=False), title, context, s.text))
+                headings = json.dumps(s.headings, ensure_ascii=False)
+                records.extend((self.app_id, page.url, s.key, i, s.url, page.title, headings, title, context, part)
+                               for i, part in enumerate(chunks(s.text)))
         if records:
-            await self.con.copy_records_to_table("docs_sections", records=records, columns=_COLUMNS)
+            await self.con.copy_records_to_table("docs_chunks", records=records, columns=_COLUMNS)
 
     async def remove(self, urls: list[str]) -> None:
         """Remove pages and their sections."""
-        for table, column in (("docs_sections", "page_url"), ("docs_pages", "url")):
+        self.changed = True
+        for table, column in (("docs_chunks", "page_url"), ("docs_pages", "url")):
             await self.con.execute(f"DELETE FROM {table} WHERE app_id = $1 AND {column} = ANY($2::text[])",
                                    self.app_id, urls)
 
@@ -192,8 +239,16 @@ class PgJob:
                 "INSERT INTO docs_apps(app_id, settings, updated_at) VALUES ($1, $2, $3) ON CONFLICT (app_id) "
                 "DO UPDATE SET settings = EXCLUDED.settings, updated_at = EXCLUDED.updated_at",
                 self.app_id, json.dumps(settings, ensure_ascii=False), time.time())
+            if self.changed:
+                await self.con.execute("DELETE FROM docs_terms WHERE app_id = $1", self.app_id)
+                await self.con.execute(
+                    "INSERT INTO docs_terms(app_id, lexeme, ndoc) SELECT $1, word, ndoc FROM "
+                    "ts_stat(format('SELECT tsv FROM docs_chunks WHERE app_id = %L', $1::text))", self.app_id)
+                await self.con.execute("UPDATE docs_apps SET chunks = (SELECT count(*) FROM docs_chunks WHERE "
+                                       "app_id = $1) WHERE app_id = $1", self.app_id)
             pages = await self.con.fetchval("SELECT count(*) FROM docs_pages WHERE app_id = $1", self.app_id)
-            sections = await self.con.fetchval("SELECT count(*) FROM docs_sections WHERE app_id = $1", self.app_id)
+            sections = await self.con.fetchval("SELECT count(DISTINCT key) FROM docs_chunks WHERE app_id = $1",
+                                               self.app_id)
             await self.tr.commit()
         finally:
             self._done = True

@@ -24,7 +24,9 @@ him his how i if in into is it its itself just me might more most my no nor not 
 our ours out over own same she should so some such than that the their theirs them then there these they this
 those through to too under until up very was we were what when where which while who whom why will with would
 you your yours yourself please tell show explain want need get got let lets use using used way ways s t d m ll re
-ve don doesn isn aren can cant dont doesnt im ok okay hi hello thanks thank
+ve don doesn isn aren can cant dont doesnt im ok okay hi hello thanks thank actually really also instead
+possible something anything someone anyone many much one ones make makes made take takes go goes going give
+gives kind sort thing things
 """.split())
 
 

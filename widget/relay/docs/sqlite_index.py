@@ -1,8 +1,13 @@
 """The docs index in SQLite FTS5, in the relay's own database file (tables ``docs_*``), the embedded default.
 
-Search: FTS5 with the ``porter unicode61`` tokenizer (English stemming, any script, diacritics folded), ranked by
-BM25 with a section's own heading weighted over the page title and headings above it, and both over its text
-(``WEIGHTS``). The question's terms are ORed, each quoted (``query.py``).
+Search: a section's text is indexed in passages of about ``CHUNK_CHARS`` (``page.chunks``), each with the
+section's own heading and the page title and headings above it, in FTS5 with the ``porter unicode61`` tokenizer
+(English stemming, any script, diacritics folded), ranked by BM25 with the own heading weighted over the headings
+above and both over the text (``WEIGHTS``); a section ranks by its best passage. The question's terms are ORed,
+each quoted (``query.py``). Bounded work: BM25 costs a few microseconds per matching passage, so the terms are
+planned rarest first from their passage counts (``docs_terms``, counted again after every run that changed
+something): a term is searched in all text while the passages matched stay within ``MAX_SCORED_PASSAGES``, else
+in the own heading only if that still fits, else left out; no search scores more than ``SCORED_CAP`` passages.
 
 Atomic for readers without one long write transaction (which would hold the file's write lock and stall the
 relay's own writes during a large re-index): every page and section row carries the generation it became live in
@@ -30,20 +35,25 @@ from typing import Any, TypeVar
 
 from . import DocHit
 from .indexer import IndexBusy
-from .limits import LOCK_LEASE_S, MAX_SEARCH_LIMIT, SQLITE_BATCH_PAGES
-from .page import Page, ranked_fields
+from .limits import LOCK_LEASE_S, MAX_SCORED_PASSAGES, MAX_SEARCH_LIMIT, SQLITE_BATCH_PAGES
+from .page import Page, chunks, ranked_fields
 from .query import fts5_match, terms
 
 T = TypeVar("T")
 
+#: A passage's id is its section's id shifted left by this many bits, plus its number in the section.
+CHUNK_BITS = 12
+#: The most passages one search scores, whatever the terms' statistics say (``MAX_SCORED_PASSAGES`` is the plan).
+SCORED_CAP = 4 * MAX_SCORED_PASSAGES
 #: BM25 column weights: the section's own heading, the page title and headings above it, the text.
-WEIGHTS = (8.0, 3.0, 1.0)
+WEIGHTS = (4.0, 2.0, 1.0)
 
-SCHEMA = """
+TOKENIZER = "porter unicode61 remove_diacritics 2"
+SCHEMA = f"""
 CREATE TABLE IF NOT EXISTS docs_apps (
     app_id TEXT PRIMARY KEY,
     generation INTEGER NOT NULL DEFAULT 0,
-    settings TEXT NOT NULL DEFAULT '{}',
+    settings TEXT NOT NULL DEFAULT '{{}}',
     updated_at REAL,
     lock_token TEXT,
     lock_until REAL
@@ -66,26 +76,45 @@ CREATE TABLE IF NOT EXISTS docs_sections (
     url TEXT NOT NULL,
     page_title TEXT NOT NULL,
     headings TEXT NOT NULL,
-    title TEXT NOT NULL,
-    context TEXT NOT NULL,
     body TEXT NOT NULL,
     live_from INTEGER NOT NULL,
     live_until INTEGER
 );
 CREATE INDEX IF NOT EXISTS docs_sections_page ON docs_sections(page_id);
-CREATE VIRTUAL TABLE IF NOT EXISTS docs_fts USING fts5(
-    title, context, body, content='docs_sections', content_rowid='id',
-    tokenize='porter unicode61 remove_diacritics 2'
+-- What a search reads of each candidate section, without its text.
+CREATE INDEX IF NOT EXISTS docs_sections_live ON docs_sections(id, app_id, live_from, live_until);
+CREATE TABLE IF NOT EXISTS docs_chunks (
+    id INTEGER PRIMARY KEY,
+    section_id INTEGER NOT NULL,
+    title TEXT NOT NULL,
+    context TEXT NOT NULL,
+    body TEXT NOT NULL
 );
+CREATE INDEX IF NOT EXISTS docs_chunks_section ON docs_chunks(section_id);
+CREATE VIRTUAL TABLE IF NOT EXISTS docs_fts USING fts5(
+    title, context, body, content='docs_chunks', content_rowid='id',
+    tokenize='{TOKENIZER}'
+);
+CREATE TABLE IF NOT EXISTS docs_terms (
+    term TEXT PRIMARY KEY,
+    ndoc INTEGER NOT NULL,
+    ntitle INTEGER NOT NULL
+) WITHOUT ROWID;
 """
 
 _SEARCH = f"""
-SELECT s.key, s.url, s.page_title, s.headings, s.body, bm25(docs_fts, {WEIGHTS[0]}, {WEIGHTS[1]}, {WEIGHTS[2]}) AS r
-FROM docs_fts CROSS JOIN docs_sections AS s ON s.id = docs_fts.rowid
-WHERE docs_fts MATCH ?1 AND s.app_id = ?2
-  AND s.live_from <= (SELECT generation FROM docs_apps WHERE app_id = ?2)
-  AND (s.live_until IS NULL OR s.live_until > (SELECT generation FROM docs_apps WHERE app_id = ?2))
-ORDER BY r LIMIT ?3
+WITH m AS MATERIALIZED (
+    SELECT docs_fts.rowid >> {CHUNK_BITS} AS sid, bm25(docs_fts, {WEIGHTS[0]}, {WEIGHTS[1]}, {WEIGHTS[2]}) AS r
+    FROM docs_fts WHERE docs_fts MATCH ?1 LIMIT {SCORED_CAP}
+), g AS MATERIALIZED (SELECT generation AS gen FROM docs_apps WHERE app_id = ?2),
+best AS (
+    SELECT m.sid, min(m.r) AS r
+    FROM m CROSS JOIN g JOIN docs_sections AS s INDEXED BY docs_sections_live ON s.id = m.sid
+    WHERE s.app_id = ?2 AND s.live_from <= g.gen AND (s.live_until IS NULL OR s.live_until > g.gen)
+    GROUP BY m.sid ORDER BY r LIMIT ?3
+)
+SELECT s.key, s.url, s.page_title, s.headings, s.body, best.r FROM best JOIN docs_sections AS s ON s.id = best.sid
+ORDER BY best.r
 """
 _LIVE_PAGES = """
 SELECT count(*) FROM docs_pages p JOIN docs_apps a ON a.app_id = p.app_id
@@ -102,8 +131,53 @@ def connect(path: str | Path) -> sqlite3.Connection:
     db = sqlite3.connect(str(path), check_same_thread=False, isolation_level=None, timeout=30.0)
     db.execute("PRAGMA journal_mode=WAL")
     db.execute("PRAGMA synchronous=NORMAL")
+    db.execute("PRAGMA mmap_size=268435456")  # reads of the index without a system call per page
+    db.execute("PRAGMA cache_size=-32768")
     db.executescript(SCHEMA)  # each statement IF NOT EXISTS: two processes starting together both succeed
+    # This connection's own: the index's terms with their passage counts, and a scratch table that turns a
+    # question's words into the index's terms with the same tokenizer.
+    db.executescript(f"""
+        PRAGMA temp_store=MEMORY;
+        CREATE VIRTUAL TABLE IF NOT EXISTS temp.docs_vocab USING fts5vocab(main, docs_fts, 'row');
+        CREATE VIRTUAL TABLE IF NOT EXISTS temp.docs_vocab_col USING fts5vocab(main, docs_fts, 'col');
+        CREATE VIRTUAL TABLE IF NOT EXISTS temp.docs_q USING fts5(x, tokenize='{TOKENIZER}');
+        CREATE VIRTUAL TABLE IF NOT EXISTS temp.docs_qv USING fts5vocab(temp, docs_q, 'instance');
+    """)
     return db
+
+
+def match_expression(db: sqlite3.Connection, words: list[str]) -> str:
+    """The FTS5 query for a question's words, rarest first: a word is searched in all text while the passages
+    matched so far stay within ``MAX_SCORED_PASSAGES``, else in headings only if that still fits, else not at all
+    (see the module's docstring); the rarest word is always searched. The search itself scores at most
+    ``SCORED_CAP`` passages whatever the statistics say (a question of only very common words)."""
+    db.execute("DELETE FROM temp.docs_q")
+    db.executemany("INSERT INTO temp.docs_q(rowid, x) VALUES (?, ?)", list(enumerate(words)))
+    stems: dict[int, set[str]] = {}
+    for i, term in db.execute("SELECT doc, term FROM temp.docs_qv"):
+        stems.setdefault(int(i), set()).add(str(term))
+    every = sorted({t for ts in stems.values() for t in ts})
+    known: dict[str, tuple[int, int]] = {
+        str(t): (int(n), int(h)) for t, n, h in db.execute(
+            f"SELECT term, ndoc, ntitle FROM docs_terms WHERE term IN ({','.join('?' * len(every))})", every)
+    } if every else {}
+    # A word the statistics do not know (new since they were counted) counts as rare.
+    counts = sorted((max((known.get(t, (0, 0)) for t in stems.get(i, ())), default=(0, 0)), i)
+                    for i in range(len(words)))
+    wide: list[str] = []
+    narrow: list[str] = []
+    total = 0
+    for (n, in_titles), i in counts:
+        if total + n <= MAX_SCORED_PASSAGES:
+            wide.append(words[i])
+            total += n
+        elif total + in_titles <= MAX_SCORED_PASSAGES or not (wide or narrow):
+            narrow.append(words[i])  # the rarest word is always searched, in headings when it is everywhere
+            total += in_titles
+    expr = fts5_match(wide)
+    if narrow:
+        expr = (expr + " OR " if expr else "") + "{title} : (" + fts5_match(narrow) + ")"
+    return expr
 
 
 class SqliteDocsIndex:
@@ -129,8 +203,8 @@ class SqliteDocsIndex:
         words = terms(query)
         if not words or limit <= 0:
             return []
-        match, n = fts5_match(words), min(limit, MAX_SEARCH_LIMIT)
-        rows = await self._run(lambda db: db.execute(_SEARCH, (match, app_id, n)).fetchall())
+        n = min(limit, MAX_SEARCH_LIMIT)
+        rows = await self._run(lambda db: db.execute(_SEARCH, (match_expression(db, words), app_id, n)).fetchall())
         return [DocHit(key=k, page_title=t, headings=json.loads(h), url=u, text=b, score=-float(r))
                 for k, u, t, h, b, r in rows]
 
@@ -203,6 +277,8 @@ class SqliteJob:
 
     def __init__(self, index: SqliteDocsIndex, app_id: str, token: str, gen: int) -> None:
         self.index, self.app_id, self.token, self.gen = index, app_id, token, gen
+        #: Whether the run wrote or removed anything (then the terms' passage counts are counted again).
+        self.changed = False
 
     def _hold(self, db: sqlite3.Connection) -> None:
         """Renew the lease inside the current transaction (``IndexBusy`` when another run took it)."""
@@ -228,6 +304,7 @@ class SqliteJob:
 
     async def write(self, pages: list[tuple[str, Page]]) -> None:
         """New versions of pages at the run's generation, the old ones marked replaced by it."""
+        self.changed = True
         def write(db: sqlite3.Connection) -> None:
             with _tx(db):
                 self._hold(db)
@@ -239,16 +316,22 @@ class SqliteJob:
                     for s in page.sections:
                         title, context = ranked_fields(page, s)
                         sid = db.execute(
-                            "INSERT INTO docs_sections(page_id, app_id, key, url, page_title, headings, title, "
-                            "context, body, live_from) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                            "INSERT INTO docs_sections(page_id, app_id, key, url, page_title, headings, body, "
+                            "live_from) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
                             (page_id, self.app_id, s.key, s.url, page.title, json.dumps(s.headings,
-                             ensure_ascii=False), title, context, s.text, self.gen)).lastrowid
-                        db.execute("INSERT INTO docs_fts(rowid, title, context, body) VALUES (?, ?, ?, ?)",
-                                   (sid, title, context, s.text))
+                             ensure_ascii=False), s.text, self.gen)).lastrowid or 0
+                        for i, part in enumerate(chunks(s.text)[: 1 << CHUNK_BITS]):
+                            cid = (sid << CHUNK_BITS) | i  # the section is in the passage's id: no join to find it
+                            db.execute("INSERT INTO docs_chunks(id, section_id, title, context, body) "
+                                       "VALUES (?, ?, ?, ?, ?)", (cid, sid, title, context, part))
+                            db.execute("INSERT INTO docs_fts(rowid, title, context, body) VALUES (?, ?, ?, ?)",
+                                       (cid, title, context, part))
+
         await self.index._run(write)
 
     async def remove(self, urls: list[str]) -> None:
         """Mark pages replaced by nothing at the run's generation."""
+        self.changed = True
         for i in range(0, len(urls), SQLITE_BATCH_PAGES):
             chunk = urls[i:i + SQLITE_BATCH_PAGES]
 
@@ -270,6 +353,8 @@ class SqliteJob:
 
         counts = await self.index._run(flip)
         await self._clean("live_until <= ?")
+        if self.changed:
+            await self.index._run(_count_terms)
         await self._release()
         return counts
 
@@ -307,13 +392,25 @@ class SqliteJob:
             (self.app_id, self.token)))
 
 
+def _count_terms(db: sqlite3.Connection) -> None:
+    """Count again how many passages (of all apps) have each term: one read of the whole full-text index, after
+    a run that changed something."""
+    with _tx(db):
+        db.execute("DELETE FROM docs_terms")
+        db.execute("INSERT INTO docs_terms(term, ndoc, ntitle) SELECT r.term, r.doc, coalesce(c.doc, 0) "
+                   "FROM temp.docs_vocab AS r LEFT JOIN temp.docs_vocab_col AS c "
+                   "ON c.term = r.term AND c.col = 'title'")
+
+
 def _delete_pages(db: sqlite3.Connection, ids: list[int]) -> None:
     """Delete pages, their sections and their full-text entries (inside the caller's transaction)."""
     if not ids:
         return
     marks = ",".join("?" * len(ids))
+    sections = f"SELECT id FROM docs_sections WHERE page_id IN ({marks})"
     db.execute("INSERT INTO docs_fts(docs_fts, rowid, title, context, body) SELECT 'delete', id, title, context, "
-               f"body FROM docs_sections WHERE page_id IN ({marks})", ids)
+               f"body FROM docs_chunks WHERE section_id IN ({sections})", ids)
+    db.execute(f"DELETE FROM docs_chunks WHERE section_id IN ({sections})", ids)
     db.execute(f"DELETE FROM docs_sections WHERE page_id IN ({marks})", ids)
     db.execute(f"DELETE FROM docs_pages WHERE id IN ({marks})", ids)
 
