@@ -58,6 +58,8 @@ RUNS: dict[str, Run] = {
     "render_browser": Run("render_browser.py", ["--socket"], ["--socket"], 180, 300),
     "memory": Run("memory.py", ["--quick", "--timeout", "280"], [], 300, 2400),
     "mcp_calls": Run("mcp_calls.py", ["-n", "10"], ["-n", "50"], 180, 600),
+    # the docs index: retrieval on docs/*.md (bench/docs_probes.jsonl), indexing and search speed on a synthetic site
+    "docs_search": Run("docs_search.py", ["--pages", "300", "--queries", "50"], [], 300, 3600),
     # the relay
     "relay": Run("relay.py", ["--clients", "100", "--calls", "1", "--solo-calls", "20", "--timeout", "100"], [],
                  130, 900),

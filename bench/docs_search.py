@@ -43,6 +43,9 @@ from widget.relay.docs import open_docs_index  # noqa: E402
 from widget.relay.docs.indexer import run_index  # noqa: E402
 from widget.relay.docs.walk import Source, collect  # noqa: E402
 
+sys.path.insert(0, str(ROOT / "bench"))
+from results import save  # noqa: E402
+
 PROBES = ROOT / "bench" / "docs_probes.jsonl"
 
 
@@ -230,10 +233,12 @@ async def main() -> None:
         engines: list[tuple[str, Any]] = [("sqlite", open_docs_index(None, str(tmp / "probes.sqlite3")))]
         if pg is not None:
             engines.append(("postgres", open_docs_index(pg.database("docs_probes_" + str(os.getpid())), "")))
+        figures: dict[str, Any] = {"pages": args.pages, "sections": args.sections, "queries": args.queries}
         for label, idx in engines:
-            await retrieval(label, idx)
+            figures[f"retrieval_{label}"] = await retrieval(label, idx)
             await idx.close()
         if args.skip_speed:
+            save("docs_search", figures)
             return
         print(f"## speed ({args.pages} pages x {args.sections} sections)")
         rng = random.Random(29)
@@ -249,12 +254,13 @@ async def main() -> None:
             dsn = pg.database("docs_speed_" + str(os.getpid()))
             stores.append(("postgres", ["--database-url", dsn], (dsn, "")))
         for label, flags, (url, path) in stores:
-            index_site(site, flags, label)
+            figures[f"index_{label}"] = index_site(site, flags, label)
             idx: Any = open_docs_index(url, path)
-            await latency(idx, queries, label)
+            figures[f"search_{label}"] = await latency(idx, queries, label)
             await idx.close()
         print(f"# bench's own peak RSS {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MB; "
               f"load average {os.getloadavg()[0]:.2f}")
+        save("docs_search", figures)
 
 
 if __name__ == "__main__":
