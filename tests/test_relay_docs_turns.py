@@ -250,7 +250,8 @@ async def test_a_search_step_and_its_citation_become_sources(relay: Any, model: 
     await again.wait("replay.done")
     replayed = [d for e, d in again.events if e == "completion.ended"][-1]
     assert json.dumps(replayed, sort_keys=True) == json.dumps(final, sort_keys=True)
-    assert fold(again.seqd()) == body["messages"]
+    received = [(e, d.get("seq") if isinstance(d, dict) else None) for e, d in again.events]
+    assert fold(again.seqd()) == body["messages"], received
     await again.disconnect()
     await rec.disconnect()
 
