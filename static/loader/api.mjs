@@ -5,7 +5,8 @@
 
 import { config, isPlainObject, loaderData, warn } from "./config.mjs";
 import { state } from "./state.mjs";
-import { button, host, hideStatus, onShortcut, onToggleClick } from "./toggle.mjs";
+import { button, host, hideStatus, onShortcut, onToggleClick, openEarly } from "./toggle.mjs";
+import { hideComposer } from "./composer.mjs";
 import { startBoot } from "./boot.mjs";
 import { dropPrepared } from "./prepare.mjs";
 
@@ -196,7 +197,7 @@ export const jsHost = {
 
 function requestOpen() {
   if (state.phase === "ready" || state.destroyRequested) return;
-  onToggleClick();
+  openEarly();
 }
 
 /** Remove the toggle, every listener and proxy; later calls are refused. */
@@ -283,6 +284,7 @@ export function installApi(earlyQueue, t0) {
       if (pyApi) return quiet(call("close"));
       state.wantOpen = false;
       hideStatus();
+      hideComposer(false);
       return quiet(ready.then(() => false));
     },
     /** Resolves to whether the bar is open afterwards. */

@@ -9,6 +9,7 @@ import { dropBody, fetchBytes, yieldToPage } from "./net.mjs";
 import { snapshotCache } from "./snapshot.mjs";
 import { lateSnapshot, prepare, prewarmMode, takePrepared } from "./prepare.mjs";
 import { detectPyScript } from "./pyscript.mjs";
+import { takeComposer } from "./composer.mjs";
 import { api, attachPython, jsHost, newReady, readyResolve } from "./api.mjs";
 
 /** The start under way (null: none, or it failed). @type {Promise<any> | null} */
@@ -187,6 +188,8 @@ export async function handOver(pyodide, page, cssP, connectAfter) {
     wantOpen: () => state.wantOpen,
     openKey: keys.open,
     skinCss: () => cssP,
+    // The composer the reader has been typing in (composer.mjs): the bar takes it over as it mounts.
+    takeComposer,
     handover: () => {
       state.phase = "ready";
       button.removeEventListener("click", onToggleClick);

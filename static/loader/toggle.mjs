@@ -6,6 +6,10 @@ import { state } from "./state.mjs";
 import { fail } from "./errors.mjs";
 import { startBoot } from "./boot.mjs";
 import { pyscriptProbe } from "./pyscript.mjs";
+import { composerOpen, composerOpenedAt, hideComposer, showComposer } from "./composer.mjs";
+
+/** A toggle click within this long of the bar showing keeps it open (widget/ui/bar.py: JUST_OPENED_MS). */
+export const JUST_OPENED_MS = 1000;
 
 /** @type {HTMLDivElement} */
 export let host;
@@ -55,6 +59,8 @@ export function mountToggle() {
   if (state.phase === "destroyed") return;
   (document.body || document.documentElement).appendChild(host);
   performance.mark("autopilot:toggle");
+  // The bar was left open on the previous page (or data-open): its frame and composer show at once.
+  if (state.wantOpen) showComposer();
 }
 
 /**
@@ -78,10 +84,28 @@ export function showStatus(text, retry) {
 }
 export function hideStatus() { status.hidden = true; status.textContent = ""; }
 
-/** A click on the toggle before Python owns it: the reader wants the bar; start (or retry) the boot. */
-export function onToggleClick() {
+/**
+ * A click on the toggle before Python owns it: the bar's frame and composer show at once, focused (or close when
+ * they have been showing for a while: a click just after they showed, by themselves on a later view or by a
+ * double activation, keeps them open). When the reader acted counts (the event's time), not when a busy page got
+ * to it.
+ * @param {Event} [event]
+ */
+export function onToggleClick(event) {
   if (state.phase === "ready") return; // Python owns the toggle from now on
+  const at = event && event.timeStamp ? event.timeStamp : performance.now();
+  if (composerOpen() && at - composerOpenedAt() >= JUST_OPENED_MS) {
+    hideComposer(true);
+    return;
+  }
+  openEarly();
+}
+
+/** The reader (or the page) wants the bar before Python runs: show its frame and composer; start (or retry). */
+export function openEarly() {
+  if (state.phase === "ready") return;
   state.wantOpen = true;
+  showComposer();
   if (state.cspError) { fail("csp", state.cspError); return; }
   button.setAttribute("aria-busy", "true");
   if (state.phase === "failed" && state.retryAction) { state.retryAction(); return; }
@@ -97,6 +121,6 @@ export function onToggleClick() {
 export function onShortcut(event) {
   if (event.altKey && event.shiftKey && !event.ctrlKey && !event.metaKey && event.code === "KeyA") {
     event.preventDefault();
-    onToggleClick();
+    onToggleClick(event);
   }
 }

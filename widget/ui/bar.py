@@ -22,7 +22,7 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypedDict
 
 from ..loader_data import TOGGLE_CSS  # one toggle CSS for the loader and the bar
 from ..store import Store
@@ -46,6 +46,20 @@ from .theme import PageTheme
 __all__ = ["ICONS", "STATE_LABELS", "TOGGLE_CSS", "Bar", "BarHandle", "enable_bar", "live_proxies"]
 
 log = logging.getLogger("widget")
+
+#: A toggle click within this long (ms) of the bar showing keeps it open: the reader's click that meets a bar
+#: reopening by itself (left open on the previous page), or a second activation, never closes what just opened.
+#: The loader's early frame counts from when it showed (static/loader/toggle.mjs: JUST_OPENED_MS).
+JUST_OPENED_MS = 1000.0
+
+
+class EarlyComposer(TypedDict):
+    """What the bar applies of the loader's composer when it opens: the caret, the focus, when it showed."""
+
+    start: int
+    end: int
+    focused: bool
+    opened_at: float
 
 #: Kept for callers of the first bar (connection-state texts); the bar itself reads the labels table.
 STATE_LABELS = {
@@ -93,6 +107,8 @@ class Bar:
         self.dom = dom = Dom(js, self.labels, self.title)
         self.events = Listeners()
         self._return_focus: Any = None
+        self._opened_at = 0.0  # performance.now() when the bar (or the loader's frame before it) showed
+        self._early: EarlyComposer | None = None  # the loader's composer, taken over: applied when the bar opens
         self._destroyed = False
         self._tasks: set[asyncio.Future[Any]] = set()
         self._stick = False
@@ -168,13 +184,14 @@ class Bar:
             self.toggle_host = loader.toggleHost
         else:
             self.toggle_host, self.toggle = self._make_toggle()
-        ev.add(self.toggle, "click", lambda e: self.toggle_open())
+        ev.add(self.toggle, "click", self._on_toggle_click)
         self.toggle.setAttribute("aria-label", dom.t("open"))
         self.toggle.setAttribute("aria-expanded", "false")
         self.toggle.setAttribute("aria-haspopup", "dialog")
         self.toggle.setAttribute("title", dom.t("open") + " (Alt+Shift+A)")
         if loader is not None:
             loader.handover()
+            self._take_early_composer(loader)
         self._set_toggle_icon("chat")
         #: Where the open state is remembered for this tab, across the site's pages (the loader's key), if anywhere.
         self._open_key = str(loader.openKey) if loader is not None and has(loader, "openKey") else None
@@ -228,6 +245,31 @@ class Bar:
         (doc.body or doc.documentElement).appendChild(host)
         return host, button
 
+    def _take_early_composer(self, loader: Any) -> None:
+        """The loader's composer (static/loader/composer.mjs) becomes this one: the reader's text and held message
+        now, the caret and focus when the bar opens (in this same task: no frame shows neither)."""
+        if not has(loader, "takeComposer"):
+            return
+        early: Any = loader.takeComposer()
+        if absent(early):
+            return
+        self.input.value = str(early.text)
+        if bool(early.held):
+            self.composer.hold()  # sent once connected, exactly once (Composer.render)
+        if bool(early.open):
+            self._early = {"start": int(early.start), "end": int(early.end), "focused": bool(early.focused),
+                           "opened_at": float(early.openedAt)}
+            self.host.setAttribute("data-instant", "true")  # the panel replaces the frame without its entry animation
+
+    def _on_toggle_click(self, event: Any) -> None:
+        """The reader's click on the toggle: open, close, or keep open a bar that showed a moment before the click
+        (the event's time: a click queued while the page was busy counts from when the reader made it)."""
+        at = float(event.timeStamp) if not absent(event) and event.timeStamp else float(self.js.performance.now())
+        if self.is_open and at - self._opened_at < JUST_OPENED_MS:
+            self._focus_default()
+            return
+        self.toggle_open()
+
     def _set_toggle_icon(self, name: str) -> None:
         self.toggle.innerHTML = ICONS[name]
         self.toggle.firstChild.setAttribute("part", "toggle-icon")  # replaceable, like the header's logo
@@ -261,9 +303,11 @@ class Bar:
         """Show the bar and focus the composer (or what waits for the reader)."""
         if self._destroyed:
             return
+        early, self._early = self._early, None
         if not self.is_open:
             active = self.js.document.activeElement
             self._return_focus = active if self._sensible_return_target(active) else None
+            self._opened_at = early["opened_at"] if early is not None else float(self.js.performance.now())
         self.is_open = True
         self.panel.hidden = False
         self.host.setAttribute("data-open", "true")
@@ -273,7 +317,10 @@ class Bar:
         self._remember_open(True)
         self.flush()
         self._scroll_to_end()
-        self._focus_default()
+        if early is None or early["focused"]:
+            self._focus_default()
+        if early is not None:
+            self.input.setSelectionRange(early["start"], early["end"])  # the caret where the reader left it
 
     def close(self) -> None:
         """Hide the bar and return focus to the control that opened it (else the toggle)."""
@@ -283,6 +330,7 @@ class Bar:
         self.is_open = False
         self.panel.hidden = True
         self.host.removeAttribute("data-open")
+        self.host.removeAttribute("data-instant")
         self.toggle.setAttribute("aria-expanded", "false")
         self.toggle.setAttribute("aria-label", self.dom.t("open"))
         self._set_toggle_icon("chat")

@@ -86,6 +86,10 @@ class Composer:
         if stop_focused and not streaming:
             self.input.focus()
 
+    def hold(self) -> None:
+        """Send what is in the field once the connection is up (Enter pressed in the loader's composer)."""
+        self._held = True
+
     def send(self) -> None:
         """Send what was typed; the text comes back into the field when the send failed and nothing new was typed."""
         text = str(self.input.value)

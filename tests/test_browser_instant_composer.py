@@ -1,0 +1,152 @@
+"""The reader never waits to type and never loses a key (issue 32): the composer at the click.
+
+Before Python runs, a click on the toggle (or Alt+Shift+A, or a bar left open on the previous page) shows the bar's
+frame with a focused composer at once (static/loader/composer.mjs); when Python mounts the bar it takes over the
+text, the caret and the focus, and a message the reader sent with Enter before the relay was joined is sent once.
+Each test types at once and compares what the relay got with what was typed.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from support import wait_mark
+
+pytestmark = pytest.mark.browser
+
+TOGGLE = "#autopilot-toggle-host >> button.toggle"
+# The element that has the focus, through the shadow roots: "early" (the loader's composer), "bar" (the bar's), or
+# what else.
+FOCUSED = """() => {
+  const t = document.getElementById('autopilot-toggle-host'), b = document.getElementById('autopilot-bar-host');
+  if (t && t.shadowRoot.activeElement && t.shadowRoot.activeElement.classList.contains('early-input')) return 'early';
+  if (b && b.shadowRoot.activeElement && b.shadowRoot.activeElement.classList.contains('input')) return 'bar';
+  return document.activeElement ? document.activeElement.tagName : null;
+}"""
+# The user messages the bar shows (what the relay took: the bar renders the conversation it joined).
+SENT = """() => { const b = document.getElementById('autopilot-bar-host');
+  return b ? [...b.shadowRoot.querySelectorAll('.message.user .content')].map(e => e.textContent) : []; }"""
+BAR_OPEN = """() => { const b = document.getElementById('autopilot-bar-host');
+  const p = b && b.shadowRoot.querySelector('.panel');
+  return !!p && !p.hidden && p.getBoundingClientRect().height > 0; }"""
+BAR_INPUT = "() => document.getElementById('autopilot-bar-host').shadowRoot.querySelector('.input').value"
+
+QUESTION = "what are your opening hours on sunday mo"  # 40 characters
+
+
+def site_page(page_server: Any, relay: Any, name: str) -> str:
+    html = (f'<!doctype html><html lang="en"><head><meta charset="utf-8"><link rel="icon" href="data:,">'
+            f"<title>{name}</title></head><body><main><h1>{name}</h1><p>Reading.</p></main>"
+            f'<script src="{relay.url}/widget/autopilot.js" data-app="demo" defer></script></body></html>')
+    return page_server.add(f"/__instant__/{name}.html", html)
+
+
+async def sent_once(page: Any, text: str) -> None:
+    """The relay got ``text`` as the conversation's one user message (and never twice)."""
+    await page.wait_for_function(f"() => ({SENT})().length > 0", timeout=60_000)
+    await wait_mark(page, "autopilot:joined")
+    await page.wait_for_timeout(1500)  # a second send would have shown by now
+    assert await page.evaluate(SENT) == [text]
+
+
+async def test_typing_at_once_after_the_click_on_a_cold_view(browser: Any, relay_server: Any, page_server: Any) -> None:
+    ctx = await browser.new_context()
+    try:
+        page = await ctx.new_page()
+        await page.goto(site_page(page_server, relay_server, "cold-click"))
+        await page.wait_for_selector(TOGGLE, state="visible")
+        await page.click(TOGGLE)
+        # Within the click's task: the frame shows and the composer has the focus (Python is not there yet).
+        assert await page.evaluate(FOCUSED) == "early"
+        assert await page.evaluate("() => !window.Autopilot.pyodide")
+        assert await page.get_attribute(TOGGLE, "aria-expanded") == "true"
+        # A reader's 60 ms a key: typing goes on while Python starts and mounts the bar (the takeover).
+        await page.keyboard.type(QUESTION, delay=60)
+        await page.keyboard.press("Enter")
+        await sent_once(page, QUESTION)
+        assert await page.evaluate(BAR_OPEN)
+        assert await page.evaluate(FOCUSED) == "bar"
+        assert await page.get_attribute(TOGGLE, "aria-expanded") == "true"
+        # One dialog, one composer: the loader's frame is gone.
+        assert await page.evaluate("() => !document.getElementById('autopilot-toggle-host').shadowRoot"
+                                   ".querySelector('.early')")
+    finally:
+        await ctx.close()
+
+
+async def test_text_caret_and_held_message_pass_to_the_bar(browser: Any, relay_server: Any, page_server: Any) -> None:
+    ctx = await browser.new_context()
+    try:
+        page = await ctx.new_page()
+        await page.goto(site_page(page_server, relay_server, "cold-held"))
+        await page.wait_for_selector(TOGGLE, state="visible")
+        await page.click(TOGGLE)
+        await page.keyboard.type("opening hours sunday")
+        # The caret moved back into the text: the bar keeps it there.
+        for _ in range(6):
+            await page.keyboard.press("ArrowLeft")
+        await page.keyboard.type("on ")
+        assert await page.evaluate("() => !window.Autopilot.pyodide")  # all before Python
+        await wait_mark(page, "autopilot:mounted")
+        assert await page.evaluate(BAR_INPUT) == "opening hours on sunday"
+        assert await page.evaluate(FOCUSED) == "bar"
+        assert await page.evaluate("() => { const i = document.getElementById('autopilot-bar-host').shadowRoot"
+                                   ".querySelector('.input'); return [i.selectionStart, i.selectionEnd]; }") == [17, 17]
+        await page.keyboard.type("x")
+        assert await page.evaluate(BAR_INPUT) == "opening hours on xsunday"
+    finally:
+        await ctx.close()
+
+
+async def test_typing_at_once_after_the_shortcut(browser: Any, relay_server: Any, page_server: Any) -> None:
+    ctx = await browser.new_context()
+    try:
+        page = await ctx.new_page()
+        await page.goto(site_page(page_server, relay_server, "cold-shortcut"))
+        await page.wait_for_selector(TOGGLE, state="visible")
+        await page.click("h1")
+        await page.keyboard.press("Alt+Shift+KeyA")
+        assert await page.evaluate(FOCUSED) == "early"
+        await page.keyboard.type(QUESTION)
+        await page.keyboard.press("Enter")  # before the relay is joined: held, sent once it is
+        assert await page.evaluate("() => !performance.getEntriesByName('autopilot:joined').length")
+        await sent_once(page, QUESTION)
+    finally:
+        await ctx.close()
+
+
+async def test_a_second_view_with_the_bar_left_open(browser: Any, relay_server: Any, page_server: Any) -> None:
+    """The bar reopens by itself at once, focused; the reader's click at that moment keeps it open (20 of 20 in the
+    issue's goal: here each of three later views)."""
+    ctx = await browser.new_context()
+    try:
+        page = await ctx.new_page()
+        viewport = page.viewport_size
+        first = site_page(page_server, relay_server, "left-open-1")
+        await page.goto(first)
+        await page.wait_for_selector(TOGGLE, state="visible")
+        await page.click(TOGGLE)
+        await wait_mark(page, "autopilot:joined")
+        assert await page.evaluate("sessionStorage.getItem('autopilot:open:demo')") == "1"
+        for n in (2, 3, 4):
+            await page.goto(site_page(page_server, relay_server, f"left-open-{n}"))
+            # The early click, at once after the load: it meets the bar reopening by itself. The mouse at the
+            # toggle's place (bottom right, 20 px off the edges, 56 px wide), not page.click or a look at the page
+            # first: those wait until a page busy restoring Python is idle again, later than a reader's click.
+            await page.mouse.click(viewport["width"] - 48, viewport["height"] - 48)
+            text = f"question {n} typed at once"
+            await page.keyboard.type(text)  # at once too: the bar (the loader's, then Python's) has the focus
+            await wait_mark(page, "autopilot:mounted")
+            await page.wait_for_timeout(300)
+            assert await page.evaluate(BAR_OPEN), n
+            assert await page.get_attribute(TOGGLE, "aria-expanded") == "true"
+            assert await page.evaluate(BAR_INPUT) == text
+            # A click well after the bar showed closes it, as a toggle does.
+            await page.wait_for_timeout(1000)
+            await page.click(TOGGLE)
+            assert not await page.evaluate(BAR_OPEN)
+            await page.click(TOGGLE)
+            assert await page.evaluate(BAR_OPEN)
+    finally:
+        await ctx.close()
