@@ -30,6 +30,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
+from results import save
 from support import CHROMIUM, CHROMIUM_ARGS, start_relay
 
 QUESTION = "what are your opening hours on sunday mo"  # 40 characters
@@ -140,6 +141,7 @@ async def main() -> None:
     print(f"{'visit':10} | {'click → composer focused (ms)':30} | {'keys lost of 40':16} | Enter → reply (ms)")
     for kind, rows in results.items():
         print(f"{kind:10} | {med(rows, 'focused'):30} | {med(rows, 'lost'):16} | {med(rows, 'reply')}")
+    save("reader", {"n": args.n, "dist": args.dist, "visits": results})
 
 
 if __name__ == "__main__":
