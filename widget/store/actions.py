@@ -7,13 +7,11 @@ messages (an outcome recorded by another tab). A restored conversation has none:
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ..protocol import ActionConfirm, OfferStatus, Role
+from .context import OffersClient
 from .forms import FORM_FIX, form_arguments, message_of
-
-if TYPE_CHECKING:
-    from .store import Store
 
 #: Offered-action states (``status`` of ``store.actions_for(...)`` entries), the client's offer statuses.
 ACTION_OFFERED = OfferStatus.OFFERED
@@ -23,11 +21,24 @@ ACTION_FAILED = OfferStatus.FAILED
 
 
 class OfferedActions:
-    """The store's offered actions: placement under shown messages, per-offer reader state, running them."""
+    """The store's offered actions: placement under shown messages, per-offer reader state, running them.
 
-    def __init__(self, store: Store, changed: Callable[[], None]) -> None:
-        self.store = store
-        self._changed = changed  # bumps the store's revision and says "actions"
+    It gets the client's offers, the shown messages (reading them places the offers), the store's revision (the
+    offers by message are rebuilt when it moved) and ``changed()``, which bumps the revision and says "actions".
+    """
+
+    def __init__(
+        self,
+        client: OffersClient,
+        *,
+        shown: Callable[[], list[dict[str, Any]]],
+        revision: Callable[[], int],
+        changed: Callable[[], None],
+    ) -> None:
+        self._client = client
+        self._shown = shown
+        self._revision = revision
+        self._changed = changed
         #: Message ids with offers seen live, in the order they came.
         self.offered_ids: list[str] = []
         #: The reader's side of each offer (form open, values, errors, running), by (message id, action id).
@@ -36,6 +47,11 @@ class OfferedActions:
         self._anchor: dict[str, str] = {}
         self._cache: dict[str, list[dict[str, Any]]] = {}
         self._cached_at = -1
+
+    def offered(self, message_id: str) -> None:
+        """The client offered actions on ``message_id`` in this page session."""
+        if message_id not in self.offered_ids:
+            self.offered_ids.append(message_id)
 
     def forget(self) -> None:
         """A new conversation: no offers (they are never restored)."""
@@ -49,7 +65,7 @@ class OfferedActions:
         merged into the previous one's call pills, or a round that only offered), they go under the turn's
         previous shown answer; when the turn shows none, the offering message is shown (empty) to carry them.
         """
-        client = self.store.client
+        client = self._client
         self._anchor = {}
         offered = set(self.offered_ids)
         candidates = [
@@ -89,15 +105,15 @@ class OfferedActions:
     @property
     def by_message(self) -> dict[str, list[dict[str, Any]]]:
         """Live offers by the id of the shown message they go under (rebuilt when the store's revision moved)."""
-        store = self.store
-        store.messages  # noqa: B018 - placement is decided with the message list
-        if self._cached_at != store.revision:
+        self._shown()  # placement is decided with the message list
+        revision = self._revision()
+        if self._cached_at != revision:
             self._cache = self._build()
-            self._cached_at = store.revision
+            self._cached_at = revision
         return self._cache
 
     def _build(self) -> dict[str, list[dict[str, Any]]]:
-        client = self.store.client
+        client = self._client
         recorded: dict[tuple[Any, Any], list[dict[str, Any]]] = {}
         for m in client.messages:
             if m.get("role") == Role.ACTION:
@@ -219,13 +235,12 @@ class OfferedActions:
         return await self._run(offer, args)
 
     async def _run(self, offer: dict[str, Any], args: dict[str, Any] | None) -> bool:
-        store = self.store
         ui = self._reader(offer)
         ui.update(running=True, error=None)
         self._changed()
         ok = False
         try:
-            result = await store.client.run_action(offer["message_id"], offer["id"], args)
+            result = await self._client.run_action(offer["message_id"], offer["id"], args)
             ok = bool(result.get("ok"))
             if not ok:
                 ui["error"] = str(result.get("outcome") or "The action failed.")

@@ -6,51 +6,55 @@ Both are the reader's own words: ``send_prompt`` sends the text exactly as if it
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from collections.abc import Awaitable, Callable
+from typing import Any
 
 from ..core.starters import suggestions_of
 from ..protocol import Role
-
-if TYPE_CHECKING:
-    from ..client import AutopilotClient
+from .context import Changed, PromptsClient
 
 
-class PromptsMixin:
-    """``starters``, ``suggestions`` and ``send_prompt`` of ``Store`` (see the module doc)."""
+class Prompts:
+    """``starters``, ``suggestions`` and ``send_prompt`` of ``Store`` (see the module doc); a part of ``Store``.
 
-    client: AutopilotClient
-    #: The answer whose suggestion the reader pressed (hidden at once, before the relay echoes the message).
-    _suggestion_used: str | None = None
+    It gets the client's starters and messages, the shown messages and whether an answer streams (read when
+    asked), the store's send (a prompt is sent as a typed message is) and ``changed(what)``.
+    """
 
-    if TYPE_CHECKING:  # provided by the store
-
-        @property
-        def messages(self) -> list[dict[str, Any]]: ...
-
-        @property
-        def is_streaming(self) -> bool: ...
-
-        async def send(self, text: str) -> bool: ...
-
-        def _notify(self, what: str) -> None: ...
+    def __init__(
+        self,
+        client: PromptsClient,
+        *,
+        shown: Callable[[], list[dict[str, Any]]],
+        streaming: Callable[[], bool],
+        send: Callable[[str], Awaitable[bool]],
+        changed: Changed,
+    ) -> None:
+        self._client = client
+        self._shown = shown
+        self._streaming = streaming
+        self._send = send
+        self._changed = changed
+        #: The answer whose suggestion the reader pressed (hidden at once, before the relay echoes the message).
+        self._suggestion_used: str | None = None
 
     @property
     def starters(self) -> list[str]:
         """The starter prompts to show: the client's (the page's or the app's) while nothing was said yet."""
-        if self.messages or self.is_streaming:
+        if self._shown() or self._streaming():
             return []
-        return self.client.starters
+        return self._client.starters
 
     @property
     def suggestions(self) -> tuple[str | None, list[str]]:
         """``(answer id, texts)``: the model's follow-up suggestions on the last answer, while it is the last thing
         shown and nothing streams; ``(None, [])`` otherwise."""
-        if self.is_streaming:
+        if self._streaming():
             return None, []
-        shown = self.messages
+        shown = self._shown()
         if not shown or shown[-1].get("role") != Role.ASSISTANT:
             return None, []  # a newer message of the reader, or an error, after the answer
-        message_id, texts = suggestions_of(self.client.messages)
+        message_id, texts = suggestions_of(self._client.messages)
         if message_id is None or message_id == self._suggestion_used:
             return None, []
         return message_id, texts
@@ -61,5 +65,5 @@ class PromptsMixin:
         message_id, texts = self.suggestions
         if message_id is not None and text in texts:
             self._suggestion_used = message_id
-            self._notify("messages")
-        return await self.send(text)
+            self._changed("messages")
+        return await self._send(text)

@@ -20,7 +20,7 @@ from .forms import message_of
 from .history import PastConversations
 from .local import LocalErrors
 from .ops import ConversationOps
-from .starters import PromptsMixin
+from .starters import Prompts
 
 log = logging.getLogger("widget")
 
@@ -31,8 +31,14 @@ WAIT_ASK_USER = "ask_user"
 WAIT_CONFIRMATION = "confirmation"
 WAIT_FUNCTION = "function"
 
-class Store(ConversationOps, PromptsMixin):
-    """Reactive-by-subscription state of one client's conversation."""
+class Store:
+    """Reactive-by-subscription state of one client's conversation.
+
+    A facade: its parts (``OfferedActions``, ``ConversationOps``, ``Prompts``, ``Ratings``, ``PastConversations``,
+    ``ConfirmationQueue``, ``LocalErrors``) each get the client's few calls they make and callbacks into the
+    store's change announcements, never the store; this class keeps the revision, listens to the client and
+    forwards its public API to them.
+    """
 
     def __init__(self, client: AutopilotClient) -> None:
         self.client = client
@@ -56,7 +62,6 @@ class Store(ConversationOps, PromptsMixin):
         self._local_errors = LocalErrors()
         self._page_events: list[dict[str, Any]] = []
         self._streaming_id: str | None = None
-        self._stopping = False
         self._closed = False
         self._own = 0  # changes made here (see ``revision``)
         #: Bumped (with ``revision``) when what is shown with the committed messages changed here (stopped marks,
@@ -67,7 +72,15 @@ class Store(ConversationOps, PromptsMixin):
         self._messages_at: tuple[int, int] = (-1, -1)
         self._activity: list[dict[str, Any]] = []
         self._activity_at = -1
-        self.offers = OfferedActions(self, self._actions_changed)
+        self.offers = OfferedActions(client, shown=lambda: self.messages, revision=lambda: self.revision,
+                                     changed=self._actions_changed)
+        self._ops = ConversationOps(
+            client, self._local_errors, shown=lambda: self.messages,
+            set_notice=lambda notice: self._set("notice", notice), messages_changed=self._messages_changed,
+            deny_confirmations=self._confirmations.deny_all,
+        )
+        self._prompts = Prompts(client, shown=lambda: self.messages, streaming=lambda: self.is_streaming,
+                                send=self._ops.send, changed=self._notify)
         #: The reader's thumbs up/down on answers (widget.store.feedback).
         self.ratings = Ratings(client, self._ratings_changed)
         #: This browser's past conversations with the app (widget.store.history).
@@ -136,11 +149,11 @@ class Store(ConversationOps, PromptsMixin):
     @property
     def stopping(self) -> bool:
         """Whether the reader pressed Stop and the turn has not finished yet."""
-        return self._stopping
+        return self._ops.stopping
 
     def call_stopped(self, call: dict[str, Any]) -> bool:
         """Whether a call shows as stopped: ended by the relay because the reader stopped its turn."""
-        return bool(call.get("stopped")) or (self._stopping and cancelled(call))
+        return bool(call.get("stopped")) or (self._ops.stopping and cancelled(call))
 
     @property
     def can_send(self) -> bool:
@@ -259,8 +272,8 @@ class Store(ConversationOps, PromptsMixin):
 
     def _on_actions_offered(self, payload: Any) -> None:
         mid = payload.get("message_id") if isinstance(payload, dict) else None
-        if isinstance(mid, str) and mid not in self.offers.offered_ids:
-            self.offers.offered_ids.append(mid)
+        if isinstance(mid, str):
+            self.offers.offered(mid)
         self._messages_changed()  # where the offers are shown is decided with the message list
         self._actions_changed()
 
@@ -282,7 +295,7 @@ class Store(ConversationOps, PromptsMixin):
             self.stopped.add(self._streaming_id)
             self._bump(committed=True)  # re-render that message with its "stopped" mark
         self._streaming_id = None
-        self._stopping = False
+        self._ops.turn_ended()
         self._update_waiting()
 
     def _calls_changed(self, *, messages: bool = False) -> None:
@@ -349,6 +362,61 @@ class Store(ConversationOps, PromptsMixin):
             if notify:
                 self._notify("waiting")
 
+    # --- what the reader does (widget.store.ops) ----------------------------------------------------
+    async def send(self, text: str) -> bool:
+        """Send a user message; on failure a local error message with Retry appears. True when sent."""
+        return await self._ops.send(text)
+
+    async def stop(self) -> bool:
+        """Stop the streaming answer (relay ``cancel``); True when a turn was cancelled."""
+        return await self._ops.stop()
+
+    async def retry(self, error_id: Any = None) -> bool:
+        """Retry after an error: a local send error sends its text again; a failed turn goes on (relay ``retry``,
+        which withdraws the failed round and runs it again)."""
+        return await self._ops.retry(error_id)
+
+    async def regenerate(self) -> bool:
+        """Replace the last answer with a new one (relay ``regenerate``)."""
+        return await self._ops.regenerate()
+
+    async def new_chat(self) -> bool:
+        """Start a fresh conversation ("New chat")."""
+        return await self._ops.new_chat()
+
+    async def use_here(self) -> bool:
+        """Make this tab the active client ("Use here")."""
+        return await self._ops.use_here()
+
+    def dismiss_notice(self) -> None:
+        """Hide the notice."""
+        self._set("notice", None)
+
+    def dismiss_error(self, error_id: Any) -> None:
+        """Remove a local error message."""
+        self._ops.dismiss_error(error_id)
+
+    def dismiss_errors(self) -> None:
+        """Forget shown errors (compatibility)."""
+        self.errors = []
+        self._set("notice", None)
+
+    # --- starters and suggestions (widget.store.starters) -------------------------------------------
+    @property
+    def starters(self) -> list[str]:
+        """The starter prompts to show: the client's (the page's or the app's) while nothing was said yet."""
+        return self._prompts.starters
+
+    @property
+    def suggestions(self) -> tuple[str | None, list[str]]:
+        """``(answer id, texts)``: the model's follow-up suggestions on the last answer, while it is the last thing
+        shown and nothing streams; ``(None, [])`` otherwise."""
+        return self._prompts.suggestions
+
+    async def send_prompt(self, text: str) -> bool:
+        """Send a starter or a suggestion as the reader's message (exactly as typed); see ``Prompts.send_prompt``."""
+        return await self._prompts.send_prompt(text)
+
     # --- confirmations -------------------------------------------------------------------------
     @property
     def pending_confirmations(self) -> list[dict[str, Any]]:
@@ -371,7 +439,7 @@ class Store(ConversationOps, PromptsMixin):
         self._update_waiting()
 
     def _on_confirmation_resolved(self, payload: dict[str, Any]) -> None:
-        if payload.get("reason") == ConfirmationReason.EXPIRED and not self._stopping:
+        if payload.get("reason") == ConfirmationReason.EXPIRED and not self._ops.stopping:
             name = (payload.get("request") or {}).get("name", "")
             self._set(
                 "notice",
