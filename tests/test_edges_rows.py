@@ -24,10 +24,11 @@ RATE = 20
 CAP = 10
 
 
-@pytest_asyncio.fixture(scope="module")
-async def relay(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Any]:
-    """A relay with small bounds on the rows a socket can add."""
-    handle = await launch(tmp_path_factory.mktemp("edges-rows"), refused_write_rate_per_minute=RATE,
+@pytest_asyncio.fixture(scope="module", params=["sqlite", "postgres"])
+async def relay(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Any]:
+    """A relay with small bounds on the rows a socket can add (on each store: the cap is SQL of each engine)."""
+    handle = await launch(tmp_path_factory.mktemp("edges-rows"), store=request.param,
+                          refused_write_rate_per_minute=RATE,
                           max_refused_writes_per_conversation=CAP, cancel_rate_per_minute=RATE,
                           max_cancel_acks_per_conversation=CAP)
     yield handle
