@@ -61,6 +61,11 @@ async def test_typing_at_once_after_the_click_on_a_cold_view(browser: Any, relay
         assert await page.evaluate(FOCUSED) == "early"
         assert await page.evaluate("() => !window.Autopilot.pyodide")
         assert await page.get_attribute(TOGGLE, "aria-expanded") == "true"
+        # Worded as the bar's composer (the labels table): it says it is connecting, and takes the keys.
+        early = "#autopilot-toggle-host >> textarea.early-input"
+        assert await page.get_attribute(early, "aria-label") == "Message"
+        assert await page.get_attribute(early, "placeholder") == "Connecting…"
+        assert await page.get_attribute("#autopilot-toggle-host >> section.early", "role") == "dialog"
         # A reader's 60 ms a key: typing goes on while Python starts and mounts the bar (the takeover).
         await page.keyboard.type(QUESTION, delay=60)
         await page.keyboard.press("Enter")

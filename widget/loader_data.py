@@ -13,10 +13,12 @@ from __future__ import annotations
 
 from typing import Final, TypedDict
 
-#: The labels the loader shows before Python runs (keys of widget/ui/labels.py's LABELS).
+#: The labels the loader shows before Python runs (keys of widget/ui/labels.py's LABELS); the second line: its
+#: composer at the click (static/loader/composer.mjs), worded as the bar's.
 LOADER_LABELS: Final = (
     "title", "open", "retry", "starting", "boot_failed", "csp_wasm", "origin_refused", "relay_unreachable",
     "stage_python", "stage_bundle", "stage_widget",
+    "dialog", "state_connecting", "input", "send", "hint", "hint_held",
 )
 
 #: The toggle's shadow-root CSS, with the loader's status card. ``!important`` on the host: a host page's own

@@ -86,7 +86,7 @@ function make() {
   q(".early-state").textContent = L("state_connecting");
   input = /** @type {HTMLTextAreaElement} */ (q(".early-input"));
   input.setAttribute("aria-label", L("input"));
-  input.setAttribute("placeholder", L("placeholder"));
+  input.setAttribute("placeholder", L("state_connecting")); // as the bar's composer says while it connects
   q(".early-send").setAttribute("aria-label", L("send"));
   hint = /** @type {HTMLParagraphElement} */ (q(".early-hint"));
   hint.textContent = L("hint");
