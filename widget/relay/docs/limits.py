@@ -27,6 +27,8 @@ MAX_TERM_CHARS: Final = 64
 #: the passages they match stay under it, the commoner ones only in headings (each scored passage costs a few
 #: microseconds; a word in most passages says little about what the question is about).
 MAX_SCORED_PASSAGES: Final = 3_000
+#: The most passages one search scores, whatever the terms' statistics say (a question of only very common words).
+SCORED_CAP: Final = 4 * MAX_SCORED_PASSAGES
 #: Sections a search returns at most, whatever ``limit`` asks.
 MAX_SEARCH_LIMIT: Final = 50
 #: Pages written per transaction while indexing into SQLite: short transactions keep the relay's own writes

@@ -8,8 +8,10 @@ and stop words) with a GIN index, the section's own heading weighted ``A``, the 
 so nothing in a question is an operator. A passage scores the sum over the lexemes it has of ``idf × ts_rank``
 (``ts_rank`` alone has no inverse document frequency: a common word would count as much as a rare one; the
 lexemes' passage counts are kept per app in ``docs_terms``, refreshed with ``ts_stat`` by each run that changed
-something), a lexeme in more than ``COMMON`` of the passages is left out while rarer ones remain, and a section
-ranks by its best passage — BM25's ingredients on PostgreSQL's own full-text search.
+something), and a section ranks by its best passage — BM25's ingredients on PostgreSQL's own full-text search.
+Bounded work, as on SQLite: lexemes are taken rarest first while the passages they match stay within
+``MAX_SCORED_PASSAGES`` (the rarest always, but at most that many of its passages), the rest left out; the
+planner's statistics are refreshed (``ANALYZE``) by each run that changed something.
 
 An index run is one transaction (PostgreSQL's MVCC keeps readers on the old rows until it commits, and other
 writers are not blocked), under a transaction-scoped advisory lock per app (``IndexBusy`` for a second run).
@@ -24,7 +26,7 @@ from typing import Any
 
 from . import DocHit
 from .indexer import IndexBusy
-from .limits import MAX_SEARCH_LIMIT
+from .limits import MAX_SCORED_PASSAGES, MAX_SEARCH_LIMIT
 from .page import Page, chunks, ranked_fields
 from .query import terms
 
@@ -32,9 +34,6 @@ from .query import terms
 WEIGHTS = (0.5, 0.5, 0.75, 1.0)
 #: ``ts_rank`` normalization: 1 divides by 1 + log(length), so a long passage does not win by length alone.
 NORMALIZATION = 1
-#: A term in more than this share of an app's passages is left out of a search when rarer terms remain (it
-#: says little about what the question is about, and matching it costs a scan of most of the index).
-COMMON = 0.25
 
 SCHEMA = [
     """CREATE TABLE IF NOT EXISTS docs_apps (
@@ -93,16 +92,16 @@ lex AS (
     FROM (SELECT DISTINCT unnest(tsvector_to_array(to_tsvector('english', $2))) AS l) AS q
     JOIN docs_terms AS t ON t.app_id = $1 AND t.lexeme = q.l
 ),
-kept AS (
-    SELECT * FROM lex WHERE ndoc <= {COMMON} * (SELECT n FROM app)
-    UNION ALL
-    SELECT * FROM (SELECT * FROM lex ORDER BY ndoc LIMIT 1) AS rarest
-    WHERE NOT EXISTS (SELECT 1 FROM lex WHERE ndoc <= {COMMON} * (SELECT n FROM app))
+ranked AS (
+    SELECT *, sum(ndoc) OVER (ORDER BY ndoc, lexeme) AS running, row_number() OVER (ORDER BY ndoc, lexeme) AS nth
+    FROM lex
 ),
+kept AS (SELECT * FROM ranked WHERE running <= {MAX_SCORED_PASSAGES} OR nth = 1),
 scored AS (
     SELECT c.key, sum(k.idf * {_RANK}) AS r
-    FROM kept AS k JOIN docs_chunks AS c ON c.tsv @@ k.tq
-    WHERE c.app_id = $1
+    FROM kept AS k CROSS JOIN LATERAL (
+        SELECT id, key, tsv FROM docs_chunks WHERE app_id = $1 AND tsv @@ k.tq LIMIT {MAX_SCORED_PASSAGES}
+    ) AS c
     GROUP BY c.id, c.key
 ),
 best AS (SELECT key, max(r) AS r FROM scored GROUP BY key ORDER BY r DESC LIMIT $3)
@@ -246,6 +245,10 @@ class PgJob:
                     "ts_stat(format('SELECT tsv FROM docs_chunks WHERE app_id = %L', $1::text))", self.app_id)
                 await self.con.execute("UPDATE docs_apps SET chunks = (SELECT count(*) FROM docs_chunks WHERE "
                                        "app_id = $1) WHERE app_id = $1", self.app_id)
+                # Fresh planner statistics: without them PostgreSQL guesses an app's rows are few and ANDs a scan
+                # of all of them into every term's index lookup.
+                await self.con.execute("ANALYZE docs_chunks")
+                await self.con.execute("ANALYZE docs_terms")
             pages = await self.con.fetchval("SELECT count(*) FROM docs_pages WHERE app_id = $1", self.app_id)
             sections = await self.con.fetchval("SELECT count(DISTINCT key) FROM docs_chunks WHERE app_id = $1",
                                                self.app_id)

@@ -35,7 +35,7 @@ from typing import Any, TypeVar
 
 from . import DocHit
 from .indexer import IndexBusy
-from .limits import LOCK_LEASE_S, MAX_SCORED_PASSAGES, MAX_SEARCH_LIMIT, SQLITE_BATCH_PAGES
+from .limits import LOCK_LEASE_S, MAX_SCORED_PASSAGES, MAX_SEARCH_LIMIT, SCORED_CAP, SQLITE_BATCH_PAGES
 from .page import Page, chunks, ranked_fields
 from .query import fts5_match, terms
 
@@ -43,8 +43,6 @@ T = TypeVar("T")
 
 #: A passage's id is its section's id shifted left by this many bits, plus its number in the section.
 CHUNK_BITS = 12
-#: The most passages one search scores, whatever the terms' statistics say (``MAX_SCORED_PASSAGES`` is the plan).
-SCORED_CAP = 4 * MAX_SCORED_PASSAGES
 #: BM25 column weights: the section's own heading, the page title and headings above it, the text.
 WEIGHTS = (4.0, 2.0, 1.0)
 
@@ -244,6 +242,7 @@ class SqliteDocsIndex:
         token = uuid.uuid4().hex
 
         def begin(db: sqlite3.Connection) -> int:
+            db.execute("PRAGMA mmap_size=0")  # an index run reads little: mapped pages would only swell its RSS
             with _tx(db):
                 db.execute("INSERT OR IGNORE INTO docs_apps(app_id) VALUES (?)", (app_id,))
                 gen, holder, until = db.execute(
