@@ -120,8 +120,10 @@ def test_code_keeps_tokens_literally() -> None:
 
 def test_tokens_in_links_and_next_to_urls() -> None:
     cites = {"s1": 1}
-    # A link whose text is an id is a link; a token in a link's text is marked; a bare URL never takes a token.
-    assert ">s1 <span" in render_markdown("[s1](https://example.com)", cites)
+    # "[s1](url)" is the citation [s1], as the relay reads it (widget.protocol CITATION_PATTERN): its marker, the
+    # model's URL dropped (the source row links to the source's own URL). A token in a link's text is marked; a bare
+    # URL never takes a token.
+    assert render_markdown("[s1](https://example.com) [t7](https://x.example)", cites) == f"<p>{marker(1)}</p>"
     assert f"guide{marker(1)} <span" in render_markdown("[the guide [s1]](https://example.com)", cites)
     html = render_markdown("see https://example.com/a[s1] now", cites)
     assert 'href="https://example.com/a"' in html and f"</a>{marker(1)} now" in html
@@ -143,6 +145,10 @@ def test_streaming_renders_as_a_whole_render_does_and_hides_a_token_being_writte
     assert streaming_text("Colours are set [s12") == "Colours are set"
     assert streaming_text("Colours are set [s12]") == "Colours are set [s12]"  # complete: render_markdown hides it
     assert streaming_text("a [link") == "a [link"
+    assert streaming_text("Colours [s1](https://shop.ex") == "Colours"  # "[s1](url)" is a citation too
+    assert streaming_text("Colours [s1](https://shop.example) ok") == "Colours [s1](https://shop.example) ok"
+    assert streaming_text("ids [s0") == "ids [s0"  # never a citation (the relay's ids: 1 to 4 digits, no leading 0)
+    assert streaming_text("ids [s12345") == "ids [s12345"
     assert streaming_text("plain") == "plain"
 
 
@@ -167,6 +173,8 @@ def test_copy_as_markdown_has_footnotes() -> None:
     # An answer without sources or tokens is copied as it is.
     assert markdown_with_footnotes("plain *text*\n", []) == "plain *text*\n"
     assert markdown_with_footnotes("dropped [s1] token", []) == "dropped token"
+    # "[s1](url)" is the citation [s1]: its footnote, the model's URL dropped.
+    assert markdown_with_footnotes("See [s1](https://model.example) now.", [bad]) == "See[^1] now.\n\n[^1]: Bad\n"  # type: ignore[list-item]
 
 
 def test_copy_as_text_lists_the_sources() -> None:
@@ -183,6 +191,7 @@ def test_plain_text_answers_read_numbers() -> None:
         "Colours[1], cart[2], unknown. `[s1]`")
     assert plain_markers("Streaming [s1] text", None) == "Streaming text"
     assert plain_markers("no tokens", None) == "no tokens"
+    assert plain_markers("See [s1](https://model.example).", {"s1": 1}) == "See[1]."
 
 
 def test_the_sources_parts_are_documented() -> None:
@@ -194,3 +203,20 @@ def test_the_sources_parts_are_documented() -> None:
     assert {"cite", "sources", "source", "source-link", "source-title", "source-origin"} <= names
     doc = (root / "docs" / "theming.md").read_text()
     assert sorted(n for n in names if f"`{n}`" not in doc) == []
+
+
+def test_a_docs_search_is_not_shown_as_a_call() -> None:
+    """What a search found is shown as the answer's sources, not as a call pill; a page call beside it still is."""
+    from widget.core.conversation import visible_messages
+    from widget.protocol import RelayTool
+
+    search = {"id": "c1", "name": RelayTool.SEARCH_DOCS, "arguments": {"query": "colours"}}
+    page = {"id": "c2", "name": "get_selection", "arguments": {}}
+    shown = visible_messages([
+        {"id": "u", "role": "user", "content": "How do I change the colours?"},
+        {"id": "m1", "role": "assistant", "content": "", "function_calls": [search]},
+        {"id": "m2", "role": "assistant", "content": "", "function_calls": [search, page]},
+        {"id": "m3", "role": "assistant", "content": "Set --autopilot-accent [s1].", "sources": [S1]},
+    ])
+    assert [(m["id"], [c["id"] for c in m.get("function_calls", [])]) for m in shown] == [
+        ("u", []), ("m2", ["c2"]), ("m3", [])]  # m1 had nothing else to show

@@ -39,17 +39,21 @@ def _only_calls(m: dict[str, Any]) -> bool:
     return m.get("role") == Role.ASSISTANT and not (m.get("content") or "").strip() and bool(m.get("function_calls"))
 
 
+#: Relay tools whose calls are not shown as calls: suggestions are shown as the reader's words, and what a docs
+#: search found is shown as the answer's sources.
+UNSHOWN_CALLS = frozenset({RelayTool.SUGGEST_FOLLOWUPS, RelayTool.SEARCH_DOCS})
+
+
 def visible_messages(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """User, assistant and error messages; consecutive empty assistant messages with only calls merged. The
-    ``suggest_followups`` call is not shown as a call (its suggestions are shown as the reader's words instead)."""
+    """User, assistant and error messages; consecutive empty assistant messages with only calls merged; calls of
+    the ``UNSHOWN_CALLS`` relay tools left out."""
     out: list[dict[str, Any]] = []
     for m in enrich_messages(messages):
         if m.get("role") not in VISIBLE_ROLES:
             continue
         calls = m.get("function_calls")
-        if isinstance(calls, list) and any(isinstance(c, dict) and c.get("name") == RelayTool.SUGGEST_FOLLOWUPS
-                                           for c in calls):
-            kept = [c for c in calls if not (isinstance(c, dict) and c.get("name") == RelayTool.SUGGEST_FOLLOWUPS)]
+        if isinstance(calls, list) and any(isinstance(c, dict) and c.get("name") in UNSHOWN_CALLS for c in calls):
+            kept = [c for c in calls if not (isinstance(c, dict) and c.get("name") in UNSHOWN_CALLS)]
             if kept:
                 m["function_calls"] = kept
             else:
