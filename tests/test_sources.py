@@ -68,7 +68,7 @@ def test_rows_link_rules() -> None:
 
 @pytest.mark.parametrize("url", [
     "javascript:alert(1)", "JAVASCRIPT:alert(1)", "data:text/html,<b>x</b>", "mailto:a@example.com",
-    "/docs/#colours", "//evil.example/x", "ftp://example.com/x", "https://", "https:///path",
+    "//evil.example/x", "ftp://example.com/x", "https://", "https:///path",
     "https://example.com/a b", "https://example.com/\u202egnp.exe", "https://exa\u200bmple.com/",
     "https://example.com/\nx", " https://example.com/", 42, None,
 ])
@@ -220,3 +220,11 @@ def test_a_docs_search_is_not_shown_as_a_call() -> None:
     ])
     assert [(m["id"], [c["id"] for c in m.get("function_calls", [])]) for m in shown] == [
         ("u", []), ("m2", ["c2"]), ("m3", [])]  # m1 had nothing else to show
+
+
+def test_a_root_relative_source_url_is_the_pages_own_site() -> None:
+    """A docs index built with the default base URL stores ``/guide/#colours``: it opens on the page's own origin."""
+    assert link_of("/docs/theming.html#colours", PAGE) == ("https://shop.example/docs/theming.html#colours", False)
+    assert link_of("//evil.example/x", PAGE) == (None, False)  # protocol-relative: another host, never resolved
+    assert link_of("/docs/x.html", None) == (None, False)  # no page to resolve against
+    assert link_of("/docs/x.html", "about:blank") == (None, False)

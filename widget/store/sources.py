@@ -20,7 +20,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping, Sequence
 from typing import Any, TypedDict
-from urllib.parse import urlsplit
+from urllib.parse import urljoin, urlsplit
 
 from ..core.markdown import CITATION
 from ..protocol import SourceKind
@@ -98,7 +98,10 @@ def citation_numbers(message: Mapping[str, Any]) -> dict[str, int]:
 
 def link_of(url: Any, page_url: str | None) -> tuple[str | None, bool]:
     """``(href, new_tab)`` for a source's URL: no href unless it is a checked http(s) URL; a new tab unless its host
-    (and port) is the page's."""
+    (and port) is the page's. A root-relative URL (``/guide/#colours``, a docs index built with the default base URL)
+    is the page's own site: it resolves against the page's origin."""
+    if isinstance(url, str) and url.startswith("/") and not url.startswith("//") and _origin(page_url) is not None:
+        url = urljoin(page_url or "", url)
     if not isinstance(url, str) or not _HTTP_URL.fullmatch(url):
         return None, False
     return url, _origin(url) is None or _origin(url) != _origin(page_url)
