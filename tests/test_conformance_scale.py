@@ -3,6 +3,8 @@ the sockets of each conversation spread over both (every flow passes as against 
 
 from __future__ import annotations
 
+import asyncio
+import signal
 import subprocess
 import sys
 import uuid
@@ -55,11 +57,30 @@ def relays(tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[str]]:
     subprocess.run([sys.executable, "-m", "widget.relay", "index", "--app", "docs", "--database-url", dsn,
                     f"{workdir / 'site'}=/docs/"], check=True, capture_output=True, timeout=120)
     redis = redis_server()
-    extra = ["--config", str(config), "--log-level", "warning"]
+    extra = ["--config", str(config), "--log-level", "warning", "--drain-timeout", "0.5"]
     procs = [RelayProcess(workdir, database_url=dsn, redis_url=redis.url, extra=extra) for _ in range(2)]
+    PROCS[:] = procs
     yield [p.url for p in procs]
     for p in procs:
         p.stop()
+
+
+#: The relay processes of the module's deployment (``rolling_deploy`` restarts them).
+PROCS: list[RelayProcess] = []
+
+
+async def restart_all() -> None:
+    """A deploy: every process gets SIGTERM (each drains, 0.5 s) and starts again on its port. (One at a time, the
+    surviving process holding the turn would time the call out, 3 s, before its own turn came: that is the protocol,
+    but not what the flow checks.)"""
+    for p in PROCS:
+        assert p.proc is not None
+        p.proc.send_signal(signal.SIGTERM)
+    for p in PROCS:
+        assert p.proc is not None
+        await asyncio.to_thread(p.proc.wait, 30)
+    for p in PROCS:
+        await asyncio.to_thread(p.start)
 
 
 @pytest.mark.parametrize("name", list(FLOWS))
@@ -70,7 +91,8 @@ async def test_flow_on_two_processes(relays: list[str], name: str) -> None:
         origin=ORIGIN,
         only=[name],
         options=Options(call_timeout_s=3.0, ask_app="ask", ask_secret=ASK_SECRET, docs_app="docs",
-                        docs_secret=DOCS_SECRET, docs_question="How do I change the colours?"),
+                        docs_secret=DOCS_SECRET, docs_question="How do I change the colours?",
+                        restart=restart_all),
     )
     assert result.ok, f"{name}: {result.detail}"
 
