@@ -155,3 +155,48 @@ async def test_a_second_view_with_the_bar_left_open(browser: Any, relay_server: 
             assert await page.evaluate(BAR_OPEN)
     finally:
         await ctx.close()
+
+
+async def test_escape_closes_the_early_frame_and_keeps_the_text(browser: Any, relay_server: Any,
+                                                                  page_server: Any) -> None:
+    ctx = await browser.new_context()
+    try:
+        page = await ctx.new_page()
+        await page.goto(site_page(page_server, relay_server, "cold-escape"))
+        await page.wait_for_selector(TOGGLE, state="visible")
+        await page.click(TOGGLE)
+        await page.keyboard.type("kept for later")
+        await page.keyboard.press("Escape")
+        assert await page.get_attribute(TOGGLE, "aria-expanded") == "false"
+        assert await page.evaluate(
+            "() => document.getElementById('autopilot-toggle-host').shadowRoot.activeElement.className") == "toggle"
+        # Python mounts the bar closed (the reader closed it), with the text in its composer.
+        await wait_mark(page, "autopilot:mounted")
+        assert not await page.evaluate(BAR_OPEN)
+        assert await page.evaluate(BAR_INPUT) == "kept for later"
+        assert await page.evaluate(SENT) == []
+    finally:
+        await ctx.close()
+
+
+async def test_a_throttled_cold_view_loses_no_key(browser: Any, relay_server: Any, page_server: Any) -> None:
+    """10 Mbit/s, 40 ms RTT, CPU 4× slower: the composer is there at the click all the same."""
+    ctx = await browser.new_context()
+    try:
+        page = await ctx.new_page()
+        cdp = await ctx.new_cdp_session(page)
+        await cdp.send("Network.enable")
+        await cdp.send("Network.emulateNetworkConditions", {
+            "offline": False, "latency": 40, "downloadThroughput": 10e6 / 8, "uploadThroughput": 10e6 / 8})
+        await cdp.send("Emulation.setCPUThrottlingRate", {"rate": 4})
+        await page.goto(site_page(page_server, relay_server, "cold-throttled"), timeout=120_000)
+        await page.wait_for_selector(TOGGLE, state="visible")
+        await page.click(TOGGLE)
+        assert await page.evaluate(FOCUSED) == "early"
+        await page.keyboard.type(QUESTION, delay=60)
+        await page.keyboard.press("Enter")
+        await page.wait_for_function(f"() => ({SENT})().length > 0", timeout=180_000)
+        await page.wait_for_timeout(1500)
+        assert await page.evaluate(SENT) == [QUESTION]
+    finally:
+        await ctx.close()
