@@ -6,6 +6,8 @@ call history (``handlerMs`` / ``totalMs``, for calls this tab ran). One entry pe
 
 from __future__ import annotations
 
+import itertools
+import time
 from typing import Any
 
 from ..protocol import MSG_CALL_CANCELLED, CallProgress, CallStatus
@@ -108,3 +110,22 @@ def error_entry(kind: str, number: int, name: str, error: str, now_ms: float, co
     if kind == "state":
         entry["code"] = code
     return entry
+
+
+class PageEvents:
+    """The page and state errors of the activity log (a part of ``Store``): errors no message carries."""
+
+    def __init__(self) -> None:
+        self.entries: list[dict[str, Any]] = []
+        self._ids = itertools.count(1)
+
+    def state_error(self, payload: dict[str, Any]) -> None:
+        """A state sync error (``stateError``)."""
+        self.entries.append(error_entry("state", next(self._ids), "State sync", str(payload.get("message", "")),
+                                        time.time() * 1000, payload.get("code")))
+
+    def page_error(self, payload: dict[str, Any]) -> None:
+        """The page's Python failed (``pageError``)."""
+        name = f"Page Python {payload.get('source', '')}".strip()
+        error = str(payload.get("traceback") or payload.get("message") or "")
+        self.entries.append(error_entry("page", next(self._ids), name, error, time.time() * 1000))

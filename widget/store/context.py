@@ -9,6 +9,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, Protocol
 
+from ..client.history import PastConversation
+
 #: ``changed(what)``: the part's state changed; the store announces ``what`` to its subscribers.
 Changed = Callable[[str], None]
 
@@ -45,3 +47,34 @@ class OffersClient(Protocol):
     async def run_action(
         self, message_id: str, action_id: str, arguments: dict[str, Any] | None = None
     ) -> dict[str, Any]: ...
+
+
+class RatingsClient(Protocol):
+    """The client's feedback events and rating an answer."""
+
+    def on(self, event: str, listener: Callable[[Any], Any]) -> Callable[[], None]: ...
+
+    async def rate_answer(
+        self, message_id: str, rating: str | None, comment: str | None = None
+    ) -> dict[str, Any]: ...
+
+
+class HistoryClient(Protocol):
+    """The client's past conversations: listing, opening and deleting them, and which one is shown."""
+
+    @property
+    def conversation_id(self) -> str | None: ...
+
+    async def conversations(self) -> list[PastConversation]: ...
+
+    async def open_conversation(self, conversation_id: str) -> dict[str, Any]: ...
+
+    async def delete_conversation(self, conversation_id: str) -> bool: ...
+
+
+class AskUserClient(Protocol):
+    """The prompts the model waits on and answering them."""
+
+    def get_pending_ask_user(self) -> list[dict[str, Any]]: ...
+
+    async def respond_to_ask_user(self, answers: dict[str, Any] | list[dict[str, Any]]) -> dict[str, Any]: ...

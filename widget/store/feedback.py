@@ -9,12 +9,10 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ..protocol import MAX_FEEDBACK_COMMENT_CHARS, ClientEvent, FeedbackRating
-
-if TYPE_CHECKING:
-    from ..client import AutopilotClient
+from .context import RatingsClient
 
 log = logging.getLogger("widget")
 
@@ -32,7 +30,7 @@ def comment_over(text: str) -> int:
 class Ratings:
     """``message id -> rating`` (``"up"``/``"down"``) and ``message id -> comment`` of the conversation."""
 
-    def __init__(self, client: AutopilotClient, changed: Callable[[], None]) -> None:
+    def __init__(self, client: RatingsClient, changed: Callable[[], None]) -> None:
         self.client = client
         self._changed = changed
         self.by_message: dict[str, str] = {}

@@ -10,18 +10,17 @@ come back to), most recently active first, the current one marked. The list is r
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from ..client.history import PastConversation
+from .context import HistoryClient
 from .forms import message_of
-
-if TYPE_CHECKING:
-    from ..client import AutopilotClient, PastConversation
 
 
 class PastConversations:
     """Entries, loading and error state, the entry whose deletion is being confirmed (see the module doc)."""
 
-    def __init__(self, client: AutopilotClient, changed: Callable[[], None], before_switch: Callable[[], None]) -> None:
+    def __init__(self, client: HistoryClient, changed: Callable[[], None], before_switch: Callable[[], None]) -> None:
         self.client = client
         self._changed = changed
         self._before_switch = before_switch

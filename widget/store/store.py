@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-import itertools
 import logging
-import time
 from collections.abc import Callable
 from typing import Any
 
@@ -13,10 +11,10 @@ from ..client import AutopilotClient
 from ..core.conversation import visible_messages
 from ..protocol import CallProgress, ClientEvent, ConfirmationReason, ConnectionState, Event, Role, TurnStatus
 from .actions import OfferedActions
-from .activity import build_activity, call_timing, cancelled, error_entry
+from .activity import PageEvents, build_activity, call_timing, cancelled
+from .ask import AskUserPrompts
 from .confirm import ConfirmationQueue
 from .feedback import Ratings
-from .forms import message_of
 from .history import PastConversations
 from .local import LocalErrors
 from .ops import ConversationOps
@@ -34,10 +32,10 @@ WAIT_FUNCTION = "function"
 class Store:
     """Reactive-by-subscription state of one client's conversation.
 
-    A facade: its parts (``OfferedActions``, ``ConversationOps``, ``Prompts``, ``Ratings``, ``PastConversations``,
-    ``ConfirmationQueue``, ``LocalErrors``) each get the client's few calls they make and callbacks into the
-    store's change announcements, never the store; this class keeps the revision, listens to the client and
-    forwards its public API to them.
+    A facade: its parts (``OfferedActions``, ``ConversationOps``, ``Prompts``, ``AskUserPrompts``, ``Ratings``,
+    ``PastConversations``, ``ConfirmationQueue``, ``LocalErrors``, ``PageEvents``) each get the client's few calls
+    they make and callbacks into the store's change announcements, never the store; this class keeps the revision,
+    listens to the client, builds the shown messages and forwards its public API to them.
     """
 
     def __init__(self, client: AutopilotClient) -> None:
@@ -46,10 +44,6 @@ class Store:
         self.connection_error: dict[str, Any] | None = client.last_error
         #: Kept for compatibility: every connection/state error seen, oldest first.
         self.errors: list[dict[str, Any]] = []
-        self.pending_ask_user: list[dict[str, Any]] = client.get_pending_ask_user()
-        #: Why the last ask-user submission failed (None when it did not).
-        self.ask_user_error: str | None = None
-        self.ask_user_sending = False
         self.context_resolutions = 0
         #: A problem that is not a message of the conversation: ``{"code", "message"}`` or None.
         self.notice: dict[str, Any] | None = None
@@ -58,9 +52,9 @@ class Store:
         self.waiting_for: str | None = None
         self._subscribers: list[Subscriber] = []
         self._confirmations = ConfirmationQueue(self._confirmations_changed)
-        self._ids = itertools.count(1)
         self._local_errors = LocalErrors()
-        self._page_events: list[dict[str, Any]] = []
+        self._page_events = PageEvents()
+        self._ask_user = AskUserPrompts(client, self._ask_user_changed)
         self._streaming_id: str | None = None
         self._closed = False
         self._own = 0  # changes made here (see ``revision``)
@@ -175,7 +169,8 @@ class Store:
     def activity(self) -> list[dict[str, Any]]:
         """The activity log, newest first: calls (``kind: "call"``) and page/state errors (``kind: "error"``)."""
         if self._activity_at != self.revision:
-            self._activity = build_activity(self.messages, self.streaming_message, self._history(), self._page_events)
+            self._activity = build_activity(self.messages, self.streaming_message, self._history(),
+                                            self._page_events.entries)
             self._activity_at = self.revision
         return self._activity
 
@@ -308,22 +303,20 @@ class Store:
         self._update_waiting()
 
     def _on_ask_user(self, payload: Any) -> None:
-        self.pending_ask_user = self.client.get_pending_ask_user()
-        self.ask_user_error = None
+        self._ask_user.refresh()
+
+    def _ask_user_changed(self) -> None:
         self._notify("ask_user")
         self._update_waiting()
 
     def _on_state_error(self, payload: dict[str, Any]) -> None:
         self.errors.append(payload)
-        self._page_events.append(error_entry("state", next(self._ids), "State sync", str(payload.get("message", "")),
-                                             time.time() * 1000, payload.get("code")))
+        self._page_events.state_error(payload)
         self._bump()
         self._notify("activity")
 
     def _on_page_error(self, payload: dict[str, Any]) -> None:
-        name = f"Page Python {payload.get('source', '')}".strip()
-        error = str(payload.get("traceback") or payload.get("message") or "")
-        self._page_events.append(error_entry("page", next(self._ids), name, error, time.time() * 1000))
+        self._page_events.page_error(payload)
         self._bump()
         self._notify("activity")
         if payload.get("message"):  # the page author's one line ("page Python failed: ..."), until dismissed
@@ -446,21 +439,25 @@ class Store:
                 {"code": "confirmation_expired", "message": f"The request to run {name} expired before you answered."},
             )
 
-    # --- ask user ------------------------------------------------------------------------------
+    # --- ask user (widget.store.ask) -----------------------------------------------------------
+    @property
+    def pending_ask_user(self) -> list[dict[str, Any]]:
+        """The prompts the model waits on."""
+        return self._ask_user.pending
+
+    @property
+    def ask_user_error(self) -> str | None:
+        """Why the last ask-user submission failed (None when it did not)."""
+        return self._ask_user.error
+
+    @property
+    def ask_user_sending(self) -> bool:
+        """Whether the reader's answers are being sent."""
+        return self._ask_user.sending
+
     async def submit_ask_user(self, answers: list[dict[str, Any]]) -> bool:
         """Post the answers to every pending prompt; on failure ``ask_user_error`` says why. True when accepted."""
-        self.ask_user_error = None
-        self.ask_user_sending = True
-        self._notify("ask_user")
-        try:
-            await self.client.respond_to_ask_user(answers)
-            return True
-        except Exception as exc:  # noqa: BLE001 - shown next to the prompts
-            self.ask_user_error = message_of(exc)
-            return False
-        finally:
-            self.ask_user_sending = False
-            self._notify("ask_user")
+        return await self._ask_user.submit(answers)
 
     # --- offered actions ----------------------------------------------------------------------------
     @property
