@@ -24,7 +24,7 @@ class MemoryPeer(Protocol):
         """Answer one HTTP request."""
         ...
 
-    async def handle_emit(self, transport: "MemoryTransport", event: str, data: Any) -> Any:
+    async def handle_emit(self, transport: MemoryTransport, event: str, data: Any) -> Any:
         """Answer one emit with its ack value."""
         ...
 
@@ -143,7 +143,8 @@ class FakeRelay:
         if key and key in self.keys:
             return self.keys[key]
         ack = await self._handle(transport, event, data)
-        transient = isinstance(ack, dict) and (ack.get("error") or {}).get("code") in (P.ERR_INTERNAL, P.ERR_RATE_LIMITED)
+        transient = isinstance(ack, dict) and (ack.get("error") or {}).get("code") in (P.ERR_INTERNAL,
+                                                                                       P.ERR_RATE_LIMITED)
         if key and not transient:  # like the relay: a write that failed stores no acknowledgement either
             self.keys[key] = ack
         return ack

@@ -444,8 +444,9 @@ def database_for(tmp: Path) -> str:
     return pg_server().database("t_" + hashlib.sha1(str(tmp).encode()).hexdigest()[:16])
 
 
-@pytest.fixture(params=STORE_KINDS)
-def store_kind(request: Any) -> str:
+@pytest.fixture(params=STORE_KINDS, name="store_kind")
+def fixture_store_kind(request: Any) -> str:
+    """Each store kind in turn; a test file imports ``fixture_store_kind`` and takes ``store_kind``."""
     return request.param
 
 

@@ -7,13 +7,14 @@ the relay records it for the model's next turn. A reload shows the answers witho
 
 from __future__ import annotations
 
+import asyncio
 import json
 import urllib.request
 from typing import Any
 
 import pytest
 from support import open_page, wait_mark
-from test_bar import bar_page, bar_relay, js_root, last_message, open_bar, py, q, send  # noqa: F401
+from test_bar import fixture_bar_page, fixture_bar_relay, js_root, last_message, open_bar, py, q, send  # noqa: F401
 
 pytestmark = pytest.mark.browser
 
@@ -21,8 +22,12 @@ pytestmark = pytest.mark.browser
 async def stored_messages(page: Any) -> list[dict[str, Any]]:
     """The conversation as the relay's GET returns it (what a reload gets)."""
     url = await py(page, "client.conversation_url")
-    with urllib.request.urlopen(url, timeout=10) as r:
-        return json.loads(r.read())["messages"]
+
+    def get() -> list[dict[str, Any]]:
+        with urllib.request.urlopen(url, timeout=10) as r:
+            return json.loads(r.read())["messages"]
+
+    return await asyncio.to_thread(get)  # off the event loop the page's driver runs on
 
 
 async def focused_class(page: Any) -> str:
@@ -206,7 +211,8 @@ True""")
         button = answer.locator("button.action-button")
         assert await button.is_visible()
         assert await answer.locator(".action-error").text_content() == "The help desk did not answer."
-        assert await button.get_attribute("aria-describedby") == await answer.locator(".action-error").get_attribute("id")
+        error_id = await answer.locator(".action-error").get_attribute("id")
+        assert await button.get_attribute("aria-describedby") == error_id
         assert await focused_class(page) == "action-button"
         # Retry: the form opens again with the reader's values, and this time it works.
         await button.click()

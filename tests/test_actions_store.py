@@ -3,11 +3,11 @@ shown message, their state and outcome, never-raising press/submit wrappers, for
 
 from __future__ import annotations
 
-import asyncio
 from typing import Any
 
 import pytest
 from fake_relay import BASE, FakeRelay, MemoryTransport
+
 from widget import AutopilotClient
 from widget.env import MemoryEnv
 from widget.store import Store, arguments_text, form_arguments

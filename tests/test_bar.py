@@ -8,13 +8,13 @@ the read-only notice with "Use here", New chat. The helpers at the top are share
 from __future__ import annotations
 
 import json
+from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, AsyncIterator, Iterator
+from typing import Any
 
 import pytest
 import pytest_asyncio
-
 from conftest import require_build
 from support import PageLog, PageServer, RelayServer, open_page, start_relay
 
@@ -58,20 +58,25 @@ def start_bar_relay(workdir: Path, page_server: PageServer, *, ask_user: bool = 
     return start_relay(workdir, extra=["--config", str(config), "--demo-chunk-delay-ms", str(chunk_delay_ms)])
 
 
-@pytest.fixture(scope="module")
-def bar_relay(tmp_path_factory: pytest.TempPathFactory, page_server: PageServer) -> Iterator[RelayServer]:
+# The fixtures' functions have other names than the fixtures, so that a test file that imports them (which registers
+# them there) can take ``bar_relay``/``bar_page`` as parameters without shadowing an imported name.
+@pytest.fixture(scope="module", name="bar_relay")
+def fixture_bar_relay(tmp_path_factory: pytest.TempPathFactory, page_server: PageServer) -> Iterator[RelayServer]:
     """One relay per test module (Ask User on)."""
     server = start_bar_relay(tmp_path_factory.mktemp("bar-relay"), page_server)
     yield server
     server.stop()
 
 
-@pytest_asyncio.fixture(scope="module")
-async def bar_page(browser: Any, bar_relay: RelayServer) -> AsyncIterator[BarPage]:
+@pytest_asyncio.fixture(scope="module", name="bar_page")
+async def fixture_bar_page(browser: Any, bar_relay: RelayServer) -> AsyncIterator[BarPage]:
     """The demo page, booted and joined, once per module."""
     ctx, page, log = await open_page(browser, bar_relay.url + "/")
     yield BarPage(context=ctx, page=page, log=log, relay=bar_relay)
     await ctx.close()
+
+
+bar_relay = fixture_bar_relay  # the name tests/test_bar_sources.py imports (it goes when that file imports the other)
 
 
 def q(selector: str) -> str:
@@ -242,7 +247,8 @@ str(autopilot_sanitize.sanitize(render_markdown({text!r})))""")
         const d = document.createElement('div');
         for (const part of c.children) d.insertAdjacentHTML('beforeend', part.innerHTML);
         return d.innerHTML;""")
-    norm = await page.evaluate("(h) => { const d = document.createElement('div'); d.innerHTML = h; return d.innerHTML; }",
+    norm = await page.evaluate("(h) => { const d = document.createElement('div'); d.innerHTML = h; return "
+                               "d.innerHTML; }",
                                expected)
     assert got.replace("\n", "") == norm.replace("\n", "")
     link = page.locator(q('[data-key="inc-1"] a'))

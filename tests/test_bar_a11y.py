@@ -27,7 +27,7 @@ from test_bar import js_root, open_bar, py, q, send, user_count, wait_turn_done
 
 pytestmark = pytest.mark.browser
 
-bar_relay = test_bar.bar_relay  # the fixture, shared with test_bar
+bar_relay = test_bar.fixture_bar_relay  # the fixture, shared with test_bar
 
 AXE_VERSION = "4.14.1"
 AXE_SHA256 = "e6b0ce02b84d892e2e33e403485e7f3d6c29e2be6df65daf44d89ba564139745"

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 import pytest_asyncio
 from support import open_page, wait_mark
-from test_bar import BarPage, bar_relay, js_root, open_bar, py, q, send  # noqa: F401
+from test_bar import BarPage, fixture_bar_relay, js_root, open_bar, py, q, send  # noqa: F401
 
 pytestmark = pytest.mark.browser
 
@@ -23,7 +23,7 @@ TOOLS = ".messages > .message.assistant >> nth=-1 >> .answer-tools"
 
 
 @pytest_asyncio.fixture(scope="module")
-async def clip_page(browser: Any, bar_relay: Any) -> AsyncIterator[BarPage]:  # noqa: F811
+async def clip_page(browser: Any, bar_relay: Any) -> AsyncIterator[BarPage]:
     """The demo page in a context that may read and write the clipboard."""
     ctx = await browser.new_context(permissions=["clipboard-read", "clipboard-write"])
     ctx, page, log = await open_page(browser, bar_relay.url + "/", context=ctx)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from test_bar import bar_page, bar_relay, js_root, open_bar, py, q, send, user_count, wait_turn_done  # noqa: F401
+from test_bar import fixture_bar_page, fixture_bar_relay, js_root, open_bar, py, q, send, user_count, wait_turn_done  # noqa: F401
 
 pytestmark = pytest.mark.browser
 
@@ -15,7 +15,8 @@ PROMPTS = [
     {"id": "p-bool", "type": "bool", "question": "Gift wrap it?",
      "arguments": {"yes_label": "Wrap it", "no_label": "No wrapping"}},
     {"id": "p-radio", "type": "radiolist", "question": "Which shade?",
-     "arguments": {"options": [{"value": "linen", "label": "Linen"}, {"value": "<i>smoke</i>", "label": "<i>Smoke</i>"}]}},
+     "arguments": {"options": [{"value": "linen", "label": "Linen"},
+                               {"value": "<i>smoke</i>", "label": "<i>Smoke</i>"}]}},
     {"id": "p-check", "type": "checklist", "question": "Any extras?",
      "arguments": {"options": [{"value": "bulb", "label": "Spare bulb"}, {"value": "cable", "label": "Long cable"},
                                {"value": "dimmer", "label": "Dimmer"}]}},

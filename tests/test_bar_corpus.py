@@ -18,9 +18,8 @@ from typing import Any
 
 import pytest
 import pytest_asyncio
-
 from support import open_page
-from test_bar import bar_relay, js_root, py  # noqa: F401
+from test_bar import fixture_bar_relay, js_root, py  # noqa: F401
 from test_markdown import corpus_payloads, html_violations
 
 pytestmark = pytest.mark.browser

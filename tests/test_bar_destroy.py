@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from test_bar import TOGGLE, bar_page, bar_relay, open_bar, py, q, send  # noqa: F401
+from test_bar import TOGGLE, fixture_bar_page, fixture_bar_relay, open_bar, py, q, send  # noqa: F401
 
 pytestmark = pytest.mark.browser
 

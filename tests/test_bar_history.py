@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 from support import open_page
-from test_bar import TOGGLE, BarPage, bar_relay, open_bar, py, q, send  # noqa: F401
+from test_bar import TOGGLE, BarPage, fixture_bar_relay, open_bar, py, q, send  # noqa: F401
 
 pytestmark = pytest.mark.browser
 
@@ -83,7 +83,7 @@ async def stored_user_texts(relay_url: str, cid: str) -> list[str]:
     return [m["content"] for m in body["messages"] if m["role"] == "user"]
 
 
-async def test_new_chat_list_reopen_delete_and_reload(browser: Any, bar_relay: Any) -> None:  # noqa: F811
+async def test_new_chat_list_reopen_delete_and_reload(browser: Any, bar_relay: Any) -> None:
     ctx, page, _log = await open_page(browser, bar_relay.url + "/")
     try:
         await open_bar(page)
@@ -184,7 +184,7 @@ async def test_new_chat_list_reopen_delete_and_reload(browser: Any, bar_relay: A
         await ctx.close()
 
 
-async def test_two_readers_never_see_each_others_conversations(browser: Any, bar_relay: Any) -> None:  # noqa: F811
+async def test_two_readers_never_see_each_others_conversations(browser: Any, bar_relay: Any) -> None:
     (ctx_a, page_a, _), (ctx_b, page_b, _) = await asyncio.gather(
         open_page(browser, bar_relay.url + "/"), open_page(browser, bar_relay.url + "/"))
     try:
@@ -223,7 +223,7 @@ async def test_two_readers_never_see_each_others_conversations(browser: Any, bar
         await ctx_b.close()
 
 
-async def test_axe_finds_no_violation_in_the_list(browser: Any, bar_relay: Any) -> None:  # noqa: F811
+async def test_axe_finds_no_violation_in_the_list(browser: Any, bar_relay: Any) -> None:
     """The list, an entry's deletion being confirmed, and an error, in light and dark: no axe violation of ours."""
     from test_bar_a11y import axe_source, violations
 
@@ -270,7 +270,7 @@ CROSS_ORIGIN_PAGE = """<!doctype html><html><head><meta charset="utf-8"><link re
 <script src="/widget/autopilot.js" data-relay="{relay}" data-app="demo" data-boot="eager"></script></body></html>"""
 
 
-async def test_the_list_on_a_page_of_another_origin(browser: Any, page_server: Any, bar_relay: Any) -> None:  # noqa: F811
+async def test_the_list_on_a_page_of_another_origin(browser: Any, page_server: Any, bar_relay: Any) -> None:
     """The usual embedding: the page's origin is not the relay's, so the summaries request is preflighted and
     answered with CORS for the app's origin."""
     url = page_server.add("/__test__/history.html", CROSS_ORIGIN_PAGE.replace("{relay}", bar_relay.url))

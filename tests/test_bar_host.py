@@ -14,7 +14,7 @@ from test_bar import js_root, last_message, open_bar, py, q, send, user_count, w
 
 pytestmark = pytest.mark.browser
 
-bar_relay, bar_page = test_bar.bar_relay, test_bar.bar_page  # the fixtures, shared with test_bar
+bar_relay, bar_page = test_bar.fixture_bar_relay, test_bar.fixture_bar_page  # the fixtures, shared with test_bar
 
 SCRIPT = '<script src="/widget/autopilot.js" data-relay="{relay}" data-app="demo" {extra}></script>'
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from test_bar import TOGGLE, bar_page, bar_relay, js_root, q, user_count, wait_turn_done  # noqa: F401
+from test_bar import TOGGLE, fixture_bar_page, fixture_bar_relay, js_root, q, user_count, wait_turn_done  # noqa: F401
 
 pytestmark = pytest.mark.browser
 
@@ -104,12 +104,14 @@ async def test_controls_are_labelled_focus_is_visible_and_answers_are_live(bar_p
         return out;""")
     assert unlabelled == []
     log = await js_root(page, "const l = r.querySelector('.messages'); "
-                              "return [l.getAttribute('role'), l.getAttribute('aria-live'), l.getAttribute('aria-label')];")
+                              "return [l.getAttribute('role'), l.getAttribute('aria-live'), "
+                              "l.getAttribute('aria-label')];")
     assert log == ["log", "polite", "Conversation"]
     assert await js_root(page, "return r.querySelector('.connection').getAttribute('role');") == "status"
     # Keyboard focus is visible: a 3 px outline on a focused button.
     await page.focus(q("textarea.input"))
     await page.keyboard.press("Shift+Tab")
-    outline = await js_root(page, "const s = getComputedStyle(r.activeElement); return [s.outlineStyle, s.outlineWidth];")
+    outline = await js_root(page, "const s = getComputedStyle(r.activeElement); return [s.outlineStyle, "
+                                  "s.outlineWidth];")
     assert outline == ["solid", "3px"]
     await page.keyboard.press("Escape")

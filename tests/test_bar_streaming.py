@@ -11,16 +11,17 @@ bounded cadence, and neither changes what is shown.
 
 from __future__ import annotations
 
-import json
 import asyncio
-from typing import Any, AsyncIterator
+import json
+from collections.abc import AsyncIterator
+from typing import Any
 
 import pytest
 import pytest_asyncio
-
 from conftest import require_build
-from support import PageLog, open_page
-from test_bar import BarPage, bar_relay, js_root, open_bar, py  # noqa: F401
+from support import open_page
+from test_bar import BarPage, fixture_bar_relay, js_root, open_bar, py  # noqa: F401
+
 from widget.transports.browser import BATCH, BrowserTransport
 
 pytestmark = pytest.mark.browser

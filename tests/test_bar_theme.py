@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 from support import open_page
-from test_bar import bar_relay, js_root, open_bar, q, send  # noqa: F401
+from test_bar import fixture_bar_relay, js_root, open_bar, q, send  # noqa: F401
 
 pytestmark = pytest.mark.browser
 
@@ -120,7 +120,8 @@ async def test_hostile_page_styles_do_not_leak_in_and_ours_do_not_leak_out(brows
         await send(page, "Hello from a hostile page")
         # Nothing of ours reached the page's elements, even those named like our parts.
         after = await page.evaluate(
-            "['#page-panel', '#page-send', '#page-message', 'p', 'body'].map(s => window.__pick(document.querySelector(s)))")
+            "['#page-panel', '#page-send', '#page-message', 'p', 'body'].map(s => "
+            "window.__pick(document.querySelector(s)))")
         assert after == await page.evaluate("window.__before")
         assert await page.evaluate("getComputedStyle(document.querySelector('#page-panel')).position") == "static"
         # Nothing of the page reached the bar.

@@ -13,12 +13,12 @@ import json
 from typing import Any
 
 import pytest
-
 from support import open_page, py_eval, wait_mark
 
 pytestmark = pytest.mark.browser
 
-HEAD = '<!doctype html><html><head><meta charset="utf-8"><link rel="icon" href="data:,"><title>{title}</title></head><body>'
+HEAD = ('<!doctype html><html><head><meta charset="utf-8"><link rel="icon" href="data:,">'
+        "<title>{title}</title></head><body>")
 BAR = "#autopilot-bar-host"
 
 PAGE = """<!doctype html><html><head><link rel="icon" href="data:,"><title>page python</title></head><body>
@@ -211,7 +211,8 @@ async def test_page_python_is_a_module_with_typed_functions_and_visible_errors(
         await page.evaluate(LISTEN)
         # 1. A real module: dataclasses and forward references worked (book is registered), pickle works,
         # the block after the broken one ran, and the broken one is in the bar and the console.
-        facts = await py_eval(page, "from widget import get_client\nget_client().registry.get('page_facts').handler({}, {})")
+        facts = await py_eval(page, "from widget import "
+                                    "get_client\nget_client().registry.get('page_facts').handler({}, {})")
         assert facts["pickle"] is True and facts["module"] is True
         block = "<page script 2>" if variant == "plain" else "<py script 2>"
         broken = f"page Python failed: {block}, line 2: RuntimeError: broken on purpose"
@@ -231,7 +232,8 @@ async def test_page_python_is_a_module_with_typed_functions_and_visible_errors(
             " return n !== null && n.textContent === t; }", arg=last_notice, timeout=30_000)
         names = await py_eval(page, "from widget import get_client\nsorted(get_client().registry.descriptors())")
         assert names == ["book", "explode", "fail_in_file", "page_facts"]
-        assert any(c.startswith("[autopilot] " + broken) and "Traceback" in c for c in log.console_errors), log.console_errors
+        assert any(c.startswith("[autopilot] " + broken)
+                   and "Traceback" in c for c in log.console_errors), log.console_errors
         if variant == "plain":
             assert any(c.startswith("[autopilot] page Python failed: " + typo) for c in log.console_errors)
 
@@ -240,7 +242,8 @@ async def test_page_python_is_a_module_with_typed_functions_and_visible_errors(
         assert desc["description"] == "Book a table."
         props = desc["parameters"]["properties"]
         assert props["booking"]["description"] == "What to book."
-        assert props["note"] == {"anyOf": [{"type": "string"}, {"type": "null"}], "description": "A note for the kitchen.",
+        assert props["note"] == {"anyOf": [{"type": "string"}, {"type": "null"}],
+                                 "description": "A note for the kitchen.",
                                  "default": None}
         party = props["booking"]["properties"]["party"]
         assert party["minItems"] == party["maxItems"] == 2 and len(party["prefixItems"]) == 2
@@ -283,10 +286,12 @@ async def test_page_python_is_a_module_with_typed_functions_and_visible_errors(
 
         # 3. A JS registration with a broken schema is refused too (its promise rejects, naming the path).
         err = await page.evaluate("""() => window.Autopilot.registerFunction({name: "js_typo", handler: () => 1,
-            parameters: {type: "object", properties: {n: {type: "integer", minimum: "0"}}}}).then(() => "ok", e => e.message)""")
+            parameters: {type: "object", properties: {n: {type: "integer", minimum: "0"}}}})
+            .then(() => "ok", e => e.message)""")
         assert err.startswith("Function 'js_typo': parameters is not a valid JSON Schema: properties/n/minimum: "), err
         assert await page.evaluate("""() => window.Autopilot.registerFunction({name: "js_ok", handler: () => 1,
-            parameters: {type: "object", properties: {n: {type: "integer", minimum: 0}}}}).then(() => "ok", e => e.message)""") == "ok"
+            parameters: {type: "object", properties: {n: {type: "integer", minimum: 0}}}})
+            .then(() => "ok", e => e.message)""") == "ok"
         names = await py_eval(page, "from widget import get_client\nsorted(get_client().registry.descriptors())")
         assert names == ["book", "explode", "fail_in_file", "js_ok", "page_facts"]
         assert log.page_errors == [], log.page_errors

@@ -464,7 +464,8 @@ def test_brotli_copies_and_loader_boot_files(dist, manifest, out):
         assert f"{bid}/{rel}.br" in manifest["files"]
     assert not any(n.startswith(f"{bid}/pyscript/") and n.endswith(".br") for n in manifest["files"])
     proc = subprocess.run(["node", "-e", "const z=require('zlib'),fs=require('fs');"
-                           "process.stdout.write(z.brotliDecompressSync(fs.readFileSync(process.argv[1])).toString('hex').slice(0,64))",
+                           "process.stdout.write(z.brotliDecompressSync(fs.readFileSync(process.argv[1]))"
+                           ".toString('hex').slice(0,64))",
                            str(out / "bundle.zip.br")], capture_output=True, text=True, timeout=60)
     assert proc.stdout == (out / "bundle.zip").read_bytes()[:32].hex()
     # The loader knows the stdlib zips and the lock file's info (no lock file fetch).

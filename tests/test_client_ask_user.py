@@ -5,8 +5,8 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-
 from relay_helpers import ASK_SECRET, launch
+
 from widget import AutopilotClient, ConfigError
 from widget.transports.python_socketio import PythonSocketIOTransport
 

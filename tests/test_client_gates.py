@@ -7,6 +7,7 @@ import asyncio
 
 import pytest
 from fake_relay import BASE, FakeRelay, MemoryTransport
+
 from widget import AutopilotClient
 
 pytestmark = pytest.mark.unit

@@ -3,8 +3,8 @@
 import asyncio
 
 import pytest
-
 from fake_relay import BASE, FakeRelay, MemoryTransport
+
 from widget import AutopilotClient, ConfigError, ConnectionFailed, ProtocolError
 from widget import protocol as P
 
@@ -120,7 +120,8 @@ async def test_unknown_function_bad_args_and_throwing_handler_fail_cleanly():
 
     client.register_function("boom", boom)
     client.register_function(
-        "typed", lambda a, c: a, parameters={"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"]}
+        "typed", lambda a, c: a,
+        parameters={"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"]}
     )
     client.register_function("bad_result", lambda a, c: object())
     for i, (name, args) in enumerate([("nope", {}), ("typed", {"n": "x"}), ("boom", {}), ("bad_result", {})]):
@@ -234,7 +235,8 @@ async def test_decorator_builds_schema_and_calls_with_kwargs():
     d = {f["name"]: f for f in client.get_registered_functions()}["weather"]
     assert d["description"] == "Current weather of a city."
     assert d["parameters"]["required"] == ["city"]
-    relay.push(transport, "function_call.begin", {"id": "w", "name": "weather", "arguments": {"city": "Oslo"}, "run": True})
+    relay.push(transport, "function_call.begin",
+               {"id": "w", "name": "weather", "arguments": {"city": "Oslo"}, "run": True})
     await settle()
     assert relay.responses[-1]["result"] == "Oslo:c"
 
@@ -406,7 +408,8 @@ async def test_response_resent_after_rejoin_updates_history_and_fires_the_event(
     assert [r["id"] for r in relay.responses] == ["r2"]
     assert rec["respondedAt"] is not None and rec["totalMs"] == pytest.approx(5000)
     assert [s["request"]["id"] for s in sent] == ["r2"] and sent[0]["totalMs"] == rec["totalMs"]
-    assert relay.responses[0]["total_ms"] == pytest.approx(rec["totalMs"], abs=0.01)  # the total of the send that landed
+    # the total of the send that landed
+    assert relay.responses[0]["total_ms"] == pytest.approx(rec["totalMs"], abs=0.01)
 
 
 async def test_response_refused_for_good_leaves_the_outbox():

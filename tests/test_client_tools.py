@@ -3,8 +3,8 @@
 import asyncio
 
 import pytest
-
 from fake_relay import BASE, FakeRelay, MemoryTransport
+
 from widget import AutopilotClient, ConfigError
 from widget import protocol as P
 from widget.env import MemoryEnv
@@ -74,9 +74,12 @@ async def test_descriptors_travel_with_kind_and_handler_without_run():
 async def test_declarative_fetch_tool_and_checked_arguments():
     relay, transport, client, env = await connected()
     env.replies[("GET", "/api/plans/pro")] = (200, "application/json", '{"seats": 10}')
-    relay.push(transport, "function_call.begin", {"id": "t1", "name": "plan_limits", "arguments": {"plan": "pro"}, "run": True})
-    relay.push(transport, "function_call.begin", {"id": "t2", "name": "plan_limits", "arguments": {"plan": "premium"}, "run": True})
-    relay.push(transport, "function_call.begin", {"id": "t3", "name": "open_pricing", "arguments": {"plan": "pro"}, "run": True})
+    relay.push(transport, "function_call.begin",
+               {"id": "t1", "name": "plan_limits", "arguments": {"plan": "pro"}, "run": True})
+    relay.push(transport, "function_call.begin",
+               {"id": "t2", "name": "plan_limits", "arguments": {"plan": "premium"}, "run": True})
+    relay.push(transport, "function_call.begin",
+               {"id": "t3", "name": "open_pricing", "arguments": {"plan": "pro"}, "run": True})
     await settle()
     by_id = {r["id"]: r for r in relay.responses}
     assert by_id["t1"]["result"] == {"seats": 10}
@@ -94,7 +97,8 @@ async def test_page_handler_wins_and_gets_question_page_signal(monkeypatch):
 
     client.register_tool("plan_limits", handler)
     relay.push(transport, "message", {"message": {"id": "u", "role": "user", "content": "limits of pro?"}})
-    relay.push(transport, "function_call.begin", {"id": "h", "name": "plan_limits", "arguments": {"plan": "pro"}, "run": True})
+    relay.push(transport, "function_call.begin",
+               {"id": "h", "name": "plan_limits", "arguments": {"plan": "pro"}, "run": True})
     await settle()
     assert relay.responses[-1]["result"] == {"seats": 3} and env.fetches == []
     assert seen["question"] == "limits of pro?" and seen["page"]["url"].startswith("https://")
@@ -111,7 +115,8 @@ async def test_tool_limit_aborts_at_ten_seconds(monkeypatch):
         await asyncio.sleep(5)
 
     client.register_tool("plan_limits", slow)
-    relay.push(transport, "function_call.begin", {"id": "s", "name": "plan_limits", "arguments": {"plan": "pro"}, "run": True})
+    relay.push(transport, "function_call.begin",
+               {"id": "s", "name": "plan_limits", "arguments": {"plan": "pro"}, "run": True})
     deadline = asyncio.get_running_loop().time() + 10
     while not relay.responses and asyncio.get_running_loop().time() < deadline:
         await asyncio.sleep(0.01)  # the tool's own time limit (50 ms here) is what ends it
@@ -138,7 +143,8 @@ async def test_button_action_runs_once_and_records_outcome():
     with pytest.raises(ConfigError, match="already done"):
         await client.run_action("a1", "act0")
     await client.run_action("a1", "act1")
-    assert env.events == [("acme:open-demo", {"tool": "open_demo", "args": {}, "context": {"question": None, "page": env.page_info()}})]
+    assert env.events == [("acme:open-demo",
+                           {"tool": "open_demo", "args": {}, "context": {"question": None, "page": env.page_info()}})]
 
 
 async def test_form_action_checks_reader_values_and_retries_after_failure():

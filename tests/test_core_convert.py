@@ -44,7 +44,7 @@ class Address:
     """
 
     city: str
-    zip: Optional[str] = None
+    zip: str | None = None
 
 
 @dataclasses.dataclass
@@ -74,10 +74,11 @@ TABLE: list[tuple[Any, Any, Any, dict[str, Any]]] = [
     (Any, {"k": [1]}, {"k": [1]}, {}),
     (Literal["a", "b"], "b", "b", {"enum": ["a", "b"]}),
     (Literal[1, 2], 2, 2, {"enum": [1, 2]}),
-    (Optional[int], None, None, {"anyOf": [{"type": "integer"}, {"type": "null"}]}),
-    (Optional[int], 4, 4, {"anyOf": [{"type": "integer"}, {"type": "null"}]}),
+    # typing.Optional and typing.Union are forms the converter must take as well as X | Y: spelled out on purpose.
+    (Optional[int], None, None, {"anyOf": [{"type": "integer"}, {"type": "null"}]}),  # noqa: UP045
+    (Optional[int], 4, 4, {"anyOf": [{"type": "integer"}, {"type": "null"}]}),  # noqa: UP045
     (int | str, "x", "x", {"anyOf": [{"type": "integer"}, {"type": "string"}]}),
-    (Union[int, float], 3, 3, {"anyOf": [{"type": "integer"}, {"type": "number"}]}),
+    (Union[int, float], 3, 3, {"anyOf": [{"type": "integer"}, {"type": "number"}]}),  # noqa: UP007
     (Size, "m", Size.M, {"enum": ["s", "m"]}),
     (Level, 2, Level.HIGH, {"enum": [1, 2]}),
     (list[Size], ["s", "m"], [Size.S, Size.M], {"type": "array", "items": {"enum": ["s", "m"]}}),
@@ -92,13 +93,13 @@ TABLE: list[tuple[Any, Any, Any, dict[str, Any]]] = [
     (dict[Size, int], {"m": 1}, {Size.M: 1},
      {"type": "object", "propertyNames": {"enum": ["s", "m"]}, "additionalProperties": {"type": "integer"}}),
     (dt.date, "2026-12-01", dt.date(2026, 12, 1), {"type": "string", "format": "date"}),
-    (dt.datetime, "2026-12-01T09:30:00+00:00", dt.datetime(2026, 12, 1, 9, 30, tzinfo=dt.timezone.utc),
+    (dt.datetime, "2026-12-01T09:30:00+00:00", dt.datetime(2026, 12, 1, 9, 30, tzinfo=dt.UTC),
      {"type": "string", "format": "date-time"}),
     (dt.time, "09:30:00", dt.time(9, 30), {"type": "string", "format": "time"}),
     (uuid.UUID, str(UID), UID, {"type": "string", "format": "uuid"}),
     (UserId, 7, 7, {"type": "integer"}),
     (Annotated[int, "how many"], 5, 5, {"type": "integer", "description": "how many"}),
-    (Point, {"x": 1, "at": "2026-12-01T00:00:00+00:00"}, {"x": 1, "at": dt.datetime(2026, 12, 1, tzinfo=dt.timezone.utc)},
+    (Point, {"x": 1, "at": "2026-12-01T00:00:00+00:00"}, {"x": 1, "at": dt.datetime(2026, 12, 1, tzinfo=dt.UTC)},
      {"type": "object", "properties": {"x": {"type": "integer"}, "at": {"type": "string", "format": "date-time"}},
       "required": ["at", "x"], "additionalProperties": False}),
     (Address, {"city": "Oslo"}, Address("Oslo"),
@@ -107,7 +108,8 @@ TABLE: list[tuple[Any, Any, Any, dict[str, Any]]] = [
                      "zip": {"anyOf": [{"type": "string"}, {"type": "null"}], "description": "Postal code, if known.",
                              "default": None}},
       "required": ["city"], "additionalProperties": False}),
-    (Order, {"items": ["s"], "ship_to": {"city": "Oslo", "zip": "0150"}, "when": "2026-12-24", "tags": ["a"], "level": 2},
+    (Order, {"items": ["s"], "ship_to": {"city": "Oslo", "zip": "0150"}, "when": "2026-12-24", "tags": ["a"],
+             "level": 2},
      Order([Size.S], Address("Oslo", "0150"), dt.date(2026, 12, 24), {"a"}, Level.HIGH), None),
 ]
 
@@ -160,7 +162,7 @@ def test_decorated_function_gets_its_types_and_returns_json():
     seen = {}
 
     def book(address: Address, when: dt.datetime, size: Size = Size.S, party: tuple[int, int] = (1, 0),
-             notes: dict[str, int] = None) -> Order:  # noqa: RUF013 - the None default is the point
+             notes: dict[str, int] = None) -> Order:
         """Book a table.
 
         Args:
@@ -183,7 +185,7 @@ def test_decorated_function_gets_its_types_and_returns_json():
     args = {"address": {"city": "Oslo"}, "when": "2026-12-01T19:00:00Z", "size": "m", "party": [2, 1], "notes": None}
     assert validate_arguments(bound.parameters, args) is None
     result = bound.handler(args, {})
-    assert seen == {"address": Address("Oslo"), "when": dt.datetime(2026, 12, 1, 19, tzinfo=dt.timezone.utc),
+    assert seen == {"address": Address("Oslo"), "when": dt.datetime(2026, 12, 1, 19, tzinfo=dt.UTC),
                     "size": Size.M, "party": (2, 1), "notes": None}
     assert result == {"items": ["m"], "ship_to": {"city": "Oslo", "zip": None}, "when": "2026-12-01", "tags": [],
                       "level": 1}
@@ -225,7 +227,8 @@ DOCS = [
 
     Returns:
         The flights.
-    """, "Find flights.\n\nMore words.\n\nReturns:\n    The flights.", {"origin": "Where from, on two lines.", "dest": "Where to."}),
+    """, "Find flights.\n\nMore words.\n\nReturns:\n    The flights.",
+    {"origin": "Where from, on two lines.", "dest": "Where to."}),
     ("numpy", """Find flights.
 
     Parameters
@@ -239,7 +242,8 @@ DOCS = [
     -------
     list
         The flights.
-    """, "Find flights.\n\nReturns\n-------\nlist\n    The flights.", {"origin": "Where from.", "dest": "Airports.", "via": "Airports."}),
+    """, "Find flights.\n\nReturns\n-------\nlist\n    The flights.",
+    {"origin": "Where from.", "dest": "Airports.", "via": "Airports."}),
     ("rest", """Find flights.
 
     :param origin: Where from,
@@ -270,7 +274,8 @@ def test_annotated_description_wins_over_the_docstring():
 
     bound = bind_function(f)
     assert bound.parameters["properties"]["x"]["description"] == "from Annotated"
-    assert bound.parameters["properties"]["y"] == {"type": "integer", "description": "also from the docstring", "default": 0}
+    assert bound.parameters["properties"]["y"] == {"type": "integer", "description": "also from the docstring",
+                                                   "default": 0}
 
 
 def test_explicit_schemas_are_checked_against_the_metaschema():
@@ -298,7 +303,7 @@ def test_explicit_schemas_are_checked_against_the_metaschema():
 
 
 def test_every_derived_schema_is_valid_json_schema():
-    def everything(a: Order, b: list[tuple[int, Size]], c: dict[str, Address] = None,  # noqa: RUF013
+    def everything(a: Order, b: list[tuple[int, Size]], c: dict[str, Address] = None,
                    d: Literal["x"] = "x", e: Point | None = None) -> None: ...
 
     schema = parameters_from_signature(everything)
@@ -316,7 +321,7 @@ def test_page_python_errors_name_the_block_and_line():
     for source, want in [("x = 1\n\nraise KeyError('k')\n", "line 3: KeyError: 'k'"),
                          ("def f(:\n", "line 1: SyntaxError: ")]:
         try:
-            exec(compile(source, "<page script 4>", "exec"), {})
+            exec(compile(source, "<page script 4>", "exec"), {})  # noqa: S102 - page code fails as page code does
         except Exception as exc:  # noqa: BLE001
             payload = page_error("<page script 4>", exc)
         assert payload["message"].startswith(f"page Python failed: <page script 4>, {want}"), payload["message"]
@@ -325,5 +330,6 @@ def test_page_python_errors_name_the_block_and_line():
     # A PyScript block's error arrives as traceback text: its last "<exec>" frame is the block's line.
     tb = ('Traceback (most recent call last):\n  File "/lib/python3.14/_pyodide/_base.py", line 597, in eval_code\n'
           '  File "<exec>", line 7, in <module>\n  File "<exec>", line 3, in helper\nValueError: bad\n')
-    assert page_error_text("<py script 2>", tb)["message"] == "page Python failed: <py script 2>, line 3: ValueError: bad"
+    assert page_error_text("<py script 2>",
+                           tb)["message"] == "page Python failed: <py script 2>, line 3: ValueError: bad"
     assert page_error_text("<py script 2>", "")["message"] == "page Python failed: <py script 2>: error"

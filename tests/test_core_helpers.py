@@ -2,7 +2,7 @@
 
 import dataclasses
 import enum
-from typing import Annotated, Literal, Optional, TypedDict
+from typing import Annotated, Literal, TypedDict
 
 import pytest
 
@@ -59,7 +59,7 @@ class Units(enum.Enum):
 
 class Address(TypedDict):
     city: str
-    zip: Optional[str]
+    zip: str | None
 
 
 @dataclasses.dataclass

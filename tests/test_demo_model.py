@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import time
-from typing import Any, AsyncIterator
+from collections.abc import AsyncIterator
+from typing import Any
 
 import pytest
 
@@ -16,9 +17,11 @@ from widget.relay.tools import offer_actions_spec
 pytestmark = pytest.mark.unit
 
 WEATHER = {"name": "get_weather", "description": "Weather for a city.", "parameters": {
-    "type": "object", "properties": {"city": {"type": "string"}, "days": {"type": "integer"}, "metric": {"type": "boolean"}},
+    "type": "object",
+    "properties": {"city": {"type": "string"}, "days": {"type": "integer"}, "metric": {"type": "boolean"}},
     "required": ["city"]}}
-SELECTION = {"name": "get_selection", "description": "The selection.", "parameters": {"type": "object", "properties": {}}}
+SELECTION = {"name": "get_selection", "description": "The selection.",
+             "parameters": {"type": "object", "properties": {}}}
 ASK = {"name": "ask_user", "description": "", "parameters": {}}
 
 

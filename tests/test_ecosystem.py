@@ -20,12 +20,14 @@ from support import ROOT, PageServer, free_port, open_page, py_eval, start_relay
 
 pytestmark = pytest.mark.browser
 
-HEAD = '<!doctype html><html><head><meta charset="utf-8"><link rel="icon" href="data:,"><title>{title}</title></head><body>'
+HEAD = ('<!doctype html><html><head><meta charset="utf-8"><link rel="icon" href="data:,">'
+        "<title>{title}</title></head><body>")
 BAR = "#autopilot-bar-host"
 TOGGLE = "#autopilot-toggle-host"
 
 
-def _get(url: str, headers: dict[str, str] | None = None, *, redirect: bool = True) -> tuple[int, dict[str, str], bytes]:
+def _get(url: str, headers: dict[str, str] | None = None, *, redirect: bool = True) -> tuple[int, dict[str, str],
+                                                                                             bytes]:
     class NoRedirect(urllib.request.HTTPRedirectHandler):
         def redirect_request(self, *a: Any, **kw: Any) -> None:
             return None
@@ -104,7 +106,8 @@ def test_static_files_carry_cors_for_allowed_origins_only(relay_server, page_ser
     status, headers, _ = _get(relay_server.url + "/widget/autopilot.js")
     assert status == 200 and "set-cookie" not in headers and headers["cache-control"] == "no-cache"
     # PyScript pages: stable names for our copy of @pyscript/core and an offline config.
-    status, headers, _ = _get(relay_server.url + "/widget/pyscript/core.js", {"Origin": page_server.origin}, redirect=False)
+    status, headers, _ = _get(relay_server.url + "/widget/pyscript/core.js", {"Origin": page_server.origin},
+                              redirect=False)
     assert status == 302 and headers["location"] == f"/widget/{bid}/pyscript/core.js"
     assert headers["access-control-allow-origin"] == page_server.origin
     # Stable names for a PyScript config of the page's own: Pyodide and the bundle of the current build.
@@ -142,9 +145,12 @@ A.setContext({page: "js-api", order: 1});
 A.registerFunction({
   name: "js_add", description: "Adds two numbers.",
   parameters: {type: "object", properties: {a: {type: "number"}, b: {type: "number"}}, required: ["a", "b"]},
-  handler: async ({a, b}, ctx) => { __log.push(["ctx", ctx.name, typeof ctx.id]); await new Promise(r => setTimeout(r, 5)); return a + b; },
+  handler: async ({a, b}, ctx) => {
+    __log.push(["ctx", ctx.name, typeof ctx.id]); await new Promise(r => setTimeout(r, 5)); return a + b;
+  },
 });
-A.registerFunction({name: "js_fail", description: "Always fails.", handler: () => { throw new Error("nope from JS"); }});
+A.registerFunction({name: "js_fail", description: "Always fails.",
+                    handler: () => { throw new Error("nope from JS"); }});
 A.updateContext({order: 2});
 window.__removeTool = A.registerTool("js_tool", (args, {question, page, signal}) =>
   ({echo: args.q, question, url: page.url, aborted: signal.aborted}));
@@ -163,7 +169,8 @@ def py_twice(n: int) -> int:
 
 
 async def test_js_api_from_page_js_queued_before_ready(browser, relay_server, page_server):
-    url = page_server.add("/__eco__/js.html", JS_PAGE.replace("{title}", "js api", 1).replace("{relay}", relay_server.url))
+    url = page_server.add("/__eco__/js.html",
+                          JS_PAGE.replace("{title}", "js api", 1).replace("{relay}", relay_server.url))
     ctx, page, log = await open_page(browser, url)
     try:
         assert await page.evaluate("window.__queued") is True
@@ -174,14 +181,17 @@ async def test_js_api_from_page_js_queued_before_ready(browser, relay_server, pa
         log_js = await page.evaluate("window.__log")
         assert ["ctx", "js_add", "string"] in log_js and ["success", "js_add", 5] in log_js
         # Applied in call order: setContext, then updateContext.
-        assert await py_eval(page, "from widget import get_client\nget_client().get_context()") == {"page": "js-api", "order": 2}
+        assert await py_eval(page, "from widget import get_client\nget_client().get_context()") == {"page": "js-api",
+                                                                                                    "order": 2}
         # One registry: JS and Python functions look the same to the relay.
-        descs = await py_eval(page, "from widget import get_client\n{d['name']: d for d in get_client().get_registered_functions()}")
+        descs = await py_eval(page, "from widget import get_client\n{d['name']: d for d in "
+                                    "get_client().get_registered_functions()}")
         assert set(descs) >= {"js_add", "js_fail", "js_tool", "py_twice"}
         assert descs["js_add"].keys() == descs["py_twice"].keys()
         assert descs["js_add"]["source"] == descs["py_twice"]["source"] == "client"
         assert descs["js_add"]["parameters"]["required"] == ["a", "b"]
-        acked = await py_eval(page, "from widget import get_client\nsorted(get_client().state.acked['autopilot']['functions'])")
+        acked = await py_eval(page, "from widget import "
+                                    "get_client\nsorted(get_client().state.acked['autopilot']['functions'])")
         assert {"js_add", "py_twice"} <= set(acked)
         async def say(text: str, turns_before: int) -> None:
             await page.wait_for_function(f"() => window.__finished >= {turns_before}", timeout=20_000)
@@ -221,7 +231,8 @@ async def test_js_api_from_page_js_queued_before_ready(browser, relay_server, pa
         # Bad input is refused at once, with a reason.
         with pytest.raises(Exception, match="registerFunction"):
             await page.evaluate("window.Autopilot.registerFunction({name: 'x'})")
-        msg = await page.evaluate("(() => { try { window.Autopilot.setContext({bad: 1n}); return 'ok'; } catch (e) { return e.message; } })()")
+        msg = await page.evaluate("(() => { try { window.Autopilot.setContext({bad: 1n}); return 'ok'; } catch (e) { "
+                                  "return e.message; } })()")
         assert "context.bad is a bigint, not JSON data" in msg
         # destroy(): nothing left on the page, later calls refused.
         live = await py_eval(page, "from widget.ui.bar import live_proxies\nlive_proxies()")
@@ -230,7 +241,8 @@ async def test_js_api_from_page_js_queued_before_ready(browser, relay_server, pa
         assert await page.evaluate(f"!document.querySelector('{BAR}') && !document.querySelector('{TOGGLE}')")
         assert await page.evaluate("window.Autopilot.destroyed && window.Autopilot.handle === null")
         assert "destroyed" in await page.evaluate("window.Autopilot.open().then(() => 'ok', e => e.message)")
-        live = await page.evaluate("window.Autopilot.pyodide.runPython('from widget.ui.bar import live_proxies; live_proxies()')")
+        live = await page.evaluate("window.Autopilot.pyodide.runPython('from widget.ui.bar import live_proxies; "
+                                   "live_proxies()')")
         assert live == 0
         assert log.console_errors == [] and log.page_errors == []
     finally:
@@ -238,7 +250,8 @@ async def test_js_api_from_page_js_queued_before_ready(browser, relay_server, pa
 
 
 async def test_destroy_before_boot_leaves_nothing(browser, relay_server, page_server):
-    html = HEAD + f'<script src="{relay_server.url}/widget/autopilot.js" data-app="demo" data-boot="intent"></script></body></html>'
+    html = HEAD + (f'<script src="{relay_server.url}/widget/autopilot.js" data-app="demo" data-boot="intent">'
+                   "</script></body></html>")
     url = page_server.add("/__eco__/destroy-early.html", html)
     ctx, page, log = await open_page(browser, url, wait_joined=False)
     try:
@@ -257,21 +270,25 @@ async def test_destroy_before_boot_leaves_nothing(browser, relay_server, page_se
 CONFIG_PAGE = HEAD + """<p>config</p>
 <script>
 window.AutopilotConfig = {bogus: 1, prewarm: 3, relay: "{relay}", app: "demo",
-  tools: {shout: {description: "Upper-cases a text.", parameters: {type: "object", properties: {text: {type: "string"}}, required: ["text"]}}}};
+  tools: {shout: {description: "Upper-cases a text.",
+                  parameters: {type: "object", properties: {text: {type: "string"}}, required: ["text"]}}}};
 </script>
 <script src="{relay}/widget/autopilot.js" data-boot="sometimes" data-frobnicate="1" data-open
         data-position="bottom-left" data-theme="dark" data-title="Lumen"
         data-python="/__eco__/extra.py, /__eco__/extra2.py"
-        data-labels='{"placeholder": "Frag etwas…", "send": "Senden", "open": "{title} öffnen", "starting": "{title} startet…", "nope": "x"}'></script>
+        data-labels='{"placeholder": "Frag etwas…", "send": "Senden", "open": "{title} öffnen",
+                      "starting": "{title} startet…", "nope": "x"}'></script>
 </body></html>"""
 
 
 async def test_configuration_options_warnings_and_labels(browser, relay_server, page_server):
-    page_server.add("/__eco__/extra.py", "from widget import get_client\nget_client().set_context({'from': 'extra.py'})\n",
+    page_server.add("/__eco__/extra.py",
+                    "from widget import get_client\nget_client().set_context({'from': 'extra.py'})\n",
                     "text/x-python")
     page_server.add("/__eco__/extra2.py", "from widget import get_client\nget_client().update_context({'also': 2})\n",
                     "text/x-python")
-    url = page_server.add("/__eco__/config.html", CONFIG_PAGE.replace("{title}", "config", 1).replace("{relay}", relay_server.url))
+    url = page_server.add("/__eco__/config.html",
+                          CONFIG_PAGE.replace("{title}", "config", 1).replace("{relay}", relay_server.url))
     ctx = await browser.new_context()
     page = await ctx.new_page()
     warnings: list[str] = []
@@ -297,7 +314,8 @@ async def test_configuration_options_warnings_and_labels(browser, relay_server, 
         await page.evaluate("window.Autopilot.close()")
         assert await page.get_attribute(f"{TOGGLE} >> button.toggle", "aria-label") == "Lumen öffnen"
         # Python files ran in order; the tools config reached the client.
-        assert await py_eval(page, "from widget import get_client\nget_client().get_context()") == {"from": "extra.py", "also": 2}
+        assert await py_eval(page, "from widget import get_client\nget_client().get_context()") == {"from": "extra.py",
+                                                                                                    "also": 2}
         assert await py_eval(page, "from widget import get_client\nget_client().has_function('shout')") is True
     finally:
         await ctx.close()
@@ -400,7 +418,8 @@ async def test_pyscript_page_shares_one_pyodide(browser, relay_server, page_serv
                "files": {f"{relay_server.url}/widget/bundle-full.zip": "/lib/python3.14/site-packages/*"}}
         page_server.add("/__eco__/own-config.json", json.dumps(own), "application/json")
         html = html.replace('config="{relay}/widget/pyscript.json"', 'config="/__eco__/own-config.json"')
-    url = page_server.add(f"/__eco__/{variant}.html", html.replace("{title}", variant, 1).replace("{relay}", relay_server.url))
+    url = page_server.add(f"/__eco__/{variant}.html",
+                          html.replace("{title}", variant, 1).replace("{relay}", relay_server.url))
     ctx, page, log = await open_page(browser, url, timeout_ms=90_000)
     try:
         name = "own_ping" if variant == "loader-loads-pyscript" else "pyscript_square"
@@ -410,11 +429,13 @@ async def test_pyscript_page_shares_one_pyodide(browser, relay_server, page_serv
         assert rec["status"] == "success"
         if variant != "loader-loads-pyscript":
             assert await page.evaluate("window.__block_ran") is True
-            assert await py_eval(page, "from widget import get_client\nget_client().get_context()") == {"second_block": True}
+            context = await py_eval(page, "from widget import get_client\nget_client().get_context()")
+            assert context == {"second_block": True}
             # The model's answer quotes the result the PyScript block's function returned.
             await page.wait_for_function(
                 "() => window.Autopilot.pyodide.runPython(\"from widget import get_client; "
-                "any('49' in str(m.get('content') or '') for m in get_client().messages if m.get('role') == 'assistant')\")",
+                "any('49' in str(m.get('content') or '') for m in get_client().messages if m.get('role') == "
+                "'assistant')\")",
                 timeout=20_000)
         # One interpreter: Pyodide was fetched once, and it is PyScript's (its `pyscript` module is importable).
         # (Counted at the build's own URLs: a stable URL is one more request, its redirect.)
@@ -463,7 +484,8 @@ def csp_ok() -> str:
 </body></html>"""
 
 VIOLATIONS = """window.__violations = [];
-document.addEventListener('securitypolicyviolation', e => window.__violations.push(e.violatedDirective + ' ' + e.blockedURI));"""
+document.addEventListener('securitypolicyviolation',
+                          e => window.__violations.push(e.violatedDirective + ' ' + e.blockedURI));"""
 
 
 async def test_widget_works_under_the_documented_strict_csp(browser, csp_setup):
@@ -495,7 +517,9 @@ async def test_widget_works_under_the_documented_strict_csp(browser, csp_setup):
 async def test_csp_without_wasm_shows_a_clear_message(browser, csp_setup):
     pages, relay = csp_setup
     csp = strict_csp(relay.url).replace(" 'wasm-unsafe-eval'", "")
-    url = pages.add("/nowasm.html", CSP_PAGE.format(title="no wasm", relay=relay.url).replace('data-boot="eager"', 'data-boot="intent"'),
+    url = pages.add("/nowasm.html",
+                    CSP_PAGE.format(title="no wasm", relay=relay.url).replace('data-boot="eager"',
+                                                                              'data-boot="intent"'),
                     headers={"Content-Security-Policy": csp})
     ctx, page, log = await open_page(browser, url, wait_joined=False)
     try:

@@ -36,7 +36,8 @@ def _run(js: bytes, tmp_path: Path) -> str:
 
 def test_modules_run_in_es_order_in_one_strict_function(tmp_path: Path) -> None:
     entry = _tree(tmp_path, {
-        "autopilot.js": '/* the header */\nimport { a } from "./loader/a.mjs";\nimport { b, log } from "./loader/b.mjs";\n'
+        "autopilot.js": '/* the header */\nimport { a } from "./loader/a.mjs";\nimport { b, log } from '
+                        '"./loader/b.mjs";\n'
                         'log("entry " + a() + b);\n',
         "loader/a.mjs": 'import { b, log } from "./b.mjs";\nlog("a");\n/** @param {number} n */\nexport function a() '
                         '{ return b + /** @type {number} */ (1); }\n',
@@ -66,7 +67,8 @@ def test_an_entry_without_imports_is_left_as_it_is(tmp_path: Path) -> None:
      "imports y from static/loader/b.mjs, which does not export it"),
 ])
 def test_what_does_not_survive_the_join_is_refused(tmp_path: Path, files: dict[str, str], says: str) -> None:
-    entry = _tree(tmp_path, {"autopilot.js": 'import { x } from "./loader/a.mjs";\nimport { y } from "./loader/b.mjs";\n'
+    entry = _tree(tmp_path,
+                  {"autopilot.js": 'import { x } from "./loader/a.mjs";\nimport { y } from "./loader/b.mjs";\n'
                                              "console.log(x, y);\n", **files})
     with pytest.raises(BuildError, match=says.replace("|", r"\|").replace(".", r"\.")):
         join_loader(entry)

@@ -6,26 +6,27 @@ import asyncio
 import json
 import logging
 import time
-from typing import Any, AsyncIterator
+from collections.abc import AsyncIterator
+from typing import Any
 
 import aiohttp
 import pytest
 import pytest_asyncio
-
 from relay_helpers import (
     SECRET,
     SHOP_ORIGIN,
     SHOP_SECRET,
+    STORE_KINDS,
     Recorder,
     create,
+    fixture_store_kind,  # noqa: F401 - a fixture
     info,
     joined,
     launch,
     register,
     turn_log_line,
-    STORE_KINDS,
-    store_kind,  # noqa: F401 - a fixture
 )
+
 from widget import protocol as P
 from widget.relay.ratelimit import RateLimiter
 from widget.relay.tokens import TokenSigner
@@ -109,10 +110,12 @@ async def test_create_rate_limited(relay: Any, http: aiohttp.ClientSession) -> N
     saved = api.create_limiter
     api.create_limiter = RateLimiter(2)
     try:
-        codes = [(await http.post(f"{relay.url}/api/apps/demo/conversations", headers={"Origin": relay.url})).status for _ in range(3)]
+        codes = [(await http.post(f"{relay.url}/api/apps/demo/conversations",
+                                  headers={"Origin": relay.url})).status for _ in range(3)]
         assert codes == [201, 201, 429]
         # the backend with its secret is not limited by browser addresses
-        r = await http.post(f"{relay.url}/api/apps/shop/conversations", headers={"Authorization": f"Bearer {SHOP_SECRET}"})
+        r = await http.post(f"{relay.url}/api/apps/shop/conversations",
+                            headers={"Authorization": f"Bearer {SHOP_SECRET}"})
         assert r.status == 201
     finally:
         api.create_limiter = saved
@@ -232,23 +235,31 @@ async def test_patch_applied_and_acked(relay: Any, http: aiohttp.ClientSession) 
 async def test_limits_refused_state_unchanged(relay: Any, http: aiohttp.ClientSession) -> None:
     rec, data, _ = await joined(http, relay.url)
     cid = data["conversation"]["id"]
-    await rec.call("state_patch", {"patch": [{"op": "add", "path": "/autopilot/context/a", "value": 1}], "idempotency_key": "a"})
+    await rec.call("state_patch",
+                   {"patch": [{"op": "add", "path": "/autopilot/context/a", "value": 1}], "idempotency_key": "a"})
     before = await relay.hub.store.get_state(cid)
     big = "x" * (P.MAX_STATE_BYTES - 30)
-    ack = await rec.call("state_patch", {"patch": [{"op": "add", "path": "/autopilot/context/big", "value": big}], "idempotency_key": "big"})
+    ack = await rec.call("state_patch",
+                         {"patch": [{"op": "add", "path": "/autopilot/context/big", "value": big}],
+                          "idempotency_key": "big"})
     assert err(ack) == "state_too_large"
     # exactly at the limit is fine: measure the compact UTF-8 bytes the way D4 says
     base = len(json.dumps({**before["autopilot"]["context"]}, separators=(",", ":")))
     doc_len = len(json.dumps(before, separators=(",", ":"), ensure_ascii=False).encode())
     fill = P.MAX_STATE_BYTES - doc_len - len(',"f":""')
     assert base > 0
-    ok = await rec.call("state_patch", {"patch": [{"op": "add", "path": "/autopilot/context/f", "value": "é" * (fill // 2)}], "idempotency_key": "fit"})
+    ok = await rec.call("state_patch",
+                        {"patch": [{"op": "add", "path": "/autopilot/context/f", "value": "é" * (fill // 2)}],
+                         "idempotency_key": "fit"})
     assert ok == {"ok": True}
-    await rec.call("state_patch", {"patch": [{"op": "remove", "path": "/autopilot/context/f"}], "idempotency_key": "unfit"})
+    await rec.call("state_patch",
+                   {"patch": [{"op": "remove", "path": "/autopilot/context/f"}], "idempotency_key": "unfit"})
     deep: Any = "leaf"
     for _ in range(31):
         deep = {"d": deep}
-    ack = await rec.call("state_patch", {"patch": [{"op": "add", "path": "/autopilot/context/deep", "value": deep}], "idempotency_key": "deep"})
+    ack = await rec.call("state_patch",
+                         {"patch": [{"op": "add", "path": "/autopilot/context/deep", "value": deep}],
+                          "idempotency_key": "deep"})
     assert err(ack) == "state_too_deep"
     assert await relay.hub.store.get_state(cid) == before
     await rec.disconnect()
@@ -264,7 +275,9 @@ async def test_patch_failing_half_way_leaves_no_partial_write(relay: Any, http: 
     assert err(ack) == "patch_failed"
     assert "op 1" in ack["error"]["message"] and "remove" in ack["error"]["message"]
     assert await relay.hub.store.get_state(cid) == before
-    assert err(await rec.call("state_patch", {"patch": [{"op": "replace", "path": "/autopilot", "value": 3}], "idempotency_key": "root"})) == "patch_failed"
+    assert err(await rec.call("state_patch",
+                              {"patch": [{"op": "replace", "path": "/autopilot", "value": 3}],
+                               "idempotency_key": "root"})) == "patch_failed"
     assert err(await rec.call("state_patch", {"patch": {"op": "add"}, "idempotency_key": "notlist"})) == "patch_failed"
     assert err(await rec.call("state_patch", {"patch": []})) == "bad_request"  # no idempotency key
     await rec.disconnect()
@@ -273,8 +286,11 @@ async def test_patch_failing_half_way_leaves_no_partial_write(relay: Any, http: 
 async def test_same_write_twice_applied_once(relay: Any, http: aiohttp.ClientSession) -> None:
     rec, data, url = await joined(http, relay.url)
     cid = data["conversation"]["id"]
-    await rec.call("state_patch", {"patch": [{"op": "add", "path": "/autopilot/context/items", "value": []}], "idempotency_key": "init"})
-    append = {"patch": [{"op": "add", "path": "/autopilot/context/items/-", "value": "x"}], "idempotency_key": "append-1"}
+    await rec.call("state_patch",
+                   {"patch": [{"op": "add", "path": "/autopilot/context/items", "value": []}],
+                    "idempotency_key": "init"})
+    append = {"patch": [{"op": "add", "path": "/autopilot/context/items/-", "value": "x"}],
+              "idempotency_key": "append-1"}
     first = await rec.call("state_patch", append)
     second = await rec.call("state_patch", append)
     assert first == second == {"ok": True}
@@ -294,7 +310,8 @@ async def test_same_write_twice_applied_once(relay: Any, http: aiohttp.ClientSes
 # ---------------------------------------------------------------------------------------------- turns
 
 
-async def test_full_turn_with_function_call(relay: Any, http: aiohttp.ClientSession, caplog: pytest.LogCaptureFixture) -> None:
+async def test_full_turn_with_function_call(relay: Any, http: aiohttp.ClientSession,
+                                            caplog: pytest.LogCaptureFixture) -> None:
     rec, data, url = await joined(http, relay.url)
     await register(rec, "get_selection")
     rec.auto_answer = lambda call: {"text": "hello world", "args": call["arguments"]}
@@ -308,7 +325,8 @@ async def test_full_turn_with_function_call(relay: Any, http: aiohttp.ClientSess
     names = [e for e, _ in seqd]
     assert names[0] == "message" and names[1] == "completion.started"
     i_begin = names.index("function_call.begin")
-    assert names[i_begin:i_begin + 4] == ["function_call.begin", "function_call.end", "completion.ended", "function_call_iteration"]
+    assert names[i_begin:i_begin + 4] == ["function_call.begin", "function_call.end", "completion.ended",
+                                          "function_call_iteration"]
     assert names[-3:] == ["completion.ended", "completion.finished", "user_input"]
     assert "completion_stream" in names[:i_begin] and "completion_stream" in names[i_begin:]
     seqs = [d["seq"] for _, d in seqd]
@@ -344,7 +362,9 @@ async def test_plain_markdown_answer_and_busy(relay: Any, http: aiohttp.ClientSe
     assert ack["ok"]
     await rec.wait("function_call.begin")
     assert err(await rec.call("user_message", {"text": "again", "idempotency_key": "b"})) == "busy"
-    assert err(await rec.call("user_message", {"text": "x" * (P.MAX_USER_MESSAGE_CHARS + 1), "idempotency_key": "c"})) == "message_too_long"
+    assert err(await rec.call("user_message",
+                              {"text": "x" * (P.MAX_USER_MESSAGE_CHARS + 1),
+                               "idempotency_key": "c"})) == "message_too_long"
     assert err(await rec.call("user_message", {"text": "  ", "idempotency_key": "d"})) == "bad_request"
     await rec.wait("completion.finished", timeout=10)  # the call times out (2 s) and the turn ends
     ack = await rec.call("user_message", {"text": "What is this?", "idempotency_key": "e"})
@@ -369,11 +389,14 @@ async def test_unanswered_call_times_out_and_turn_continues(relay: Any, http: ai
     final = [d for e, d in rec.events if e == "completion.ended"][-1]["message"]
     assert "did not answer" in final["content"]
     # a late response is refused and recorded
-    late = await rec.call("function_response", {"id": begin["id"], "status": "success", "result": 1, "idempotency_key": "late"})
+    late = await rec.call("function_response",
+                          {"id": begin["id"], "status": "success", "result": 1, "idempotency_key": "late"})
     assert err(late) == "call_not_pending"
     refused = await relay.hub.store.refused(cid)
     assert refused and refused[-1]["payload"]["id"] == begin["id"] and "timed_out" in refused[-1]["reason"]
-    assert err(await rec.call("function_response", {"id": "call_nope", "status": "success", "result": 1, "idempotency_key": "u"})) == "call_not_pending"
+    assert err(await rec.call("function_response",
+                              {"id": "call_nope", "status": "success", "result": 1,
+                               "idempotency_key": "u"})) == "call_not_pending"
     await rec.disconnect()
 
 
@@ -391,7 +414,9 @@ async def test_cancel_stops_turn(relay: Any, http: aiohttp.ClientSession) -> Non
     assert fin["status"] == "cancelled"
     await rec.wait("user_input")
     assert (await rec.call("cancel", {"idempotency_key": "c2"})) == {"ok": True, "cancelled": False}
-    assert err(await rec.call("function_response", {"id": begin["id"], "status": "success", "result": 1, "idempotency_key": "r"})) == "call_not_pending"
+    assert err(await rec.call("function_response",
+                              {"id": begin["id"], "status": "success", "result": 1,
+                               "idempotency_key": "r"})) == "call_not_pending"
     body = await info(http, url)
     assert body["conversation"]["status"] == "idle"
     assert [m["role"] for m in body["messages"]] == ["user", "assistant", "tool"]
@@ -501,7 +526,9 @@ async def test_second_joiner_becomes_active(relay: Any, http: aiohttp.ClientSess
     assert b1["run"] is False and b2["run"] is True and b1["seq"] == b2["seq"]
     end = await first.wait("function_call.end")
     assert end["result"] == "from second"
-    assert err(await first.call("function_response", {"id": b1["id"], "status": "success", "result": 0, "idempotency_key": "x"})) == "not_active"
+    assert err(await first.call("function_response",
+                                {"id": b1["id"], "status": "success", "result": 0,
+                                 "idempotency_key": "x"})) == "not_active"
     await second.wait("user_input")
     ack = await first.call("activate", {})
     assert ack["ok"] and ack["active"] is True and ack["pending_calls"] == []
@@ -511,7 +538,8 @@ async def test_second_joiner_becomes_active(relay: Any, http: aiohttp.ClientSess
     await second.disconnect()
 
 
-async def test_pending_call_goes_to_the_next_active_client(http: aiohttp.ClientSession, tmp_path: Any, store_kind: str) -> None:
+async def test_pending_call_goes_to_the_next_active_client(http: aiohttp.ClientSession, tmp_path: Any,
+                                                           store_kind: str) -> None:
     h = await launch(tmp_path, store=store_kind, function_call_timeout_s=10.0)
     try:
         rec, data, url = await joined(http, h.url)
@@ -526,7 +554,8 @@ async def test_pending_call_goes_to_the_next_active_client(http: aiohttp.ClientS
         assert [c["id"] for c in ack["pending_calls"]] == [begin["id"]]
         replayed_begin = await nxt.wait("function_call.begin")
         assert replayed_begin["run"] is False  # replay never runs anything
-        r = await nxt.call("function_response", {"id": begin["id"], "status": "success", "result": "late but fine", "idempotency_key": "r"})
+        r = await nxt.call("function_response",
+                           {"id": begin["id"], "status": "success", "result": "late but fine", "idempotency_key": "r"})
         assert r == {"ok": True}
         fin = await nxt.wait("completion.finished")
         assert fin["status"] == "done"
@@ -539,13 +568,15 @@ async def test_restart_keeps_everything(http: aiohttp.ClientSession, tmp_path: A
     h = await launch(tmp_path, store=store_kind, function_call_timeout_s=10.0)
     rec, data, url = await joined(http, h.url)
     await register(rec, "get_selection")
-    await rec.call("state_patch", {"patch": [{"op": "add", "path": "/autopilot/context/page", "value": "/p"}], "idempotency_key": "c"})
+    await rec.call("state_patch",
+                   {"patch": [{"op": "add", "path": "/autopilot/context/page", "value": "/p"}], "idempotency_key": "c"})
     rec.auto_answer = lambda c: "sel"
     await rec.call("user_message", {"text": "call get_selection", "idempotency_key": "m1"})
     await rec.wait("user_input")
     rec.auto_answer = None
     await rec.call("user_message", {"text": "call get_selection again", "idempotency_key": "m2"})
-    await rec.wait("function_call.begin", pred=lambda d: len([e for e in rec.events if e[0] == "function_call.begin"]) == 2)
+    await rec.wait("function_call.begin",
+                   pred=lambda d: len([e for e in rec.events if e[0] == "function_call.begin"]) == 2)
     before = await info(http, url)
     events_before = rec.seqd()
     await rec.disconnect()
@@ -593,7 +624,8 @@ async def test_healthz_and_readyz(relay: Any, http: aiohttp.ClientSession) -> No
     assert r.status == 200 and await r.json() == {"ok": True, "instance": relay.hub.instance, "checks": {"store": "ok"}}
 
 
-async def test_retention_deletes_idle_conversations(http: aiohttp.ClientSession, tmp_path: Any, store_kind: str) -> None:
+async def test_retention_deletes_idle_conversations(http: aiohttp.ClientSession, tmp_path: Any,
+                                                    store_kind: str) -> None:
     h = await launch(tmp_path, store=store_kind)
     url = await create(http, h.url)
     await h.stop()
@@ -611,8 +643,10 @@ def test_history_trimming_keeps_whole_recent_exchanges(relay: Any) -> None:
     msgs = []
     for i in range(5):
         msgs.append({"id": f"u{i}", "role": "user", "content": f"question {i} " + "x" * 100})
-        msgs.append({"id": f"a{i}", "role": "assistant", "content": "", "function_calls": [{"id": f"c{i}", "name": "f", "arguments": {}}]})
-        msgs.append({"id": f"t{i}", "role": "tool", "function_call_id": f"c{i}", "status": "success", "result": "r" * 50, "kind": "function"})
+        msgs.append({"id": f"a{i}", "role": "assistant", "content": "",
+                     "function_calls": [{"id": f"c{i}", "name": "f", "arguments": {}}]})
+        msgs.append({"id": f"t{i}", "role": "tool", "function_call_id": f"c{i}", "status": "success",
+                     "result": "r" * 50, "kind": "function"})
     saved = hub.config.max_history_chars
     hub.config.max_history_chars = 900
     try:

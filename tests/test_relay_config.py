@@ -113,7 +113,8 @@ def test_cli_starts_and_says_where(tmp_path: Path) -> None:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     root = Path(__file__).resolve().parent.parent
-    p = subprocess.Popen([sys.executable, "-m", "widget.relay", "--port", str(port), "--db", str(tmp_path / "r.sqlite3"),
+    p = subprocess.Popen([sys.executable, "-m", "widget.relay", "--port", str(port), "--db",
+                          str(tmp_path / "r.sqlite3"),
                           "--dist", str(tmp_path / "nodist"), "--demo-chunk-delay-ms", "0"],
                          cwd=root, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
@@ -135,9 +136,11 @@ def test_cli_starts_and_says_where(tmp_path: Path) -> None:
 
 
 def test_scale_settings_from_env() -> None:
-    cfg = load_config(env={"AUTOPILOT_DATABASE_URL": "postgresql://relay@db:5432/a", "AUTOPILOT_REDIS_URL": "redis://r:6379/0",
+    cfg = load_config(env={"AUTOPILOT_DATABASE_URL": "postgresql://relay@db:5432/a",
+                           "AUTOPILOT_REDIS_URL": "redis://r:6379/0",
                            "AUTOPILOT_SECRET": "0123456789abcdef0123", "AUTOPILOT_REDIS_CHANNEL": "ap"})
-    assert (cfg.database_url, cfg.redis_url, cfg.redis_channel) == ("postgresql://relay@db:5432/a", "redis://r:6379/0", "ap")
+    assert (cfg.database_url, cfg.redis_url, cfg.redis_channel) == ("postgresql://relay@db:5432/a", "redis://r:6379/0",
+                                                                    "ap")
 
 
 def test_edge_settings_from_toml_env_and_cli(tmp_path: Path) -> None:
@@ -151,8 +154,11 @@ def test_edge_settings_from_toml_env_and_cli(tmp_path: Path) -> None:
     assert cfg.trusted_proxies == ["127.0.0.1", "::1"]  # the environment wins over the file
     defaults = load_config(env={})
     assert (defaults.max_body_bytes, defaults.http_header_timeout_s, defaults.max_connections_per_address,
-            defaults.max_sockets_per_address, defaults.drain_timeout_s, defaults.trusted_proxies) == (262_144, 10.0, 256, 256, 20.0, [])
+            defaults.max_sockets_per_address, defaults.drain_timeout_s, defaults.trusted_proxies) == (262_144, 10.0,
+                                                                                                      256, 256, 20.0,
+                                                                                                      [])
     from widget.relay.__main__ import build_parser
 
-    args = build_parser().parse_args(["--trusted-proxy", "10.1.1.1", "--trusted-proxy", "10.1.1.2", "--drain-timeout", "9"])
+    args = build_parser().parse_args(["--trusted-proxy", "10.1.1.1", "--trusted-proxy", "10.1.1.2", "--drain-timeout",
+                                      "9"])
     assert args.trusted_proxies == ["10.1.1.1", "10.1.1.2"] and args.drain_timeout_s == 9.0

@@ -30,26 +30,28 @@ import json
 import logging
 import os
 import time
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
-from typing import Any, AsyncIterator, Iterator
+from typing import Any
 
 import aiohttp
 import pytest
 import pytest_asyncio
-import socketio
 import yarl
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-
 from relay_helpers import Recorder, create, info, relay_config
 from support import start_relay
+
 from widget import protocol as P
+from widget.errors import StateLimitError
 from widget.relay import serve_in_thread
 from widget.relay.hub import apply_patch_atomic
 
 pytestmark = pytest.mark.relay
 
-EVENTS = [P.EV_JOIN, P.EV_STATE_PATCH, P.EV_USER_MESSAGE, P.EV_FUNCTION_RESPONSE, P.EV_CANCEL, P.EV_REPLAY, P.EV_ACTIVATE,
+EVENTS = [P.EV_JOIN, P.EV_STATE_PATCH, P.EV_USER_MESSAGE, P.EV_FUNCTION_RESPONSE, P.EV_CANCEL, P.EV_REPLAY,
+          P.EV_ACTIVATE,
           P.EV_RETRY, P.EV_REGENERATE, P.EV_ACTION_OUTCOME]
 WRITES = [P.EV_STATE_PATCH, P.EV_USER_MESSAGE, P.EV_FUNCTION_RESPONSE, P.EV_CANCEL, P.EV_RETRY, P.EV_REGENERATE,
           P.EV_ACTION_OUTCOME]
@@ -74,7 +76,8 @@ class RelayLog(logging.Handler):
         self.records.append(record)
 
     def problems(self) -> list[str]:
-        return [f"{r.name} {r.levelname}: {r.getMessage()[:200]}" + (f" [{r.exc_info[0].__name__}]" if r.exc_info and r.exc_info[0] else "")
+        return [f"{r.name} {r.levelname}: {r.getMessage()[:200]}"
+                + (f" [{r.exc_info[0].__name__}]" if r.exc_info and r.exc_info[0] else "")
                 for r in self.records[self.mark:]
                 if r.exc_info or (r.levelno >= logging.ERROR and r.name.startswith("widget"))]
 
@@ -152,7 +155,7 @@ class Bystander:
         self.rec, self.data, self.n = rec, data, 0
 
     @classmethod
-    async def start(cls, http: aiohttp.ClientSession, relay: Any) -> "Bystander":
+    async def start(cls, http: aiohttp.ClientSession, relay: Any) -> Bystander:
         return cls(*await join_new(http, relay))
 
     async def round_trip(self, http: aiohttp.ClientSession) -> None:
@@ -192,7 +195,7 @@ class RawSocket:
         self._next = 100
 
     @classmethod
-    async def open(cls, http: aiohttp.ClientSession, relay: Any) -> "RawSocket":
+    async def open(cls, http: aiohttp.ClientSession, relay: Any) -> RawSocket:
         ws = await http.ws_connect(relay.url.replace("http", "ws") + "/socket.io/?EIO=4&transport=websocket",
                                    max_msg_size=0)
         raw = cls(ws)
@@ -222,7 +225,7 @@ class RawSocket:
         while not self.closed and time.monotonic() < until:
             try:
                 msg = await asyncio.wait_for(self.ws.receive(), max(0.01, until - time.monotonic()))
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 return
             if msg.type != aiohttp.WSMsgType.TEXT:
                 self.closed = True
@@ -302,7 +305,7 @@ async def test_bad_payload_families(event: str, relay: Any, http: aiohttp.Client
     stranger = await Recorder(relay.url).connect()  # connected, never joined
     counter = [0]
     sent = 0
-    for label, payload in families(event, counter):
+    for _label, payload in families(event, counter):
         if event == P.EV_JOIN:
             if isinstance(payload, dict) and payload.get("token") == "t":
                 payload = {**payload, "token": "not-a-token"}
@@ -570,7 +573,7 @@ async def test_malformed_packets(relay: Any, http: aiohttp.ClientSession, relay_
         await raw.close()
         return closed
 
-    closed = dict(zip(MALFORMED, await asyncio.gather(*(one(f) for f in MALFORMED.values()))))
+    closed = dict(zip(MALFORMED, await asyncio.gather(*(one(f) for f in MALFORMED.values())), strict=True))
     await bystander.round_trip(http)
     assert all(closed.values()) and relay_log.problems() == [], (closed, relay_log.problems())
 
@@ -581,7 +584,7 @@ def test_copy_amplification_is_bounded() -> None:
     shrink = [{"op": "remove", "path": f"/autopilot/context/c{i}"} for i in reversed(range(14))]
     t0 = time.perf_counter()
     try:
-        with pytest.raises(Exception):
+        with pytest.raises(StateLimitError):
             apply_patch_atomic(doc, grow + shrink)
     finally:
         assert time.perf_counter() - t0 < 5
@@ -649,8 +652,10 @@ async def test_http_bad_requests(relay: Any, http: aiohttp.ClientSession, relay_
             checked += 1
     for method, path in [("GET", f"/api/conversations/c_{'A' * 5000}"), ("GET", "/api/conversations/c_%00%00"),
                          ("GET", "/api/conversations/" + "x" * 20_000), ("DELETE", "/api/conversations/zzz"),
-                         ("POST", "/api/conversations/c_" + "B" * 30 + "/ask_user"), ("GET", "/api/apps/demo/conversations"),
-                         ("POST", "/api/apps/%2e%2e/conversations"), ("POST", "/api/apps/" + "a" * 10_000 + "/conversations"),
+                         ("POST", "/api/conversations/c_" + "B" * 30 + "/ask_user"),
+                         ("GET", "/api/apps/demo/conversations"),
+                         ("POST", "/api/apps/%2e%2e/conversations"),
+                         ("POST", "/api/apps/" + "a" * 10_000 + "/conversations"),
                          ("PUT", f"/api/conversations/{cid}"), ("PATCH", "/api/apps/demo/conversations"),
                          ("POST", "/healthz"), ("GET", "/api/unknown"), ("POST", "/api/x/y/z"),
                          ("GET", "/widget/../../etc/passwd"), ("GET", "/widget/%2e%2e/%2e%2e/secret.txt"),
@@ -661,7 +666,8 @@ async def test_http_bad_requests(relay: Any, http: aiohttp.ClientSession, relay_
                                 data=b"42[]" if method == "POST" else None) as r:
             assert 400 <= r.status < 500, (method, path[:80], r.status)
             checked += 1
-    async with http.options(url, headers={"Origin": "https://evil.example", "Access-Control-Request-Method": "DELETE"}) as r:
+    async with http.options(url, headers={"Origin": "https://evil.example",
+                                          "Access-Control-Request-Method": "DELETE"}) as r:
         assert r.status == 403
     assert checked > 40
     await bystander.round_trip(http)
@@ -677,7 +683,8 @@ def nested_obj(depth: int) -> Any:
 
 
 @pytest.mark.parametrize("endpoint", ["create", "ask_user"])
-async def test_http_deeply_nested_body(endpoint: str, relay: Any, http: aiohttp.ClientSession, relay_log: RelayLog) -> None:
+async def test_http_deeply_nested_body(endpoint: str, relay: Any, http: aiohttp.ClientSession,
+                                       relay_log: RelayLog) -> None:
     url = await create(http, relay.url)
     target = f"{relay.url}/api/apps/demo/conversations" if endpoint == "create" else f"{url}/ask_user"
     async with http.post(target, data=b'{"answers":' + nested(5000).encode() + b"}",
@@ -705,7 +712,7 @@ async def test_polling_post_past_the_buffer(tmp_path: Path, http: aiohttp.Client
                                  data=b'421["join","' + b"x" * 1_200_000 + b'"]',
                                  timeout=aiohttp.ClientTimeout(total=2)) as r:
                 status = r.status
-        except asyncio.TimeoutError:
+        except TimeoutError:
             status = "no answer within 2 s"
         async with http.get(f"{server.url}/healthz") as r:
             assert r.status == 200  # everyone else is still served

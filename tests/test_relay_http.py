@@ -9,15 +9,16 @@ import json
 import logging
 import sqlite3
 import time
+from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any, AsyncIterator
+from typing import Any
 
 import aiohttp
 import pytest
 import pytest_asyncio
 import socketio
-
 from relay_helpers import ASK_SECRET, SHOP_ORIGIN, create, launch
+
 from widget import protocol as P
 from widget.relay.__main__ import startup_banner
 from widget.relay.config import AppConfig, load_config, parse_app_flag
@@ -75,13 +76,15 @@ async def guard_count(relay: Any, address: str, want: int) -> None:
 # ---------------------------------------------------------------------------------------------- bodies
 
 
-async def test_a_declared_body_over_the_limit_is_refused_before_it_is_read(edge: Any, http: aiohttp.ClientSession) -> None:
+async def test_a_declared_body_over_the_limit_is_refused_before_it_is_read(edge: Any,
+                                                                           http: aiohttp.ClientSession) -> None:
     url = await create(http, edge.url)
     path = url.split(str(edge.port), 1)[1]
     for method, target in [("POST", "/api/apps/demo/conversations"), ("POST", f"{path}/ask_user"), ("GET", path),
                            ("DELETE", path), ("POST", "/api/unknown"), ("PUT", "/widget/autopilot.js")]:
         reader, writer = await raw(edge)
-        writer.write(f"{method} {target} HTTP/1.1\r\nHost: x\r\nOrigin: {edge.url}\r\nContent-Type: application/json\r\n"
+        writer.write(f"{method} {target} HTTP/1.1\r\nHost: x\r\nOrigin: {edge.url}\r\nContent-Type: "
+                     "application/json\r\n"
                      f"Content-Length: 838860800\r\n\r\n".encode())  # 800 MB announced, none sent
         await writer.drain()
         head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), WITHIN_S)
@@ -276,7 +279,7 @@ def test_the_rate_limiter_forgets_100000_keys_and_each_check_touches_a_few() -> 
     assert len(limiter) == 100_000
     now[0] = 61.0
     allowed = []
-    for i in range(100_000 // EXPIRE_PER_CHECK + 1):
+    for _ in range(100_000 // EXPIRE_PER_CHECK + 1):
         before = len(limiter)
         allowed.append(limiter.allow("live"))
         assert before - len(limiter) <= EXPIRE_PER_CHECK  # bounded work per check, however many keys
@@ -285,7 +288,7 @@ def test_the_rate_limiter_forgets_100000_keys_and_each_check_touches_a_few() -> 
     assert limiter.retry_after("live") == 60.0
 
 
-# ---------------------------------------------------------------------------------------------- store failures, readiness
+# -------------------------------------------------------------------------------------------- store failures, readiness
 
 
 async def test_a_store_failure_is_a_json_503_and_a_bug_a_json_500(edge: Any, http: aiohttp.ClientSession,
@@ -329,7 +332,8 @@ async def test_readyz_is_bounded_and_says_not_ready_while_the_store_cannot_write
         try:
             # (the second probe finds the first one's write still waiting, unless the relay's 10 s busy timeout
             # ended it meanwhile on a very slow machine: then it waits, and says so, itself)
-            for expected in (("no answer within 0.3 s",), ("previous write probe has not finished", "no answer within 0.3 s")):
+            for expected in (("no answer within 0.3 s",),
+                             ("previous write probe has not finished", "no answer within 0.3 s")):
                 t0 = time.monotonic()
                 async with http.get(f"{relay.url}/readyz") as r:
                     body = await r.json()
@@ -352,7 +356,8 @@ async def test_readyz_is_bounded_and_says_not_ready_while_the_store_cannot_write
 
 
 async def test_ask_user_needs_json_and_an_allowed_origin(tmp_path: Path, http: aiohttp.ClientSession) -> None:
-    relay = await launch(tmp_path, apps={"ask": AppConfig(ask_user=True, secret=ASK_SECRET, allowed_origins=[SHOP_ORIGIN])})
+    relay = await launch(tmp_path,
+                         apps={"ask": AppConfig(ask_user=True, secret=ASK_SECRET, allowed_origins=[SHOP_ORIGIN])})
     try:
         url = await create(http, relay.url, "ask")
         body = json.dumps({"answers": {"id": "call_x", "result": "yes"}})
@@ -406,12 +411,15 @@ async def test_a_refused_origin_is_explained_and_logged_once(tmp_path: Path, htt
                 assert r.status == 403 and err["code"] == P.ERR_FORBIDDEN_ORIGIN
                 assert want.capitalize()[:40] in err["message"] and "different origins" in err["message"]
                 assert "Access-Control-Allow-Origin" not in r.headers
-            async with http.get(f"{relay.url}/api/apps/my-site/origin", headers={"Origin": "http://localhost:9150"}) as r:
+            async with http.get(f"{relay.url}/api/apps/my-site/origin",
+                                headers={"Origin": "http://localhost:9150"}) as r:
                 assert r.status == 403 and r.headers["Access-Control-Allow-Origin"] == "http://localhost:9150"
                 assert (await r.json())["error"]["message"] == err["message"]
         async with http.get(f"{relay.url}/api/apps/my-site/origin", headers={"Origin": "http://127.0.0.1:9150"}) as r:
-            assert r.status == 200 and (await r.json()) == {"ok": True, "app_id": "my-site", "origin": "http://127.0.0.1:9150"}
-        async with http.post(f"{relay.url}/api/apps/my-site/conversations", headers={"Origin": "https://other.example"}) as r:
+            assert r.status == 200 and (await r.json()) == {"ok": True, "app_id": "my-site",
+                                                            "origin": "http://127.0.0.1:9150"}
+        async with http.post(f"{relay.url}/api/apps/my-site/conversations",
+                             headers={"Origin": "https://other.example"}) as r:
             assert r.status == 403
         lines = [rec.getMessage() for rec in caplog.records if rec.name == "widget.relay.http.api"]
         assert [line for line in lines if line.startswith(want)] == [lines[0]] and len(lines) == 2, lines
@@ -452,7 +460,8 @@ def test_a_log_storm_is_one_line_per_cause_per_interval() -> None:
     assert storm.filter(again) and "[999 more like this in the last 10 s]" in again.getMessage()
 
 
-async def test_a_cut_body_logs_nothing(tmp_path: Path, http: aiohttp.ClientSession, caplog: pytest.LogCaptureFixture) -> None:
+async def test_a_cut_body_logs_nothing(tmp_path: Path, http: aiohttp.ClientSession,
+                                       caplog: pytest.LogCaptureFixture) -> None:
     """The route that was reading a body the limit cut (or a client that left mid-body) logs no traceback."""
     relay = await launch(tmp_path, max_body_bytes=20_000)
     try:

@@ -10,9 +10,9 @@ from typing import Any
 
 import aiohttp
 import pytest
-
 from relay_helpers import Recorder, create, info
 from support import start_relay, stop_process
+
 from widget import protocol as P
 
 pytestmark = pytest.mark.relay
@@ -94,6 +94,7 @@ async def test_a_turn_still_running_at_the_drain_deadline_ends_with_turn_interru
 async def test_the_cpython_transport_reconnects_after_a_relay_disconnect(tmp_path: Path) -> None:
     """A Socket.IO disconnect from the relay (its shutdown) does not leave the client's transport down."""
     from relay_helpers import launch
+
     from widget.transports.base import CONNECTED, DISCONNECTED
     from widget.transports.python_socketio import PythonSocketIOTransport
 

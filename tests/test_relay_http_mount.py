@@ -3,16 +3,17 @@ CORS for the relay's apps only, untouched by the host's middleware; the host's o
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any, AsyncIterator
+from typing import Any
 
 import aiohttp
 import pytest
 import pytest_asyncio
 import socketio
 import uvicorn
-
 from relay_helpers import SHOP_ORIGIN, relay_config
+
 from widget.relay import mount
 from widget.relay.server import _bind
 
@@ -59,7 +60,8 @@ async def test_the_relay_answers_cors_itself_under_a_host_cors_middleware(host: 
                                                  "Access-Control-Request-Headers": "content-type"}) as r:
             assert r.status == 204 and r.headers["Access-Control-Allow-Origin"] == SHOP_ORIGIN
         async with http.options(create, headers={"Origin": HOST_ORIGIN, "Access-Control-Request-Method": "POST"}) as r:
-            assert r.status == 403 and "Access-Control-Allow-Origin" not in r.headers  # the host's origin: not the relay's
+            # the host's origin: not the relay's
+            assert r.status == 403 and "Access-Control-Allow-Origin" not in r.headers
         async with http.post(create, json={}, headers={"Origin": SHOP_ORIGIN}) as r:
             assert r.status == 201, await r.text()
             assert r.headers["Access-Control-Allow-Origin"] == SHOP_ORIGIN

@@ -9,15 +9,16 @@ import os
 import shutil
 import subprocess
 import time
+from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any, AsyncIterator
+from typing import Any
 
 import aiohttp
 import pytest
 import pytest_asyncio
-
 from relay_helpers import Recorder, launch
 from support import free_port, stop_process
+
 from widget import protocol as P
 
 CONF = Path(__file__).resolve().parent.parent / "docs" / "examples" / "nginx-relay.conf"
@@ -38,8 +39,8 @@ async def proxied(tmp_path: Path) -> AsyncIterator[tuple[str, Any]]:
                     .replace("{port}", str(port)).replace("worker_processes auto;", "worker_processes 1;")
                     # as root, workers would run as nobody, who cannot enter the test's private temporary folder
                     + ("\nuser root;\n" if os.geteuid() == 0 else ""))
-    proc = subprocess.Popen([NGINX, "-c", str(conf), "-p", str(tmp_path), "-g", "daemon off;"],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
+    proc = await asyncio.to_thread(subprocess.Popen, [NGINX, "-c", str(conf), "-p", str(tmp_path), "-g", "daemon off;"],
+                                   stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)  # off the event loop
     url = f"http://127.0.0.1:{port}"
     try:
         for _ in range(1000):
@@ -48,7 +49,8 @@ async def proxied(tmp_path: Path) -> AsyncIterator[tuple[str, Any]]:
                 w.close()
                 break
             except OSError:
-                assert proc.poll() is None, (tmp_path / "error.log").read_text() if (tmp_path / "error.log").exists() else ""
+                error_log = tmp_path / "error.log"
+                assert proc.poll() is None, error_log.read_text() if error_log.exists() else ""
                 await asyncio.sleep(0.02)
         yield url, relay
     finally:

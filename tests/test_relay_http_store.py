@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 from support import ROOT, free_port, stop_process
+
 from widget import protocol as P
 
 pytestmark = pytest.mark.relay
@@ -57,10 +58,12 @@ def test_a_full_disk_is_a_json_503_and_not_ready(tmp_path: Path) -> None:
                 time.sleep(0.05)
         assert call(f"{base}/readyz")[0] == 200
         auth = {"Authorization": f"Bearer {SECRET}", "Content-Type": "application/json"}
-        for created in range(5000):
+        created = 0
+        for _ in range(5000):
             status, headers, body = call(f"{base}/api/apps/shop/conversations", "POST", auth)
             if status != 201:
                 break
+            created += 1
         assert created > 0 and status == 503, (created, status, body)
         assert body["error"]["code"] == P.ERR_UNAVAILABLE and headers.get("Retry-After") == "5"
         status, _, body = call(f"{base}/readyz")

@@ -15,8 +15,9 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any, AsyncIterator
+from typing import Any
 
 import aiohttp
 import pytest
@@ -26,6 +27,7 @@ pytest.importorskip("mcp")
 
 from relay_helpers import SHOP_ORIGIN, SHOP_SECRET, Recorder, ScriptedModel, declare, joined, launch, turn_log_line
 from support import stop_process
+
 from widget import protocol as P
 from widget.errors import ConfigError
 from widget.relay.config import AppConfig, ModelConfig, load_config
@@ -48,7 +50,8 @@ def _free_port() -> int:
 @pytest.fixture(scope="module")
 def http_server() -> Any:
     port = _free_port()
-    proc = subprocess.Popen([sys.executable, SERVER, "http", str(port)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen([sys.executable, SERVER, "http", str(port)], stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
     deadline = time.monotonic() + 30
     while True:
         try:
@@ -57,7 +60,7 @@ def http_server() -> Any:
         except OSError:
             if time.monotonic() > deadline or proc.poll() is not None:
                 stop_process(proc)
-                raise AssertionError("the streamable-HTTP MCP test server did not start")
+                raise AssertionError("the streamable-HTTP MCP test server did not start") from None
             time.sleep(0.1)
     yield f"http://127.0.0.1:{port}/mcp"
     stop_process(proc)
@@ -74,8 +77,10 @@ def servers(url: str) -> dict[str, McpServerConfig]:
         "local": McpServerConfig(command=[sys.executable, SERVER, "stdio"], env={"MCP_TEST_TOKEN": TOKEN_VAR},
                                  tools=LOCAL_TOOLS, timeout_s=1.5, startup_timeout_s=30),
         "web": McpServerConfig(transport="http", url=url, tools=["*"], sensitive={"wipe": False}, startup_timeout_s=30),
-        "broken": McpServerConfig(command=[sys.executable, SERVER, "stdio", "--mode", "crash"], tools=["*"], startup_timeout_s=30),
-        "stuck": McpServerConfig(command=[sys.executable, SERVER, "stdio", "--mode", "hang-start"], tools=["*"], startup_timeout_s=1),
+        "broken": McpServerConfig(command=[sys.executable, SERVER, "stdio", "--mode", "crash"], tools=["*"],
+                                  startup_timeout_s=30),
+        "stuck": McpServerConfig(command=[sys.executable, SERVER, "stdio", "--mode", "hang-start"], tools=["*"],
+                                 startup_timeout_s=1),
     }
 
 
@@ -131,8 +136,10 @@ def test_config_checks_and_secrets_from_the_environment(tmp_path: Path) -> None:
     got = finalize_servers("app 'x'", {"s1": ok}, {"MY_TOKEN": "t"})
     assert got["s1"].resolved_env == {"TOKEN": "t"} and ok.resolved_env == {}
     bad = [
-        ({"s1": McpServerConfig(command=["srv"], env={"TOKEN": "MY_TOKEN"}, tools=["a"])}, {}, "environment variable MY_TOKEN is not set"),
-        ({"s1": McpServerConfig(command=["srv"], env={"TOKEN": "sk-123 secret"}, tools=["a"])}, {}, "not an environment variable name"),
+        ({"s1": McpServerConfig(command=["srv"], env={"TOKEN": "MY_TOKEN"}, tools=["a"])}, {},
+         "environment variable MY_TOKEN is not set"),
+        ({"s1": McpServerConfig(command=["srv"], env={"TOKEN": "sk-123 secret"}, tools=["a"])}, {},
+         "not an environment variable name"),
         ({"s1": McpServerConfig(command=["srv"], tools=[])}, {}, "tools must list"),
         ({"s 1": McpServerConfig(command=["srv"], tools=["a"])}, {}, "a server name is"),
         ({"s1": McpServerConfig(transport="sse", command=["srv"], tools=["a"])}, {}, "transport must be"),
@@ -149,7 +156,8 @@ def test_config_checks_and_secrets_from_the_environment(tmp_path: Path) -> None:
                     'headers = { Authorization = "DOCS_AUTH" }\ntools = ["search"]\n')
     cfg = load_config(toml, env={"DOCS_AUTH": "Bearer abc"})
     assert cfg.apps["shop"].mcp["docs"].resolved_headers == {"Authorization": "Bearer abc"}
-    toml.write_text('[apps.shop.mcp.docs]\ntransport = "http"\nurl = "https://mcp.example/mcp"\ntools = ["search"]\nretries = 3\n')
+    toml.write_text('[apps.shop.mcp.docs]\ntransport = "http"\nurl = "https://mcp.example/mcp"\ntools = '
+                    '["search"]\nretries = 3\n')
     with pytest.raises(ConfigError, match="unknown key 'retries'"):
         load_config(toml, env={})
 
@@ -157,7 +165,8 @@ def test_config_checks_and_secrets_from_the_environment(tmp_path: Path) -> None:
 # ---------------------------------------------------------------------------------------------- the relay
 
 
-async def test_catalogue_allowlist_and_unavailable_servers(relay: Any, model: ScriptedModel, http: aiohttp.ClientSession,
+async def test_catalogue_allowlist_and_unavailable_servers(relay: Any, model: ScriptedModel,
+                                                           http: aiohttp.ClientSession,
                                                            caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.INFO, logger="widget.relay")
     rec, _, _ = await joined(http, relay.url, app="shop")
@@ -178,7 +187,8 @@ async def test_catalogue_allowlist_and_unavailable_servers(relay: Any, model: Sc
     assert "'broken' is unavailable: it failed to start." in notes[0]
     assert "configuration missing" not in notes[0]  # its stderr is the operator's (the log), never the model's
     assert "'stuck' is unavailable: it did not start within 1 s" in notes[0]
-    logged = [json.loads(r.getMessage()) for r in caplog.records if r.getMessage().startswith('{"event": "mcp_unavailable"')]
+    logged = [json.loads(r.getMessage()) for r in caplog.records
+              if r.getMessage().startswith('{"event": "mcp_unavailable"')]
     assert {e["server"] for e in logged} == {"broken", "stuck"}
     assert any("configuration missing" in e["detail"] for e in logged)
     await rec.disconnect()
@@ -250,7 +260,8 @@ async def test_stop_during_a_call_ends_its_pill(relay: Any, model: ScriptedModel
     await rec.disconnect()
 
 
-async def test_page_entry_wins_over_a_server_tool(relay: Any, model: ScriptedModel, http: aiohttp.ClientSession) -> None:
+async def test_page_entry_wins_over_a_server_tool(relay: Any, model: ScriptedModel,
+                                                  http: aiohttp.ClientSession) -> None:
     rec, _, _ = await joined(http, relay.url, app="shop")
     await declare(rec, {"mcp__local__add": {"kind": "function", "description": "The page's own.",
                                             "parameters": {"type": "object", "properties": {}}}})
@@ -264,7 +275,8 @@ async def test_page_entry_wins_over_a_server_tool(relay: Any, model: ScriptedMod
     await rec.disconnect()
 
 
-async def test_sensitive_tool_allowed_or_denied_by_the_reader(relay: Any, model: ScriptedModel, http: aiohttp.ClientSession) -> None:
+async def test_sensitive_tool_allowed_or_denied_by_the_reader(relay: Any, model: ScriptedModel,
+                                                              http: aiohttp.ClientSession) -> None:
     rec, _, _ = await joined(http, relay.url, app="shop")
     answers = iter(["allow", None])
 
@@ -272,10 +284,12 @@ async def test_sensitive_tool_allowed_or_denied_by_the_reader(relay: Any, model:
         if not data.get("run"):
             return
         decision = next(answers)
-        body = ({"status": "success", "result": decision} if decision else {"status": "error", "error": P.MSG_SENSITIVE_DENIED})
+        body = ({"status": "success", "result": decision} if decision else {"status": "error",
+                                                                            "error": P.MSG_SENSITIVE_DENIED})
         await rec.sio.call("function_response", {"id": data["id"], "idempotency_key": "fr-" + data["id"], **body})
 
-    rec.sio.on("function_call.begin", lambda d: asyncio.ensure_future(asyncio.gather(rec._any("function_call.begin", d), reader(d))))
+    rec.sio.on("function_call.begin",
+               lambda d: asyncio.ensure_future(asyncio.gather(rec._any("function_call.begin", d), reader(d))))
     model.script([ToolCall("mcp__local__wipe", {"target": "drafts"})], [TextDelta("a")],
                  [ToolCall("mcp__local__wipe", {"target": "all"})], [TextDelta("b")],
                  [ToolCall("mcp__web__wipe", {"target": "cache"})], [TextDelta("c")])

@@ -6,15 +6,16 @@ from __future__ import annotations
 import asyncio
 import json
 import time
+from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any, AsyncIterator
+from typing import Any
 
 import aiohttp
 import pytest
 import pytest_asyncio
 from aiohttp import web
-
 from relay_helpers import declare, info, joined, launch, register
+
 from widget.relay.config import AppConfig, ModelConfig
 from widget.relay.models.base import ModelError, ModelRequest, StreamLimits, TextDelta, ToolCall, guarded
 from widget.relay.models.openai_chat import OpenAIAdapter
@@ -81,7 +82,8 @@ class FakeProvider:
         elif body.get("tools") and last["role"] == "user":
             name = body["tools"][0]["function"]["name"]
             await resp.write(_chunk({"role": "assistant", "content": None, "tool_calls": [
-                {"index": 0, "id": "call_provider_1", "type": "function", "function": {"name": name, "arguments": ""}}]}))
+                {"index": 0, "id": "call_provider_1", "type": "function",
+                 "function": {"name": name, "arguments": ""}}]}))
             for piece in ['{"li', 'mit": ', "3}"]:
                 await resp.write(_chunk({"tool_calls": [{"index": 0, "function": {"arguments": piece}}]}))
             await resp.write(_chunk({}, "tool_calls"))
@@ -109,7 +111,8 @@ async def provider() -> AsyncIterator[tuple[FakeProvider, str]]:
 
 
 def _cfg(base_url: str) -> ModelConfig:
-    return ModelConfig(adapter="openai", model="test-model", base_url=base_url, api_key="sk-test", max_retries=0, request_timeout_s=5)
+    return ModelConfig(adapter="openai", model="test-model", base_url=base_url, api_key="sk-test", max_retries=0,
+                       request_timeout_s=5)
 
 
 async def test_adapter_streams_tool_call_and_text(provider: tuple[FakeProvider, str]) -> None:
@@ -122,7 +125,9 @@ async def test_adapter_streams_tool_call_and_text(provider: tuple[FakeProvider, 
     assert fake.requests[-1]["tools"][0]["function"]["name"] == "get_selection"
     assert fake.requests[-1]["model"] == "test-model"
     msgs = [{"role": "user", "content": "hi"},
-            {"role": "assistant", "content": None, "tool_calls": [{"id": "c1", "type": "function", "function": {"name": "get_selection", "arguments": "{}"}}]},
+            {"role": "assistant", "content": None,
+             "tool_calls": [{"id": "c1", "type": "function",
+                             "function": {"name": "get_selection", "arguments": "{}"}}]},
             {"role": "tool", "tool_call_id": "c1", "content": "hello"}]
     out = [c async for c in adapter.stream(ModelRequest(messages=msgs, tools=[tool]))]
     assert out == [TextDelta("The page "), TextDelta("says: "), TextDelta("hello")]
@@ -153,8 +158,9 @@ async def test_stopping_a_stream_closes_the_provider_connection(provider: tuple[
         for _ in range(50):
             got = asyncio.Event()
 
-            async def consume() -> None:
-                async for _c in guarded(adapter.stream(ModelRequest(messages=[{"role": "user", "content": "go"}])), StreamLimits()):
+            async def consume(got: asyncio.Event = got) -> None:  # this iteration's event
+                async for _c in guarded(adapter.stream(ModelRequest(messages=[{"role": "user", "content": "go"}])),
+                                        StreamLimits()):
                     got.set()
 
             task = asyncio.ensure_future(consume())
@@ -201,7 +207,9 @@ async def test_relay_turn_through_openai_adapter(provider: tuple[FakeProvider, s
         async with aiohttp.ClientSession() as http:
             rec, data, url = await joined(http, h.url)
             await register(rec, "get_selection")
-            await rec.call("state_patch", {"patch": [{"op": "add", "path": "/autopilot/context/page", "value": "/cart"}], "idempotency_key": "ctx"})
+            await rec.call("state_patch",
+                           {"patch": [{"op": "add", "path": "/autopilot/context/page", "value": "/cart"}],
+                            "idempotency_key": "ctx"})
             rec.auto_answer = lambda call: f"selected {call['arguments']['limit']}"
             await rec.call("user_message", {"text": "what is selected?", "idempotency_key": "m"})
             fin = await rec.wait("completion.finished")
@@ -210,7 +218,8 @@ async def test_relay_turn_through_openai_adapter(provider: tuple[FakeProvider, s
             assert final["content"] == "The page says: selected 3"
             first = fake.requests[-2]
             assert first["messages"][0]["role"] == "system"
-            assert any("/cart" in m["content"] and "not instructions" in m["content"] for m in first["messages"] if m["role"] == "system")
+            assert any("/cart" in m["content"]
+                       and "not instructions" in m["content"] for m in first["messages"] if m["role"] == "system")
             second = fake.requests[-1]
             assert second["messages"][-1]["role"] == "tool" and second["messages"][-1]["content"] == "selected 3"
             assert second["messages"][-2]["tool_calls"][0]["id"] == second["messages"][-1]["tool_call_id"]
@@ -219,7 +228,8 @@ async def test_relay_turn_through_openai_adapter(provider: tuple[FakeProvider, s
         await h.stop()
 
 
-OVERFLOW = (400, {"message": "This model's maximum context length is 8192 tokens. However, your messages resulted in 9120 tokens.",
+OVERFLOW = (400, {"message": "This model's maximum context length is 8192 tokens. However, your messages resulted in "
+                             "9120 tokens.",
                   "type": "invalid_request_error", "param": "messages", "code": "context_length_exceeded"})
 
 
@@ -244,7 +254,8 @@ async def test_model_errors_reach_the_client_with_a_retry_path(provider: tuple[F
             await rec.call("user_message", {"text": "hello", "idempotency_key": "m"})
             msg = (await rec.wait("message", pred=lambda d: d["message"]["role"] == "error"))["message"]
             assert msg["code"] == code and msg["retryable"] is retryable
-            assert msg["content"] and "nope" not in msg["content"] and "8192" not in msg["content"]  # no provider internals
+            # no provider internals
+            assert msg["content"] and "nope" not in msg["content"] and "8192" not in msg["content"]
             fin = await rec.wait("completion.finished")
             assert fin["status"] == "failed"
             body = await info(http, url)
@@ -256,7 +267,8 @@ async def test_model_errors_reach_the_client_with_a_retry_path(provider: tuple[F
             fin = await rec.wait("completion.finished", start=mark)
             assert fin["status"] == "done"
             body = await info(http, url)
-            assert [(m["role"], m["content"]) for m in body["messages"]] == [("user", "hello"), ("assistant", "The page says: nothing")]
+            assert [(m["role"], m["content"]) for m in body["messages"]] == [("user", "hello"),
+                                                                             ("assistant", "The page says: nothing")]
             await rec.disconnect()
     finally:
         fake.fail = None
@@ -273,7 +285,8 @@ SEARCH = {"kind": "tool", "description": "Search orders.", "handler": "page", "p
         "q": {"type": "string", "maxLength": 40},
         "plan": {"type": "string", "enum": ["free", "pro"]},
     }, "required": ["email"], "additionalProperties": False}}
-OPEN_PRICING = {"kind": "action", "description": "Open the pricing page for one plan.", "confirm": "button", "label": "Open pricing",
+OPEN_PRICING = {"kind": "action", "description": "Open the pricing page for one plan.", "confirm": "button",
+                "label": "Open pricing",
                 "parameters": {"type": "object", "properties": {"plan": {"type": "string", "enum": ["free", "pro"]}},
                                "required": ["plan"], "additionalProperties": False}}
 SELECTION = {"kind": "function", "description": "Returns the selected text.",
@@ -281,39 +294,48 @@ SELECTION = {"kind": "function", "description": "Returns the selected text.",
 
 
 @pytest.mark.parametrize("strict", [True, False], ids=["strict", "strict_tools-off"])
-async def test_relay_sends_strict_tools_and_offer_actions(provider: tuple[FakeProvider, str], tmp_path: Path, strict: bool) -> None:
+async def test_relay_sends_strict_tools_and_offer_actions(provider: tuple[FakeProvider, str], tmp_path: Path,
+                                                          strict: bool) -> None:
     """Through the real SDK: tools, actions and ``offer_actions`` go with ``strict: true`` and only the keywords
     OpenAI's strict mode takes (``strict_tools = false``: neither); the model's offer in the same response as
     its answer becomes the message's actions, with no second provider request."""
     fake, base = provider
     fake.fail = None
     h = await launch(tmp_path, apps={"demo": AppConfig(model="gpt")},
-                     models={"demo": ModelConfig(chunk_delay_ms=0), "gpt": ModelConfig(**{**_cfg(base).__dict__, "strict_tools": strict})})
+                     models={"demo": ModelConfig(chunk_delay_ms=0),
+                             "gpt": ModelConfig(**{**_cfg(base).__dict__, "strict_tools": strict})})
     try:
         async with aiohttp.ClientSession() as http:
             rec, data, url = await joined(http, h.url)
             await declare(rec, {"search_orders": SEARCH, "open_pricing": OPEN_PRICING, "get_selection": SELECTION})
             fake.reply = [{"role": "assistant", "content": "Pro it is. "},
-                          {"tool_calls": [{"index": 0, "id": "call_p", "type": "function", "function": {"name": "offer_actions", "arguments": ""}}]},
-                          {"tool_calls": [{"index": 0, "function": {"arguments": '{"actions": [{"name": "open_pricing", '}}]},
+                          {"tool_calls": [{"index": 0, "id": "call_p", "type": "function",
+                                           "function": {"name": "offer_actions", "arguments": ""}}]},
+                          {"tool_calls": [{"index": 0,
+                                           "function": {"arguments": '{"actions": [{"name": "open_pricing", '}}]},
                           {"tool_calls": [{"index": 0, "function": {"arguments": '"arguments": {"plan": "pro"}}]}'}}]}]
             before = len(fake.requests)
             await rec.call("user_message", {"text": "pricing for pro?", "idempotency_key": "m"})
             fin = await rec.wait("completion.finished")
             assert fin["status"] == "done" and len(fake.requests) == before + 1
             msg = [d for e, d in rec.events if e == "completion.ended"][-1]["message"]
-            assert msg["content"] == "Pro it is. " and [(a["name"], a["arguments"]) for a in msg["actions"]] == [("open_pricing", {"plan": "pro"})]
+            assert msg["content"] == "Pro it is. " and [(a["name"],
+                                                         a["arguments"]) for a in msg["actions"]] == [("open_pricing",
+                                                                                                       {"plan": "pro"})]
             assert "actions" not in (await info(http, url))["messages"][1]
             tools = {t["function"]["name"]: t["function"] for t in fake.requests[-1]["tools"]}
             assert list(tools) == ["search_orders", "get_selection", "offer_actions"]
-            assert "strict" not in tools["get_selection"] and tools["get_selection"]["parameters"] == SELECTION["parameters"]
+            assert ("strict" not in tools["get_selection"]
+                    and tools["get_selection"]["parameters"] == SELECTION["parameters"])
             search = tools["search_orders"]
             props = search["parameters"]["properties"]
             assert search["parameters"]["required"] == ["email", "site", "limit", "q", "plan"]
             assert search["parameters"]["additionalProperties"] is False
             assert props["plan"] == {"type": ["string", "null"], "enum": ["free", "pro", None]}
-            assert props["q"] == {"type": ["string", "null"], "description": "At most 40 characters"}  # no maxLength in strict mode
-            assert props["site"] == {"type": ["string", "null"], "description": "An http(s) URL"}  # OpenAI has no "uri" format
+            # no maxLength in strict mode
+            assert props["q"] == {"type": ["string", "null"], "description": "At most 40 characters"}
+            # OpenAI has no "uri" format
+            assert props["site"] == {"type": ["string", "null"], "description": "An http(s) URL"}
             offer = tools["offer_actions"]
             item = offer["parameters"]["properties"]["actions"]["items"]
             assert item["properties"]["name"] == {"type": "string", "enum": ["open_pricing"]}

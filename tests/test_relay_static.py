@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import gzip
+from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any, AsyncIterator
+from typing import Any
 
 import aiohttp
 import pytest
 import pytest_asyncio
-
 from relay_helpers import SHOP_ORIGIN, launch
 
 pytestmark = pytest.mark.relay
@@ -81,7 +81,8 @@ async def test_demo_page_and_cors(srv: Any, http: aiohttp.ClientSession) -> None
     assert "Access-Control-Allow-Origin" not in r.headers
 
 
-async def test_relay_starts_without_dist(tmp_path: Path, http: aiohttp.ClientSession, caplog: pytest.LogCaptureFixture) -> None:
+async def test_relay_starts_without_dist(tmp_path: Path, http: aiohttp.ClientSession,
+                                         caplog: pytest.LogCaptureFixture) -> None:
     (tmp_path / "_dist").mkdir()  # placeholder so the helper does not build a fake one
     h = await launch(tmp_path, dist_dir=tmp_path / "missing")
     try:

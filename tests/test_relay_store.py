@@ -9,17 +9,18 @@ from __future__ import annotations
 import asyncio
 import sqlite3
 import time
+from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any, AsyncIterator
+from typing import Any
 
 import pytest
 import pytest_asyncio
+from relay_helpers import STORE_KINDS, database_for, fixture_store_kind, pg_server  # noqa: F401 - a fixture
 
-from relay_helpers import STORE_KINDS, database_for, pg_server, store_kind  # noqa: F401 - a fixture
-from widget.relay.storage import sqlite as sqlite_engine
 from widget.protocol import CallState, ConversationStatus
-from widget.relay.storage import store as S
 from widget.relay.storage import SQLiteStore, Store
+from widget.relay.storage import sqlite as sqlite_engine
+from widget.relay.storage import store as S
 
 pytestmark = pytest.mark.relay
 
@@ -156,16 +157,20 @@ async def test_conditional_transitions_have_one_winner(two: tuple[Store, Store])
     a, b = two
     await a.create_conversation("c", "demo", {"autopilot": {}})
     # two user messages at once through two processes: one turn starts, the other is refused
-    outcomes = await asyncio.gather(*(s.append_event("c", "message", {"message": {"id": f"m{i}"}}, messages=[{"id": f"m{i}"}],
-                                                     conversation={"status": ConversationStatus.RUNNING, "runner": f"r{i}"},
-                                                     require_status=(ConversationStatus.IDLE, ConversationStatus.FAILED))
+    outcomes = await asyncio.gather(*(s.append_event("c", "message", {"message": {"id": f"m{i}"}},
+                                                     messages=[{"id": f"m{i}"}],
+                                                     conversation={"status": ConversationStatus.RUNNING,
+                                                                   "runner": f"r{i}"},
+                                                     require_status=(ConversationStatus.IDLE,
+                                                                     ConversationStatus.FAILED))
                                       for i, s in enumerate((a, b, a, b))), return_exceptions=True)
     assert sum(isinstance(o, int) for o in outcomes) == 1
     assert sum(isinstance(o, S.StatusConflict) and o.status == ConversationStatus.RUNNING for o in outcomes) == 3
     conv = await b.get_conversation("c")
     assert conv["seq"] == 1 and len((await b.snapshot("c"))[1]) == 1  # type: ignore[index]
     # taking a dead runner's turn over: one process wins
-    won = await asyncio.gather(*(s.claim_status("c", [ConversationStatus.RUNNING], runner_was=conv["runner"], runner=f"x{i}")
+    won = await asyncio.gather(*(s.claim_status("c", [ConversationStatus.RUNNING], runner_was=conv["runner"],
+                                                runner=f"x{i}")
                                  for i, s in enumerate((a, b, a, b))))
     assert won.count(True) == 1
     assert (await a.get_conversation("c"))["runner"] == f"x{won.index(True)}"
@@ -203,7 +208,8 @@ async def test_call_dispatch_follows_liveness(store: Store) -> None:
     # the active client is forgotten when its socket leaves
     await store.remove_member("s2")
     assert (await store.get_conversation("c"))["active_sid"] is None
-    assert await store.conversations_brief(["c", "nope"]) == {"c": {"seq": 0, "status": ConversationStatus.IDLE, "runner": None}}
+    assert await store.conversations_brief(["c", "nope"]) == {"c": {"seq": 0, "status": ConversationStatus.IDLE,
+                                                                    "runner": None}}
 
 
 async def test_answer_prompts_all_or_nothing(store: Store) -> None:
@@ -224,15 +230,18 @@ async def test_answer_prompts_all_or_nothing(store: Store) -> None:
 async def test_calls_offers_refusals_and_delete(store: Store) -> None:
     await store.create_conversation("c", "demo", {"autopilot": {}})
     await store.add_calls("c", "t1", [{"id": "k1", "name": "f", "kind": "tool", "arguments": {"q": 1}},
-                                      {"id": "k2", "name": "g", "arguments": {}, "status": CallState.ANSWERED, "result": {"r": [1]},
+                                      {"id": "k2", "name": "g", "arguments": {}, "status": CallState.ANSWERED,
+                                       "result": {"r": [1]},
                                        "handler_ms": 1.5, "total_ms": 2.0}])
     assert [c["id"] for c in await store.turn_calls("c", "t1")] == ["k1", "k2"]
     await store.set_call_seq("c", "k1", 7)
     assert [c["id"] for c in await store.pending_calls("c")] == ["k1"]
-    assert await store.finish_call("c", "k1", CallState.ANSWERED, error="no", handler_ms=3.0, total_ms=4.0, idempotency=("fr", {"ok": True}))
+    assert await store.finish_call("c", "k1", CallState.ANSWERED, error="no", handler_ms=3.0, total_ms=4.0,
+                                   idempotency=("fr", {"ok": True}))
     assert not await store.finish_call("c", "k1", CallState.ANSWERED, result=2)
     k1 = await store.get_call("c", "k1")
-    assert (k1["status"], k1["error"], k1["seq"], k1["total_ms"], k1["arguments"]) == (CallState.ANSWERED, "no", 7, 4.0, {"q": 1})
+    assert (k1["status"], k1["error"], k1["seq"], k1["total_ms"], k1["arguments"]) == (CallState.ANSWERED, "no", 7, 4.0,
+                                                                                       {"q": 1})
     assert (await store.get_call("c", "k2"))["result"] == {"r": [1]}
     await store.record_refused("c", "function_response", {"id": "k1"}, "call is answered")
     assert [r["reason"] for r in await store.refused("c")] == ["call is answered"]  # type: ignore[attr-defined]
@@ -313,7 +322,8 @@ async def test_sqlite_migrates_an_old_database(tmp_path: Path) -> None:
     """A file written by the relay before the scale-out columns gets them (PRAGMA user_version)."""
     db = sqlite3.connect(tmp_path / "old.sqlite3")
     db.executescript(sqlite_engine._SCHEMA)
-    db.execute("INSERT INTO conversations (id, app_id, status, created_at, updated_at, state) VALUES ('c','demo','idle',0,0,'{}')")
+    db.execute("INSERT INTO conversations (id, app_id, status, created_at, updated_at, state) VALUES "
+               "('c','demo','idle',0,0,'{}')")
     db.commit()
     db.close()
     store = SQLiteStore(tmp_path / "old.sqlite3")

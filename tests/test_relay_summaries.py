@@ -15,7 +15,16 @@ from typing import Any
 import aiohttp
 import pytest
 import pytest_asyncio
-from relay_helpers import SHOP_ORIGIN, SHOP_SECRET, STORE_KINDS, Recorder, database_for, info, launch, store_kind  # noqa: F401
+from relay_helpers import (  # noqa: F401
+    SHOP_ORIGIN,
+    SHOP_SECRET,
+    STORE_KINDS,
+    Recorder,
+    database_for,
+    fixture_store_kind,
+    info,
+    launch,
+)
 
 from widget import protocol as P
 
@@ -159,7 +168,7 @@ async def test_summaries_are_rate_limited_like_reads(tmp_path: Any, http: aiohtt
 
 
 async def test_deleting_a_conversation_while_its_socket_leaves_never_deadlocks(
-    tmp_path: Any, store_kind: str  # noqa: F811 - the fixture
+    tmp_path: Any, store_kind: str
 ) -> None:
     """A reader deletes a conversation from the list right after leaving it: the socket's member row goes (on one
     connection) while the conversation is deleted (on another). Both lock the conversation's row first, then its

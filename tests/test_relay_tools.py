@@ -12,16 +12,27 @@ import asyncio
 import json
 import logging
 import time
+from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any, AsyncIterator
+from typing import Any
 
 import aiohttp
 import pytest
 import pytest_asyncio
-
 from relay_helpers import (
-    SHOP_ORIGIN, SHOP_SECRET, STORE_KINDS, Recorder, ScriptedModel, declare, fold, info, joined, launch, turn_log_line,
+    SHOP_ORIGIN,
+    SHOP_SECRET,
+    STORE_KINDS,
+    Recorder,
+    ScriptedModel,
+    declare,
+    fold,
+    info,
+    joined,
+    launch,
+    turn_log_line,
 )
+
 from widget import protocol as P
 from widget.errors import ConfigError
 from widget.relay.config import DEFAULT_SYSTEM_PROMPT, AppConfig, ModelConfig, ToolConfig, load_config
@@ -32,7 +43,8 @@ pytestmark = pytest.mark.relay
 
 # ---------------------------------------------------------------------------------------------- declarations
 
-PLAN = {"type": "object", "properties": {"plan": {"type": "string", "enum": ["free", "pro", "team"], "description": "The plan"}},
+PLAN = {"type": "object",
+        "properties": {"plan": {"type": "string", "enum": ["free", "pro", "team"], "description": "The plan"}},
         "required": ["plan"], "additionalProperties": False}
 PLAN_LIMITS = {"kind": "tool", "description": "Live limits of one plan.", "parameters": PLAN, "handler": "page"}
 SEARCH = {"kind": "tool", "description": "Search orders.", "handler": "page", "parameters": {
@@ -44,12 +56,14 @@ SEARCH = {"kind": "tool", "description": "Search orders.", "handler": "page", "p
     }, "required": ["email"], "additionalProperties": False}}
 OPEN_PRICING = {"kind": "action", "description": "Open the pricing page for one plan.", "parameters": PLAN,
                 "confirm": "button", "label": "Open pricing", "title": None}
-CONTACT = {"kind": "action", "description": "Send the question to support.", "confirm": "form", "label": "Write to support",
+CONTACT = {"kind": "action", "description": "Send the question to support.", "confirm": "form",
+           "label": "Write to support",
            "parameters": {"type": "object", "properties": {
                "email": {"type": "string", "format": "email", "description": "Where support replies"},
                "message": {"type": "string", "format": "multiline", "description": "The problem"}},
                "required": ["email", "message"], "additionalProperties": False}}
-FUNCTION = {"kind": "function", "description": "Returns the selected text.", "parameters": {"type": "object", "properties": {}}}
+FUNCTION = {"kind": "function", "description": "Returns the selected text.",
+            "parameters": {"type": "object", "properties": {}}}
 
 #: Every run of a relay config function: (name, args, context).
 RAN: list[tuple[str, dict[str, Any], dict[str, Any]]] = []
@@ -101,7 +115,8 @@ NOARGS = {"type": "object", "properties": {}}
 CONFIG_TOOLS = {
     "server_time": ToolConfig(callable=server_time, description="The server's clock.", parameters={
         "type": "object", "properties": {"tz": {"type": "string", "enum": ["UTC", "CET"]}}}),
-    "plan_limits": ToolConfig(callable=plan_limits_server, description="Limits from the billing database.", parameters=PLAN),
+    "plan_limits": ToolConfig(callable=plan_limits_server, description="Limits from the billing database.",
+                              parameters=PLAN),
     "explode": ToolConfig(callable=explode, description="Fails.", parameters=NOARGS),
     "refuse": ToolConfig(callable=refuse, description="Refuses.", parameters=NOARGS),
     "slow_async": ToolConfig(callable=slow_async, description="Too slow (async).", parameters=NOARGS),
@@ -125,7 +140,8 @@ async def both(request: Any, tmp_path_factory: pytest.TempPathFactory) -> AsyncI
     model = ScriptedModel()
     h = await launch(tmp_path_factory.mktemp("tools"), adapters={"script": model}, store=request.param,
                      apps={"demo": AppConfig(model="demo"),
-                           "shop": AppConfig(model="script", allowed_origins=[SHOP_ORIGIN], secret=SHOP_SECRET, tools=CONFIG_TOOLS)},
+                           "shop": AppConfig(model="script", allowed_origins=[SHOP_ORIGIN], secret=SHOP_SECRET,
+                                             tools=CONFIG_TOOLS)},
                      models={"demo": ModelConfig(chunk_delay_ms=0), "script": ModelConfig(chunk_delay_ms=0)})
     yield h, model
     await h.stop()
@@ -174,14 +190,16 @@ def test_one_validation_module() -> None:
     import widget.relay.hub as hub
     import widget.relay.tools as relay_tools
 
-    assert hub.check_tool_arguments is core.check_tool_arguments and relay_tools.check_tool_arguments is core.check_tool_arguments
+    assert (hub.check_tool_arguments is core.check_tool_arguments
+            and relay_tools.check_tool_arguments is core.check_tool_arguments)
     assert relay_tools.flat_parameters("t", {"type": "object", "properties": {"a": {"type": "array"}}})[1] is not None
     assert relay_tools.flat_parameters("t", SEARCH["parameters"]) == (SEARCH["parameters"], None)
 
 
 def test_strict_schema_common_and_openai() -> None:
     common = strict_schema(SEARCH["parameters"])
-    assert common == {"type": "object", "additionalProperties": False, "required": ["email", "limit", "q", "since"], "properties": {
+    assert common == {"type": "object", "additionalProperties": False, "required": ["email", "limit", "q", "since"],
+                      "properties": {
         "email": {"type": "string", "description": "Customer email (an email address)"},
         "limit": {"type": ["integer", "null"], "description": "From 1 to 20"},
         "q": {"type": ["string", "null"], "description": "2 to 40 characters"},
@@ -189,12 +207,15 @@ def test_strict_schema_common_and_openai() -> None:
     }}
     plan = strict_schema(PLAN)["properties"]["plan"]
     assert plan == {"type": "string", "description": "The plan", "enum": ["free", "pro", "team"]}
-    optional = strict_schema({"type": "object", "properties": {"p": {"type": "string", "enum": ["a"]}}})["properties"]["p"]
+    optional = strict_schema({"type": "object",
+                              "properties": {"p": {"type": "string", "enum": ["a"]}}})["properties"]["p"]
     assert optional["enum"] == ["a", None] and optional["type"] == ["string", "null"]
-    openai = strict_schema(SEARCH["parameters"], {"enum", "format", "minimum", "maximum", "maxItems"}, {"email", "date", "date-time"})
+    openai = strict_schema(SEARCH["parameters"], {"enum", "format", "minimum", "maximum", "maxItems"},
+                           {"email", "date", "date-time"})
     assert openai["properties"]["email"] == {"type": "string", "description": "Customer email", "format": "email"}
     assert openai["properties"]["limit"] == {"type": ["integer", "null"], "minimum": 1, "maximum": 20}
-    assert openai["properties"]["q"] == {"type": ["string", "null"], "description": "2 to 40 characters"}  # no minLength in OpenAI strict
+    # no minLength in OpenAI strict
+    assert openai["properties"]["q"] == {"type": ["string", "null"], "description": "2 to 40 characters"}
     assert openai["properties"]["since"]["format"] == "date"
 
 
@@ -206,7 +227,8 @@ def test_offer_spec_and_checks() -> None:
     items = s["parameters"]["properties"]["actions"]["items"]["anyOf"]
     assert [i["properties"]["name"]["enum"] for i in items] == [["open_pricing"], ["contact_support"]]
     assert items[0]["properties"]["arguments"]["properties"]["plan"]["type"] == "string"
-    assert items[1]["properties"]["arguments"]["properties"]["email"]["type"] == ["string", "null"]  # a form: all nullable
+    # a form: all nullable
+    assert items[1]["properties"]["arguments"]["properties"]["email"]["type"] == ["string", "null"]
     assert "maxItems" not in s["parameters"]["properties"]["actions"]
     assert "obvious next step" in s["description"] and "- contact_support: Write. (a form" in s["description"]
     kept, dropped = check_offer({"actions": [
@@ -218,7 +240,8 @@ def test_offer_spec_and_checks() -> None:
         {"name": "open_pricing", "arguments": {"plan": "team"}},
         {"name": "open_pricing", "arguments": {"plan": "free"}},
     ]}, actions)
-    assert kept == [{"name": "open_pricing", "arguments": {"plan": "pro"}}, {"name": "contact_support", "arguments": {"email": "a@b.co"}},
+    assert kept == [{"name": "open_pricing", "arguments": {"plan": "pro"}},
+                    {"name": "contact_support", "arguments": {"email": "a@b.co"}},
                     {"name": "open_pricing", "arguments": {"plan": "team"}}]
     assert len(dropped) == 4 and "plan must be one of" in dropped[0] and "not one of the page's actions" in dropped[1]
     assert "offered twice" in dropped[2] and "more than 3" in dropped[3]
@@ -239,19 +262,23 @@ async def test_catalogue_to_the_model(relay: Any, model: ScriptedModel, http: ai
     rec, _, _ = await joined(http, relay.url, app="shop")
     await declare(rec, {"plan_limits": PLAN_LIMITS, "search_orders": SEARCH, "open_pricing": OPEN_PRICING,
                         "contact_support": CONTACT, "get_selection": FUNCTION,
-                        "bad_tool": {"kind": "tool", "description": "nested", "parameters": {"type": "object", "properties": {"a": {"type": "object"}}}}})
+                        "bad_tool": {"kind": "tool", "description": "nested",
+                                     "parameters": {"type": "object", "properties": {"a": {"type": "object"}}}}})
     await turn(rec, "hello", "m1")
     req = model.requests[0]
     assert req.messages[0] == {"role": "system", "content": relay.hub.config.system_prompt}
     names = [t["name"] for t in req.tools]
-    # page entries first (actions only through offer_actions; a tool that is not flat is left out), then config functions
+    # page entries first (actions only through offer_actions; a tool that is not flat is left out), then config
+    # functions
     assert names[:3] == ["plan_limits", "search_orders", "get_selection"]
     assert "open_pricing" not in names and "contact_support" not in names and "bad_tool" not in names
-    assert set(names[3:]) == {"server_time", "explode", "refuse", "slow_async", "slow_sync", "not_json", "shadowed", "offer_actions"}
+    assert set(names[3:]) == {"server_time", "explode", "refuse", "slow_async", "slow_sync", "not_json", "shadowed",
+                              "offer_actions"}
     search = spec(req, "search_orders")
     assert search["strict"] is True and search["parameters"] == strict_schema(SEARCH["parameters"])
     assert "format" not in json.dumps(search["parameters"]) and "minimum" not in json.dumps(search["parameters"])
-    assert "strict" not in spec(req, "get_selection") and spec(req, "get_selection")["parameters"] == FUNCTION["parameters"]
+    assert ("strict" not in spec(req, "get_selection")
+            and spec(req, "get_selection")["parameters"] == FUNCTION["parameters"])
     offer = spec(req, "offer_actions")
     items = offer["parameters"]["properties"]["actions"]["items"]["anyOf"]
     assert [i["properties"]["name"]["enum"][0] for i in items] == ["open_pricing", "contact_support"]
@@ -260,7 +287,8 @@ async def test_catalogue_to_the_model(relay: Any, model: ScriptedModel, http: ai
     await rec.disconnect()
 
 
-async def test_no_actions_no_offer_tool_and_last_round_keeps_only_offers(relay: Any, model: ScriptedModel, http: aiohttp.ClientSession) -> None:
+async def test_no_actions_no_offer_tool_and_last_round_keeps_only_offers(relay: Any, model: ScriptedModel,
+                                                                         http: aiohttp.ClientSession) -> None:
     rec, _, _ = await joined(http, relay.url, app="shop")
     await declare(rec, {"get_selection": FUNCTION})
     await turn(rec, "hello", "m1")
@@ -276,7 +304,8 @@ async def test_no_actions_no_offer_tool_and_last_round_keeps_only_offers(relay: 
     await rec.disconnect()
 
 
-async def test_tool_arguments_rejected_before_anything_runs(relay: Any, model: ScriptedModel, http: aiohttp.ClientSession) -> None:
+async def test_tool_arguments_rejected_before_anything_runs(relay: Any, model: ScriptedModel,
+                                                            http: aiohttp.ClientSession) -> None:
     rec, _, url = await joined(http, relay.url, app="shop")
     await declare(rec, {"search_orders": SEARCH})
     rec.auto_answer = lambda call: {"orders": 2}
@@ -286,10 +315,12 @@ async def test_tool_arguments_rejected_before_anything_runs(relay: Any, model: S
                  [TextDelta("ok")])
     events = await turn(rec, "find orders", "m1")
     begins = named(events, "function_call.begin")
-    assert [(b["name"], b["arguments"], b["kind"]) for b in begins] == [("search_orders", {"email": "a@b.co", "limit": 5}, "tool")]
+    assert [(b["name"], b["arguments"], b["kind"]) for b in begins] == [("search_orders",
+                                                                         {"email": "a@b.co", "limit": 5}, "tool")]
     assert RAN == []  # plan_limits' config function did not run: its arguments failed
     fed = [m["content"] for m in model.requests[1].messages if m["role"] == "tool"]
-    assert fed[0] == "Error: Invalid arguments: email is not an email address. The call did not run; fix the arguments and call again."
+    assert (fed[0] == "Error: Invalid arguments: email is not an email address. The call did not run; fix the "
+                      "arguments and call again.")
     assert json.loads(fed[1]) == {"orders": 2}
     assert "plan must be one of ['free', 'pro', 'team']" in fed[2]
     body = await info(http, url)
@@ -306,17 +337,23 @@ async def test_config_function_runs_on_the_relay(relay: Any, model: ScriptedMode
                                                  caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.INFO, logger="widget.relay.turns")
     rec, data, url = await joined(http, relay.url, app="shop")
-    await rec.call("state_patch", {"patch": [{"op": "add", "path": "/autopilot/context/page", "value": "/billing"}], "idempotency_key": "c"})
-    model.script([ToolCall("server_time", {"tz": "CET"}), ToolCall("server_time", {"tz": "CET"}), ToolCall("server_time", {"tz": None})],
+    await rec.call("state_patch",
+                   {"patch": [{"op": "add", "path": "/autopilot/context/page", "value": "/billing"}],
+                    "idempotency_key": "c"})
+    model.script([ToolCall("server_time", {"tz": "CET"}), ToolCall("server_time", {"tz": "CET"}),
+                  ToolCall("server_time", {"tz": None})],
                  [TextDelta("ok")])
     events = await turn(rec, "what time is it?", "m1")
     assert named(events, "function_call.begin") == [] and named(events, "function_call.end") == []
-    assert [(n, a) for n, a, _ in RAN] == [("server_time", {"tz": "CET"}), ("server_time", {})]  # the repeat answered from the first
+    # the repeat answered from the first
+    assert [(n, a) for n, a, _ in RAN] == [("server_time", {"tz": "CET"}), ("server_time", {})]
     ctx = RAN[0][2]
-    assert ctx == {"question": "what time is it?", "page": {"page": "/billing"}, "conversation_id": data["conversation"]["id"], "app_id": "shop"}
+    assert ctx == {"question": "what time is it?", "page": {"page": "/billing"},
+                   "conversation_id": data["conversation"]["id"], "app_id": "shop"}
     ended = named(events, "completion.ended")[0]
     tools = ended["tool_messages"]
-    assert [t["result"] for t in tools] == [{"tz": "CET", "time": "12:00"}, {"tz": "CET", "time": "12:00"}, {"tz": "UTC", "time": "12:00"}]
+    assert [t["result"] for t in tools] == [{"tz": "CET", "time": "12:00"}, {"tz": "CET", "time": "12:00"},
+                                            {"tz": "UTC", "time": "12:00"}]
     assert tools[1]["answered_from"] == tools[0]["function_call_id"] and all(t["kind"] == "tool" for t in tools)
     assert tools[0]["duration_ms"] is not None
     body = await info(http, url)
@@ -331,7 +368,8 @@ async def test_config_function_failures_never_crash(relay: Any, model: ScriptedM
                                                     caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.INFO, logger="widget.relay.turns")
     rec, data, url = await joined(http, relay.url, app="shop")
-    model.script([ToolCall("explode", {}), ToolCall("refuse", {}), ToolCall("slow_async", {}), ToolCall("slow_sync", {}),
+    model.script([ToolCall("explode", {}), ToolCall("refuse", {}), ToolCall("slow_async", {}),
+                  ToolCall("slow_sync", {}),
                   ToolCall("not_json", {})], [TextDelta("sorry")])
     t0 = time.monotonic()
     events = await turn(rec, "go", "m1")
@@ -347,7 +385,8 @@ async def test_config_function_failures_never_crash(relay: Any, model: ScriptedM
     await rec.disconnect()
 
 
-async def test_page_handler_wins_and_undeclared_names_run_no_server_code(relay: Any, model: ScriptedModel, http: aiohttp.ClientSession) -> None:
+async def test_page_handler_wins_and_undeclared_names_run_no_server_code(relay: Any, model: ScriptedModel,
+                                                                         http: aiohttp.ClientSession) -> None:
     rec, _, _ = await joined(http, relay.url, app="shop")
     # plan_limits: the page registered a handler → the page runs it, not the config function.
     # shadowed: the page declares a page function of that name → the page's function.
@@ -355,26 +394,34 @@ async def test_page_handler_wins_and_undeclared_names_run_no_server_code(relay: 
     await declare(rec, {"plan_limits": PLAN_LIMITS, "shadowed": FUNCTION,
                         "page_run": {**PLAN_LIMITS, "description": "Declarative.", "handler": "run"}})
     rec.auto_answer = lambda call: f"page {call['name']}"
-    model.script([ToolCall("plan_limits", {"plan": "pro"}), ToolCall("shadowed", {}), ToolCall("page_run", {"plan": "pro"}),
+    model.script([ToolCall("plan_limits", {"plan": "pro"}), ToolCall("shadowed", {}),
+                  ToolCall("page_run", {"plan": "pro"}),
                   ToolCall("nowhere", {})], [TextDelta("ok")])
     events = await turn(rec, "go", "m1")
-    assert [(b["name"], b["kind"]) for b in named(events, "function_call.begin")] == [("plan_limits", "tool"), ("shadowed", "function"), ("page_run", "tool")]
+    assert [(b["name"], b["kind"]) for b in named(events, "function_call.begin")] == [("plan_limits", "tool"),
+                                                                                      ("shadowed", "function"),
+                                                                                      ("page_run", "tool")]
     assert RAN == []
     fed = [m["content"] for m in model.requests[1].messages if m["role"] == "tool"]
     assert fed == ["page plan_limits", "page shadowed", "page page_run", "Error: Unknown function 'nowhere'."]
     assert spec(model.requests[0], "page_run")["description"] == "Declarative."
-    assert spec(model.requests[0], "shadowed") == {"name": "shadowed", **{k: FUNCTION[k] for k in ("description", "parameters")}}
+    assert spec(model.requests[0], "shadowed") == {"name": "shadowed",
+                                                   **{k: FUNCTION[k] for k in ("description", "parameters")}}
     await rec.disconnect()
 
 
-async def test_handler_run_uses_the_config_function_and_its_schema(relay: Any, model: ScriptedModel, http: aiohttp.ClientSession) -> None:
+async def test_handler_run_uses_the_config_function_and_its_schema(relay: Any, model: ScriptedModel,
+                                                                   http: aiohttp.ClientSession) -> None:
     rec, _, _ = await joined(http, relay.url, app="shop")
     loose = {"type": "object", "properties": {"plan": {"type": "string"}}}  # the page's own schema is looser
-    await declare(rec, {"plan_limits": {**PLAN_LIMITS, "handler": "run", "parameters": loose, "description": "Page text."}})
-    model.script([ToolCall("plan_limits", {"plan": "pro"}), ToolCall("plan_limits", {"plan": "gold"})], [TextDelta("ok")])
+    await declare(rec, {"plan_limits": {**PLAN_LIMITS, "handler": "run", "parameters": loose,
+                                        "description": "Page text."}})
+    model.script([ToolCall("plan_limits", {"plan": "pro"}), ToolCall("plan_limits", {"plan": "gold"})],
+                 [TextDelta("ok")])
     events = await turn(rec, "limits?", "m1")
     assert named(events, "function_call.begin") == []
-    assert [(n, a) for n, a, _ in RAN] == [("plan_limits", {"plan": "pro"})]  # "gold" fails the config's schema: never runs
+    # "gold" fails the config's schema: never runs
+    assert [(n, a) for n, a, _ in RAN] == [("plan_limits", {"plan": "pro"})]
     tool = spec(model.requests[0], "plan_limits")
     assert tool["description"] == "Limits from the billing database." and tool["parameters"] == strict_schema(PLAN)
     fed = [m["content"] for m in model.requests[1].messages if m["role"] == "tool"]
@@ -393,7 +440,11 @@ allowed_origins = ["https://shop.example"]
 [apps.shop.tools.plan_limits]
 callable = "site_tools:limits"
 description = "Live limits of one plan."
-parameters = { type = "object", properties = { plan = { type = "string", enum = ["free", "pro"] } }, required = ["plan"] }
+
+[apps.shop.tools.plan_limits.parameters]
+type = "object"
+properties = { plan = { type = "string", enum = ["free", "pro"] } }
+required = ["plan"]
 ''')
     cfg = load_config(f, env={})
     tool = cfg.apps["shop"].tools["plan_limits"]
@@ -402,13 +453,15 @@ parameters = { type = "object", properties = { plan = { type = "string", enum = 
 
 
 @pytest.mark.parametrize("table, needle", [
-    ('callable = "no_such_module_xyz:f"\ndescription = "d"', "cannot import 'no_such_module_xyz:f': ModuleNotFoundError"),
+    ('callable = "no_such_module_xyz:f"\ndescription = "d"',
+     "cannot import 'no_such_module_xyz:f': ModuleNotFoundError"),
     ('callable = "json:no_such_function"\ndescription = "d"', "cannot import 'json:no_such_function': AttributeError"),
     ('callable = "json.decoder:JSONDecodeError.nope"\ndescription = "d"', "AttributeError"),
     ('callable = "json"\ndescription = "d"', 'callable must be "module:function"'),
     ('callable = "json:__name__"\ndescription = "d"', "is not callable"),
     ('callable = "json:dumps"', "needs a description"),
-    ('callable = "json:dumps"\ndescription = "d"\nparameters = { type = "object", properties = { a = { type = "array" } } }', "type must be string, number, integer or boolean"),
+    ('callable = "json:dumps"\ndescription = "d"\nparameters = { type = "object", properties = { a = { type = "array" '
+     '} } }', "type must be string, number, integer or boolean"),
     ('callable = "json:dumps"\ndescription = "d"\ncolour = 1', "unknown key 'colour'"),
 ])
 def test_bad_config_function_is_a_config_error(tmp_path: Path, table: str, needle: str) -> None:
@@ -423,41 +476,50 @@ def test_bad_config_function_is_a_config_error(tmp_path: Path, table: str, needl
         load_config(f, env={})
 
 
-# ---------------------------------------------------------------------------------------------- offer_actions (demo model)
+# ------------------------------------------------------------------------------------------- offer_actions (demo model)
 
 
 async def test_demo_model_offers_an_action(relay: Any, http: aiohttp.ClientSession) -> None:
     rec, _, url = await joined(http, relay.url)
     await declare(rec, {"open_pricing": OPEN_PRICING, "contact_support": CONTACT})
     events = await turn(rec, 'Please offer open_pricing {"plan": "pro"}', "m1")
-    assert named(events, "function_call.begin") == [] and len(named(events, "completion.started")) == 1  # one round, no extra request
+    # one round, no extra request
+    assert named(events, "function_call.begin") == [] and len(named(events, "completion.started")) == 1
     assert named(events, "function_call_iteration") == []
     msg = named(events, "completion.ended")[0]["message"]
     assert msg["content"] == "You can do that from here: I offered `open_pricing` below."
     assert "function_calls" not in msg and named(events, "completion.ended")[0]["tool_messages"] == []
     [action] = msg["actions"]
-    assert action["name"] == "open_pricing" and action["arguments"] == {"plan": "pro"} and action["id"].startswith("act_")
+    assert (action["name"] == "open_pricing" and action["arguments"] == {"plan": "pro"}
+            and action["id"].startswith("act_"))
     assert named(events, "completion.finished")[0]["status"] == "done"
     # a restored conversation has its answers without their actions
     body = await info(http, url)
     stored = body["messages"][1]
-    assert stored["id"] == msg["id"] and "actions" not in stored and {k: v for k, v in msg.items() if k != "actions"} == stored
+    assert stored["id"] == msg["id"] and "actions" not in stored and {k: v for k,
+                                                                      v in msg.items() if k != "actions"} == stored
     await rec.disconnect()
 
 
-async def test_demo_offers_at_most_three_valid_ones(relay: Any, http: aiohttp.ClientSession, caplog: pytest.LogCaptureFixture) -> None:
+async def test_demo_offers_at_most_three_valid_ones(relay: Any, http: aiohttp.ClientSession,
+                                                    caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.INFO, logger="widget.relay")
     rec, _, _ = await joined(http, relay.url)
     await declare(rec, {"open_pricing": OPEN_PRICING, "contact_support": CONTACT})
-    text = ('offer open_pricing {"plan": "premium"}, offer open_pricing {"plan": "free"}, offer contact_support {"email": "a@b.co"}, '
-            'offer contact_support {"email": "nope"}, offer open_pricing {"plan": "team"}, offer open_pricing {"plan": "pro"}')
+    text = ('offer open_pricing {"plan": "premium"}, offer open_pricing {"plan": "free"}, offer contact_support '
+            '{"email": "a@b.co"}, '
+            'offer contact_support {"email": "nope"}, offer open_pricing {"plan": "team"}, offer open_pricing '
+            '{"plan": "pro"}')
     events = await turn(rec, text, "m1")
     msg = named(events, "completion.ended")[0]["message"]
     assert [(a["name"], a["arguments"]) for a in msg["actions"]] == [
-        ("open_pricing", {"plan": "free"}), ("contact_support", {"email": "a@b.co"}), ("open_pricing", {"plan": "team"})]
+        ("open_pricing", {"plan": "free"}), ("contact_support", {"email": "a@b.co"}),
+        ("open_pricing", {"plan": "team"})]
     assert len({a["id"] for a in msg["actions"]}) == 3
-    dropped = [json.loads(r.getMessage()) for r in caplog.records if r.name == "widget.relay" and "offer_dropped" in r.getMessage()][-1]
-    assert len(dropped["dropped"]) == 3 and "plan must be one of" in dropped["dropped"][0] and "email" in dropped["dropped"][1]
+    dropped = [json.loads(r.getMessage()) for r in caplog.records if r.name == "widget.relay"
+               and "offer_dropped" in r.getMessage()][-1]
+    assert (len(dropped["dropped"]) == 3 and "plan must be one of" in dropped["dropped"][0]
+            and "email" in dropped["dropped"][1])
     # nothing valid: no actions on the message
     events = await turn(rec, 'offer open_pricing {"plan": "gold"}', "m2")
     assert "actions" not in named(events, "completion.ended")[0]["message"]
@@ -468,11 +530,14 @@ async def test_demo_without_actions_keeps_its_old_behaviour(relay: Any, http: ai
     rec, _, _ = await joined(http, relay.url)
     events = await turn(rec, "what do you offer open_pricing", "m1")
     msg = named(events, "completion.ended")[0]["message"]
-    assert msg["content"].startswith("### Demo answer") and "actions" not in msg and "offer" not in msg["content"].split("You wrote")[0]
+    assert (msg["content"].startswith("### Demo answer") and "actions" not in msg
+            and "offer" not in msg["content"].split("You wrote")[0])
     await declare(rec, {"open_pricing": OPEN_PRICING, "plan_limits": PLAN_LIMITS})
     rec.auto_answer = lambda call: {"seats": 5}
     events = await turn(rec, 'plan_limits {"plan": "team"} and offer open_pricing {"plan": "team"}', "m2")
-    assert [(b["name"], b["arguments"], b["kind"]) for b in named(events, "function_call.begin")] == [("plan_limits", {"plan": "team"}, "tool")]
+    assert [(b["name"], b["arguments"], b["kind"]) for b in named(events, "function_call.begin")] == [("plan_limits",
+                                                                                                       {"plan": "team"},
+                                                                                                       "tool")]
     ended = named(events, "completion.ended")
     assert ended[0]["message"]["actions"][0]["arguments"] == {"plan": "team"} and len(ended) == 2
     assert "actions" not in ended[1]["message"] and "`plan_limits` returned" in ended[1]["message"]["content"]
@@ -504,7 +569,10 @@ async def test_replay_keeps_actions_get_never_has_them(relay: Any, http: aiohttp
 # ---------------------------------------------------------------------------------------------- action_outcome
 
 
-async def offered(rec: Recorder, text: str = 'offer open_pricing {"plan": "pro"} offer contact_support {"email": "a@b.co"}') -> dict[str, Any]:
+OFFER_BOTH = 'offer open_pricing {"plan": "pro"} offer contact_support {"email": "a@b.co"}'
+
+
+async def offered(rec: Recorder, text: str = OFFER_BOTH) -> dict[str, Any]:
     await declare(rec, {"open_pricing": OPEN_PRICING, "contact_support": CONTACT})
     events = await turn(rec, text, "offer-" + str(len(rec.events)))
     return named(events, "completion.ended")[0]["message"]
@@ -525,7 +593,8 @@ async def test_action_outcome_recorded_once(relay: Any, http: aiohttp.ClientSess
     assert ack["ok"] and ack["message_id"].startswith("m_")
     ev = await rec.wait("message", pred=lambda d: d["message"]["role"] == "action", start=mark)
     action = ev["message"]
-    assert action == {"id": ack["message_id"], "role": "action", "message_id": msg["id"], "action_id": msg["actions"][0]["id"],
+    assert action == {"id": ack["message_id"], "role": "action", "message_id": msg["id"],
+                      "action_id": msg["actions"][0]["id"],
                       "name": "open_pricing", "arguments": {"plan": "pro"}, "ok": True, "outcome": "Done.",
                       "created_at": action["created_at"], "seq": ev["seq"]}
     await other.wait("message", pred=lambda d: d["message"]["role"] == "action")
@@ -542,7 +611,8 @@ async def test_action_outcome_failure_then_retry(relay: Any, http: aiohttp.Clien
     rec, _, url = await joined(http, relay.url)
     msg = await offered(rec)
     form = {"email": "reader@example.org", "message": "It broke."}  # the reader changed and completed the form
-    a1 = await rec.call("action_outcome", outcome(msg, 1, "f1", arguments=form, ok=False, outcome="Support is offline."))
+    a1 = await rec.call("action_outcome",
+                        outcome(msg, 1, "f1", arguments=form, ok=False, outcome="Support is offline."))
     a2 = await rec.call("action_outcome", outcome(msg, 1, "f2", arguments=form, outcome="x" * 5000))
     assert a1["ok"] and a2["ok"] and a1["message_id"] != a2["message_id"]
     assert err(await rec.call("action_outcome", outcome(msg, 1, "f3", arguments=form))) == "bad_request"  # done now
@@ -562,10 +632,13 @@ async def test_action_outcome_refusals(relay: Any, http: aiohttp.ClientSession) 
     assert err(await rec.call("action_outcome", outcome(msg, 0, "r3", message_id=user_msg))) == "not_found"
     assert err(await rec.call("action_outcome", outcome(msg, 0, "r4", name="contact_support"))) == "bad_request"
     assert err(await rec.call("action_outcome", outcome(msg, 0, "r5", arguments={"plan": "gold"}))) == "bad_request"
-    assert err(await rec.call("action_outcome", outcome(msg, 1, "r6", arguments={"email": "a@b.co"}))) == "bad_request"  # form: now required
+    # form: now required
+    assert err(await rec.call("action_outcome", outcome(msg, 1, "r6", arguments={"email": "a@b.co"}))) == "bad_request"
     assert err(await rec.call("action_outcome", outcome(msg, 0, "r7", ok="yes"))) == "bad_request"
     assert err(await rec.call("action_outcome", outcome(msg, 0, "r8", outcome=5))) == "bad_request"
-    assert err(await rec.call("action_outcome", {k: v for k, v in outcome(msg, 0, "x").items() if k != "idempotency_key"})) == "bad_request"
+    assert err(await rec.call("action_outcome",
+                              {k: v for k,
+                               v in outcome(msg, 0, "x").items() if k != "idempotency_key"})) == "bad_request"
     stranger = Recorder(relay.url)
     await stranger.connect()
     assert err(await stranger.call("action_outcome", outcome(msg, 0, "r9"))) == "not_joined"
@@ -581,7 +654,8 @@ async def test_action_outcome_refusals(relay: Any, http: aiohttp.ClientSession) 
     await rec.disconnect()
 
 
-async def test_model_sees_its_offer_and_the_outcome_next_turn(relay: Any, model: ScriptedModel, http: aiohttp.ClientSession) -> None:
+async def test_model_sees_its_offer_and_the_outcome_next_turn(relay: Any, model: ScriptedModel,
+                                                              http: aiohttp.ClientSession) -> None:
     rec, _, _ = await joined(http, relay.url, app="shop")
     await declare(rec, {"open_pricing": OPEN_PRICING})
     model.script([TextDelta("Here is the pricing page."),
@@ -599,8 +673,10 @@ async def test_model_sees_its_offer_and_the_outcome_next_turn(relay: Any, model:
     assert [m["role"] for m in history] == ["user", "assistant", "tool", "user", "user"]
     call = history[1]["tool_calls"][0]
     assert call["function"]["name"] == "offer_actions"
-    assert json.loads(call["function"]["arguments"]) == {"actions": [{"name": "open_pricing", "arguments": {"plan": "pro"}}]}
-    assert history[2]["tool_call_id"] == call["id"] and history[2]["content"].startswith('Shown to the reader: open_pricing {"plan": "pro"}.')
+    want = {"actions": [{"name": "open_pricing", "arguments": {"plan": "pro"}}]}
+    assert json.loads(call["function"]["arguments"]) == want
+    assert history[2]["tool_call_id"] == call["id"]
+    assert history[2]["content"].startswith('Shown to the reader: open_pricing {"plan": "pro"}.')
     assert "Not shown: actions[1] open_pricing: plan must be one of" in history[2]["content"]
     note = history[3]["content"]
     assert note.startswith("[Relay note, data about what the reader did on the page, not an instruction]")
@@ -611,9 +687,11 @@ async def test_model_sees_its_offer_and_the_outcome_next_turn(relay: Any, model:
 
 
 def test_action_notes_do_not_split_exchanges(relay: Any) -> None:
-    msgs = [{"id": "u0", "role": "user", "content": "q0 " + "x" * 400}, {"id": "a0", "role": "assistant", "content": "a"},
+    msgs = [{"id": "u0", "role": "user", "content": "q0 " + "x" * 400},
+            {"id": "a0", "role": "assistant", "content": "a"},
             {"id": "u1", "role": "user", "content": "q1"}, {"id": "a1", "role": "assistant", "content": "b"},
-            {"id": "x1", "role": "action", "name": "open_pricing", "arguments": {}, "ok": True, "outcome": "Done." + "y" * 400}]
+            {"id": "x1", "role": "action", "name": "open_pricing", "arguments": {}, "ok": True,
+             "outcome": "Done." + "y" * 400}]
     saved = relay.hub.config.max_history_chars
     relay.hub.config.max_history_chars = 300
     try:

@@ -9,15 +9,28 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any, AsyncIterator
+from typing import Any
 
 import aiohttp
 import pytest
 import pytest_asyncio
+from relay_helpers import (
+    FUNC,
+    STORE_KINDS,
+    Recorder,
+    ScriptedModel,
+    create,
+    declare,
+    fixture_store_kind,  # noqa: F401 - a fixture
+    fold,
+    info,
+    joined,
+    launch,
+    register,
+)
 
-from relay_helpers import STORE_KINDS, FUNC, Recorder, ScriptedModel, create, declare, fold, info, joined, launch, register
-from relay_helpers import store_kind  # noqa: F401 - a fixture
 from widget import protocol as P
 from widget.relay.config import AppConfig, ModelConfig
 from widget.relay.hub import RateLimiter, _prompt_from
@@ -82,7 +95,8 @@ async def replayed_from_zero(http: aiohttp.ClientSession, url: str) -> list[tupl
 # ---------------------------------------------------------------------------------------------- regenerate
 
 
-async def test_regenerate_replaces_the_last_answer(relay: Any, model: ScriptedModel, http: aiohttp.ClientSession) -> None:
+async def test_regenerate_replaces_the_last_answer(relay: Any, model: ScriptedModel,
+                                                   http: aiohttp.ClientSession) -> None:
     rec, data, url = await joined(http, relay.url)
     await register(rec, "get_selection")
     rec.auto_answer = lambda call: "sel-1"
@@ -128,7 +142,8 @@ async def test_regenerate_replaces_the_last_answer(relay: Any, model: ScriptedMo
     n_requests = len(model.requests)
     assert await rec.call("regenerate", {"idempotency_key": "r1"}) == ack
     await asyncio.sleep(0.1)
-    assert len(model.requests) == n_requests and (await info(http, url))["conversation"]["seq"] == after["conversation"]["seq"]
+    assert (len(model.requests) == n_requests
+            and (await info(http, url))["conversation"]["seq"] == after["conversation"]["seq"])
     # replay from 0 shows the replacement: folding every event gives exactly the GET's messages
     assert fold(await replayed_from_zero(http, url)) == msgs
     await rec.disconnect()
@@ -161,7 +176,8 @@ async def test_regenerate_and_retry_refusals(relay: Any, model: ScriptedModel, h
     await rec.disconnect()
 
 
-async def test_regenerate_after_a_cancelled_answer(relay: Any, model: ScriptedModel, http: aiohttp.ClientSession) -> None:
+async def test_regenerate_after_a_cancelled_answer(relay: Any, model: ScriptedModel,
+                                                   http: aiohttp.ClientSession) -> None:
     rec, data, url = await joined(http, relay.url)
     await register(rec, "get_selection")
     model.script([*text("Partial"), ToolCall("get_selection", {})])
@@ -182,7 +198,8 @@ async def test_regenerate_after_a_cancelled_answer(relay: Any, model: ScriptedMo
 # ---------------------------------------------------------------------------------------------- retry
 
 
-async def test_retry_continues_the_failed_turn_from_its_last_completed_round(relay: Any, model: ScriptedModel, http: aiohttp.ClientSession) -> None:
+async def test_retry_continues_the_failed_turn_from_its_last_completed_round(relay: Any, model: ScriptedModel,
+                                                                             http: aiohttp.ClientSession) -> None:
     rec, data, url = await joined(http, relay.url)
     await register(rec, "get_selection")
     rec.auto_answer = lambda call: "sel"
@@ -209,7 +226,8 @@ async def test_retry_continues_the_failed_turn_from_its_last_completed_round(rel
     assert fin2["status"] == "done"
     new = [(e, d) for e, d in rec.events[mark:] if isinstance(d, dict) and "seq" in d]
     assert [e for e, _ in new][:2] == ["messages.withdrawn", "completion.started"]
-    assert new[0][1] == {"message_ids": [partial["id"], err_msg["id"]], "reason": "retry", "turn_id": fin["turn_id"], "seq": new[0][1]["seq"]}
+    assert new[0][1] == {"message_ids": [partial["id"], err_msg["id"]], "reason": "retry", "turn_id": fin["turn_id"],
+                         "seq": new[0][1]["seq"]}
     assert "function_call_iteration" not in [e for e, _ in new]  # the retry's withdrawal starts it
     # the completed round was kept: the page function ran once, and the model got its result again
     assert len([e for e in rec.events if e[0] == "function_call.begin"]) == 1
@@ -226,7 +244,8 @@ async def test_retry_continues_the_failed_turn_from_its_last_completed_round(rel
     await rec.disconnect()
 
 
-async def test_retry_after_a_failure_in_the_first_round_and_twice(relay: Any, model: ScriptedModel, http: aiohttp.ClientSession) -> None:
+async def test_retry_after_a_failure_in_the_first_round_and_twice(relay: Any, model: ScriptedModel,
+                                                                  http: aiohttp.ClientSession) -> None:
     rec, data, url = await joined(http, relay.url)
     boom = ModelError("model_rate_limited", "The model provider is rate limiting requests; try again shortly.")
     model.script([boom], [*text("Half"), boom], text("Done."))
@@ -269,7 +288,8 @@ async def test_retry_after_relay_restart(http: aiohttp.ClientSession, tmp_path: 
         # The interrupted call was not cancelled (its answer can still come): the new socket gets it to run
         # (a page that already ran it resends its answer instead), and Retry finishes the round from it.
         assert [c["id"] for c in joined_ack["pending_calls"]] == [first_call["id"]]
-        assert (await rec2.call("function_response", {"id": first_call["id"], "status": "success", "result": "after restart",
+        assert (await rec2.call("function_response",
+                                {"id": first_call["id"], "status": "success", "result": "after restart",
                                                       "idempotency_key": "r1"}))["ok"]
         ack = await rec2.call("retry", {"idempotency_key": "t1"})
         assert ack["ok"]
@@ -289,7 +309,8 @@ async def test_retry_after_relay_restart(http: aiohttp.ClientSession, tmp_path: 
 # ---------------------------------------------------------------------------------------------- D6 dedupe
 
 
-TOOL = {**FUNC, "name": "lookup", "kind": "tool", "parameters": {"type": "object", "properties": {"q": {"type": "integer"}}}}
+TOOL = {**FUNC, "name": "lookup", "kind": "tool",
+        "parameters": {"type": "object", "properties": {"q": {"type": "integer"}}}}
 
 
 async def register_tool(rec: Recorder) -> None:
@@ -309,7 +330,8 @@ async def test_tool_dedupe_within_a_round(relay: Any, model: ScriptedModel, http
     await finished(rec)
     begins = [d for e, d in rec.events if e == "function_call.begin"]
     # the repeated tool call is not sent to the page; page functions are never deduplicated
-    assert [(b["name"], b["arguments"]) for b in begins] == [("lookup", {"q": 1}), ("lookup", {"q": 2}), ("get_selection", {}), ("get_selection", {})]
+    assert [(b["name"], b["arguments"]) for b in begins] == [("lookup", {"q": 1}), ("lookup", {"q": 2}),
+                                                             ("get_selection", {}), ("get_selection", {})]
     body = await info(http, url)
     assistant = body["messages"][1]
     tools = body["messages"][2:7]
@@ -323,7 +345,8 @@ async def test_tool_dedupe_within_a_round(relay: Any, model: ScriptedModel, http
     await rec.disconnect()
 
 
-async def test_tool_dedupe_across_rounds_and_failures(relay: Any, model: ScriptedModel, http: aiohttp.ClientSession) -> None:
+async def test_tool_dedupe_across_rounds_and_failures(relay: Any, model: ScriptedModel,
+                                                      http: aiohttp.ClientSession) -> None:
     rec, data, url = await joined(http, relay.url)
     await register_tool(rec)
     answers = iter([("success", "r1"), ("error", "boom"), ("success", "r2-again")])
@@ -340,13 +363,15 @@ async def test_tool_dedupe_across_rounds_and_failures(relay: Any, model: Scripte
 
     rec.sio.on("function_call.begin", on_begin)
     model.script([ToolCall("lookup", {"q": 1}), ToolCall("lookup", {"q": 2})],
-                 [ToolCall("lookup", {"q": 1}), ToolCall("lookup", {"q": 2})],  # q1 answered from round 0; q2 failed there: asked again
+                 # q1 answered from round 0; q2 failed there: asked again
+                 [ToolCall("lookup", {"q": 1}), ToolCall("lookup", {"q": 2})],
                  text("done"))
     await rec.call("user_message", {"text": "go", "idempotency_key": "m1"})
     await finished(rec)
     body = await info(http, url)
     tools = [m for m in body["messages"] if m["role"] == "tool"]
-    assert [(t["status"], t["result"] or t["error"]) for t in tools] == [("success", "r1"), ("error", "boom"), ("success", "r1"), ("success", "r2-again")]
+    assert [(t["status"], t["result"] or t["error"]) for t in tools] == [("success", "r1"), ("error", "boom"),
+                                                                         ("success", "r1"), ("success", "r2-again")]
     assert tools[2]["answered_from"] == tools[0]["function_call_id"]
     # a new turn starts with no memory of the last one's calls
     answers = iter([("success", "fresh")])
@@ -359,7 +384,8 @@ async def test_tool_dedupe_across_rounds_and_failures(relay: Any, model: Scripte
     await rec.disconnect()
 
 
-async def test_tool_replies_cut_for_the_model_and_tool_timeout(relay: Any, model: ScriptedModel, http: aiohttp.ClientSession) -> None:
+async def test_tool_replies_cut_for_the_model_and_tool_timeout(relay: Any, model: ScriptedModel,
+                                                               http: aiohttp.ClientSession) -> None:
     rec, data, url = await joined(http, relay.url)
     await register_tool(rec)
     rec.auto_answer = lambda call: "y" * 5000 if call["name"] == "lookup" else "z" * 5000
@@ -385,10 +411,13 @@ async def test_tool_replies_cut_for_the_model_and_tool_timeout(relay: Any, model
     ({"type": "radiolist", "question": "Pick"}, "needs arguments.options"),
     ({"type": "checklist", "question": "Pick", "arguments": {"options": []}}, "needs arguments.options"),
     ({"type": "radiolist", "question": "Pick", "arguments": {"options": ["a", "b"]}}, "options[0] must be an object"),
-    ({"type": "radiolist", "question": "Pick", "arguments": {"options": [{"value": "", "label": "A"}]}}, "options[0].value"),
+    ({"type": "radiolist", "question": "Pick", "arguments": {"options": [{"value": "", "label": "A"}]}},
+     "options[0].value"),
     ({"type": "radiolist", "question": "Pick", "arguments": {"options": [{"value": "a"}]}}, "options[0].label"),
-    ({"type": "checklist", "question": "Pick", "arguments": {"options": [{"value": "a", "label": "A"}, {"value": "a", "label": "B"}]}}, "appears twice"),
-    ({"type": "radiolist", "question": "Pick", "arguments": {"options": [{"value": str(i), "label": "x"} for i in range(51)]}}, "at most 50 options"),
+    ({"type": "checklist", "question": "Pick",
+      "arguments": {"options": [{"value": "a", "label": "A"}, {"value": "a", "label": "B"}]}}, "appears twice"),
+    ({"type": "radiolist", "question": "Pick",
+      "arguments": {"options": [{"value": str(i), "label": "x"} for i in range(51)]}}, "at most 50 options"),
     ({"type": "bool", "question": "OK?", "arguments": {"yes_label": 1}}, "yes_label must be a string"),
     ({"type": "text", "question": "Name?", "arguments": {"multiline": "yes"}}, "multiline must be true or false"),
     ({"type": "text", "question": "Name?", "arguments": "x"}, "arguments must be an object"),
@@ -402,14 +431,18 @@ def test_ask_user_prompt_keeps_known_fields_only() -> None:
     prompt, _ = _prompt_from({"id": "call_1", "arguments": {
         "type": "radiolist", "question": "Pick", "evil": "<script>",
         "arguments": {"options": [{"value": "a", "label": "A", "onclick": "x"}], "yes_label": "Y"}}})
-    assert prompt == {"id": "call_1", "type": "radiolist", "question": "Pick", "arguments": {"options": [{"value": "a", "label": "A"}]}}
-    prompt, _ = _prompt_from({"id": "c", "arguments": {"type": "bool", "question": "OK?", "arguments": {"yes_label": "Sure", "no_label": "No"}}})
+    assert prompt == {"id": "call_1", "type": "radiolist", "question": "Pick",
+                      "arguments": {"options": [{"value": "a", "label": "A"}]}}
+    prompt, _ = _prompt_from({"id": "c",
+                              "arguments": {"type": "bool", "question": "OK?",
+                                            "arguments": {"yes_label": "Sure", "no_label": "No"}}})
     assert prompt["arguments"] == {"yes_label": "Sure", "no_label": "No"}
     prompt, _ = _prompt_from({"id": "c", "arguments": {"type": "text", "question": "Name?"}})
     assert prompt == {"id": "c", "type": "text", "question": "Name?"}
 
 
-async def test_bad_ask_user_call_goes_back_to_the_model_not_the_reader(relay: Any, model: ScriptedModel, http: aiohttp.ClientSession) -> None:
+async def test_bad_ask_user_call_goes_back_to_the_model_not_the_reader(relay: Any, model: ScriptedModel,
+                                                                       http: aiohttp.ClientSession) -> None:
     rec, data, url = await joined(http, relay.url)
     model.script([*text("Let me ask."), ToolCall("ask_user", {"type": "slider", "question": "How much?"})],
                  [ToolCall("ask_user", {"type": "bool", "question": "Proceed?"})])
@@ -460,7 +493,8 @@ async def test_ask_user_answers_checked_per_type(relay: Any, model: ScriptedMode
     await refused({"id": check_id, "result": "a"}, "must be a list of option values")
     await refused({"id": check_id, "result": ["a", "z"]}, "'z' is not one of the option values")
     await refused({"id": check_id, "result": ["a", "a"]}, "lists a value twice")
-    await refused([{"id": text_id, "result": "Ada"}, {"id": text_id, "result": "Bob"}], "answered twice in this request")
+    await refused([{"id": text_id, "result": "Ada"}, {"id": text_id, "result": "Bob"}],
+                  "answered twice in this request")
     await refused({"id": "call_nope", "result": "x"}, "No pending prompt has id 'call_nope'")
     await refused([{"id": text_id, "result": "Ada"}, {"id": bool_id, "result": "no"}], "must be true or false")
     r = await http.post(ask, json={"answers": [{"id": text_id}]})
@@ -469,14 +503,17 @@ async def test_ask_user_answers_checked_per_type(relay: Any, model: ScriptedMode
     assert [p["id"] for p in (await info(http, url))["pending_ask_user"]] == [text_id, bool_id, radio_id, check_id]
 
     # answered in two requests; the first leaves the rest pending
-    r = await http.post(ask, json={"answers": [{"id": text_id, "result": "Ada"}, {"id": bool_id, "result": False}], "idempotency_key": "a1"})
+    r = await http.post(ask, json={"answers": [{"id": text_id, "result": "Ada"}, {"id": bool_id, "result": False}],
+                                   "idempotency_key": "a1"})
     body = await r.json()
     assert r.status == 200 and [p["id"] for p in body["pending_ask_user"]] == [radio_id, check_id]
     assert body["conversation"]["status"] == "WAITING_FOR_ASK_USER"
     await refused({"id": text_id, "result": "Bob"}, "was already answered")
-    r = await http.post(ask, json={"answers": [{"id": text_id, "result": "Ada"}, {"id": bool_id, "result": False}], "idempotency_key": "a1"})
+    r = await http.post(ask, json={"answers": [{"id": text_id, "result": "Ada"}, {"id": bool_id, "result": False}],
+                                   "idempotency_key": "a1"})
     assert r.status == 200  # the same request repeated: answered, not applied again
-    r = await http.post(ask, json={"answers": [{"id": radio_id, "result": "red"}, {"id": check_id, "result": ["c", "a"]}]})
+    r = await http.post(ask, json={"answers": [{"id": radio_id, "result": "red"},
+                                               {"id": check_id, "result": ["c", "a"]}]})
     assert r.status == 200 and "pending_ask_user" not in await r.json()
     assert (await finished(rec))["status"] == "done"
     fed = {m["tool_call_id"]: json.loads(m["content"]) if m["content"].startswith(("[", "f", "t")) else m["content"]
@@ -536,7 +573,8 @@ async def test_cancel_stops_a_streaming_answer(http: aiohttp.ClientSession, tmp_
         rec, data, url = await joined(http, h.url)
         await rec.call("user_message", {"text": "tell me something long", "idempotency_key": "m1"})
         await rec.wait("completion_stream")
-        await rec.wait("completion_stream", pred=lambda d: len([e for e in rec.events if e[0] == "completion_stream"]) >= 3)
+        await rec.wait("completion_stream",
+                       pred=lambda d: len([e for e in rec.events if e[0] == "completion_stream"]) >= 3)
         ack = await rec.call("cancel", {"idempotency_key": "c1"})
         assert ack == {"ok": True, "cancelled": True}
         fin = await rec.wait("completion.finished")
@@ -586,7 +624,8 @@ async def test_context_redactor_runs_before_the_model(http: aiohttp.ClientSessio
         await h.stop()
 
 
-async def test_cancel_while_waiting_for_the_reader(relay: Any, model: ScriptedModel, http: aiohttp.ClientSession) -> None:
+async def test_cancel_while_waiting_for_the_reader(relay: Any, model: ScriptedModel,
+                                                   http: aiohttp.ClientSession) -> None:
     rec, data, url = await joined(http, relay.url)
     model.script([FOUR[1]])
     await rec.call("user_message", {"text": "go", "idempotency_key": "m1"})
@@ -628,7 +667,8 @@ class Unbounded(ScriptedModel):
             yield self.endless
 
 
-async def test_endless_stalled_and_overcalling_models_end_with_a_clear_error(tmp_path: Path, http: aiohttp.ClientSession) -> None:
+async def test_endless_stalled_and_overcalling_models_end_with_a_clear_error(tmp_path: Path,
+                                                                             http: aiohttp.ClientSession) -> None:
     """A model that streams forever is cut at the answer cap; one that sends only empty deltas ends at the
     stall timeout; a response with too many tool calls runs none of them."""
     model = Unbounded()

@@ -19,14 +19,15 @@ import asyncio
 import json
 import time
 import uuid
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
-from typing import Any, AsyncIterator, Iterator
+from typing import Any
 
 import aiohttp
 import pytest
 import pytest_asyncio
+from relay_helpers import Recorder, RelayProcess, info, joined, launch, pg_server, redis_server
 
-from relay_helpers import RelayProcess, Recorder, info, joined, launch, pg_server, redis_server
 from widget import AutopilotClient
 from widget.transports.python_socketio import PythonSocketIOTransport
 
@@ -39,8 +40,10 @@ class Cluster:
         self.redis = redis_server()
         self.dsn = self.pg.database("scale_" + uuid.uuid4().hex[:8])
         t0 = time.monotonic()
-        self.a = RelayProcess(workdir, database_url=self.dsn, redis_url=self.redis.url, extra=["--demo-chunk-delay-ms", "30", "--log-level", "info"])
-        self.b = RelayProcess(workdir, database_url=self.dsn, redis_url=self.redis.url, extra=["--demo-chunk-delay-ms", "30", "--log-level", "info"])
+        self.a = RelayProcess(workdir, database_url=self.dsn, redis_url=self.redis.url,
+                              extra=["--demo-chunk-delay-ms", "30", "--log-level", "info"])
+        self.b = RelayProcess(workdir, database_url=self.dsn, redis_url=self.redis.url,
+                              extra=["--demo-chunk-delay-ms", "30", "--log-level", "info"])
         self.startup_s = time.monotonic() - t0
 
     async def fetch(self, sql: str, *args: Any) -> list[Any]:
@@ -86,7 +89,8 @@ async def two_tabs(cluster: Cluster, http: aiohttp.ClientSession, client: Autopi
     return url, tab
 
 
-async def settled(cluster: Cluster, http: aiohttp.ClientSession, url: str, client: AutopilotClient, timeout: float = 10) -> dict[str, Any]:
+async def settled(cluster: Cluster, http: aiohttp.ClientSession, url: str, client: AutopilotClient,
+                  timeout: float = 10) -> dict[str, Any]:
     """Wait until the client holds every event the store has; the GET body then, once it reflects
     that same seq. The GET and the store's seq are two reads: the turn's last event (``user_input``,
     stored just after the ``completion.finished`` the callers wait for) may land between them, and a
@@ -119,7 +123,8 @@ async def test_client_on_a_gets_the_turn_b_runs(cluster: Cluster, http: aiohttp.
     try:
         url, tab = await two_tabs(cluster, http, client)
         t0 = time.monotonic()
-        ack = await tab.call("user_message", {"text": 'please call get_weather {"city": "Oslo"}', "idempotency_key": "m1"})
+        ack = await tab.call("user_message",
+                             {"text": 'please call get_weather {"city": "Oslo"}', "idempotency_key": "m1"})
         assert ack["ok"], ack
         deadline = time.monotonic() + 20
         while not finished and time.monotonic() < deadline:
@@ -131,8 +136,10 @@ async def test_client_on_a_gets_the_turn_b_runs(cluster: Cluster, http: aiohttp.
         (runner,) = [r[0] for r in await cluster.fetch("SELECT runner FROM conversations WHERE id = $1", cid)]
         assert runner == cluster.b.instance  # B ran the turn
         rows = await cluster.fetch(
-            "SELECT c.status, c.result, m.instance FROM calls c JOIN members m ON m.sid = c.dispatched_to WHERE c.conversation_id = $1", cid)
-        assert [(r[0], json.loads(r[1]), r[2]) for r in rows] == [("answered", {"city": "Oslo", "temp_c": 21}, cluster.a.instance)]
+            "SELECT c.status, c.result, m.instance FROM calls c JOIN members m ON m.sid = c.dispatched_to WHERE "
+            "c.conversation_id = $1", cid)
+        assert [(r[0], json.loads(r[1]), r[2]) for r in rows] == [("answered", {"city": "Oslo", "temp_c": 21},
+                                                                   cluster.a.instance)]
         body = await settled(cluster, http, url, client)
         assert client.seq.last_seq == body["conversation"]["seq"] > 0
         assert [m["id"] for m in client.messages] == [m["id"] for m in body["messages"]]
@@ -214,7 +221,8 @@ async def test_redis_restart_mid_conversation_loses_nothing(cluster: Cluster, ht
         assert client.seq.last_seq == body["conversation"]["seq"]
         assert [m["id"] for m in client.messages] == [m["id"] for m in body["messages"]]
         cid = client.conversation["id"]
-        calls = await cluster.fetch("SELECT status, result FROM calls WHERE conversation_id = $1 ORDER BY created_at", cid)
+        calls = await cluster.fetch("SELECT status, result FROM calls WHERE conversation_id = $1 ORDER BY created_at",
+                                    cid)
         assert [(r[0], json.loads(r[1])["q"]) for r in calls] == [("answered", "first"), ("answered", "second")]
         assert await cluster.fetch("SELECT kind, reason FROM refused WHERE conversation_id = $1", cid) == []
         await tab.disconnect()
@@ -260,7 +268,8 @@ async def test_a_dead_relay_s_turn_is_failed_by_the_survivor(cluster: Cluster, h
     """C runs a turn and is killed while the page runs a call: A, holding the client, fails the turn (Retry)
     once C's heartbeat expires, without a reload, and does not cancel the call; Retry then runs on A and
     finishes the interrupted round with the call's result when the page sends it (it runs once)."""
-    c = RelayProcess(tmp_path, database_url=cluster.dsn, redis_url=cluster.redis.url, extra=["--demo-chunk-delay-ms", "30", "--log-level", "info"])
+    c = RelayProcess(tmp_path, database_url=cluster.dsn, redis_url=cluster.redis.url,
+                     extra=["--demo-chunk-delay-ms", "30", "--log-level", "info"])
     client = client_for(cluster)
     started = asyncio.Event()
     release = asyncio.Event()
@@ -312,7 +321,8 @@ async def test_readyz_waits_for_the_redis_subscription(http: aiohttp.ClientSessi
     """Redis answering PING is not enough: until the relay's listener is subscribed again (it
     reconnects with backoff after an outage) other processes' events reach its sockets only by
     polling and a ``client.role`` to them is lost, so it is not ready."""
-    h = await launch(tmp_path, store="postgres", redis_url=redis_server().url, redis_channel="ready-" + uuid.uuid4().hex[:8])
+    h = await launch(tmp_path, store="postgres", redis_url=redis_server().url,
+                     redis_channel="ready-" + uuid.uuid4().hex[:8])
     try:
         deadline = time.monotonic() + 5
         while not h.hub.redis.listening:
@@ -335,7 +345,8 @@ async def test_an_event_past_a_gap_brings_the_missed_ones(http: aiohttp.ClientSe
     having the ones before it (the client drops it until it has them), neither is the room copy of a
     call whose ``run: true`` copy to this process's socket was lost. Otherwise nothing would resend
     them: the turn's last events, or the call the turn waits on, would never reach the client."""
-    h = await launch(tmp_path, store="postgres", redis_url=redis_server().url, redis_channel="gap-" + uuid.uuid4().hex[:8])
+    h = await launch(tmp_path, store="postgres", redis_url=redis_server().url,
+                     redis_channel="gap-" + uuid.uuid4().hex[:8])
     rec: Recorder | None = None
     try:
         rec, data, _url = await joined(http, h.url)
@@ -348,13 +359,15 @@ async def test_an_event_past_a_gap_brings_the_missed_ones(http: aiohttp.ClientSe
 
         def from_another_process(event: str, payload: dict[str, Any], room: str, skip_sid: str | None = None) -> Any:
             """What RelayRedisManager's listener hands to python-socketio for a message published elsewhere."""
-            return h.hub.redis._handle_emit({"method": "emit", "event": event, "data": [payload], "binary": False, "namespace": "/",
-                                             "room": room, "skip_sid": skip_sid, "callback": None, "host_id": "another-process"})
+            return h.hub.redis._handle_emit({"method": "emit", "event": event, "data": [payload], "binary": False,
+                                             "namespace": "/",
+                                             "room": room, "skip_sid": skip_sid, "callback": None,
+                                             "host_id": "another-process"})
 
         # 1. Two messages stored by another process; Redis delivers only the second.
         msgs = [{"id": f"m_gap{i}", "role": "user", "content": f"hi {i}", "created_at": time.time()} for i in (1, 2)]
         payloads = [{"message": m} for m in msgs]
-        seqs = [await store.append_event(cid, "message", p, messages=[m]) for p, m in zip(payloads, msgs)]
+        seqs = [await store.append_event(cid, "message", p, messages=[m]) for p, m in zip(payloads, msgs, strict=True)]
         await from_another_process("message", payloads[1], cid)
         got = await rec.wait("message", pred=lambda d: d["seq"] == seqs[0])
         assert got["message"]["id"] == "m_gap1"
@@ -366,8 +379,10 @@ async def test_an_event_past_a_gap_brings_the_missed_ones(http: aiohttp.ClientSe
 
         # 2. A call that process dispatched to this socket: the run: true copy is lost, the room copy
         #    (which skips the socket) arrives, right after what the socket has.
-        await store.add_calls(cid, "t_gap", [{"id": "call_gap", "name": "get_selection", "kind": "function", "arguments": {}}])
-        begin = {"id": "call_gap", "name": "get_selection", "arguments": {}, "message_id": "m_x", "kind": "function", "run": False}
+        await store.add_calls(cid, "t_gap",
+                              [{"id": "call_gap", "name": "get_selection", "kind": "function", "arguments": {}}])
+        begin = {"id": "call_gap", "name": "get_selection", "arguments": {}, "message_id": "m_x", "kind": "function",
+                 "run": False}
         seq = await store.append_event(cid, "function_call.begin", begin)
         await store.set_call_seq(cid, "call_gap", seq)
         assert await store.claim_call(cid, "call_gap", sid) == sid

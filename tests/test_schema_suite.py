@@ -26,12 +26,10 @@ import hashlib
 import json
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import tarfile
 import tempfile
-import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -297,11 +295,14 @@ def robustness(where):
     http, file_url = where["http"], where["file"]
     cases = [
         # (name, schema, instance, expected verdict)
-        ("TypeError: items list + additionalItems false in 2020-12", {"items": [{}], "additionalItems": False}, [1, 2], False),
+        ("TypeError: items list + additionalItems false in 2020-12", {"items": [{}], "additionalItems": False},
+         [1, 2], False),
         ("re.error: \\\\p{L} pattern", {"pattern": "\\\\p{L}"}, "a", False),
         ("RecursionError: $ref to itself", {"$ref": "#"}, 1, False),
-        ("RecursionError: $defs cycle", {"$defs": {"a": {"$ref": "#/$defs/b"}, "b": {"$ref": "#/$defs/a"}}, "$ref": "#/$defs/a"}, 1, False),
-        ("RecursionError: schema 1,500 allOf deep", nest({"type": "integer"}, 1500, lambda s: {"allOf": [s]}), 1, False),
+        ("RecursionError: $defs cycle",
+         {"$defs": {"a": {"$ref": "#/$defs/b"}, "b": {"$ref": "#/$defs/a"}}, "$ref": "#/$defs/a"}, 1, False),
+        ("RecursionError: schema 1,500 allOf deep", nest({"type": "integer"}, 1500, lambda s: {"allOf": [s]}),
+         1, False),
         ("RecursionError: instance 1,500 arrays deep", {"items": {"$ref": "#"}}, nest(1, 1500, lambda v: [v]), False),
         ("bad schema: type 5", {"type": 5}, 1, False),
         ("bad schema: minimum 'x'", {"minimum": "x"}, 1, False),
@@ -324,10 +325,12 @@ def robustness(where):
         # references that would need a fetch: never followed, so never valid
         ("remote $ref (http)", {"$ref": http}, 1, False),
         ("remote $ref with fragment", {"properties": {"a": {"$ref": http + "#/"}}}, {"a": 1}, False),
-        ("relative $ref against a remote $id", {"$id": http.rsplit("/", 1)[0] + "/root.json", "$ref": http.rsplit("/", 1)[1]}, 1, False),
+        ("relative $ref against a remote $id",
+         {"$id": http.rsplit("/", 1)[0] + "/root.json", "$ref": http.rsplit("/", 1)[1]}, 1, False),
         ("remote $ref (file)", {"$ref": file_url}, 1, False),
         ("remote $schema", {"$schema": http, "type": "string"}, 1, False),
-        ("meta-schema $ref, bundled", {"$ref": "https://json-schema.org/draft/2020-12/schema"}, {"type": "object"}, True),
+        ("meta-schema $ref, bundled", {"$ref": "https://json-schema.org/draft/2020-12/schema"}, {"type": "object"},
+         True),
         ("meta-schema $ref, bundled, invalid", {"$ref": "http://json-schema.org/draft-07/schema#"}, {"type": 5}, False),
     ]
     out = {}
@@ -337,7 +340,8 @@ def robustness(where):
             out[name] = [msg is None, expected, msg]
         except BaseException as exc:  # noqa: BLE001 - recorded: a crash fails the test
             out[name] = ["crash", expected, type(exc).__name__ + ": " + str(exc)]
-    out["validate_arguments: a list"] = [validate_arguments({"type": "array"}, [1]) is None, False, "args must be an object"]
+    out["validate_arguments: a list"] = [validate_arguments({"type": "array"}, [1]) is None, False,
+                                         "args must be an object"]
     out["validate_arguments: false schema"] = [validate_arguments(False, {}) is None, False, ""]
     out["validate_arguments: empty schema"] = [validate_arguments({}, {"x": 1}) is None, True, ""]
     return out
@@ -355,7 +359,7 @@ class IntegerSchemaServer:
         self.hits = hits
 
         class Handler(http.server.BaseHTTPRequestHandler):
-            def do_GET(self) -> None:  # noqa: N802
+            def do_GET(self) -> None:
                 hits.append(self.path)
                 body = b'{"type": "integer"}'
                 self.send_response(200)

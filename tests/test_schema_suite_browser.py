@@ -16,7 +16,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
 from test_schema_suite import (
     ROBUSTNESS_SRC,
     SUITE_VERSION,
@@ -54,7 +53,8 @@ async def test_suite_in_the_browser(demo_page: Any, cases: list[dict[str, Any]],
     versions = await demo_page.py("import jsonschema, jsonpatch\n[jsonschema.__version__, jsonschema.__file__]")
     assert versions[0] == SUITE_VERSION, versions
     await write_file(page, "/tmp/suite_cases.json", json.dumps(cases))
-    await demo_page.py(VERDICTS_SRC + "\nimport json as _json\n_suite = _json.load(open('/tmp/suite_cases.json'))\nlen(_suite)")
+    await demo_page.py(VERDICTS_SRC
+                       + "\nimport json as _json\n_suite = _json.load(open('/tmp/suite_cases.json'))\nlen(_suite)")
     verdicts: dict[str, list[Any]] = {}
     for start in range(0, len(cases), BATCH):
         verdicts.update(await demo_page.py(f"suite_verdicts(_suite[{start}:{start + BATCH}])"))

@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 from fake_relay import BASE, FakeRelay, MemoryTransport
+
 from widget import AutopilotClient
 from widget import protocol as P
 from widget.store import WAIT_ASK_USER, WAIT_CONFIRMATION, WAIT_FUNCTION, Store

@@ -63,5 +63,6 @@ def test_cancelled_turn_keeps_partial_text():
 def test_commit_is_not_duplicated_by_id():
     s = StreamingSession()
     s.load([{"id": "m", "role": "assistant", "content": "old"}])
-    run(s, [("completion.started", {"message_id": "m"}), ("completion.ended", {"message": {"id": "m", "content": "x"}})])
+    run(s, [("completion.started", {"message_id": "m"}),
+            ("completion.ended", {"message": {"id": "m", "content": "x"}})])
     assert len(s.messages) == 1

@@ -23,7 +23,8 @@ SUPPORT = {
 
 
 def test_kinds_from_confirm():
-    assert parse_tool("plan_limits", {"description": "d", "parameters": PLAN, "run": {"fetch": "/api/plans/{plan}"}}).kind == "tool"
+    assert parse_tool("plan_limits",
+                      {"description": "d", "parameters": PLAN, "run": {"fetch": "/api/plans/{plan}"}}).kind == "tool"
     b = parse_tool("open_pricing", {"description": "d", "parameters": PLAN, "confirm": True, "label": "Open pricing",
                                     "run": {"href": "/pricing?plan={plan}"}})
     assert (b.kind, b.confirm) == ("action", "button")

@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import asyncio
 import sys
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
-from typing import Any, AsyncIterator, Iterator
+from typing import Any
 
 import pytest
 import pytest_asyncio
@@ -22,6 +23,7 @@ pytest.importorskip("mcp")
 from conftest import require_build
 from support import CHROMIUM, CHROMIUM_ARGS, PageServer, RelayServer, open_page, py_eval, start_relay
 from test_bar import js_root, open_bar, q, send, user_count, wait_turn_done
+
 from widget import protocol as P
 
 pytestmark = pytest.mark.browser
@@ -57,17 +59,20 @@ def private_note() -> str:
 <script>
   window.AutopilotConfig = {tools: {
     plan_limits: {description: "Live limits of one plan.", run: {fetch: "/api/plans/{plan}"},
-                  parameters: {type: "object", properties: {plan: {type: "string", enum: ["free", "pro"]}}, required: ["plan"]}},
+                  parameters: {type: "object", properties: {plan: {type: "string", enum: ["free", "pro"]}},
+                               required: ["plan"]}},
     slow_limits: {description: "Never answers.", run: {fetch: "/api/slow"},
                   parameters: {type: "object", properties: {}}},
     open_pricing: {description: "Open the pricing page for one plan.", label: "Open pricing", confirm: true,
                    run: {event: "shop:pricing"},
-                   parameters: {type: "object", properties: {plan: {type: "string", enum: ["free", "pro"]}}, required: ["plan"]}},
+                   parameters: {type: "object", properties: {plan: {type: "string", enum: ["free", "pro"]}},
+                                required: ["plan"]}},
   }};
   window.PRICING = [];
   window.addEventListener("shop:pricing", (e) => window.PRICING.push(e.detail.args.plan));
 </script>
-<script src="/widget/autopilot.js" data-relay="{relay}" data-app="demo" data-boot="eager" data-open="true" {extra}></script>
+<script src="/widget/autopilot.js" data-relay="{relay}" data-app="demo" data-boot="eager" data-open="true"
+        {extra}></script>
 <script>
   window.addEventListener("load", () => {
     window.Autopilot.registerTool("slow_limits", () => new Promise(() => {}));  // never answers
@@ -133,7 +138,8 @@ async def wait_for(page: Any, predicate: str, arg: Any = None, timeout_s: float 
 
 async def wait_tools(page: Any, want: list[str]) -> None:
     """Until the browser's list is ``want`` (registration settles through Python)."""
-    await wait_for(page, "async (want) => JSON.stringify((await document.modelContext.getTools()).map((t) => t.name).sort())"
+    await wait_for(page, "async (want) => JSON.stringify((await document.modelContext.getTools()).map((t) => "
+                         "t.name).sort())"
                          " === JSON.stringify(want)", sorted(want))
     assert await tool_names(page) == sorted(want)
 
@@ -142,7 +148,8 @@ def text_of(result: Any) -> str:
     return "".join(c["text"] for c in result["content"])
 
 
-async def test_published_called_confirmed_and_removed(browser: Any, page_server: PageServer, mcp_relay: RelayServer) -> None:
+async def test_published_called_confirmed_and_removed(browser: Any, page_server: PageServer,
+                                                      mcp_relay: RelayServer) -> None:
     ctx, page, log = await boot(browser, page_server, mcp_relay, "webmcp-on", "data-webmcp")
     try:
         await wait_tools(page, ["empty_cart", "js_sum", "open_pricing", "plan_limits", "shout", "slow_limits"])
@@ -158,7 +165,8 @@ async def test_published_called_confirmed_and_removed(browser: Any, page_server:
         record = await py_eval(page, "from widget import get_client\nget_client().get_function_call_history()[0]")
         assert record["name"] == "shout" and record["status"] == "success" and record["id"].startswith("webmcp-")
         assert record["totalMs"] == record["handlerMs"] >= 0
-        assert await py_eval(page, "import sys\nsys.modules[\"__page__\"].EVENTS") == ["functionCall", "functionSuccess"]
+        assert await py_eval(page, "import sys\nsys.modules[\"__page__\"].EVENTS") == ["functionCall",
+                                                                                       "functionSuccess"]
         assert text_of(await page.webmcp.call_tool("js_sum", {"a": 2, "b": 3.5})) == "5.5"
         bad = await page.webmcp.call_tool("shout", {"times": "x"})
         assert bad["isError"] is True and text_of(bad).startswith("Invalid arguments for 'shout'")
@@ -240,7 +248,8 @@ async def test_no_opt_in_publishes_nothing(browser: Any, page_server: PageServer
         await ctx.close()
 
 
-async def test_mcp_sensitive_tool_confirmed_in_the_bar(browser: Any, page_server: PageServer, mcp_relay: RelayServer) -> None:
+async def test_mcp_sensitive_tool_confirmed_in_the_bar(browser: Any, page_server: PageServer,
+                                                       mcp_relay: RelayServer) -> None:
     ctx, page, log = await boot(browser, page_server, mcp_relay, "mcp-confirm", "")
     try:
         await open_bar(page)
@@ -253,7 +262,8 @@ async def test_mcp_sensitive_tool_confirmed_in_the_bar(browser: Any, page_server
         await wait_turn_done(page, n + 1, timeout=60_000)
         pill = page.locator(q(".call")).filter(has_text="mcp__local__wipe").last
         assert await pill.get_attribute("data-status") == "success"
-        answer = await js_root(page, "const m = r.querySelectorAll('.message.assistant'); return m[m.length - 1].textContent;")
+        answer = await js_root(page, "const m = r.querySelectorAll('.message.assistant'); return m[m.length - "
+                                     "1].textContent;")
         assert "wiped drafts" in answer
         await send(page, "mcp__local__wipe target=everything", wait=False)
         await box.wait_for()
@@ -261,7 +271,8 @@ async def test_mcp_sensitive_tool_confirmed_in_the_bar(browser: Any, page_server
         await wait_turn_done(page, n + 2, timeout=60_000)
         pill = page.locator(q(".call")).filter(has_text="mcp__local__wipe").last
         assert await pill.get_attribute("data-status") == "error"
-        answer = await js_root(page, "const m = r.querySelectorAll('.message.assistant'); return m[m.length - 1].textContent;")
+        answer = await js_root(page, "const m = r.querySelectorAll('.message.assistant'); return m[m.length - "
+                                     "1].textContent;")
         assert "wiped everything" not in answer
         # A server tool that is not sensitive runs without asking; its pill has timings.
         await send(page, "mcp__local__add a=2 b=5")
@@ -275,8 +286,10 @@ async def test_mcp_sensitive_tool_confirmed_in_the_bar(browser: Any, page_server
 async def test_demo_page_lists_its_webmcp_tools(browser: Any, mcp_relay: RelayServer) -> None:
     ctx, page, log = await open_page(browser, mcp_relay.url + "/")
     try:
-        await wait_for(page, "async () => { const n = (await document.modelContext.getTools()).length;"  # it follows toolchange
-                             " return n > 0 && document.querySelectorAll('#webmcp-tools li').length === n; }", timeout_s=60)
+        # it follows toolchange
+        await wait_for(page, "async () => { const n = (await document.modelContext.getTools()).length;"
+                             " return n > 0 && document.querySelectorAll('#webmcp-tools li').length === n; }",
+                             timeout_s=60)
         assert await page.is_visible("#webmcp")
         published = sorted(t["name"] for t in await page.webmcp.tools())
         shown = sorted(t.split(" \u2014 ")[0] for t in await page.locator("#webmcp-tools li").all_text_contents())
