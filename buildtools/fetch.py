@@ -9,10 +9,10 @@ import tempfile
 from pathlib import Path
 
 from .config import PIP_TARGET_ARGS
-from .util import BuildError, pip_command, require_tool, run_tool, sha256_file
+from .util import BuildError, JsonObject, pip_command, require_tool, run_tool, sha256_file
 
 
-def npm_pack(specs: list[str], tmp: Path) -> dict[str, dict]:
+def npm_pack(specs: list[str], tmp: Path) -> dict[str, JsonObject]:
     npm = require_tool("npm", "fetch npm packages")
     proc = run_tool([npm, "pack", *specs, "--pack-destination", str(tmp), "--json",
                  "--ignore-scripts", "--no-fund", "--no-audit"], "npm pack", cwd=tmp)
@@ -29,7 +29,7 @@ def npm_pack(specs: list[str], tmp: Path) -> dict[str, dict]:
     return out
 
 
-def pip_download(specs: list[str], tmp: Path) -> dict[str, dict]:
+def pip_download(specs: list[str], tmp: Path) -> dict[str, JsonObject]:
     pip = pip_command()
     run_tool([*pip, "download", "--no-deps", "--only-binary=:all:", *PIP_TARGET_ARGS,
           "--disable-pip-version-check", "--no-input", "-q", "-d", str(tmp), *specs],
@@ -47,7 +47,7 @@ def normalize_name(name: str) -> str:
     return re.sub(r"[-_.]+", "-", name).lower()
 
 
-def fetch_pinned(kind: str, pins: dict[str, str], lock: dict | None, new_lock: dict, dl_dir: Path,
+def fetch_pinned(kind: str, pins: dict[str, str], lock: JsonObject | None, new_lock: JsonObject, dl_dir: Path,
            update_lock: bool) -> tuple[dict[str, Path], str]:
     """Make sure every pinned artifact is in the cache and matches the lock."""
     dl_dir.mkdir(parents=True, exist_ok=True)
@@ -67,7 +67,7 @@ def fetch_pinned(kind: str, pins: dict[str, str], lock: dict | None, new_lock: d
         try:
             if kind == "npm":
                 packed = npm_pack([f"{n}@{pins[n]}" for n in missing], tmp)
-                got: dict[str, dict | None] = {n: packed.get(n) for n in missing}
+                got: dict[str, JsonObject | None] = {n: packed.get(n) for n in missing}
             else:
                 raw = pip_download([f"{n}=={pins[n]}" for n in missing], tmp)
                 got = {n: raw.get(normalize_name(n)) for n in missing}

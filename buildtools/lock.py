@@ -5,14 +5,14 @@ import json
 from pathlib import Path
 
 from .config import LOCK_VERSION, NPM_PINS, WHEEL_PINS
-from .util import BuildError
+from .util import BuildError, JsonObject
 
 
-def load_lock(lock_path: Path) -> dict | None:
+def load_lock(lock_path: Path) -> JsonObject | None:
     if not lock_path.exists():
         return None
     try:
-        lock = json.loads(lock_path.read_text())
+        lock: JsonObject = json.loads(lock_path.read_text())
     except (OSError, ValueError) as e:
         raise BuildError(f"{lock_path.name} is unreadable ({e}); fix it or run with --update-lock") from None
     if lock.get("lock_version") != LOCK_VERSION:
@@ -21,7 +21,7 @@ def load_lock(lock_path: Path) -> dict | None:
     return lock
 
 
-def check_lock_matches_pins(lock: dict, lock_path: Path) -> None:
+def check_lock_matches_pins(lock: JsonObject, lock_path: Path) -> None:
     for kind, pins in (("npm", NPM_PINS), ("wheels", WHEEL_PINS)):
         locked = lock.get(kind, {})
         for name, version in pins.items():

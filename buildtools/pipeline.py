@@ -208,7 +208,10 @@ def run_steps(root: Path, out_dir: Path, cache_dir: Path, lock_path: Path, clean
         {n: new_lock["wheels"][n]["sha256"] for n in sorted(wheels)}, widget_hashes,
         bundle_prefix, sorted(WHEEL_DROP_SUBDIRS), sorted(WIDGET_EXCLUDE), STRIP_DOCS_BUNDLE,
         sorted(WHEEL_METADATA_DROP), "metadata-headers"]).encode())[:16]
-    pyc_key = lambda k: sha256(f"{k}{scripts_sha}{NPM_PINS['pyodide']}".encode())[:16]  # noqa: E731
+
+    def pyc_key(k: str) -> str:
+        return sha256(f"{k}{scripts_sha}{NPM_PINS['pyodide']}".encode())[:16]
+
     paths = {
         "stdlib": (pc / f"stdlib-src-{stdlib_key}.zip", pc / f"stdlib-pyc-{pyc_key(stdlib_key)}.zip"),
         "bundle": (pc / f"bundle-src-{bundle_key}.zip", pc / f"bundle-pyc-{pyc_key(bundle_key)}.zip"),

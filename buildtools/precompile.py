@@ -7,11 +7,11 @@ from pathlib import Path
 
 from .config import NODE_MOUNT
 from .programs import program
-from .util import BuildError, json_bytes, require_tool, run_tool, write_atomic
+from .util import BuildError, JsonObject, json_bytes, require_tool, run_tool, write_atomic
 
 
-def precompile_node(cache_dir: Path, work: Path, index_dir: Path, targets: list[dict],
-                     verify: dict, quiet: bool) -> dict:
+def precompile_node(cache_dir: Path, work: Path, index_dir: Path, targets: list[JsonObject],
+                     verify: JsonObject, quiet: bool) -> JsonObject:
     node = require_tool("node", "precompile Python with Pyodide (or use --no-precompile)")
     proc = run_tool([node, "--version"], "node --version")
     m = re.match(r"v(\d+)", proc.stdout.strip())
@@ -34,6 +34,7 @@ def precompile_node(cache_dir: Path, work: Path, index_dir: Path, targets: list[
     write_atomic(job_path, json_bytes(job))
     proc = run_tool([node, str(script_mjs), str(job_path)], "precompile (node)", timeout=1800)
     try:
-        return json.loads(proc.stdout.strip().splitlines()[-1])
+        result: JsonObject = json.loads(proc.stdout.strip().splitlines()[-1])
     except (ValueError, IndexError):
         raise BuildError("precompile (node): no result line on stdout") from None
+    return result

@@ -6,10 +6,13 @@ from pathlib import Path
 
 from .config import BUNDLE_FS_PATH
 from .programs import program
-from .util import BuildError, json_bytes, require_tool, run_tool, write_atomic
+from .util import BuildError, JsonObject, json_bytes, require_tool, run_tool, write_atomic
 
 
-def snapshot_node(work: Path, index_dir: Path, core: Path, bundle: Path, lock_info: dict, out: Path) -> dict:
+def snapshot_node(
+    work: Path, index_dir: Path, core: Path, bundle: Path, lock_info: JsonObject, out: Path
+) -> JsonObject:
+    """Make Pyodide's memory snapshot after the widget's imports (see programs/snapshot_prepare.py); its result."""
     node = require_tool("node", "make the memory snapshot")
     work.mkdir(parents=True, exist_ok=True)
     script = work / "snapshot.mjs"
@@ -23,6 +26,7 @@ def snapshot_node(work: Path, index_dir: Path, core: Path, bundle: Path, lock_in
     write_atomic(job_path, json_bytes(job))
     proc = run_tool([node, str(script), str(job_path)], "snapshot (node)", timeout=900)
     try:
-        return json.loads(proc.stdout.strip().splitlines()[-1])
+        result: JsonObject = json.loads(proc.stdout.strip().splitlines()[-1])
     except (ValueError, IndexError):
         raise BuildError("snapshot (node): no result line on stdout") from None
+    return result

@@ -6,11 +6,11 @@ from pathlib import Path
 
 from .config import NODE_MOUNT, REST_FS_PATH, SAMPLE_MD, SCHEMA_FS_PATH, STDLIB_CORE_EXTRA, STDLIB_REST_SAMPLE
 from .programs import FINDER_GROUPS_LINE, program
-from .util import BuildError, json_bytes, require_tool, run_tool, write_atomic
+from .util import BuildError, JsonObject, json_bytes, require_tool, run_tool, write_atomic
 
 
 def split_node(cache_dir: Path, work: Path, index_dir: Path, full: Path, bundle: Path, out: dict[str, Path],
-                zip_prefix: str) -> dict:
+                zip_prefix: str) -> JsonObject:
     """Split the precompiled stdlib and bundle by what the boot imports (see programs/split.py); writes the zips and the
     list of bundle files that are not in the boot's bundle (``out``: core, rest, schema, lists)."""
     node = require_tool("node", "split the stdlib with Pyodide (or use --no-precompile)")
@@ -20,7 +20,10 @@ def split_node(cache_dir: Path, work: Path, index_dir: Path, full: Path, bundle:
         if not p.exists() or p.read_text() != text:
             write_atomic(p, text.encode())
     mount = NODE_MOUNT
-    rel = lambda p: f"{mount}/{p.relative_to(cache_dir).as_posix()}"  # noqa: E731
+
+    def rel(p: Path) -> str:
+        return f"{mount}/{p.relative_to(cache_dir).as_posix()}"
+
     job = {
         "index_dir": str(index_dir), "cache_dir": str(cache_dir), "mount": mount,
         "script": str(work / "precompile.py"), "split_script": str(work / "split.py"),
@@ -36,6 +39,7 @@ def split_node(cache_dir: Path, work: Path, index_dir: Path, full: Path, bundle:
     write_atomic(job_path, json_bytes(job))
     proc = run_tool([node, str(work / "split.mjs"), str(job_path)], "stdlib split (node)", timeout=900)
     try:
-        return json.loads(proc.stdout.strip().splitlines()[-1])
+        result: JsonObject = json.loads(proc.stdout.strip().splitlines()[-1])
     except (ValueError, IndexError):
         raise BuildError("stdlib split (node): no result line on stdout") from None
+    return result

@@ -11,10 +11,15 @@ import subprocess
 import sys
 import time
 import zipfile
+from collections.abc import Iterator
 from collections.abc import Set as AbstractSet
 from pathlib import Path
+from typing import Any
 
 from .config import STEPS, ZIP_DATE
+
+#: A JSON object: the lock file, a job for a Node program, the result line a program prints.
+JsonObject = dict[str, Any]
 
 
 class BuildError(Exception):
@@ -47,7 +52,8 @@ def write_atomic(path: Path, data: bytes) -> None:
     os.replace(tmp, path)
 
 
-def json_bytes(obj) -> bytes:
+def json_bytes(obj: object) -> bytes:
+    """``obj`` as indented, key-sorted JSON with a final newline (the same bytes for the same value)."""
     return (json.dumps(obj, indent=2, sort_keys=True) + "\n").encode()
 
 
@@ -78,7 +84,7 @@ def pip_command() -> list[str]:
 
 
 def run_tool(cmd: list[str], what: str, *, cwd: Path | None = None,
-         timeout: float = 900) -> subprocess.CompletedProcess:
+         timeout: float = 900) -> subprocess.CompletedProcess[str]:
     """Run a command; on failure raise BuildError with its most telling stderr line."""
     try:
         proc = subprocess.run(cmd, cwd=cwd, timeout=timeout, stdin=subprocess.DEVNULL,
@@ -125,7 +131,7 @@ class Progress:
 
 
 @contextlib.contextmanager
-def exclusive(lock_file: Path):
+def exclusive(lock_file: Path) -> Iterator[None]:
     """Serialize concurrent builds that share a cache (several engineers, test runs)."""
     lock_file.parent.mkdir(parents=True, exist_ok=True)
     try:

@@ -1,14 +1,25 @@
+"""Run inside Pyodide (precompile.mjs): the stdlib and the bundle compiled to .pyc zips, and the checks that they
+import. split.py imports its helpers from here (as ``buildtools.programs.precompile``)."""
+
+from __future__ import annotations
+
+import ast
 import importlib
 import importlib._bootstrap_external as _bext
 import importlib.util
 import json
 import time
 import zipfile
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # collections.abc is not in the boot's stdlib zip: split.py's trace must not see it imported
+    from collections.abc import Iterable
 
 ZIP_DATE = (1980, 1, 1, 0, 0, 0)
 
 
-def _info(name, is_dir=False):
+def zip_info(name: str, is_dir: bool = False) -> zipfile.ZipInfo:
+    """A zip entry with a fixed date and the modes of a file or a folder (the same bytes on every build)."""
     info = zipfile.ZipInfo(name, ZIP_DATE)
     if is_dir:
         info.external_attr = (0o40755 << 16) | 0x10
@@ -19,9 +30,8 @@ def _info(name, is_dir=False):
     return info
 
 
-def strip_docstrings(tree):
+def strip_docstrings(tree: ast.Module) -> ast.Module:
     """Drop module/class/function docstrings (what -OO does, without also dropping asserts)."""
-    import ast
     for node in ast.walk(tree):
         if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
             body = node.body
@@ -31,17 +41,16 @@ def strip_docstrings(tree):
     return tree
 
 
-def compile_zip(src, dst, co_prefix, strip_docs=()):
+def compile_zip(src: str, dst: str, co_prefix: str, strip_docs: Iterable[str] = ()) -> dict[str, Any]:
     """Every .py becomes a sourceless unchecked-hash .pyc next to where it was (column tables are left out:
     Pyodide runs this with PYTHONNODEBUGRANGES; docstrings are dropped under the prefixes in strip_docs)."""
-    import ast
     t0 = time.perf_counter()
     n_pyc, failed = 0, []
     with zipfile.ZipFile(src) as zin, zipfile.ZipFile(dst, "w") as zout:
         for info in zin.infolist():
             name = info.filename
             if info.is_dir():
-                zout.writestr(_info(name, True), b"")
+                zout.writestr(zip_info(name, True), b"")
                 continue
             data = zin.read(info)
             if name.endswith(".py"):
@@ -54,16 +63,20 @@ def compile_zip(src, dst, co_prefix, strip_docs=()):
                 except Exception as e:  # noqa: BLE001 - keep the source: it still imports (or fails) as before
                     failed.append(f"{name}: {type(e).__name__}: {e}")
                 else:
-                    pyc = _bext._code_to_hash_pyc(code, importlib.util.source_hash(data), checked=False)
-                    zout.writestr(_info(name[:-3] + ".pyc"), bytes(pyc), compresslevel=9)
+                    # CPython's own writer of unchecked-hash .pyc files: private, so typeshed does not list it.
+                    pyc = _bext._code_to_hash_pyc(  # type: ignore[attr-defined]
+                        code, importlib.util.source_hash(data), checked=False
+                    )
+                    zout.writestr(zip_info(name[:-3] + ".pyc"), bytes(pyc), compresslevel=9)
                     n_pyc += 1
                     continue
-            zout.writestr(_info(name), data, compresslevel=9)
+            zout.writestr(zip_info(name), data, compresslevel=9)
     return {"pyc": n_pyc, "kept_source": failed, "seconds": round(time.perf_counter() - t0, 2)}
 
 
-def module_names(zip_path, skip):
-    names = set()
+def module_names(zip_path: str, skip: Iterable[str]) -> list[str]:
+    """The importable module names of a zip of .py/.pyc files, but for the top-level packages in ``skip``."""
+    names: set[str] = set()
     with zipfile.ZipFile(zip_path) as z:
         for n in z.namelist():
             for ext in (".py", ".pyc"):
@@ -83,8 +96,10 @@ def module_names(zip_path, skip):
     return sorted(names)
 
 
-def import_all(names):
-    ok, bad = [], {}
+def import_all(names: Iterable[str]) -> dict[str, Any]:
+    """Import each module: ``ok`` (the names that imported) and ``bad`` (name: why not)."""
+    ok: list[str] = []
+    bad: dict[str, str] = {}
     for name in names:
         try:
             importlib.import_module(name)
@@ -94,15 +109,17 @@ def import_all(names):
     return {"ok": ok, "bad": bad}
 
 
-def origins(names):
-    out = {}
+def origins(names: Iterable[str]) -> dict[str, str | None]:
+    """Where each module was loaded from (its spec's origin)."""
+    out: dict[str, str | None] = {}
     for name in names:
         mod = importlib.import_module(name)
         out[name] = getattr(getattr(mod, "__spec__", None), "origin", None)
     return out
 
 
-def smoke_bundle():
+def smoke_bundle() -> bool:
+    """The bundle's libraries do their job (a schema check, a JSON patch, Markdown)."""
     import jsonpatch
     import jsonschema
     import markdown
@@ -115,7 +132,8 @@ def smoke_bundle():
     return True
 
 
-def run(job_json):
+def run(job_json: str) -> str:
+    """Compile the job's targets; their results as JSON (precompile.mjs renames the .tmp files)."""
     job = json.loads(job_json)
     results = {}
     for t in job["targets"]:

@@ -6,11 +6,20 @@ const job = JSON.parse(fs.readFileSync(process.argv[2], "utf8"));
 globalThis.fetch = () => { throw new Error("split: network access is disabled"); };
 const quietIO = { stdout: () => {}, stderr: () => {} };
 const { loadPyodide } = await import(pathToFileURL(path.join(job.index_dir, "pyodide.mjs")).href);
-const script = fs.readFileSync(job.script, "utf8") + "\n" + fs.readFileSync(job.split_script, "utf8");
+const script = fs.readFileSync(job.split_script, "utf8");
+// split.py imports its helpers from precompile.py as in the repository (buildtools.programs.precompile): that
+// package path is written into Pyodide's in-memory file system and put on sys.path.
+const helpers = fs.readFileSync(job.script, "utf8");
+const helpersRoot = "/tmp/autopilot-build";
 
 async function boot(stdLibURL) {
   const py = await loadPyodide({ indexURL: job.index_dir + path.sep, stdLibURL, ...quietIO });
   py.mountNodeFS(job.mount, job.cache_dir);
+  py.FS.mkdirTree(`${helpersRoot}/buildtools/programs`);
+  py.FS.writeFile(`${helpersRoot}/buildtools/__init__.py`, "");
+  py.FS.writeFile(`${helpersRoot}/buildtools/programs/__init__.py`, "");
+  py.FS.writeFile(`${helpersRoot}/buildtools/programs/precompile.py`, helpers);
+  py.runPython(`import sys; sys.path.insert(0, ${JSON.stringify(helpersRoot)})`);
   py.runPython(script, { filename: "split.py" });
   return py;
 }

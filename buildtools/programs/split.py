@@ -1,12 +1,27 @@
-def exercise(bundle, extra, sample_md):
-    # What the widget's boot and first answer import and run, as far as they run outside a browser.
+"""Run inside Pyodide (split.mjs): split the precompiled stdlib and bundle into what the widget's boot imports
+and the lazy groups, then check a boot on the core needs no lazy group."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+# split.mjs puts precompile.py at this path in Pyodide's file system before it runs this program.
+from buildtools.programs.precompile import module_names, smoke_bundle, zip_info
+
+if TYPE_CHECKING:  # collections.abc is not in the boot's stdlib zip: the trace below must not see it imported
+    from collections.abc import Iterable
+
+
+def exercise(bundle: str, extra: Iterable[str], sample_md: str) -> dict[str, str]:
+    """Import and run what the widget's boot and first answer do; the widget modules that failed to import."""
+    # As far as they run outside a browser.
     import importlib
     import sys
     if bundle not in sys.path:
         sys.path.insert(0, bundle)
     for name in extra:
         importlib.import_module(name)
-    failed = {}
+    failed: dict[str, str] = {}
     for name in module_names(bundle, []):
         if name == "widget" or name.startswith("widget."):
             try:
@@ -23,8 +38,8 @@ def exercise(bundle, extra, sample_md):
     return failed
 
 
-def exercise_schema():
-    # The first argument check against a JSON Schema: jsonschema and what it imports (the "schema" group).
+def exercise_schema() -> None:
+    """The first argument check against a JSON Schema: jsonschema and what it imports (the \"schema\" group)."""
     smoke_bundle()
     try:
         from widget.core.validation import validate
@@ -37,9 +52,9 @@ def exercise_schema():
     assert validate(draft7, {}) is not None
 
 
-def _loaded(prefix):
+def _loaded(prefix: str) -> set[str]:
     import sys
-    out = set()
+    out: set[str] = set()
     for mod in list(sys.modules.values()):
         origin = getattr(getattr(mod, "__spec__", None), "origin", None)
         if isinstance(origin, str) and origin.startswith(prefix):
@@ -47,7 +62,7 @@ def _loaded(prefix):
     return out
 
 
-def _with_parents(names, data):
+def _with_parents(names: Iterable[str], data: dict[str, bytes]) -> set[str]:
     out = set(names)
     for name in names:
         parts = name.split("/")[:-1]
@@ -58,8 +73,8 @@ def _with_parents(names, data):
     return out
 
 
-def _modules(names):
-    mods = set()
+def _modules(names: Iterable[str]) -> tuple[str, ...]:
+    mods: set[str] = set()
     for n in names:
         if n.endswith((".pyc", ".py")):
             mod = n.rsplit(".", 1)[0].replace("/", ".")
@@ -70,7 +85,7 @@ def _modules(names):
     return tuple(sorted(mods))
 
 
-def _bundle_home(name):
+def _bundle_home(name: str) -> str:
     # The group a bundle file goes to follows its top-level package; metadata stays at boot (importlib.metadata
     # scans it: markdown's extension entry points), our widget package too (its imports are traced in full).
     top = name.split("/")[0]
@@ -81,7 +96,8 @@ def _bundle_home(name):
     return top.split(".")[0]
 
 
-def split_stdlib(job_json):
+def split_stdlib(job_json: str) -> str:
+    """Write the core, rest and schema zips (.tmp) and the finder; the counts and lists as JSON."""
     import importlib._bootstrap_external as _bext
     import importlib.util
     import json
@@ -100,15 +116,15 @@ def split_stdlib(job_json):
     schema_std = _with_parents(schema_std, std) - core_std
     core_bun, schema_bun = _with_parents(core_bun, bun), _with_parents(schema_bun, bun)
     # Packages' data files (jsonschema's meta-schemas...) go where the package's code goes.
-    code_home: dict = {}
+    code_home: dict[str, str] = {}
     for name in bun:
         top = name.split("/")[0].split(".")[0]
         if name in core_bun:
             code_home.setdefault(top, "core")
         elif name in schema_bun:
             code_home[top] = code_home.get(top) or "schema"
-    groups: dict = {"core": {}, "schema": {}, "rest": {}}
-    dropped = []
+    groups: dict[str, dict[str, bytes]] = {"core": {}, "schema": {}, "rest": {}}
+    dropped: list[str] = []
     for name, data in bun.items():
         home = _bundle_home(name)
         if home == "drop":
@@ -133,8 +149,9 @@ def split_stdlib(job_json):
     finder = job["finder"].replace(job["finder_groups"], "GROUPS = " + repr(finder_groups) + "\n")
     code = compile(finder, std_prefix + "_autopilot_stdlib.py", "exec", dont_inherit=True)
     core = {n: std[n] for n in core_std}
-    core["_autopilot_stdlib.pyc"] = bytes(_bext._code_to_hash_pyc(code, importlib.util.source_hash(finder.encode()),
-                                                                  checked=False))
+    # CPython's own writer of unchecked-hash .pyc files: private, so typeshed does not list it.
+    pyc = _bext._code_to_hash_pyc(code, importlib.util.source_hash(finder.encode()), checked=False)  # type: ignore[attr-defined]
+    core["_autopilot_stdlib.pyc"] = bytes(pyc)
     for dst, entries in ((job["core_dst"], core), (job["rest_dst"], rest), (job["schema_dst"], schema)):
         dirs = set()
         for n in entries:
@@ -143,7 +160,7 @@ def split_stdlib(job_json):
                 dirs.add("/".join(parts[:k]) + "/")
         with zipfile.ZipFile(dst + ".tmp", "w") as z:
             for n in sorted(dirs | set(entries)):
-                info = _info(n, n.endswith("/"))
+                info = zip_info(n, n.endswith("/"))
                 info.compress_type = zipfile.ZIP_STORED
                 z.writestr(info, b"" if n.endswith("/") else entries[n])
     return json.dumps({"core": len(core), "rest": len(rest), "rest_modules": len(finder_groups["rest"][1]),
@@ -152,9 +169,9 @@ def split_stdlib(job_json):
                        "not_imported": failed})
 
 
-def verify_split(job_json):
-    # Booted on the core zip with the bundle's core: the boot must need no lazy group; the lazy groups must work
-    # through the finder.
+def verify_split(job_json: str) -> str:
+    """Booted on the core zip with the bundle's core: the boot must need no lazy group; the lazy groups must work
+    through the finder."""
     import importlib
     import json
     import zipfile
@@ -169,7 +186,7 @@ def verify_split(job_json):
             if info.filename not in lazy and (not info.is_dir() or info.filename in kept):
                 zout.writestr(info, zin.read(info))
     import _autopilot_stdlib as S
-    def refuse(url):
+    def refuse(url: str) -> bytes:
         raise ImportError("the boot imported a module of a lazy group")
     S.install({"rest": "rest.zip", "schema": "schema.zip"}, fetch=refuse)
     try:
@@ -183,7 +200,7 @@ def verify_split(job_json):
     exercise_schema()
     if S.state()["groups"] != ["schema"]:
         raise RuntimeError(f"the argument check needs more than the schema group: {S.state()}")
-    bad = {}
+    bad: dict[str, str] = {}
     for name in job["sample"]:
         try:
             importlib.import_module(name)
