@@ -39,6 +39,8 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
+from ..protocol import CITATION_PATTERN
+
 __all__ = ["ALLOWED_TAGS", "CITATION", "MARK_CLOSE", "MARK_OPEN", "StreamingRenderer", "render_markdown", "safe_url"]
 
 TAB_LENGTH = 4
@@ -68,9 +70,10 @@ _LANG_CLASS = re.compile(r"language-[\w#.+-]{1,40}")
 _BARE_URL = r"(?<![\w@/])(https?://[^\s<>\"'`\x02\x03]+)"
 _TRAILING = ".,:;!?'\"*_~"
 
-#: A citation token of the answer's text: ``[s<digits>]`` (a docs section) or ``[t<digits>]`` (a tool reply), not
-#: followed by ``(`` (then it is a link's text); group 1 is the id.
-CITATION = re.compile(r"\[([st][0-9]{1,6})\](?!\()")
+#: A citation token of the answer's text: ``CITATION_PATTERN`` (``[s1]`` a docs section, ``[t2]`` a tool reply; the
+#: relay's pattern), group 1 the id, with the link destination the model may have put right after it: ``[s1](url)``
+#: is the citation ``[s1]``, as the relay reads it, and its ``(url)`` goes (the source row links to the source's URL).
+CITATION = re.compile(CITATION_PATTERN + r"(?:\([^()\s]*\))?")
 #: Around a known citation's marker number in the rendered text (private-use code points; see the module doc).
 MARK_OPEN, MARK_CLOSE = "\ue000", "\ue001"
 _CITATION_INLINE = r"[ \t]*" + CITATION.pattern

@@ -12,6 +12,8 @@ from typing import Final
 
 from .acks import Refusal, refusal_of
 from .limits import (
+    CITATION_PATTERN,
+    CITATION_RE,
     CONTEXT_DEBOUNCE_MS,
     CONTEXT_RESOLUTION_TIMEOUT_MS,
     ENGINEIO_MAX_BUFFER,
@@ -20,6 +22,7 @@ from .limits import (
     FUNCTIONS_DEBOUNCE_MS,
     JOIN_TOKEN_TTL_S,
     MAX_ACTIONS,
+    MAX_CITATION_ID_DIGITS,
     MAX_CLIENT_MS,
     MAX_FEEDBACK_COMMENT_CHARS,
     MAX_IDEMPOTENCY_KEY_CHARS,
@@ -165,6 +168,8 @@ __all__ = [
     "Refusal",
     "refusal_of",
     "ASK_USER_TOOL",
+    "CITATION_PATTERN",
+    "CITATION_RE",
     "CLIENT_EVENTS",
     "CONTEXT_DEBOUNCE_MS",
     "CONTEXT_PATH",
@@ -234,6 +239,7 @@ __all__ = [
     "KIND_FUNCTION",
     "KIND_TOOL",
     "MAX_ACTIONS",
+    "MAX_CITATION_ID_DIGITS",
     "MAX_FEEDBACK_COMMENT_CHARS",
     "MAX_IDEMPOTENCY_KEY_CHARS",
     "MAX_CLIENT_MS",

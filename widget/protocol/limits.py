@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import Final
 
 # --- The state document -----------------------------------------------------------
@@ -57,3 +58,14 @@ MAX_SUGGESTIONS: Final = 3
 MAX_SUGGESTION_CHARS: Final = 150
 #: Largest ``seq``/``last_seq`` a peer may send (a signed 64-bit integer).
 MAX_SEQ: Final = 2**63 - 1
+
+# --- Citations (docs/protocol.md §5) -------------------------------------------------
+#: Digits of a citation id after its kind letter: ``s1`` to ``s9999`` (no leading zero).
+MAX_CITATION_ID_DIGITS: Final = 4
+#: A citation in an answer's text, as the relay and every client read it: one id in square brackets, ``s`` (a docs
+#: section) or ``t`` (a tool reply) then 1 to ``MAX_CITATION_ID_DIGITS`` digits without a leading zero; group 1 is
+#: the id. What follows does not matter: ``[s1](url)`` is the citation ``[s1]`` too (the relay counts it; a client
+#: shows its marker and drops the model's ``(url)``: the source's own URL is in ``sources``).
+CITATION_PATTERN: Final = rf"\[([st][1-9][0-9]{{0,{MAX_CITATION_ID_DIGITS - 1}}})\]"
+#: ``CITATION_PATTERN`` compiled.
+CITATION_RE: Final = re.compile(CITATION_PATTERN)

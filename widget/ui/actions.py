@@ -8,57 +8,24 @@ has none).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from ..store import ACTION_DONE, ACTION_FAILED, ACTION_OFFERED, ACTION_RUNNING, arguments_text
+from ..store import ACTION_DONE, ACTION_FAILED, ACTION_OFFERED, ACTION_RUNNING, Store, arguments_text
+from .context import PartContext
 from .dom import ICONS, bidi_safe, option_text
+from .views import ActionView, MessageView, Views
 
-if TYPE_CHECKING:
-    from .bar import Bar
-    from .messages import MessageView
-
-
-class ActionView:
-    """DOM of one offered action: its button, error, status/outcome line and (form actions) its form."""
-
-    __slots__ = (
-        "button",
-        "el",
-        "error",
-        "fields",
-        "form",
-        "form_error",
-        "form_sig",
-        "key",
-        "send",
-        "sig",
-        "status",
-        "status_label",
-        "status_text",
-    )
-    key: tuple[str, str]
-    el: Any
-    button: Any
-    error: Any
-    status: Any
-    status_label: Any
-    status_text: Any
-
-    def __init__(self) -> None:
-        self.form: Any = None
-        self.form_error: Any = None
-        self.fields: dict[str, tuple[Any, Any, Any]] = {}
-        self.send: Any = None
-        self.sig: Any = None
-        self.form_sig: Any = None
+__all__ = ["ActionView", "Actions"]
 
 
 class Actions:
     """Renders the offers of each answer (keyed by action id) and runs what the reader does with them."""
 
-    def __init__(self, bar: Bar) -> None:
-        self.bar = bar
-        self.dom = bar.dom
+    def __init__(self, ctx: PartContext, store: Store, views: Views) -> None:
+        self._ctx = ctx
+        self._store = store
+        self._views = views  # the message views on screen (an offer's view is found in its message's)
+        self.dom = ctx.dom
         #: Where focus goes once a pending action change is rendered: ("form" | "invalid", (message_id, action_id)).
         self._focus: tuple[str, tuple[str, str]] | None = None
 
@@ -77,10 +44,10 @@ class Actions:
             self._update(av, offer)
         for aid in [a for a in view.action_views if a not in seen]:
             av = view.action_views.pop(aid)
-            had_focus = av.el.contains(self.bar.root.activeElement)
+            had_focus = av.el.contains(self._ctx.root.activeElement)
             av.el.remove()
             if had_focus:
-                self.bar.input.focus()
+                self._ctx.focus_composer()
         view.actions.hidden = not seen
 
     def _view(self, offer: dict[str, Any]) -> ActionView:
@@ -138,7 +105,7 @@ class Actions:
             self._focus_done(av, status, errors)  # e.g. Send refused again with the same problems
             return
         av.sig = sig
-        root = self.bar.root
+        root = self._ctx.root
         focus_inside = av.el.contains(root.activeElement)
         lbl = self.dom.labels
         done, running = status == ACTION_DONE, status == ACTION_RUNNING
@@ -346,7 +313,7 @@ class Actions:
 
     def find(self, mid: str, aid: str) -> ActionView | None:
         """The view of offer ``aid`` of message ``mid``, if shown."""
-        for view in self.bar.messages.views.values():
+        for view in self._views.values():
             av = view.action_views.get(aid)
             if av is not None and av.key == (mid, aid):
                 return av
@@ -363,7 +330,7 @@ class Actions:
             return
         if button.getAttribute("aria-expanded") == "false":
             self._focus = ("form", (mid, aid))
-        self.bar.spawn(self.bar.store.press_action(mid, aid))
+        self._ctx.spawn(self._store.press_action(mid, aid))
 
     def _collect(self, av: ActionView) -> dict[str, Any]:
         values: dict[str, Any] = {}
@@ -388,6 +355,6 @@ class Actions:
         if av is None or av.form is None or av.send.getAttribute("aria-disabled") == "true":
             return
         self._focus = ("invalid", (mid, aid))
-        self.bar.spawn(self.bar.store.submit_action_form(mid, aid, self._collect(av)))
+        self._ctx.spawn(self._store.submit_action_form(mid, aid, self._collect(av)))
 
     # --- activity log ------------------------------------------------------------------------------------------------

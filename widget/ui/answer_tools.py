@@ -11,15 +11,16 @@ focus. Nothing here runs page code.
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from .comment_form import CommentForm, CommentForms
-from .dom import absent, bidi_safe
+from ..store import Store
+from .comment_form import CommentForms
+from .context import PartContext
+from .dom import absent
+from .sources import Sources
+from .views import AnswerRow, MessageView, Views
 
-if TYPE_CHECKING:
-    from .bar import Bar
-    from .messages import MessageView
+__all__ = ["ACTIONS", "COPIED_MS", "AnswerRow", "AnswerTools"]
 
 log = logging.getLogger("widget")
 
@@ -30,34 +31,18 @@ ACTIONS = frozenset({"answer-copy-md", "answer-copy-text", "answer-copy-code", "
                      "answer-comment", "comment-cancel"})
 
 
-@dataclass(eq=False)
-class AnswerRow:
-    """The tools of one answer: the button row, and under it the comment form and a status line."""
-
-    message_id: str | None
-    el: Any
-    #: Under the row: the comment form (while open) and the status line (thanks, or why a rating failed).
-    area: Any
-    status: Any
-    built: Any = None  # (message id, text, hidden) the buttons were built for
-    shown: Any = None  # the state last shown on them
-    up: Any = None
-    down: Any = None
-    comment: Any = None
-    form: CommentForm | None = None
-    #: The comment was just sent from here: the status line thanks the reader.
-    thanked: bool = False
-
-
 class AnswerTools:
     """The copy, rating and comment controls of the bar's answers (one row per finished assistant message)."""
 
-    def __init__(self, bar: Bar) -> None:
-        self.bar = bar
-        self.dom = bar.dom
+    def __init__(self, ctx: PartContext, store: Store, *, views: Views, sources: Sources) -> None:
+        self._ctx = ctx
+        self._store = store
+        self._views = views  # the message views on screen ("Copy as text" copies what one shows)
+        self._sources = sources
+        self.dom = ctx.dom
         #: view key -> its row
         self._rows: dict[str, AnswerRow] = {}
-        self.comments = CommentForms(bar)
+        self.comments = CommentForms(ctx, store.ratings, self._rows)
 
     def render(self, view: MessageView, m: dict[str, Any], held_back: bool) -> None:
         """The row of one assistant message: hidden when ``held_back`` (it streams, or it is not its turn's answer)
@@ -81,7 +66,7 @@ class AnswerTools:
             self._refocus(row, focused)
         row.el.hidden = row.area.hidden = hidden
         if not hidden:
-            self.show_state(row)
+            self.comments.show_state(row)
 
     def _new_row(self, view: MessageView, mid: str | None) -> AnswerRow:
         el = self.dom.el("div", "answer-tools", part="answer-tools")
@@ -125,48 +110,8 @@ class AnswerTools:
         row.el.appendChild(row.comment)
         self._code_buttons(view, row.el, message_id)
 
-    def show_state(self, row: AnswerRow) -> None:
-        """The rating, whether there is a comment, the form and the status line, as they are now."""
-        ratings = self.bar.store.ratings
-        mid = row.message_id
-        if mid is None or row.up is None:
-            return
-        rating, comment, error = ratings.rating(mid), ratings.comment(mid), ratings.errors.get(mid)
-        form_id = row.form.el.id if row.form is not None else None
-        state = (rating, comment, error, form_id, row.thanked)
-        if row.shown == state:
-            return
-        row.shown = state
-        lbl = self.dom.labels
-        row.up.setAttribute("aria-pressed", "true" if rating == "up" else "false")
-        row.down.setAttribute("aria-pressed", "true" if rating == "down" else "false")
-        b = row.comment
-        b.hidden = rating is None and form_id is None
-        label = lbl["comment_edit"] if comment else lbl["comment_add"]
-        if b.textContent != label:
-            b.textContent = label
-        if comment:
-            b.setAttribute("data-commented", "true")
-            b.setAttribute("title", bidi_safe(comment))
-        else:
-            b.removeAttribute("data-commented")
-            b.removeAttribute("title")
-        b.setAttribute("aria-expanded", "true" if form_id else "false")
-        if form_id:
-            b.setAttribute("aria-controls", form_id)
-        else:
-            b.removeAttribute("aria-controls")
-        if error:
-            status = self.dom.t("rate_failed", message=error)
-        elif row.thanked and form_id is None:
-            status = lbl["comment_thanks"]
-        else:
-            status = ""
-        row.status.textContent = bidi_safe(status)
-        row.status.setAttribute("data-kind", "error" if error else "thanks" if status else "none")
-
     def _focused_control(self, row: AnswerRow) -> tuple[str, str] | None:
-        active = self.bar.root.activeElement
+        active = self._ctx.root.activeElement
         if absent(active) or not row.el.contains(active):
             return None
         return str(active.getAttribute("data-action") or ""), str(active.getAttribute("data-block") or "")
@@ -185,7 +130,7 @@ class AnswerTools:
 
     def row_of(self, message_id: str) -> AnswerRow | None:
         """The row of an answer, if it is on screen."""
-        return next((r for r in self._rows.values() if r.message_id == message_id), None)
+        return self.comments.row_of(message_id)
 
     def _button(self, label: str, cls: str, action: str, message_id: str) -> Any:
         b = self.dom.text_button(label, cls, action, message_id)
@@ -220,7 +165,7 @@ class AnswerTools:
             if row.form is not None:
                 self.comments.close(row, focus_back=True)
             else:
-                rating = self.bar.store.ratings.rating(message_id)
+                rating = self._store.ratings.rating(message_id)
                 if rating is not None:
                     self.comments.open(row, rating)
             return
@@ -230,13 +175,13 @@ class AnswerTools:
             return
         text = self._copy_text(action, message_id, el)
         if text is not None:
-            self.bar.spawn(self._copy(text, el))
+            self._ctx.spawn(self._copy(text, el))
 
     def _rate(self, message_id: str, value: str) -> None:
         """A thumb: stored at once; setting one opens the comment form, taking it back closes it."""
-        ratings = self.bar.store.ratings
+        ratings = self._store.ratings
         taking_back = ratings.rating(message_id) == value
-        self.bar.spawn(ratings.rate(message_id, value))
+        self._ctx.spawn(ratings.rate(message_id, value))
         row = self.row_of(message_id)
         if row is None:
             return
@@ -245,15 +190,15 @@ class AnswerTools:
             self.comments.close(row, focus_back=False)
         else:
             self.comments.open(row, value)
-        self.show_state(row)
+        self.comments.show_state(row)
 
     def _copy_text(self, action: str, message_id: str, el: Any) -> str | None:
-        message = next((m for m in self.bar.store.messages if m.get("id") == message_id), None)
+        message = next((m for m in self._store.messages if m.get("id") == message_id), None)
         if message is None:
             return None
         if action == "answer-copy-md":  # sources as footnotes (widget.ui.sources)
-            return self.bar.messages.sources.markdown_copy(message)
-        view = next((v for v in self.bar.messages.views.values() if v.el.contains(el)), None)
+            return self._sources.markdown_copy(message)
+        view = next((v for v in self._views.values() if v.el.contains(el)), None)
         if view is None:
             return None
         if action == "answer-copy-code":
@@ -261,7 +206,7 @@ class AnswerTools:
             index = int(el.getAttribute("data-block") or 0)
             return str(blocks.item(index).textContent) if index < int(blocks.length) else None
         # plain text: what the reader sees, with its line breaks (markers read "[1]"), then the sources listed
-        return self.bar.messages.sources.text_copy(view, message)
+        return self._sources.text_copy(view, message)
 
     async def _copy(self, text: str, button: Any) -> None:
         import js

@@ -2,25 +2,26 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ..protocol import AskUserType
+from ..store import Store
+from .context import Opener, PartContext
 from .dom import absent
-
-if TYPE_CHECKING:
-    from .bar import Bar
 
 
 class AskUser:
     """The ask-user form; rebuilt only when the pending prompts change."""
 
-    def __init__(self, bar: Bar) -> None:
-        self.bar = bar
-        self.dom = bar.dom
+    def __init__(self, ctx: PartContext, store: Store, opener: Opener) -> None:
+        self._ctx = ctx
+        self._store = store
+        self._opener = opener
+        self.dom = ctx.dom
         self._key: tuple[Any, ...] | None = None
         #: The selected tab (the prompt shown).
         self.tab = 0
-        self.el = bar.dom.el("form", "ask-user", part="ask-user")
+        self.el = ctx.dom.el("form", "ask-user", part="ask-user")
         self.el.setAttribute("data-form", "ask")
         self.el.setAttribute("novalidate", "")
         self.el.setAttribute("aria-labelledby", "ap-ask-title")
@@ -28,15 +29,15 @@ class AskUser:
 
     def render(self) -> None:
         """One tab per pending prompt, one submit for all; rebuilt only when the prompts change."""
-        s = self.bar.store
+        s = self._store
         prompts = s.pending_ask_user
         key = tuple(str(p.get("id")) for p in prompts)
         if key != self._key:
             self._key = key
             self._build(prompts)
             if prompts:
-                if not self.bar.is_open:
-                    self.bar.open()
+                if not self._opener.is_open():
+                    self._opener.open()
                 self.focus()
         if prompts:
             submit = self.el.querySelector(".ask-submit")
@@ -48,13 +49,13 @@ class AskUser:
 
     def _build(self, prompts: list[dict[str, Any]]) -> None:
         lbl = self.dom.labels
-        had_focus = self.el.contains(self.bar.root.activeElement)
+        had_focus = self.el.contains(self._ctx.root.activeElement)
         self.el.textContent = ""
         self.el.hidden = not prompts
         self.tab = 0
         if not prompts:
             if had_focus:
-                self.bar.input.focus()
+                self._ctx.focus_composer()
             return
         self.el.appendChild(self.dom.el("h3", "ask-title", text=lbl["ask_title"], id="ap-ask-title"))
         tablist = self.dom.el("div", "ask-tabs", part="ask-tabs")
@@ -142,7 +143,7 @@ class AskUser:
 
     def move_tab(self, key: str) -> None:
         """Arrow keys, Home and End on the tabs (they wrap around)."""
-        n = len(self.bar.store.pending_ask_user)
+        n = len(self._store.pending_ask_user)
         i = {"ArrowLeft": self.tab - 1, "ArrowRight": self.tab + 1, "Home": 0, "End": n - 1}[key]
         self.select_tab(i % max(n, 1), focus=True)
 
@@ -181,7 +182,7 @@ class AskUser:
         lbl = self.dom.labels
         answers = []
         first_bad = None
-        for i, prompt in enumerate(self.bar.store.pending_ask_user):
+        for i, prompt in enumerate(self._store.pending_ask_user):
             panel = self.el.querySelector(f"#ap-ask-panel-{i}")
             kind = prompt.get("type")
             problem = None
@@ -221,7 +222,7 @@ class AskUser:
 
     def submit(self) -> None:
         """Send every answer, or show what is missing (on the first prompt that lacks one)."""
-        if self.bar.store.ask_user_sending or not self.bar.store.pending_ask_user:
+        if self._store.ask_user_sending or not self._store.pending_ask_user:
             return
         answers, bad = self._collect()
         err = self.el.querySelector(".ask-error")
@@ -232,5 +233,5 @@ class AskUser:
             self.focus()
             return
         err.hidden = True
-        self.bar.spawn(self.bar.store.submit_ask_user(answers))
+        self._ctx.spawn(self._store.submit_ask_user(answers))
 

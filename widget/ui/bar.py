@@ -5,7 +5,9 @@ layout, opening and closing, the focus trap, the delegated event handlers and te
 its own module: ``header`` (title, connection, notice), ``messages`` (the conversation, Markdown), ``calls``
 (function-call pills), ``actions`` (offered actions and their forms), ``activity`` (the activity log),
 ``confirm`` (Allow / Deny), ``ask`` (ask-user prompts), ``composer``; ``frames`` batches store changes into
-animation frames and ``dom`` holds the element factories. How it stays leak-free and fast:
+animation frames and ``dom`` holds the element factories. A part gets what it uses (``widget.ui.context``: the
+element factories, the shadow root, a few callbacks; the store or its slice; the sibling parts it renders into),
+never the bar: this module imports the parts, none imports it. How it stays leak-free and fast:
 
 - **Few proxies, all tracked.** Events are delegated: one listener per event type on the panel (click, keydown,
   submit, change) plus the toggle's click, the document's shortcut key and one animation-frame callback.
@@ -33,15 +35,18 @@ from .ask import AskUser
 from .calls import CallPills
 from .composer import Composer
 from .confirm import Confirmations
+from .context import Opener, PartContext
 from .dom import ICONS, Dom, Listeners, absent, has, live_proxies, noop
-from .events import PanelEvents
+from .events import PanelEvents, Targets
 from .frames import Frames
 from .header import Header
 from .history import HistoryPanel
 from .labels import merged
-from .messages import Messages, MessageView
+from .messages import Messages
+from .sources import Sources
 from .starters import Prompts
 from .theme import PageTheme
+from .views import MessageView, Views
 
 __all__ = ["ICONS", "STATE_LABELS", "TOGGLE_CSS", "Bar", "BarHandle", "enable_bar", "live_proxies"]
 
@@ -72,7 +77,6 @@ STATE_LABELS = {
 }
 
 
-#: The bar's parts (attributes of ``Bar``), each holding the bar: ``destroy`` drops them.
 class Bar:
     """The overlay bar; create it with ``enable_bar``."""
 
@@ -139,22 +143,35 @@ class Bar:
         self.panel.setAttribute("aria-label", dom.t("dialog"))
         self.panel.setAttribute("aria-describedby", "ap-hint")
         self.panel.hidden = True
-        self.frames = Frames(self)
-        self.header = Header(self)
+        # What the parts get (widget.ui.context): the bar's operations as callbacks that look the bar up when
+        # called (``flush`` may be wrapped by a test), so a part holds no bar and the parts form a tree.
+        self.ctx = ctx = PartContext(dom, self.root, self.spawn, self._focus_composer)
+        opener = Opener(lambda: self.is_open, self.open)
+        self.scroller = dom.el("div", "scroller", part="scroller")
+        self.frames = Frames(js, self.events, store, is_open=lambda: self.is_open, flush=lambda: self.flush(),
+                             render=self.render_parts, prepare_stream=lambda: self.messages.prepare_stream())
+        self.header = Header(dom, store, panel=self.panel, retry_connect=on_retry is not None)
         pills = CallPills(dom, store)
-        self.messages = Messages(self, pills)
-        self.answer_tools = AnswerTools(self)
-        self.prompts = Prompts(self)  # starters (in the empty state) and follow-up suggestions (after the list)
-        self.actions = Actions(self)
+        views: Views = {}  # the message views on screen: Messages keeps them, actions and answer tools read them
+        sources = Sources(dom, self.root)
+        self.actions = Actions(ctx, store, views)
+        self.answer_tools = AnswerTools(ctx, store, views=views, sources=sources)
+        self.messages = Messages(ctx, store, views=views, pills=pills, sources=sources, actions=self.actions,
+                                 answer_tools=self.answer_tools, frames=self.frames, sanitizer=sanitizer)
         self.activity = ActivityLog(dom, store, pills)
-        self.history = HistoryPanel(self)  # past conversations (widget.ui.history)
-        self.confirmations = Confirmations(self)
-        self.ask = AskUser(self)
-        self.composer = Composer(self)
+        self.history = HistoryPanel(  # past conversations (widget.ui.history)
+            ctx, store.history, button=self.header.history_btn, scroller=self.scroller,
+            activity_open=lambda: self.activity_open, hide_activity=lambda: self.show_activity(False),
+            stick_to_end=self.stick_to_end, flush=lambda: self.flush(),
+        )
+        self.confirmations = Confirmations(ctx, store, opener)
+        self.ask = AskUser(ctx, store, opener)
+        self.composer = Composer(ctx, store, stick_to_end=self.stick_to_end)
         self.input = self.composer.input
+        # Starters (in the empty state) and follow-up suggestions (after the list).
+        self.prompts = Prompts(ctx, store, self.composer, stick_to_end=self.stick_to_end)
 
         body = dom.el("div", "body")
-        self.scroller = dom.el("div", "scroller", part="scroller")
         self.scroller.appendChild(self.messages.empty)
         self.messages.empty.appendChild(self.prompts.starters_el)
         self.scroller.appendChild(self.messages.list)
@@ -167,7 +184,9 @@ class Bar:
         self.root.appendChild(self.panel)
 
         # --- listeners (delegated) --------------------------------------------------------------
-        ev, handlers = self.events, PanelEvents(self)
+        targets = Targets(history=self.history, actions=self.actions, answer_tools=self.answer_tools,
+                          prompts=self.prompts, ask=self.ask, composer=self.composer, sources=sources)
+        ev, handlers = self.events, PanelEvents(ctx, store, targets, self)
         ev.add(self.panel, "click", handlers.on_click)
         ev.add(self.panel, "keydown", handlers.on_keydown)
         ev.add(self.panel, "submit", handlers.on_submit)
@@ -195,7 +214,7 @@ class Bar:
         self._set_toggle_icon("chat")
         #: Where the open state is remembered for this tab, across the site's pages (the loader's key), if anywhere.
         self._open_key = str(loader.openKey) if loader is not None and has(loader, "openKey") else None
-        self.theme = PageTheme(self)
+        self.theme = PageTheme(js, self.events, self.host)
         self._unsubscribe = store.subscribe(self.frames.on_store)
         self.frames.dirty.update({"status", "messages", "confirmations", "ask_user", "composer"})
         self.flush()
@@ -346,6 +365,10 @@ class Bar:
         """Open when closed, close when open."""
         self.close() if self.is_open else self.open()
 
+    def _focus_composer(self) -> None:
+        """Where the focus goes when what had it leaves (a part asks through its context)."""
+        self.input.focus()
+
     def _focus_default(self) -> None:
         if self.store.pending_confirmations and self.confirmations.focus_last():
             return
@@ -446,11 +469,13 @@ class Bar:
         self.confirmations.clear()
         self.host.remove()
         self.toggle_host.remove()
-        # Each part points back at the bar: dropping them breaks those cycles, so reference counting alone frees
-        # the bar and every element it rendered (as above, the cycle collector may never run). Found by looking,
-        # not listed: a part added later cannot be forgotten here.
+        # The parts reach the bar through their context's callbacks: dropping every object of this package that
+        # the bar holds (its parts, their context) breaks those cycles, so reference counting alone frees the bar
+        # and every element it rendered (as above, the cycle collector may never run); the parts form a tree, so
+        # they go too. Found by looking, not listed: a part added later cannot be forgotten here. The listeners
+        # stay (closed above: ``proxy_count`` reads them).
         for name, value in list(vars(self).items()):
-            if getattr(value, "bar", None) is self:
+            if type(value).__module__.startswith(__package__ + ".") and value is not self.events:
                 delattr(self, name)
 
 

@@ -10,39 +10,72 @@ line thanks the reader.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from collections.abc import Mapping
+from typing import Any
 
 from ..protocol import MAX_FEEDBACK_COMMENT_CHARS
-from ..store.feedback import comment_over
+from ..store.feedback import Ratings, comment_over
+from .context import PartContext
 from .dom import absent, bidi_safe, has
+from .views import AnswerRow, CommentForm
 
-if TYPE_CHECKING:
-    from .answer_tools import AnswerRow
-    from .bar import Bar
-
-
-@dataclass(eq=False)
-class CommentForm:
-    """DOM and state of one open comment form."""
-
-    el: Any
-    box: Any
-    count: Any
-    error: Any
-    send: Any
-    #: The rating sent with the comment when the answer has none stored (its thumb's own request failed).
-    rating: str
-    sending: bool = False
+__all__ = ["CommentForm", "CommentForms"]
 
 
 class CommentForms:
-    """Opens, checks, sends and closes the comment forms of the bar's answers (rows of ``AnswerTools``)."""
+    """Opens, checks, sends and closes the comment forms of the bar's answers, and shows each answer row's rating
+    state (rows of ``AnswerTools``, which owns this part and shares its ``rows``: view key -> row)."""
 
-    def __init__(self, bar: Bar) -> None:
-        # The bar, not the answer tools: a part pointing at a sibling part would keep the bar alive after teardown.
-        self.bar = bar
-        self.dom = bar.dom
+    def __init__(self, ctx: PartContext, ratings: Ratings, rows: Mapping[str, AnswerRow]) -> None:
+        self._ctx = ctx
+        self._ratings = ratings
+        self._rows = rows
+        self.dom = ctx.dom
+
+    def row_of(self, message_id: str) -> AnswerRow | None:
+        """The row of an answer, if it is on screen."""
+        return next((r for r in self._rows.values() if r.message_id == message_id), None)
+
+    def show_state(self, row: AnswerRow) -> None:
+        """The rating, whether there is a comment, the form and the status line, as they are now."""
+        ratings = self._ratings
+        mid = row.message_id
+        if mid is None or row.up is None:
+            return
+        rating, comment, error = ratings.rating(mid), ratings.comment(mid), ratings.errors.get(mid)
+        form_id = row.form.el.id if row.form is not None else None
+        state = (rating, comment, error, form_id, row.thanked)
+        if row.shown == state:
+            return
+        row.shown = state
+        lbl = self.dom.labels
+        row.up.setAttribute("aria-pressed", "true" if rating == "up" else "false")
+        row.down.setAttribute("aria-pressed", "true" if rating == "down" else "false")
+        b = row.comment
+        b.hidden = rating is None and form_id is None
+        label = lbl["comment_edit"] if comment else lbl["comment_add"]
+        if b.textContent != label:
+            b.textContent = label
+        if comment:
+            b.setAttribute("data-commented", "true")
+            b.setAttribute("title", bidi_safe(comment))
+        else:
+            b.removeAttribute("data-commented")
+            b.removeAttribute("title")
+        b.setAttribute("aria-expanded", "true" if form_id else "false")
+        if form_id:
+            b.setAttribute("aria-controls", form_id)
+        else:
+            b.removeAttribute("aria-controls")
+        if error:
+            status = self.dom.t("rate_failed", message=error)
+        elif row.thanked and form_id is None:
+            status = lbl["comment_thanks"]
+        else:
+            status = ""
+        row.status.textContent = bidi_safe(status)
+        row.status.setAttribute("data-kind", "error" if error else "thanks" if status else "none")
+
 
     def open(self, row: AnswerRow, rating: str) -> None:
         """Show the form under ``row`` (prefilled with the stored comment) and put the focus in it."""
@@ -51,13 +84,13 @@ class CommentForms:
         if row.form is None:
             row.form = self._build(row.message_id, rating)
             row.area.insertBefore(row.form.el, row.status)
-            comment = self.bar.store.ratings.comment(row.message_id)
+            comment = self._ratings.comment(row.message_id)
             row.form.box.value = comment or ""
             self.counted(row.form)
         else:
             row.form.rating = rating
         row.thanked = False
-        self.bar.answer_tools.show_state(row)
+        self.show_state(row)
         box = row.form.box
         box.focus()
         end = len(str(box.value))
@@ -68,10 +101,10 @@ class CommentForms:
         form = row.form
         if form is None:
             return
-        had_focus = form.el.contains(self.bar.root.activeElement)
+        had_focus = form.el.contains(self._ctx.root.activeElement)
         form.el.remove()
         row.form = None
-        self.bar.answer_tools.show_state(row)
+        self.show_state(row)
         if focus_back or had_focus:
             # "Edit comment" / "Add a comment"; before the rating is stored, the thumb that opened the form
             target = row.comment if row.comment is not None and not row.comment.hidden else row.el.querySelector(
@@ -119,7 +152,7 @@ class CommentForms:
         form_el = el.closest(".comment-form")
         if absent(form_el):
             return None
-        row = self.bar.answer_tools.row_of(str(form_el.getAttribute("data-id")))
+        row = self.row_of(str(form_el.getAttribute("data-id")))
         if row is None or row.form is None:
             return None
         return row, row.form
@@ -160,7 +193,7 @@ class CommentForms:
         """Send (the Send button or Ctrl/Cmd+Enter)."""
         found = self._form_of(el)
         if found is not None:
-            self.bar.spawn(self._send(*found))
+            self._ctx.spawn(self._send(*found))
 
     async def _send(self, row: AnswerRow, form: CommentForm) -> None:
         if form.sending or row.message_id is None:
@@ -168,7 +201,7 @@ class CommentForms:
         if self.counted(form):
             form.box.focus()  # refused here: nothing is sent, the text stays
             return
-        ratings = self.bar.store.ratings
+        ratings = self._ratings
         mid = row.message_id
         form.sending = True
         form.send.setAttribute("aria-disabled", "true")
@@ -185,6 +218,6 @@ class CommentForms:
         if failed is not None:
             form.error.textContent = bidi_safe(self.dom.t("comment_failed", message=failed))
             return
-        self.close(row, focus_back=form.el.contains(self.bar.root.activeElement))
+        self.close(row, focus_back=form.el.contains(self._ctx.root.activeElement))
         row.thanked = True
-        self.bar.answer_tools.show_state(row)
+        self.show_state(row)

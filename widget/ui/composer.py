@@ -6,21 +6,25 @@ and Enter or Send holds the message until the connection is up, then sends it.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from typing import Any
 
 from ..protocol import ConnectionState
-from ..store import WAIT_ASK_USER, WAIT_CONFIRMATION, WAIT_FUNCTION
-
-if TYPE_CHECKING:
-    from .bar import Bar
+from ..store import WAIT_ASK_USER, WAIT_CONFIRMATION, WAIT_FUNCTION, Store
+from .context import PartContext
 
 
 class Composer:
-    """The composer form; ``render`` touches the DOM only when what it shows changed."""
+    """The composer form; ``render`` touches the DOM only when what it shows changed.
 
-    def __init__(self, bar: Bar) -> None:
-        self.bar = bar
-        dom, lbl = bar.dom, bar.dom.labels
+    ``stick_to_end``: the bar scrolls to the end at its next render (the reader just sent something).
+    """
+
+    def __init__(self, ctx: PartContext, store: Store, *, stick_to_end: Callable[[], None]) -> None:
+        self._ctx = ctx
+        self._store = store
+        self._stick_to_end = stick_to_end
+        dom, lbl = ctx.dom, ctx.dom.labels
         self._sig: Any = None
         self._held = False  # Enter/Send pressed before the connection was up: send once it is
         self.el = dom.el("form", "composer", part="composer")
@@ -46,8 +50,8 @@ class Composer:
 
     def render(self) -> None:
         """Enabled, read-only while the relay waits for the reader or the page, Stop while streaming."""
-        s = self.bar.store
-        lbl = self.bar.dom.labels
+        s = self._store
+        lbl = self._ctx.dom.labels
         streaming = s.is_streaming
         waiting = s.waiting_for
         offline = s.connection_state != ConnectionState.CONNECTED
@@ -79,7 +83,7 @@ class Composer:
         self.input.setAttribute("aria-disabled", "true" if blocked else "false")
         self.input.setAttribute("placeholder", placeholder)
         self.el.setAttribute("data-blocked", "true" if blocked else "false")
-        stop_focused = self.bar.root.activeElement == self.stop_btn
+        stop_focused = self._ctx.root.activeElement == self.stop_btn
         self.stop_btn.hidden = not streaming
         self.send_btn.hidden = streaming
         self.send_btn.disabled = blocked
@@ -93,7 +97,7 @@ class Composer:
     def send(self) -> None:
         """Send what was typed; the text comes back into the field when the send failed and nothing new was typed."""
         text = str(self.input.value)
-        store = self.bar.store
+        store = self._store
         if not text.strip():
             return
         if store.connection_state != ConnectionState.CONNECTED:
@@ -103,10 +107,10 @@ class Composer:
         if not store.can_send:
             return
         self.input.value = ""
-        self.bar.stick_to_end()
+        self._stick_to_end()
 
         async def go() -> None:
             if not await store.send(text) and not str(self.input.value):
                 self.input.value = text
 
-        self.bar.spawn(go())
+        self._ctx.spawn(go())

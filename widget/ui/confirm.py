@@ -2,15 +2,13 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ..core.mcp_names import mcp_parts
 from ..protocol import ConfirmationDecision
+from ..store import Store
+from .context import Opener, PartContext
 from .dom import as_text
-
-if TYPE_CHECKING:
-    from .bar import Bar
-
 
 #: The id prefix of a call an in-browser agent made through WebMCP (``widget.webmcp.call_here``).
 WEBMCP_CALL = "webmcp-"
@@ -30,22 +28,24 @@ def subject(request: dict[str, Any]) -> tuple[str, dict[str, str]]:
 class Confirmations:
     """The prompts' container and one box per pending confirmation, keyed by the store's id."""
 
-    def __init__(self, bar: Bar) -> None:
-        self.bar = bar
+    def __init__(self, ctx: PartContext, store: Store, opener: Opener) -> None:
+        self._ctx = ctx
+        self._store = store
+        self._opener = opener
         self.views: dict[int, Any] = {}
-        self.el = bar.dom.el("div", "confirmations", part="confirmations")
+        self.el = ctx.dom.el("div", "confirmations", part="confirmations")
 
     def render(self) -> None:
         """Remove answered prompts (focus back to the composer), add new ones (the bar opens, focus moves in)."""
-        bar, dom, lbl = self.bar, self.bar.dom, self.bar.dom.labels
-        pending = bar.store.pending_confirmations
+        ctx, dom, lbl = self._ctx, self._ctx.dom, self._ctx.dom.labels
+        pending = self._store.pending_confirmations
         ids = [c["id"] for c in pending]
         for cid in [c for c in self.views if c not in ids]:
             box = self.views.pop(cid)
-            had_focus = box.contains(bar.root.activeElement)
+            had_focus = box.contains(ctx.root.activeElement)
             box.remove()
             if had_focus:
-                bar.input.focus()
+                ctx.focus_composer()
         newest = None
         for item in pending:
             cid = item["id"]
@@ -76,8 +76,8 @@ class Confirmations:
             self.views[cid] = box
             newest = box
         if newest is not None:
-            if not bar.is_open:
-                bar.open()
+            if not self._opener.is_open():
+                self._opener.open()
             newest.focus()
 
     def focus_last(self) -> bool:

@@ -11,10 +11,11 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from typing import Any
 
-if TYPE_CHECKING:
-    from .bar import Bar
+from ..store import Store
+from .dom import Listeners
 
 log = logging.getLogger("widget")
 
@@ -41,7 +42,12 @@ STREAM_ONLY = frozenset({"streaming", "composer"})
 
 
 class Frames:
-    """The dirty set, the pending animation frame or streaming timer, and what streaming renders cost."""
+    """The dirty set, the pending animation frame or streaming timer, and what streaming renders cost.
+
+    It gets the page's ``js`` and the bar's listeners (its callbacks are counted proxies), the store (whether an
+    answer streams) and the bar's operations it drives: whether the panel is open, ``flush`` (render the dirty parts
+    now: looked up on the bar at each frame, a test may wrap it), ``render(dirty)`` and ``prepare_stream``.
+    """
 
     #: While an answer streams, render its text at most this often (ms); other changes render on the next frame.
     STREAM_RENDER_INTERVAL_MS = 100.0
@@ -54,8 +60,22 @@ class Frames:
     #: ... but never longer than this (ms), which is also the interval while the panel is closed.
     STREAM_RENDER_MAX_INTERVAL_MS = 250.0
 
-    def __init__(self, bar: Bar) -> None:
-        self.bar = bar
+    def __init__(
+        self,
+        js: Any,
+        listeners: Listeners,
+        store: Store,
+        *,
+        is_open: Callable[[], bool],
+        flush: Callable[[], None],
+        render: Callable[[set[str]], None],
+        prepare_stream: Callable[[], float | None],
+    ) -> None:
+        self._store = store
+        self._is_open = is_open
+        self._flush = flush
+        self._render = render
+        self._prepare_stream = prepare_stream
         self.dirty: set[str] = set()
         self.frame: Any = None
         self.timer: Any = None  # setTimeout id deferring the next streaming-only frame
@@ -65,9 +85,8 @@ class Frames:
         self.prepared_ms = 0.0  # what preparing the next streaming render took, outside its frame
         self.stream_behind = False  # the frame showed a prepared render older than the store's text
         self.destroyed = False
-        js = bar.dom.js
-        self._frame_cb = bar.events.proxy(self._on_frame)
-        self._timer_cb = bar.events.proxy(self._on_timer)
+        self._frame_cb = listeners.proxy(self._on_frame)
+        self._timer_cb = listeners.proxy(self._on_timer)
         # Looked up once: every attribute read on a JS object is a crossing (~0.05 ms on a cold call path).
         self._raf, self._caf = js.requestAnimationFrame, js.cancelAnimationFrame
         self._set_timeout, self._clear_timeout = js.setTimeout, js.clearTimeout
@@ -76,7 +95,7 @@ class Frames:
     def stream_interval_ms(self) -> float:
         """How long streamed text waits between renders now (ms): the base interval, longer when renders are costly
         or nobody sees them (the panel is closed; opening it renders at once)."""
-        if not self.bar.is_open:
+        if not self._is_open():
             return self.STREAM_RENDER_MAX_INTERVAL_MS
         return min(self.STREAM_RENDER_MAX_INTERVAL_MS,
                    max(self.STREAM_RENDER_INTERVAL_MS, self.STREAM_RENDER_COST_FACTOR * self.stream_render_ms))
@@ -86,7 +105,7 @@ class Frames:
         self.dirty.update(KINDS.get(what, ("status",)))
         if self.frame is not None or self.destroyed:
             return
-        if what == "streaming" and self.dirty <= STREAM_ONLY and self.bar.store.is_streaming:
+        if what == "streaming" and self.dirty <= STREAM_ONLY and self._store.is_streaming:
             # One more chunk: wait out the interval since the last streaming render (a timer, not a frame per
             # chunk), so the chunks in between are rendered together. Within a frame of it, the next animation
             # frame is soon enough.
@@ -104,7 +123,7 @@ class Frames:
         self.cancel_timer()
         if self.frame is None and not self.destroyed:
             if prepare:
-                took = self.bar.messages.prepare_stream()
+                took = self._prepare_stream()
                 if took is not None:
                     self.prepared_ms = took
             self.frame = self._raf(self._frame_cb)
@@ -124,7 +143,7 @@ class Frames:
         self.frame = None
         self.in_frame = True
         try:
-            self.bar.flush()  # looked up on the bar each time: a test may wrap it
+            self._flush()  # the bar's, looked up on it each time: a test may wrap it
         except Exception:
             log.exception("bar render failed")
         finally:
@@ -140,8 +159,8 @@ class Frames:
         dirty, self.dirty = self.dirty, set()
         self.cancel_timer()
         started = time.monotonic()
-        self.bar.render_parts(dirty)
-        streamed = self.bar.store.streaming_message
+        self._render(dirty)
+        streamed = self._store.streaming_message
         if ("streaming" in dirty or "messages" in dirty) and streamed is not None and streamed.get("content"):
             # Text was rendered (a "Thinking…" frame does not count: the first words go out at once).
             self.last_stream_render = now = time.monotonic()

@@ -3,20 +3,26 @@ it."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ..protocol import ConnectionState
-
-if TYPE_CHECKING:
-    from .bar import Bar
+from ..store import Store
+from .dom import Dom
 
 
 class Header:
-    """The header's elements and the notice line (read-only, connection errors, dismissible problems)."""
+    """The header's elements and the notice line (read-only, connection errors, dismissible problems).
 
-    def __init__(self, bar: Bar) -> None:
-        self.bar = bar
-        dom, lbl = bar.dom, bar.dom.labels
+    ``panel`` gets the connection state too (a skin styles by it); ``retry_connect``: a connection error offers
+    Retry (the bar has an ``on_retry``).
+    """
+
+    def __init__(self, dom: Dom, store: Store, *, panel: Any, retry_connect: bool) -> None:
+        self._dom = dom
+        self._store = store
+        self._panel = panel
+        self._retry_connect = retry_connect
+        lbl = dom.labels
         # Not a <header>: inside the page's document it would be a second "banner" landmark.
         self.el = dom.el("div", "header", part="header")
         brand = dom.el("div", "brand")
@@ -55,7 +61,7 @@ class Header:
 
     def show_activity_pressed(self, pressed: bool) -> None:
         """The Activity button's pressed state and name."""
-        label = self.bar.dom.labels["activity_close" if pressed else "activity_open"]
+        label = self._dom.labels["activity_close" if pressed else "activity_open"]
         self.activity_btn.setAttribute("aria-pressed", "true" if pressed else "false")
         # A part for the pressed state: ::part() cannot read attributes, and a restyled header needs to restyle it.
         self.activity_btn.setAttribute(
@@ -65,19 +71,18 @@ class Header:
 
     def render(self) -> None:
         """Connection state, read-only notice, connection errors, other notices."""
-        bar = self.bar
-        s, dom, lbl = bar.store, bar.dom, bar.dom.labels
+        s, dom, lbl = self._store, self._dom, self._dom.labels
         state = s.connection_state
         self.conn.textContent = lbl.get(f"state_{state}", state)
         self.conn.setAttribute("data-state", state)
-        bar.panel.setAttribute("data-state", state)
+        self._panel.setAttribute("data-state", state)
         self.notice.textContent = ""
         self.notice.removeAttribute("data-kind")
         if state == ConnectionState.ERROR and (s.connection_error or s.errors):
             err = s.connection_error or s.errors[-1]
             self._notice(str(err.get("message") or lbl["state_error"]), "error",
                          dom.text_button(lbl["retry"], "retry", "retry-connect")
-                         if bar.on_retry is not None else None)
+                         if self._retry_connect else None)
         elif state == ConnectionState.CONNECTED and not s.active:
             self._notice(lbl["read_only"], "read-only", dom.text_button(lbl["use_here"], "use-here", "use-here"))
         elif s.notice:
@@ -88,7 +93,7 @@ class Header:
 
     def _notice(self, text: str, kind: str, button: Any) -> None:
         self.notice.setAttribute("data-kind", kind)
-        self.notice.appendChild(self.bar.dom.el("p", "notice-text", text=text))
+        self.notice.appendChild(self._dom.el("p", "notice-text", text=text))
         if button is not None:
             self.notice.appendChild(button)
         self.notice.hidden = False

@@ -9,23 +9,46 @@ button. The list is read from the relay each time it opens (``store.history``; t
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from typing import Any
 
+from ..store.history import PastConversations
+from .context import PartContext
 from .dom import absent
-
-if TYPE_CHECKING:
-    from .bar import Bar
 
 #: The ``data-action`` values this part handles (the panel's click handler passes them on).
 ACTIONS = frozenset({"history", "history-open", "history-delete", "history-delete-yes", "history-delete-no"})
 
 
 class HistoryPanel:
-    """The list's section and its entries (see the module doc)."""
+    """The list's section and its entries (see the module doc).
 
-    def __init__(self, bar: Bar) -> None:
-        self.bar = bar
-        dom, lbl = bar.dom, bar.dom.labels
+    It gets the store's past conversations, the header's button that opens it and the conversation's scroller it
+    shows instead of, and the bar's operations around it: whether the activity log shows and hiding it (the list
+    takes its place), scrolling to the end at the next render and rendering now (back to the conversation).
+    """
+
+    def __init__(
+        self,
+        ctx: PartContext,
+        history: PastConversations,
+        *,
+        button: Any,
+        scroller: Any,
+        activity_open: Callable[[], bool],
+        hide_activity: Callable[[], None],
+        stick_to_end: Callable[[], None],
+        flush: Callable[[], None],
+    ) -> None:
+        self._ctx = ctx
+        self._history = history
+        self._button = button
+        self._scroller = scroller
+        self._activity_open = activity_open
+        self._hide_activity = hide_activity
+        self._stick_to_end = stick_to_end
+        self._flush = flush
+        dom, lbl = ctx.dom, ctx.dom.labels
         self.visible = False
         self._shown: tuple[Any, ...] | None = None  # what the list shows now (rebuilt only when it changes)
         self._focus_after: str | None = None  # where the focus goes after the next render
@@ -45,30 +68,29 @@ class HistoryPanel:
     # --- showing -------------------------------------------------------------------------------------
     def show(self, show: bool, *, focus: bool = True) -> None:
         """Show the list instead of the conversation (reading it again), or go back to the conversation."""
-        bar = self.bar
-        if show and bar.activity_open:
-            bar.show_activity(False)
+        if show and self._activity_open():
+            self._hide_activity()
         self.visible = show
         self.el.hidden = not show
-        bar.scroller.hidden = show or bar.activity_open
-        button = bar.header.history_btn
+        self._scroller.hidden = show or self._activity_open()
+        button = self._button
         button.setAttribute("aria-pressed", "true" if show else "false")
-        label = bar.dom.labels["history_close" if show else "history_open"]
+        label = self._ctx.dom.labels["history_close" if show else "history_open"]
         button.setAttribute("aria-label", label)
         button.setAttribute("title", label)
         button.setAttribute("part", "history-button header-button" + (" header-button-pressed" if show else ""))
-        store = bar.store.history
+        store = self._history
         if show:
             store.confirming = None
             store.begin_refresh()  # the entries shown until it is read again may be old: the list says so
             self.render()
-            bar.spawn(store.refresh())
+            self._ctx.spawn(store.refresh())
             if focus:
                 self.back_button().focus()
         elif focus:
             button.focus()
-            bar.stick_to_end()
-            bar.flush()
+            self._stick_to_end()
+            self._flush()
 
     def back_button(self) -> Any:
         """The list's Back button (focused when the list opens)."""
@@ -77,15 +99,15 @@ class HistoryPanel:
     # --- the reader's actions ----------------------------------------------------------------------------
     def on_action(self, action: str, arg: str | None) -> None:
         """A click on one of ``ACTIONS``."""
-        bar, store = self.bar, self.bar.store.history
+        store = self._history
         if action == "history":
             self.show(not self.visible)
         elif arg is None or store.busy is not None:
             return
         elif action == "history-open":
             self.show(False, focus=False)
-            bar.input.focus()
-            bar.spawn(store.open(arg))
+            self._ctx.focus_composer()
+            self._ctx.spawn(store.open(arg))
         elif action == "history-delete":
             self._focus_after = f".history-delete-no[data-id='{arg}']"
             store.ask_delete(arg)
@@ -93,11 +115,11 @@ class HistoryPanel:
             self.cancel_delete()
         elif action == "history-delete-yes":
             self._focus_after = self._neighbour_of(arg)
-            bar.spawn(store.delete(arg))
+            self._ctx.spawn(store.delete(arg))
 
     def cancel_delete(self) -> bool:
         """Escape or Cancel while a deletion waits for confirmation: it is not done; True when one waited."""
-        store = self.bar.store.history
+        store = self._history
         if store.confirming is None:
             return False
         self._focus_after = f".history-delete[data-id='{store.confirming}']"
@@ -106,7 +128,7 @@ class HistoryPanel:
 
     def _neighbour_of(self, cid: str) -> str:
         """Where the focus goes once ``cid`` is deleted: the next entry, else the previous, else Back."""
-        ids = [e["id"] for e in self.bar.store.history.entries]
+        ids = [e["id"] for e in self._history.entries]
         if cid in ids and len(ids) > 1:
             i = ids.index(cid)
             other = ids[i + 1] if i + 1 < len(ids) else ids[i - 1]
@@ -118,7 +140,7 @@ class HistoryPanel:
         """The status line and the entries (rebuilt when what they show changed; at most 50 entries)."""
         if not self.visible:
             return
-        store, lbl = self.bar.store.history, self.bar.dom.labels
+        store, lbl = self._history, self._ctx.dom.labels
         entries = store.entries
         if store.loading or store.busy is not None:  # what is shown may change in a moment
             self.list.setAttribute("aria-busy", "true")
@@ -155,14 +177,14 @@ class HistoryPanel:
 
     def _focused_selector(self) -> str | None:
         """The entry button that has the focus (it keeps it across a rebuild), if any."""
-        active = self.bar.root.activeElement
+        active = self._ctx.root.activeElement
         if absent(active) or not self.list.contains(active):
             return None
         cid, cls = active.getAttribute("data-id"), str(active.className).split(" ")[-1]
         return None if absent(cid) else f".{cls}[data-id='{cid}']"
 
     def _entry(self, e: Any, *, confirming: bool, busy: str | None) -> Any:
-        dom, lbl = self.bar.dom, self.bar.dom.labels
+        dom, lbl = self._ctx.dom, self._ctx.dom.labels
         cid, title = str(e["id"]), str(e["title"])
         item = dom.el("li", "history-item")
         item.setAttribute("data-id", cid)
@@ -205,4 +227,4 @@ class HistoryPanel:
     def _when(self, seconds: Any) -> str:
         if not isinstance(seconds, (int, float)) or seconds <= 0:
             return ""
-        return str(self.bar.dom.js.Date.new(seconds * 1000).toLocaleString())
+        return str(self._ctx.dom.js.Date.new(seconds * 1000).toLocaleString())

@@ -12,92 +12,60 @@ Two layers of sanitizing: ``render_markdown`` escapes raw HTML at the source; th
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ..core.markdown import MARK_OPEN
 from ..protocol import Role
+from ..store import Store
 from ..store.sources import plain_markers
-from .calls import CallPills, CallView
+from .actions import Actions
+from .answer_tools import AnswerTools
+from .calls import CallPills
+from .context import PartContext
 from .dom import absent, bidi_safe, message_key
+from .frames import Frames
 from .sources import Sources, streaming_text
+from .views import MessageView, Views
 
-if TYPE_CHECKING:
-    from .actions import ActionView
-    from .bar import Bar
-
-
-class MessageView:
-    """DOM of one message, with what it last rendered."""
-
-    __slots__ = (
-        "action_views",
-        "actions",
-        "body",
-        "busy",
-        "call_views",
-        "cites",
-        "calls",
-        "el",
-        "empty",
-        "footer",
-        "footer_sig",
-        "key",
-        "pending",
-        "renderer",
-        "role",
-        "source_ids",
-        "sources",
-        "sources_sig",
-        "stable",
-        "stopped",
-        "tail",
-        "text",
-    )
-    el: Any
-    body: Any
-    calls: Any
-    footer: Any
-
-    def __init__(self, key: str, role: str) -> None:
-        self.key = key
-        self.role = role
-        self.call_views: dict[str, CallView] = {}
-        self.action_views: dict[str, ActionView] = {}
-        self.actions: Any = None
-        self.footer_sig: Any = None
-        self.text: str | None = None
-        self.renderer: Any = None
-        self.busy = False
-        self.stopped = False
-        self.tail: Any = None
-        self.stable: Any = None
-        self.empty: str | None = None  # the body's data-empty value last written
-        #: The citation numbers (id -> n) the body was last rendered with (None: not yet, or streaming).
-        self.cites: dict[str, int] | None = None
-        #: The list of sources under the answer (``widget.ui.sources``), the rows it shows, and marker n -> (row
-        #: element id, title).
-        self.sources: Any = None
-        self.sources_sig: Any = ()
-        self.source_ids: dict[int, tuple[str, str]] = {}
-        #: A streaming render prepared outside the frame: (text, sanitized new stable nodes, sanitized tail nodes);
-        #: the renderer has already been fed ``text``, the DOM catches up when the frame applies it.
-        self.pending: tuple[str, Any, Any] | None = None
+__all__ = ["MessageView", "Messages"]
 
 
 class Messages:
-    """The message list (and the empty state shown before the first message)."""
+    """The message list (and the empty state shown before the first message).
 
-    def __init__(self, bar: Bar, pills: CallPills) -> None:
-        self.bar = bar
-        self.dom = dom = bar.dom
+    It renders each message and hands its share of the view to the parts that fill it (call pills, offered
+    actions, the answer's tools, its sources); ``frames`` says whether a render runs in the animation frame.
+    """
+
+    def __init__(
+        self,
+        ctx: PartContext,
+        store: Store,
+        *,
+        views: Views,
+        pills: CallPills,
+        sources: Sources,
+        actions: Actions,
+        answer_tools: AnswerTools,
+        frames: Frames,
+        sanitizer: Any,
+    ) -> None:
+        self._ctx = ctx
+        self._store = store
+        self.dom = dom = ctx.dom
         self.pills = pills
-        self.views: dict[str, MessageView] = {}
+        self._actions = actions
+        self._answer_tools = answer_tools
+        self._frames = frames
+        self._sanitizer = sanitizer
+        #: The views on screen by key (shared with the parts that render into them).
+        self.views = views
         self.order: list[str] = []
         self._busy = False
         self._render_markdown: Any = None
         self._renderer_cls: Any = None
         #: Markers and source rows of the answers.
-        self.sources = Sources(bar)
+        self.sources = sources
         lbl = dom.labels
         self.empty = dom.el("div", "empty", part="empty")
         self.empty.appendChild(dom.icon("spark", "empty-icon"))
@@ -112,7 +80,7 @@ class Messages:
 
     def render(self) -> None:
         """Keyed update of the whole list: only changed messages touch the DOM."""
-        s = self.bar.store
+        s = self._store
         messages = s.messages
         streaming = s.streaming_message
         keys: list[str] = []
@@ -140,15 +108,15 @@ class Messages:
         if gone:
             # A withdrawn message (retry, regenerate, an uncited answer) may hold the focus: it goes to the composer
             # rather than to nowhere (the page's body, outside the bar's Tab trap).
-            active = self.bar.root.activeElement
+            active = self._ctx.root.activeElement
             lost = False
             for key in gone:
                 el = self.views.pop(key).el
                 lost = lost or (not absent(active) and bool(el.contains(active)))
                 el.remove()
-                self.bar.answer_tools.forget(key)
+                self._answer_tools.forget(key)
             if lost:
-                self.bar.input.focus()
+                self._ctx.focus_composer()
         if keys != self.order:
             for key in keys:  # appendChild moves: the list ends up in order
                 self.list.appendChild(self.views[key].el)
@@ -163,16 +131,16 @@ class Messages:
 
     def render_streaming(self) -> None:
         """Per chunk: only the streaming message (its tail) is touched."""
-        streaming = self.bar.store.streaming_message
+        streaming = self._store.streaming_message
         if streaming is None:
             self.render()
             return
-        key = message_key(streaming, len(self.bar.store.messages))
+        key = message_key(streaming, len(self._store.messages))
         view = self.views.get(key)
         if view is None:
             self.render()
             return
-        frames = self.bar.frames
+        frames = self._frames
         shown = streaming_text(bidi_safe(streaming.get("content") or ""))
         if frames.in_frame and view.pending is not None and view.pending[0] != shown:
             # Show what was prepared; the newer chunks wait for the next interval instead of making this frame
@@ -243,9 +211,9 @@ class Messages:
             view.el.setAttribute("data-streaming", "true" if streaming else "false")
         self.pills.render(view.calls, view.call_views, m.get("function_calls") or [])
         if view.actions is not None:
-            self.bar.actions.render(view, [] if streaming else self.bar.store.actions_for(m.get("id")))
+            self._actions.render(view, [] if streaming else self._store.actions_for(m.get("id")))
         if view.role == "assistant":
-            self.bar.answer_tools.render(view, m, streaming or not answer)
+            self._answer_tools.render(view, m, streaming or not answer)
         # Footer: Stopped mark, Retry on the last error, Regenerate on the last answer.
         stopped = bool(m.get("stopped"))
         retry = view.role == Role.ERROR and last and (m.get("retryable", True) is not False)
@@ -288,7 +256,7 @@ class Messages:
             view.body.setAttribute("data-empty", empty)
         if view.text == text and view.cites == cites:
             return
-        san = self.bar.sanitizer
+        san = self._sanitizer
         if san is None:  # no sink sanitizer: plain text, never HTML (citations read "[1]")
             view.stable.textContent = plain_markers(text, cites)
             view.cites = cites
@@ -330,8 +298,8 @@ class Messages:
         animation frame only inserts nodes (the two halves are two shorter tasks instead of one long one).
 
         Returns what preparing took (ms), None when there was nothing to prepare."""
-        s = self.bar.store
-        streaming, san = s.streaming_message, self.bar.sanitizer
+        s = self._store
+        streaming, san = s.streaming_message, self._sanitizer
         if streaming is None or san is None:
             return None
         view = self.views.get(message_key(streaming, len(s.messages)))

@@ -20,34 +20,38 @@ same way); while it streams there are none, and its citation tokens are hidden (
 from __future__ import annotations
 
 import re
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ..core.markdown import MARK_CLOSE, MARK_OPEN
+from ..protocol import MAX_CITATION_ID_DIGITS
 from ..store.sources import SourceRow, cited_sources, markdown_with_footnotes, source_rows, text_with_sources
-from .dom import absent, bidi_safe, has
-
-if TYPE_CHECKING:
-    from .bar import Bar
-    from .messages import MessageView
+from .dom import Dom, absent, bidi_safe, has
+from .views import MessageView
 
 #: ``data-action`` of a marker (the bar's click handler hands it to ``on_cite``).
 CITE_ACTION = "cite"
-#: The end of a streaming answer that may still become a citation token: hidden until it is complete.
-_PARTIAL = re.compile(r"[ \t]*\[(?:[st][0-9]{0,6})?$")
+#: What may still become a citation token (``CITATION`` of ``widget.core.markdown``) at the end of a streaming answer,
+#: from its last ``[``: ``[``, ``[s``, ``[s12``, or a complete token with the start of a ``(url)`` after it (the
+#: whole of it is a citation too); hidden until it is complete.
+_PARTIAL = re.compile(rf"\[(?:[st](?:[1-9][0-9]{{0,{MAX_CITATION_ID_DIGITS - 1}}}(?:\]\([^()\s]*)?)?)?")
 _MARKED = re.compile(re.escape(MARK_OPEN) + r"([0-9]{1,9})" + re.escape(MARK_CLOSE))
 
 
 def streaming_text(text: str) -> str:
-    """A streaming answer as shown: without a citation token it is still writing (``[``, ``[s``, ``[s1``)."""
-    return _PARTIAL.sub("", text) if "[" in text[-9:] else text
+    """A streaming answer as shown: without a citation token it is still writing (``[``, ``[s``, ``[s1``,
+    ``[s1](https://ex``), and the spaces before it."""
+    start = text.rfind("[")
+    if start < 0 or _PARTIAL.fullmatch(text, start) is None:
+        return text
+    return text[:start].rstrip(" \t")
 
 
 class Sources:
     """The markers and source rows of the bar's answers."""
 
-    def __init__(self, bar: Bar) -> None:
-        self.bar = bar
-        self.dom = bar.dom
+    def __init__(self, dom: Dom, root: Any) -> None:
+        self.dom = dom
+        self._root = root  # the bar's shadow root (a marker moves the focus to its row)
 
     def page_url(self) -> str | None:
         """The page's URL: a source on its host opens in place."""
@@ -154,7 +158,7 @@ class Sources:
         href = str(el.getAttribute("href") or "")
         if not href.startswith("#"):
             return
-        row = self.bar.root.getElementById(href[1:])
+        row = self._root.getElementById(href[1:])
         if not absent(row):
             row.focus()  # scrolls it into view
 

@@ -8,13 +8,14 @@ conversation and go when the reader sends the next message.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from typing import Any
 
 from ..protocol import ConnectionState
+from ..store import Store
+from .composer import Composer
+from .context import PartContext
 from .dom import absent
-
-if TYPE_CHECKING:
-    from .bar import Bar
 
 #: ``data-action`` values of these buttons (the bar's click handler hands them here).
 ACTIONS = frozenset({"starter", "suggestion"})
@@ -23,9 +24,13 @@ ACTIONS = frozenset({"starter", "suggestion"})
 class Prompts:
     """The starters row (in the empty state) and the suggestions row (after the message list)."""
 
-    def __init__(self, bar: Bar) -> None:
-        self.bar = bar
-        dom, lbl = bar.dom, bar.dom.labels
+    def __init__(self, ctx: PartContext, store: Store, composer: Composer, *,
+                 stick_to_end: Callable[[], None]) -> None:
+        self._ctx = ctx
+        self._store = store
+        self._composer = composer  # a press before the connection is up is held by it like a typed message
+        self._stick_to_end = stick_to_end
+        dom, lbl = ctx.dom, ctx.dom.labels
         self.starters_el = dom.el("div", "starters", part="starters")
         self.starters_el.setAttribute("role", "group")
         self.starters_el.setAttribute("aria-label", lbl["starters"])
@@ -40,7 +45,7 @@ class Prompts:
 
     def render(self) -> None:
         """Both rows, touched only when what they show changed."""
-        s = self.bar.store
+        s = self._store
         # Before the connection is up a press is held by the composer like a typed message (see on_action).
         enabled = s.can_send or s.connection_state != ConnectionState.CONNECTED
         self._row("starter", self.starters_el, s.starters, enabled)
@@ -58,7 +63,7 @@ class Prompts:
             focused = self._focused_index(row)
             row.textContent = ""
             for i, text in enumerate(texts):
-                b = self.bar.dom.text_button(text, kind, kind, part=kind)
+                b = self._ctx.dom.text_button(text, kind, kind, part=kind)
                 b.setAttribute("data-index", str(i))
                 b.setAttribute("dir", "auto")
                 b.disabled = not enabled
@@ -69,7 +74,7 @@ class Prompts:
         row.hidden = not texts
 
     def _focused_index(self, row: Any) -> int | None:
-        active = self.bar.root.activeElement
+        active = self._ctx.root.activeElement
         if absent(active) or not row.contains(active):
             return None
         return int(active.getAttribute("data-index") or 0)
@@ -80,7 +85,7 @@ class Prompts:
         if n:
             row.children.item(min(index, n - 1)).focus()
         else:
-            self.bar.input.focus()
+            self._ctx.focus_composer()
 
     def on_action(self, action: str, el: Any) -> None:
         """A press on a starter or a suggestion: its text goes as the reader's message."""
@@ -91,11 +96,11 @@ class Prompts:
             return
         if not 0 <= index < len(texts):
             return
-        store, composer = self.bar.store, self.bar.composer
+        store, composer = self._store, self._composer
         if store.connection_state != ConnectionState.CONNECTED:
-            if not str(self.bar.input.value).strip():  # never overwrite what the reader typed
-                self.bar.input.value = texts[index]
-                self.bar.input.focus()
+            if not str(composer.input.value).strip():  # never overwrite what the reader typed
+                composer.input.value = texts[index]
+                composer.input.focus()
                 composer.send()  # held, and sent once the connection is up
             return
         if store.can_send:
@@ -104,12 +109,12 @@ class Prompts:
     def send(self, text: str) -> None:
         """Send ``text`` as if typed: the conversation scrolls to it, the composer takes the focus (the pressed
         button goes away) and gets the text back if the send failed and nothing new was typed."""
-        bar, store = self.bar, self.bar.store
-        bar.stick_to_end()
-        bar.input.focus()
+        store, field = self._store, self._composer.input
+        self._stick_to_end()
+        field.focus()
 
         async def go() -> None:
-            if not await store.send_prompt(text) and not str(bar.input.value):
-                bar.input.value = text
+            if not await store.send_prompt(text) and not str(field.value):
+                field.value = text
 
-        bar.spawn(go())
+        self._ctx.spawn(go())

@@ -12,12 +12,9 @@ from __future__ import annotations
 
 import json
 import re
-from typing import TYPE_CHECKING, Literal
+from typing import Any, Literal
 
-from .dom import absent
-
-if TYPE_CHECKING:
-    from .bar import Bar
+from .dom import Listeners, absent
 
 Theme = Literal["light", "dark"]
 
@@ -68,12 +65,11 @@ def scheme_theme(color_scheme: str) -> Theme | None:
 class PageTheme:
     """Watches the page's theme and mirrors it on the bar's host; ``close`` stops watching."""
 
-    def __init__(self, bar: Bar) -> None:
-        self.bar = bar
-        js = bar.dom.js
+    def __init__(self, js: Any, listeners: Listeners, host: Any) -> None:
+        self._host = host
         self._js = js
         self.theme: Theme | None = None
-        self._observer = js.MutationObserver.new(bar.events.proxy(lambda records, observer: self.update()))
+        self._observer = js.MutationObserver.new(listeners.proxy(lambda records, observer: self.update()))
         watched = ["class", "style", *ATTRIBUTES]
         options = js.JSON.parse('{"attributes": true, "attributeFilter": ' + json.dumps(watched) + "}")
         self._observer.observe(js.document.documentElement, options)
@@ -81,7 +77,7 @@ class PageTheme:
             self._observer.observe(js.document.body, options)
         try:
             self._media = js.matchMedia("(prefers-color-scheme: dark)")
-            bar.events.add(self._media, "change", lambda e: self.update())
+            listeners.add(self._media, "change", lambda e: self.update())
         except Exception:  # noqa: BLE001 - no matchMedia: the theme still follows the page's attributes
             self._media = None
         self.update()
@@ -118,9 +114,9 @@ class PageTheme:
             return
         self.theme = theme
         if theme is None:
-            self.bar.host.removeAttribute("data-page-theme")
+            self._host.removeAttribute("data-page-theme")
         else:
-            self.bar.host.setAttribute("data-page-theme", theme)
+            self._host.setAttribute("data-page-theme", theme)
 
     def close(self) -> None:
         """Stop watching (the listeners' proxies go with the bar's)."""
