@@ -81,7 +81,6 @@ class Hub:
         self.turns = TurnRunner(self)
         self.recovery = Lifecycle(self)
         self.membership = Membership(self)
-        self.send_queues = SendQueues(self)
         self.writes = Writes(self)
         #: OpenTelemetry spans of turns and calls, made from the stored events (None: off)
         self.tracing: Tracing | None = make_tracing(config)
@@ -103,6 +102,7 @@ class Hub:
             engineio_logger=False,
             client_manager=self.redis,
         )
+        self.send_queues = SendQueues(config, self.sio)
         self.store.add_listener(self.fanout.on_signal)
         self.sio.on("connect", self.membership.on_connect)
         self.sio.on("disconnect", self.membership.on_disconnect)

@@ -10,8 +10,8 @@ from typing import TYPE_CHECKING, Any
 
 from ... import protocol as P
 from ...protocol import CallState, ConversationStatus, Kind, Role, TurnErrorCode, TurnStatus, UserInputReason
+from .rounds import tool_message
 from .runtime import LIVE_STATUSES, ConvRuntime, new_id
-from .turns import tool_message
 
 if TYPE_CHECKING:
     from .core import Hub

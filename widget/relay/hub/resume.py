@@ -15,8 +15,8 @@ from typing import TYPE_CHECKING, Any
 from ... import protocol as P
 from ...protocol import CallState, ConversationStatus, Role, ToolMessageKind
 from ..storage import store as S
+from .rounds import Round, tool_message
 from .runtime import ConvRuntime, new_id
-from .turns import Round, tool_message
 
 if TYPE_CHECKING:
     from .core import Hub

@@ -13,12 +13,12 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from engineio import packet as eio_packet
 
-if TYPE_CHECKING:
-    from .core import Hub
+from ..config import RelayConfig
+from ..sio import RelaySocketServer
 
 log = logging.getLogger("widget.relay")
 
@@ -82,15 +82,16 @@ _classes: dict[type, type] = {}
 class SendQueues:
     """The hub's bound on each socket's send queue (``socket_send_queue_bytes``)."""
 
-    def __init__(self, hub: Hub) -> None:
-        self.hub = hub
+    def __init__(self, config: RelayConfig, sio: RelaySocketServer) -> None:
+        self._config = config
+        self._sio = sio
         #: sockets disconnected for not reading (since start)
         self.disconnected = 0
         #: how long a replay waits for a socket to read before it is disconnected
         self.drain_timeout_s = DRAIN_TIMEOUT_S
 
     def _eio_socket(self, sid: str) -> Any:
-        sio = self.hub.sio
+        sio = self._sio
         try:
             eio_sid = sio.manager.eio_sid_from_sid(sid, "/")
         except Exception:  # noqa: BLE001 - not connected (any more)
@@ -99,7 +100,7 @@ class SendQueues:
 
     def bound(self, sid: str) -> None:
         """Bound a newly connected socket's queue."""
-        limit = self.hub.config.socket_send_queue_bytes
+        limit = self._config.socket_send_queue_bytes
         s = self._eio_socket(sid)
         if not limit or s is None:
             return
@@ -123,7 +124,7 @@ class SendQueues:
     async def drained(self, sid: str, timeout: float | None = None) -> bool:
         """Wait until the socket's queue is at most a quarter of the bound; False when the socket is gone,
         or has not read that far within ``timeout`` (it is disconnected then)."""
-        limit = self.hub.config.socket_send_queue_bytes
+        limit = self._config.socket_send_queue_bytes
         s = self._eio_socket(sid)
         if s is None:
             return False

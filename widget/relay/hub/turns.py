@@ -14,8 +14,7 @@ import asyncio
 import json
 import logging
 import time
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any
 
 from ... import protocol as P
 from ...core.tools import check_tool_arguments
@@ -38,6 +37,7 @@ from ..tools import check_offer, check_suggestions, docs_query, suggestions_note
 from .ask_user import prompt_from
 from .citations import exempt_reason, search_key
 from .prompts import RoundInfo, build_request, search_sections
+from .rounds import Round, tool_message
 from .runtime import ConvRuntime, new_id
 
 if TYPE_CHECKING:
@@ -46,39 +46,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("widget.relay")
 turn_log = logging.getLogger("widget.relay.turns")
-
-
-@dataclass
-class Round:
-    """One model round's assistant message as it is built."""
-
-    #: the streaming message's id (None once committed)
-    message_id: str | None = None
-    text: list[str] = field(default_factory=list)
-    #: ``{"id", "name", "arguments"}`` of every call the model made (its ``function_calls``)
-    calls: list[dict[str, Any]] = field(default_factory=list)
-    #: the tool messages answering them, stored with the message
-    tools: list[CallRecord] = field(default_factory=list)
-    #: ``completion.started`` was emitted
-    started: bool = False
-    #: the round's offer of actions (``offer_actions``), stored with the message
-    offer: dict[str, Any] | None = None
-    #: the follow-up questions the round suggested (``suggest_followups``), stored on the message
-    suggestions: list[str] = field(default_factory=list)
-    #: a ``suggest_followups`` call of the round showed nothing (the model was told why: the turn goes on)
-    suggestions_failed: bool = False
-    #: the round's committed assistant message, its tool messages and whether it showed an offer (``end_message``)
-    ended: tuple[dict[str, Any], list[CallRecord], bool] | None = None
-
-
-def tool_message(call_id: str, name: str, kind: ToolMessageKind | str, end: dict[str, Any]) -> CallRecord:
-    """The stored ``tool`` message of a call's end."""
-    return {
-        "id": new_id("m_"), "role": Role.TOOL, "function_call_id": call_id, "name": name,
-        "kind": cast(ToolMessageKind, kind),  # a stored call kind (function, tool) or relay
-        "status": end["status"], "result": end.get("result"), "error": end.get("error"),
-        "duration_ms": end.get("duration_ms"), "total_ms": end.get("total_ms"), "created_at": time.time(),
-    }
 
 
 def cache_key(name: str, arguments: Any) -> str:
