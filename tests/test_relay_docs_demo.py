@@ -128,6 +128,9 @@ async def test_the_projects_own_docs_answer_the_colours_question(tmp_path: Path,
         page = await (await http.get(page_url)).text()
         assert '<h3 id="colours">' in page
         assert unquote(fragment.split("text=", 1)[1].split(",", 1)[0]) in page
+        # The search finds a section for any question; one that is not about it is not quoted (docs/demo-model.md).
+        other = final(await ask(rec, "What is the capital of France?"))
+        assert other["content"] == DEFAULT_NOT_FOUND_TEXT and "sources" not in other
         await rec.disconnect()
     finally:
         await h.stop()

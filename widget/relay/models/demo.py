@@ -241,7 +241,7 @@ class DemoModel(ModelAdapter):
                 return
             found = _one_shot_sections(msgs)
             if found is not None:  # a one-shot turn: the relay searched already
-                async for c in self._text(_from_docs(found)):
+                async for c in self._text(_from_docs(found, text)):
                     yield c
                 return
         async for c in self._text(self._answer(text, names, ASK_USER_TOOL in tools, actions, request.attempt, suggest)):
@@ -320,7 +320,8 @@ class DemoModel(ModelAdapter):
                 names[tc["id"]] = tc["function"]["name"]
         docs = [r for r in results if names.get(r.get("tool_call_id")) == P.SEARCH_DOCS_TOOL]
         rest = [r for r in results if r not in docs]
-        parts = [_from_docs(parse_docs_reply(str(docs[0].get("content") or ""))), ""] if docs else []
+        question = next((str(m.get("content") or "") for m in reversed(msgs) if m["role"] == "user"), "")
+        parts = [_from_docs(parse_docs_reply(str(docs[0].get("content") or "")), question), ""] if docs else []
         if rest or not parts:
             parts += ["### Result", ""]
         for r in rest:
@@ -364,13 +365,46 @@ def _first_sentences(text: str) -> str:
     return out
 
 
-def _from_docs(reply: dict[str, Any] | None) -> str:
-    """The answer from a search's sections: the best section's first sentence(s), quoted, with its citation; or
-    ``DEMO_NOT_FOUND`` when the search found nothing."""
+#: Words of a question that say nothing about its subject (the demo's relevance check ignores them).
+_FILLER = frozenset(
+    "a an and are can could do does for from how i in is it me my of on or please the their there this to what "
+    "when where which who why will with would you your".split()
+)
+#: How much of a question's subject a section must cover for the demo to quote it.
+MIN_COVERAGE = 2 / 3
+
+
+def _stem(word: str) -> str:
+    """A crude stem: one common ending off, then the first five letters ("closing", "closes", "close" -> "clos")."""
+    for ending in ("ing", "ed", "es", "s", "e"):
+        if word.endswith(ending) and len(word) - len(ending) >= 3:
+            word = word[: -len(ending)]
+            break
+    return word[:5]
+
+
+def _terms(text: str) -> set[str]:
+    """A text's subject words, lowercased and stemmed (``colours`` and ``colour`` are one word to the demo)."""
+    return {_stem(w) for w in re.findall(r"[^\W\d_]+", text.lower()) if w not in _FILLER and len(w) > 1}
+
+
+def coverage(question: str, section: dict[str, Any]) -> float:
+    """The share of the question's subject words that a section's title and text contain (1.0 for no such words)."""
+    asked = _terms(question)
+    if not asked:
+        return 1.0
+    return len(asked & _terms(f"{section.get('title') or ''} {section.get('text') or ''}")) / len(asked)
+
+
+def _from_docs(reply: dict[str, Any] | None, question: str) -> str:
+    """The answer from a search's sections: the first section that covers the question's subject (``MIN_COVERAGE``),
+    its first sentence(s) quoted with its citation; ``DEMO_NOT_FOUND`` when no section does (a real model reads
+    the sections; the demo only checks that they are about the words asked)."""
     sections = [s for s in (reply or {}).get("sections") or [] if isinstance(s, dict) and s.get("text")]
-    if not sections:
+    relevant = [s for s in sections if coverage(question, s) >= MIN_COVERAGE]
+    if not relevant:
         return DEMO_NOT_FOUND
-    best = sections[0]
+    best = relevant[0]
     where = " ".join(str(best.get("title") or "").split()) or "the documentation"
     quote = _first_sentences(str(best["text"]).strip("…"))
     return f"From the documentation ({where}):\n\n> {quote} [{best['id']}]"
