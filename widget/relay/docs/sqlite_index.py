@@ -41,6 +41,8 @@ from .query import fts5_match, terms
 
 T = TypeVar("T")
 
+#: How much of the database file a searching connection maps into memory.
+MMAP_BYTES = 256 * 1024 * 1024
 #: A passage's id is its section's id shifted left by this many bits, plus its number in the section.
 CHUNK_BITS = 12
 #: BM25 column weights: the section's own heading, the page title and headings above it, the text.
@@ -129,7 +131,7 @@ def connect(path: str | Path) -> sqlite3.Connection:
     db = sqlite3.connect(str(path), check_same_thread=False, isolation_level=None, timeout=30.0)
     db.execute("PRAGMA journal_mode=WAL")
     db.execute("PRAGMA synchronous=NORMAL")
-    db.execute("PRAGMA mmap_size=268435456")  # reads of the index without a system call per page
+    db.execute(f"PRAGMA mmap_size={MMAP_BYTES}")  # reads of the index without a system call per page
     db.execute("PRAGMA cache_size=-32768")
     db.executescript(SCHEMA)  # each statement IF NOT EXISTS: two processes starting together both succeed
     # This connection's own: the index's terms with their passage counts, and a scratch table that turns a
@@ -386,9 +388,11 @@ class SqliteJob:
                 return
 
     async def _release(self) -> None:
-        await self.index._run(lambda db: db.execute(
-            "UPDATE docs_apps SET lock_token = NULL, lock_until = NULL WHERE app_id = ? AND lock_token = ?",
-            (self.app_id, self.token)))
+        def release(db: sqlite3.Connection) -> None:
+            db.execute("UPDATE docs_apps SET lock_token = NULL, lock_until = NULL WHERE app_id = ? AND lock_token = ?",
+                       (self.app_id, self.token))
+            db.execute(f"PRAGMA mmap_size={MMAP_BYTES}")  # searches on this connection read mapped again
+        await self.index._run(release)
 
 
 def _count_terms(db: sqlite3.Connection) -> None:
