@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import random
 import shutil
 import sqlite3
 import subprocess
@@ -298,3 +299,17 @@ def test_index_command_bounds(tmp_path: Path) -> None:
     assert json.loads(search.stdout)["sections"][0]["url"] == "/#welcome"  # the index before is intact
     bad = relay_cli("index", "--app", "s", str(site), "--selector", "div[", "--db", db, cwd=tmp_path)
     assert bad.returncode == 2 and "not a CSS selector" in bad.stderr
+
+
+async def test_no_question_raises(index: Any) -> None:
+    """Questions built from search-syntax characters, scripts, marks and controls: every one is answered."""
+    await run_index(index, "site", SITE + [MemPage("/intl/", html("Intl", ("words", "Straße İstanbul 中文 ٣ naïve")))])
+    pieces = ['"', "'", "*", "-", ":", "(", ")", "^", "{", "}", "NEAR", "OR", "AND", "NOT", " ", "é", "ǅ", "中文", "ع",
+              "\u0301", "🙂", "\x00", "\\", "%", "_", "accent", "1", "٣", "ß", "İ", "\u200b", "ﬁ", "+", "~", "@"]
+    rng = random.Random(29)
+    for _ in range(200):
+        question = "".join(rng.choice(pieces) for _ in range(rng.randint(0, 12)))
+        hits = await index.search("site", question)
+        assert all(h["url"].startswith("/") for h in hits)
+    assert (await urls(index, "site", "中文"))[0] == "/intl/#words"
+    assert (await urls(index, "site", "Straße"))[0] == "/intl/#words"
