@@ -14,12 +14,29 @@ const STREAM_EVENT = "completion_stream";
 const STREAM_BATCH_MS = 100; // the bar renders streamed text ~10 times a second: batches match that cadence
 const BATCH = "__batch__"; // the name Python's BrowserTransport reads as a batch
 
+/** @typedef {import("./vendor/socket.io.esm.min.js").Socket} Socket */
+/** Python's handler: (event name, payload as JSON text). @typedef {(name: string, json: string) => void} Handler */
+/** [status, body text] of an HTTP answer. @typedef {[number, string]} Answer */
+/**
+ * A socket the loader opened early (preconnect), for Python's connect() to take over.
+ * @typedef {{url: string, path: string, s: Socket, ready?: Promise<boolean>, queued: [string, unknown][],
+ *            expiry?: ReturnType<typeof setTimeout>}} EarlySocket
+ */
+
+/** @type {Socket | null} */
 let socket = null;
+/** @type {Handler | null} */
 let onEvent = null; // a Python proxy (create_proxy), owned and destroyed by Python
+/** @type {[string, unknown][]} */
 let waiting = []; // [name, payload] pairs not handed over yet
+/** @type {ReturnType<typeof setTimeout> | null} */
 let waitTimer = null;
 let lastHandover = -Infinity; // performance.now() of the last streamed event handed over
 
+/**
+ * @param {string} name
+ * @param {unknown} value
+ */
 function send(name, value) {
   if (onEvent) onEvent(name, value === undefined ? "null" : JSON.stringify(value));
 }
@@ -36,6 +53,10 @@ function handOver() {
   if (onEvent) onEvent(BATCH, JSON.stringify(batch));
 }
 
+/**
+ * @param {string} name
+ * @param {unknown} value
+ */
 function deliver(name, value) {
   if (name !== STREAM_EVENT) {
     handOver();
@@ -52,6 +73,11 @@ function deliver(name, value) {
   if (waitTimer === null) waitTimer = setTimeout(handOver, Math.max(0, lastHandover + STREAM_BATCH_MS - now));
 }
 
+/**
+ * @param {string} url
+ * @param {string} path
+ * @returns {Socket}
+ */
 function open(url, path) {
   return io(url, {
     path,
@@ -62,7 +88,13 @@ function open(url, path) {
   });
 }
 
-// Listen to a socket Python uses: its events go to Python (see deliver); `settle` answers connect() once.
+/**
+ * Listen to a socket Python uses: its events go to Python (see deliver); `settle` answers connect() once.
+ * @param {Socket} s
+ * @param {string} url
+ * @param {string} path
+ * @param {(err: Error | null) => boolean} settle
+ */
 function wire(s, url, path, settle) {
   s.on("connect", () => {
     deliver("__connected__", null);
@@ -84,8 +116,14 @@ function wire(s, url, path, settle) {
   s.onAny((name, payload) => deliver(name, payload));
 }
 
-/** Open the socket; resolves on the first connect, rejects on the first connect error. A socket the loader
- * opened early to this url and path (preconnect) is taken over instead, once it is connected. */
+/**
+ * Open the socket; resolves on the first connect, rejects on the first connect error. A socket the loader
+ * opened early to this url and path (preconnect) is taken over instead, once it is connected.
+ * @param {string} url
+ * @param {string} path
+ * @param {Handler} handler
+ * @returns {Promise<boolean>}
+ */
 export async function connect(url, path, handler) {
   // The conversation was read by now: an early answer left unused must not answer a later request (a "new
   // chat" creating a conversation would get the first one back).
@@ -95,16 +133,17 @@ export async function connect(url, path, handler) {
   close();
   if (early) {
     clearTimeout(early.expiry);
-    if (early.url === url && early.path === path && await early.ready && early.s.connected && !socket) {
-      early.s.offAny();
+    const s = early.s;
+    if (early.url === url && early.path === path && await early.ready && s.connected && !socket) {
+      s.offAny();
       onEvent = handler;
-      socket = early.s;
-      wire(early.s, url, path, () => false);
+      socket = s;
+      wire(s, url, path, () => false);
       deliver("__connected__", null);
       early.queued.forEach(([name, payload]) => deliver(name, payload));
       return true;
     }
-    early.s.disconnect();
+    s.disconnect();
   }
   onEvent = handler;
   return new Promise((resolve, reject) => {
@@ -127,12 +166,24 @@ export async function connect(url, path, handler) {
 // fresh, only by the same request (method, URL and body) and only before Python's connect(): anything else goes
 // to the network as before.
 const EARLY_MAX_AGE_MS = 10000; // an older answer (its join token, say) is not handed over
+/** @type {Map<string, {at: number, answer: Promise<Answer>}>} */
 const earlyAnswers = new Map(); // "METHOD url body" -> {at, answer: Promise<[status, text]>}
-let earlySocket = null; // {url, path, s, ready: Promise<boolean>, queued, expiry}
+/** @type {EarlySocket | null} */
+let earlySocket = null;
 
+/**
+ * @param {string} method
+ * @param {string} url
+ * @param {string | null | undefined} bodyJson
+ */
 const earlyKey = (method, url, bodyJson) => method + " " + url + " " + (bodyJson == null ? "" : bodyJson);
 
-/** Send a request now for Python to use later (see request); resolves to [status, bodyText] as request does. */
+/**
+ * Send a request now for Python to use later (see request); resolves to [status, bodyText] as request does.
+ * @param {string} method
+ * @param {string} url
+ * @param {string | null} bodyJson
+ */
 export function prefetch(method, url, bodyJson) {
   const key = earlyKey(method, url, bodyJson);
   const answer = httpRequest(method, url, bodyJson);
@@ -143,12 +194,17 @@ export function prefetch(method, url, bodyJson) {
   return answer;
 }
 
-/** Open the socket now for Python's connect() to take over (dropped if it does not within the age limit). */
+/**
+ * Open the socket now for Python's connect() to take over (dropped if it does not within the age limit).
+ * @param {string} url
+ * @param {string} path
+ */
 export function preconnect(url, path) {
   if (socket) return; // Python is connected already
   if (earlySocket) earlySocket.s.disconnect();
-  clearTimeout(earlySocket && earlySocket.expiry);
+  clearTimeout(earlySocket ? earlySocket.expiry : undefined);
   const s = open(url, path);
+  /** @type {EarlySocket} */
   const entry = { url, path, s, queued: [] };
   entry.ready = new Promise((resolve) => {
     s.once("connect", () => resolve(true));
@@ -161,30 +217,48 @@ export function preconnect(url, path) {
   earlySocket = entry;
 }
 
-/** Emit with an acknowledgement; resolves to the ack as JSON text. */
+/**
+ * Emit with an acknowledgement; resolves to the ack as JSON text.
+ * @param {string} name
+ * @param {string} json
+ * @param {number} [timeoutMs]
+ */
 export async function emitAck(name, json, timeoutMs) {
   if (!socket || !socket.connected) throw new Error("Cannot emit " + JSON.stringify(name) + ": not connected");
   const ack = await socket.timeout(timeoutMs || 10000).emitWithAck(name, JSON.parse(json));
   return JSON.stringify(ack === undefined ? null : ack);
 }
 
-/** Emit without an acknowledgement (fire and forget). */
+/**
+ * Emit without an acknowledgement (fire and forget).
+ * @param {string} name
+ * @param {string} json
+ */
 export function emit(name, json) {
   if (!socket || !socket.connected) throw new Error("Cannot emit " + JSON.stringify(name) + ": not connected");
   socket.emit(name, JSON.parse(json));
 }
 
+/** @type {Map<(json: string) => void, (payload: unknown) => void>} */
 const named = new Map(); // handler -> wrapper, so off() finds what on() added
 
-/** Listen to one event besides the catch-all handler (unbatched, so possibly ahead of it); the handler gets JSON text. */
+/**
+ * Listen to one event besides the catch-all handler (unbatched, so possibly ahead of it); the handler gets JSON text.
+ * @param {string} name
+ * @param {(json: string) => void} handler
+ */
 export function on(name, handler) {
   if (!socket) throw new Error("Cannot listen: not connected");
-  const wrapper = (payload) => handler(JSON.stringify(payload === undefined ? null : payload));
+  const wrapper = (/** @type {unknown} */ payload) => handler(JSON.stringify(payload === undefined ? null : payload));
   named.set(handler, wrapper);
   socket.on(name, wrapper);
 }
 
-/** Stop listening with a handler given to on(). */
+/**
+ * Stop listening with a handler given to on().
+ * @param {string} name
+ * @param {(json: string) => void} handler
+ */
 export function off(name, handler) {
   const wrapper = named.get(handler);
   if (socket && wrapper) socket.off(name, wrapper);
@@ -217,8 +291,14 @@ export function close() {
   onEvent = null;
 }
 
-/** One JSON HTTP request; resolves to [status, bodyText]. The same request sent early (prefetch) is answered
- * from there when it succeeded within the age limit. */
+/**
+ * One JSON HTTP request; resolves to [status, bodyText]. The same request sent early (prefetch) is answered
+ * from there when it succeeded within the age limit.
+ * @param {string} method
+ * @param {string} url
+ * @param {string | null} bodyJson
+ * @returns {Promise<Answer>}
+ */
 export async function request(method, url, bodyJson) {
   const key = earlyKey(method, url, bodyJson);
   const entry = earlyAnswers.get(key);
@@ -232,23 +312,39 @@ export async function request(method, url, bodyJson) {
   return httpRequest(method, url, bodyJson);
 }
 
+/**
+ * @param {string} method
+ * @param {string} url
+ * @param {string | null | undefined} bodyJson
+ * @returns {Promise<Answer>}
+ */
 async function httpRequest(method, url, bodyJson) {
-  const init = { method, headers: {}, credentials: "omit" };
+  /** @type {Record<string, string>} */
+  const headers = {};
+  /** @type {RequestInit} */
+  const init = { method, headers, credentials: "omit" };
   if (bodyJson !== null && bodyJson !== undefined) {
-    init.headers["Content-Type"] = "application/json";
+    headers["Content-Type"] = "application/json";
     init.body = bodyJson;
   }
   const res = await fetch(url, init);
   return [res.status, await res.text()];
 }
 
-/** Round-trip timing helper for benchmarks: a plain-JS emit+ack of the same payload. */
+/**
+ * Round-trip timing helper for benchmarks: a plain-JS emit+ack of the same payload.
+ * @param {string} name
+ * @param {string} json
+ * @param {number} n
+ */
 export async function jsEmitAckMs(name, json, n) {
+  if (!socket) throw new Error("Cannot emit " + JSON.stringify(name) + ": not connected");
+  const s = socket;
   const data = JSON.parse(json);
   const times = [];
   for (let i = 0; i < n; i++) {
     const t = performance.now();
-    await socket.timeout(10000).emitWithAck(name, data);
+    await s.timeout(10000).emitWithAck(name, data);
     times.push(performance.now() - t);
   }
   return JSON.stringify(times);

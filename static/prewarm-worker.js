@@ -26,6 +26,10 @@ except Exception:
     pass
 `;
 
+// The worker's postMessage (message, transfer list): tsconfig.json's lib is the page's (dom), whose global
+// postMessage is the window's.
+const post = /** @type {(message: unknown, transfer?: Transferable[]) => void} */ (/** @type {unknown} */ (postMessage));
+
 /**
  * Start Pyodide with the page's options; post {} when done, {snapshot, module, steps} for a hand-over (then {stored}
  * when p.store is set), {failed} when it could not start.
@@ -34,13 +38,17 @@ except Exception:
  */
 export async function warm(p) {
   // When each step ended, on the page's clock's terms (ms since the epoch): the loader marks them for benches.
+  /** @type {Record<string, number>} */
   const steps = {};
-  const step = (name) => { steps[name] = performance.timeOrigin + performance.now(); };
+  const step = (/** @type {string} */ name) => { steps[name] = performance.timeOrigin + performance.now(); };
   step("start");
   try {
+    /** @type {Record<string, unknown>} */
     const options = { ...p.options };
     if (p.snapshotUrl) options._loadSnapshot = fetch(p.snapshotUrl).then((r) => r.arrayBuffer());
+    /** @type {WebAssembly.Module | null} */
     let compiled = null;
+    /** @type {Promise<ArrayBuffer> | null} */
     let wasmBytes = null; // a copy of the wasm's body for the store (no second fetch, no second decode)
     if (p.handOff) {
       // Keep the compiled module Pyodide makes, to hand it over with the snapshot.
@@ -48,8 +56,9 @@ export async function warm(p) {
       const streaming = WebAssembly.instantiateStreaming;
       WebAssembly.instantiateStreaming = (source, imports) => {
         const teed = p.store ? Promise.resolve(source).then((r) => {
-          wasmBytes = r.clone().arrayBuffer();
-          wasmBytes.catch(() => {});
+          const copy = r.clone().arrayBuffer();
+          copy.catch(() => {});
+          wasmBytes = copy;
           return r;
         }) : source;
         return streaming.call(WebAssembly, teed, imports).then((r) => {
@@ -76,11 +85,13 @@ export async function warm(p) {
       step("snapshot");
       // The page says when to store: once it has joined, so that copying the heap does not compete with its
       // restore and boot for the machine's cores.
-      const go = p.store ? new Promise((resolve) => addEventListener("message", (ev) => { if (ev.data === "store") resolve(); })) : null;
-      postMessage({ snapshot, module: compiled, steps }, [snapshot.buffer]);
-      if (go) {
+      const target = p.store;
+      /** @type {Promise<void> | null} */
+      const go = target ? new Promise((resolve) => addEventListener("message", (ev) => { if (ev.data === "store") resolve(); })) : null;
+      post({ snapshot, module: compiled, steps }, [snapshot.buffer]);
+      if (go && target) {
         await go;
-        postMessage({ stored: await store(py, p.store, wasmBytes) });
+        postMessage({ stored: await store(py, target, wasmBytes) });
       }
     } else {
       postMessage({});
@@ -108,6 +119,7 @@ export async function warm(p) {
  */
 function keptPages(bytes, pageSize) {
   const words = bytes.byteOffset % 4 === 0 ? new Uint32Array(bytes.buffer, bytes.byteOffset, bytes.length >> 2) : null;
+  /** @type {Array<[number, number]>} */
   const runs = [];
   const pages = Math.ceil(bytes.length / pageSize);
   for (let p = 0; p < pages; p++) {
@@ -134,7 +146,7 @@ function keptPages(bytes, pageSize) {
  * as ascending runs of page indexes ("0-3,7,9-480"); the bytes header is the snapshot's full length. Returns what
  * was stored, or null (kept, or no storage: an insecure context, storage blocked or full; the loader then starts
  * Python as usual).
- * @param {object} py the started Pyodide (made with _makeSnapshot)
+ * @param {{makeMemorySnapshot: () => Uint8Array<ArrayBuffer>}} py the started Pyodide (made with _makeSnapshot)
  * @param {StoreTarget} s
  * @param {Promise<ArrayBuffer>|null} wasmBytes a copy of the wasm's body (see storeWasm)
  * @returns {Promise<{bytes: number, stored: number, pages: number, wasm: number, ms: number}|null>}
@@ -152,6 +164,7 @@ async function store(py, s, wasmBytes) {
     const runs = keptPages(snapshot, s.pageSize);
     // One view per run of kept pages; the Blob copies them once.
     const body = new Blob(runs.map(([a, b]) => snapshot.subarray(a * s.pageSize, Math.min((b + 1) * s.pageSize, snapshot.length))));
+    /** @type {Record<string, string>} */
     const headers = { "content-type": "application/octet-stream", "content-length": String(body.size) };
     headers[s.buildHeader] = s.build;
     headers[s.formatHeader] = s.format;
@@ -179,6 +192,7 @@ async function storeWasm(cache, s, wasmBytes) {
   const old = await cache.match(s.wasmKey);
   if (!wasmBytes || (old && old.headers.get(s.buildHeader) === s.build)) return 0;
   const bytes = await wasmBytes;
+  /** @type {Record<string, string>} */
   const headers = { "content-type": "application/wasm", "content-length": String(bytes.byteLength) };
   headers[s.buildHeader] = s.build;
   await cache.put(s.wasmKey, new Response(bytes, { headers }));

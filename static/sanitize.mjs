@@ -27,6 +27,7 @@ const FORBIDDEN_TAGS = ["img", "image", "svg", "math", "iframe", "frame", "frame
 const ATTRS = ["href", "title", "rel", "target", "class", "start", "align"];
 
 // Which attribute may sit on which element, and what its value must look like.
+/** @type {Record<string, Record<string, RegExp | null>>} */
 const PER_TAG = {
   href: { A: null },
   rel: { A: null },
@@ -75,11 +76,16 @@ purify.addHook("afterSanitizeAttributes", (node) => {
 
 export const isSupported = Boolean(purify.isSupported);
 
+/** @param {unknown} html */
 function text(html) {
   return html === null || html === undefined ? "" : String(html);
 }
 
-/** Sanitized HTML for `html` (a string; anything else is converted to one). */
+/**
+ * Sanitized HTML for `html` (a string; anything else is converted to one).
+ * @param {unknown} html
+ * @returns {string}
+ */
 export function sanitize(html) {
   // Serialized from the DOM result, so the string and fragment APIs agree: for an element with an `is`
   // attribute (which cannot be removed), DOMPurify's string mode leaves `is=""`, its DOM mode drops the element.
@@ -89,20 +95,32 @@ export function sanitize(html) {
   return box.innerHTML;
 }
 
-/** Sanitized nodes for `html`, as a DocumentFragment (no string round trip, so no re-parse). */
+/**
+ * Sanitized nodes for `html`, as a DocumentFragment (no string round trip, so no re-parse).
+ * @param {unknown} html
+ * @returns {DocumentFragment}
+ */
 export function sanitizeToFragment(html) {
   if (!isSupported) return document.createDocumentFragment();
   // DOMPurify returns null when the parse has no <body> (e.g. a <frameset> document): that is "nothing".
   return purify.sanitize(text(html), { ...CONFIG, RETURN_DOM_FRAGMENT: true }) || document.createDocumentFragment();
 }
 
-/** Replace `element`'s children with the sanitized nodes of `html`; returns `element`. */
+/**
+ * Replace `element`'s children with the sanitized nodes of `html`; returns `element`.
+ * @param {Element} element
+ * @param {unknown} html
+ */
 export function setSafeHTML(element, html) {
   element.replaceChildren(sanitizeToFragment(html));
   return element;
 }
 
-/** Append the sanitized nodes of `html` to `element`; returns `element`. */
+/**
+ * Append the sanitized nodes of `html` to `element`; returns `element`.
+ * @param {Element} element
+ * @param {unknown} html
+ */
 export function appendSafeHTML(element, html) {
   element.append(sanitizeToFragment(html));
   return element;
