@@ -200,3 +200,33 @@ async def test_a_throttled_cold_view_loses_no_key(browser: Any, relay_server: An
         assert await page.evaluate(SENT) == [QUESTION]
     finally:
         await ctx.close()
+
+
+@pytest.mark.parametrize("key", ["Enter", "Space"])
+async def test_keyboard_only_enter_or_space_on_the_toggle(browser: Any, relay_server: Any, page_server: Any,
+                                                           key: str) -> None:
+    """Tab to the toggle, Enter or Space: the composer has the focus at once, so the keys that follow (a second
+    Enter or Space among them) go into it and never close the bar just opened."""
+    ctx = await browser.new_context()
+    try:
+        page = await ctx.new_page()
+        await page.goto(site_page(page_server, relay_server, f"keyboard-{key.lower()}"))
+        await page.wait_for_selector(TOGGLE, state="visible")
+        for _ in range(5):
+            await page.keyboard.press("Tab")
+            if await page.evaluate("() => document.activeElement && document.activeElement.id") == \
+                    "autopilot-toggle-host":
+                break
+        await page.keyboard.press(key)
+        assert await page.evaluate(FOCUSED) == "early"
+        await page.keyboard.press(key)  # the same key again, at once: it types, it does not close
+        await page.keyboard.type(QUESTION)
+        assert await page.get_attribute(TOGGLE, "aria-expanded") == "true"
+        await page.keyboard.press("Enter")
+        text = QUESTION if key == "Enter" else " " + QUESTION
+        await page.wait_for_function(f"() => ({SENT})().length > 0", timeout=60_000)
+        await page.wait_for_timeout(1500)
+        assert [s.strip() for s in await page.evaluate(SENT)] == [text.strip()]
+        assert await page.evaluate(BAR_OPEN)
+    finally:
+        await ctx.close()
