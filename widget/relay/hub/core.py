@@ -10,7 +10,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Coroutine
-from typing import Any
+from typing import Any, cast
 
 from ... import protocol as P
 from ..config import AppConfig, RelayConfig
@@ -24,8 +24,9 @@ from ..storage import store as S
 from ..tokens import TokenSigner
 from ..tracing import Tracing, make_tracing
 from .ask_user import answer_prompts
+from .context import Limiters, Switches, app_of
 from .dispatch import CallDispatch
-from .fanout import Fanout
+from .fanout import Fanout, FanoutContext
 from .joining import Membership
 from .lifecycle import Lifecycle
 from .prompts import history
@@ -41,8 +42,29 @@ log = logging.getLogger("widget.relay")
 ACK_SWEEP_S = 300.0
 
 
+class _Limiter:
+    """A ``Hub`` attribute that reads and replaces one of its ``Limiters`` (tests swap a limiter on the hub)."""
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self._field = name.removesuffix("_limiter")
+
+    def __get__(self, hub: Hub, owner: type | None = None) -> RateLimiter:
+        return cast(RateLimiter, getattr(hub.limiters, self._field))
+
+    def __set__(self, hub: Hub, limiter: RateLimiter) -> None:
+        setattr(hub.limiters, self._field, limiter)
+
+
 class Hub:
-    """The Socket.IO server and everything live behind it, for one relay process."""
+    """The Socket.IO server and everything live behind it, for one relay process. Its parts each get a narrow
+    context with what they use (see ``widget.relay.hub.context``), never the hub."""
+
+    message_limiter = _Limiter()  # per conversation
+    join_limiter = _Limiter()  # per address
+    replay_limiter = _Limiter()  # per socket
+    patch_limiter = _Limiter()  # per conversation
+    cancel_limiter = _Limiter()  # per socket
+    refused_limiter = _Limiter()  # per socket
 
     def __init__(self, config: RelayConfig, store: S.Store, models: dict[str, ModelAdapter] | None = None) -> None:
         self.config = config
@@ -57,43 +79,26 @@ class Hub:
         self.convs: dict[str, ConvRuntime] = self.runtimes.convs
         self.clients: dict[str, str] = self.runtimes.clients  # sid -> conversation id
         self.addresses: dict[str, str] = {}  # sid -> client address
-        self.message_limiter = RateLimiter(config.message_rate_per_minute)
-        self.join_limiter = RateLimiter(config.join_rate_per_minute)
-        self.replay_limiter = RateLimiter(config.replay_rate_per_minute)  # per socket
-        self.patch_limiter = RateLimiter(config.state_patch_rate_per_minute)  # per conversation
-        self.cancel_limiter = RateLimiter(config.cancel_rate_per_minute)  # per socket
-        self.refused_limiter = RateLimiter(config.refused_write_rate_per_minute)  # per socket
+        #: the rate limiters (``message_limiter`` and the others below read and replace them here)
+        self.limiters = Limiters.of(config)
         #: sockets of this process that disconnected and whose leaving the store is still recording
         #: (set when it is recorded): a join or activate racing that write waits for it, so a call
         #: held by the socket that left goes to the new active client (§3.1 pending_calls)
         self.leaving: dict[str, asyncio.Event] = {}
-        self.closing = False
-        #: set by a graceful shutdown (widget.relay.drain): no new joins or turns, running turns end
-        #: with turn_interrupted when cancelled
-        self.draining = False
+        #: ``closing`` and ``draining`` (below), read by the parts when they act
+        self.switches = Switches()
         self._loops: list[asyncio.Task[Any]] = []
         self._tasks: set[asyncio.Task[Any]] = set()
-        self.fanout = Fanout(self)
-        self.dispatch = CallDispatch(self)
         self.mcp = McpTools(config)  # the apps' MCP servers
         #: the site documentation's index (``search_docs``), in the relay's store (connects on first use)
         self.docs: DocsIndex | None = open_docs_index(config.database_url, config.db_path)
-        self.turns = TurnRunner(self)
-        self.recovery = Lifecycle(self)
-        self.membership = Membership(self)
-        self.writes = Writes(self)
         #: OpenTelemetry spans of turns and calls, made from the stored events (None: off)
         self.tracing: Tracing | None = make_tracing(config)
         self.redis: Any = None
         if config.redis_url:
             from ..scale import RelayRedisManager
 
-            self.redis = RelayRedisManager(
-                config.redis_url,
-                channel=config.redis_channel,
-                on_event=self.fanout.seen_remote,
-                on_resync=self.fanout.on_redis_back,
-            )
+            self.redis = RelayRedisManager(config.redis_url, channel=config.redis_channel)  # hooks: below
         self.sio = RelaySocketServer(
             async_mode="asgi",
             cors_allowed_origins=config.all_allowed_origins(),
@@ -102,14 +107,26 @@ class Hub:
             engineio_logger=False,
             client_manager=self.redis,
         )
+        # The parts, each given what it uses (lower parts first: a part gets its siblings' operations as callables).
         self.send_queues = SendQueues(config, self.sio)
+        self.dispatch = CallDispatch(self)
+        self.recovery = Lifecycle(self)
+        self.fanout = Fanout(FanoutContext(
+            store, self.runtimes, self.instance, self.spawn, self.redis, self.dispatch.emit_stored,
+            self.recovery.recover, self.recovery.disconnect_conversation))
+        if self.redis is not None:
+            self.redis.on_event = self.fanout.seen_remote
+            self.redis.on_resync = self.fanout.on_redis_back
+        self.turns = TurnRunner(self)
+        self.membership = Membership(self)
+        self.writes = Writes(self)
         self.store.add_listener(self.fanout.on_signal)
         self.sio.on("connect", self.membership.on_connect)
         self.sio.on("disconnect", self.membership.on_disconnect)
         self.sio.on_connection_closed = self.membership.connection_closed
         for owner in (self.membership, self.writes):
             for event, (spec, fn) in handlers_of(owner).items():
-                self.sio.on(event, wrap(self, owner, spec, fn))
+                self.sio.on(event, wrap(self.runtimes, store, owner, spec, fn))
 
     # ------------------------------------------------------------------ plumbing
     def rt(self, cid: str) -> ConvRuntime:
@@ -125,7 +142,7 @@ class Hub:
 
     def app_of(self, conv: dict[str, Any]) -> AppConfig:
         """The app configuration of a conversation (the defaults for an app no longer configured)."""
-        return self.config.apps.get(conv["app_id"]) or AppConfig()
+        return app_of(self.config, conv)
 
     async def start(self) -> None:
         """Once the store is open: mark this instance alive (and keep it so), start the Redis manager's
@@ -138,14 +155,28 @@ class Hub:
         if self.store.shared:
             self._loops.append(asyncio.ensure_future(self.fanout.poll_forever()))
 
+    @property
+    def closing(self) -> bool:
+        """The relay is shutting down: running turns are left for the next open to recover."""
+        return self.switches.closing
+
+    @closing.setter
+    def closing(self, value: bool) -> None:
+        self.switches.closing = value
+
+    @property
+    def draining(self) -> bool:
+        """Set by a graceful shutdown (widget.relay.drain): no new joins or turns, running turns end with
+        turn_interrupted when cancelled."""
+        return self.switches.draining
+
+    @draining.setter
+    def draining(self, value: bool) -> None:
+        self.switches.draining = value
+
     def refuse_new_work(self) -> None:
         """While the relay drains for shutdown, a join or a new turn is refused ``unavailable``."""
-        if self.draining:
-            from ...errors import ProtocolError
-
-            raise ProtocolError(
-                P.ERR_UNAVAILABLE, "The relay is shutting down; reconnect (another relay process answers)."
-            )
+        self.switches.refuse_new_work()
 
     async def shutdown(self) -> None:
         """Stop every task (running turns are left for the next open to recover) and close connections."""

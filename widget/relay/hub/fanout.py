@@ -11,23 +11,48 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from collections.abc import Awaitable, Callable, Coroutine
+from dataclasses import dataclass
+from typing import Any, Protocol
 
 from ... import protocol as P
-from .runtime import LIVE_STATUSES, POLL_DEGRADED_S, POLL_S, ConvRuntime
-
-if TYPE_CHECKING:
-    from .core import Hub
+from ..storage import store as S
+from .context import Spawn
+from .runtime import LIVE_STATUSES, POLL_DEGRADED_S, POLL_S, ConvRuntime, Runtimes
 
 log = logging.getLogger("widget.relay")
+
+
+class EmitStored(Protocol):
+    """Send stored events to one socket of this process (``CallDispatch.emit_stored``)."""
+
+    def __call__(self, cid: str, sid: str, events: list[tuple[int, str, dict[str, Any]]], *,
+                 active: Any = ...) -> Awaitable[bool]: ...
+
+
+@dataclass(frozen=True)
+class FanoutContext:
+    """What the fan-out uses."""
+
+    store: S.Store
+    runtimes: Runtimes
+    #: this relay process's instance id (a turn run by another, dead one is recovered)
+    instance: str
+    spawn: Spawn
+    #: the Redis manager (None: no Redis); its ``healthy`` sets the poll's pace
+    redis: Any
+    emit_stored: EmitStored
+    #: close a turn whose relay died (``Lifecycle.recover``)
+    recover: Callable[[dict[str, Any]], Awaitable[bool]]
+    #: drop a deleted conversation's sockets and turn here (``Lifecycle.disconnect_conversation``)
+    disconnect_conversation: Callable[[str, bool], Coroutine[Any, Any, None]]
 
 
 class Fanout:
     """Keeps this process's sockets gap-free when other processes write the same conversations."""
 
-    def __init__(self, hub: Hub) -> None:
-        self.hub = hub
+    def __init__(self, ctx: FanoutContext) -> None:
+        self._ctx = ctx
 
     @staticmethod
     def in_order(rt: ConvRuntime, seq: int) -> bool:
@@ -42,7 +67,7 @@ class Fanout:
         client drops it (a seq gap) until it has the ones before."""
         if seq <= rt.seen_seq:
             return
-        if in_order or not rt.ready or not self.hub.store.shared:
+        if in_order or not rt.ready or not self._ctx.store.shared:
             # No socket here to have missed anything; or only this process writes the conversation
             # (every event is emitted under its lock, in seq order).
             rt.seen_seq = seq
@@ -53,18 +78,18 @@ class Fanout:
         """Spawn a catch-up for the conversation unless one is already waiting to start."""
         if not rt.catch_up_queued:
             rt.catch_up_queued = True
-            self.hub.spawn(self.catch_up_quietly(cid))
+            self._ctx.spawn(self.catch_up_quietly(cid))
 
     def seen_remote(self, event: str, room: Any, data: Any, skip_sid: Any = None) -> Callable[[], None] | None:
         """The Redis manager is about to deliver another process's event to this process's sockets in
         ``room`` (a conversation; or one socket, for a call's ``run: true`` copy). Returns what to call
         once it has, or None."""
-        hub = self.hub
+        ctx = self._ctx
         if event not in P.SEQUENCED_EVENTS or not isinstance(room, str) or not isinstance(data, dict):
             return None
         seq = data.get("seq")
-        cid = room if room in hub.convs else hub.clients.get(room)
-        rt = hub.convs.get(cid) if cid is not None else None
+        cid = room if room in ctx.runtimes.convs else ctx.runtimes.clients.get(room)
+        rt = ctx.runtimes.convs.get(cid) if cid is not None else None
         if cid is None or rt is None or not isinstance(seq, int) or isinstance(seq, bool):
             return None
         in_order = self.in_order(rt, seq)
@@ -79,24 +104,24 @@ class Fanout:
 
     def on_redis_back(self) -> None:
         """Redis is reachable again: what this process's sockets missed meanwhile comes from the store."""
-        for cid, rt in list(self.hub.convs.items()):
+        for cid, rt in list(self._ctx.runtimes.convs.items()):
             if rt.ready:
-                self.hub.spawn(self.catch_up_quietly(cid))
+                self._ctx.spawn(self.catch_up_quietly(cid))
 
     def on_signal(self, message: dict[str, Any]) -> None:
         """A store signal (from this or another process): a call was answered, a turn is to be
         cancelled, a conversation was deleted; ``resync`` after signals may have been lost."""
-        hub = self.hub
+        ctx = self._ctx
         kind = message.get("t")
         if kind == "resync":
-            for each in hub.convs.values():
+            for each in ctx.runtimes.convs.values():
                 for waiter in each.call_events.values():
                     waiter.set()
             return
         cid = message.get("c")
         if not isinstance(cid, str):
             return
-        rt = hub.convs.get(cid)
+        rt = ctx.runtimes.convs.get(cid)
         if rt is None:
             return
         if kind == "call":
@@ -107,24 +132,24 @@ class Fanout:
             if rt.turn is not None and not rt.turn.done():
                 rt.turn.cancel()
         elif kind == "deleted":
-            hub.spawn(hub.disconnect_conversation(cid, everywhere=False))
+            ctx.spawn(ctx.disconnect_conversation(cid, False))
 
     async def catch_up(self, cid: str) -> int:
         """Send this process's ready sockets of ``cid`` the stored events after ``seen_seq`` (those
         they already have they drop by seq). The number of events sent."""
-        hub = self.hub
-        rt = hub.convs.get(cid)
+        ctx = self._ctx
+        rt = ctx.runtimes.convs.get(cid)
         if rt is None:
             return 0
         async with rt.lock:
             rt.catch_up_queued = False  # a gap found from now on may be after what this one reads
-            events = await hub.store.events_after(cid, rt.seen_seq)
+            events = await ctx.store.events_after(cid, rt.seen_seq)
             if not events:
                 return 0
-            conv = await hub.store.get_conversation(cid)
+            conv = await ctx.store.get_conversation(cid)
             active = conv["active_sid"] if conv else None
             for sid in list(rt.ready):
-                await hub.dispatch.emit_stored(cid, sid, events, active=active)
+                await ctx.emit_stored(cid, sid, events, active=active)
             rt.seen_seq = max(rt.seen_seq, events[-1][0])  # all of them, in order, after those it had
             rt.lag = 0
             return len(events)
@@ -139,7 +164,7 @@ class Fanout:
     async def poll_forever(self) -> None:
         """``poll`` every ``POLL_S`` (``POLL_DEGRADED_S`` while Redis is down)."""
         while True:
-            degraded = self.hub.redis is None or not self.hub.redis.healthy
+            degraded = self._ctx.redis is None or not self._ctx.redis.healthy
             await asyncio.sleep(POLL_DEGRADED_S if degraded else POLL_S)
             try:
                 await self.poll(degraded)
@@ -150,11 +175,11 @@ class Fanout:
         """With a shared store: for the conversations this process has sockets in, send what they
         missed (at once while Redis is down, else when still missing one poll later: it may just be
         on its way through Redis), and close turns whose relay died."""
-        hub = self.hub
-        ids = [cid for cid, rt in hub.convs.items() if rt.ready]
-        brief = await hub.store.conversations_brief(ids)
+        ctx = self._ctx
+        ids = [cid for cid, rt in ctx.runtimes.convs.items() if rt.ready]
+        brief = await ctx.store.conversations_brief(ids)
         for cid, b in brief.items():
-            rt = hub.convs.get(cid)
+            rt = ctx.runtimes.convs.get(cid)
             if rt is None:
                 continue
             if b["seq"] > rt.seen_seq:
@@ -166,9 +191,9 @@ class Fanout:
                 rt.lag = 0
             if (
                 b["status"] in LIVE_STATUSES
-                and b["runner"] != hub.instance
-                and (b["runner"] is None or not await hub.store.instance_alive(b["runner"]))
+                and b["runner"] != ctx.instance
+                and (b["runner"] is None or not await ctx.store.instance_alive(b["runner"]))
             ):
-                conv = await hub.store.get_conversation(cid)
+                conv = await ctx.store.get_conversation(cid)
                 if conv is not None:
-                    await hub.recovery.recover(conv)
+                    await ctx.recover(conv)

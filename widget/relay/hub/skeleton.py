@@ -7,17 +7,14 @@ from __future__ import annotations
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ... import protocol as P
 from ...errors import ProtocolError
 from ..http.contract import refusal
 from ..http.edge import is_store_failure
 from ..storage import store as S
-from .runtime import ConvRuntime
-
-if TYPE_CHECKING:
-    from .core import Hub
+from .runtime import ConvRuntime, Runtimes
 
 log = logging.getLogger("widget.relay")
 
@@ -81,7 +78,6 @@ def key_reused_message(stored: str, event: str) -> str:
 class Ctx:
     """One incoming event: the socket, and (for a joined socket) its conversation and idempotency key."""
 
-    hub: Hub
     event: str
     sid: str
     cid: str = ""
@@ -149,9 +145,10 @@ def handlers_of(owner: Any) -> dict[str, tuple[EventSpec, Callable[[Ctx, Any], A
 
 
 def wrap(
-    hub: Hub, owner: Any, spec: EventSpec, fn: Callable[[Ctx, Any], Awaitable[Ack]]
+    runtimes: Runtimes, store: S.Store, owner: Any, spec: EventSpec, fn: Callable[[Ctx, Any], Awaitable[Ack]]
 ) -> Callable[..., Awaitable[Ack]]:
-    """The Socket.IO handler for one event: the skeleton around ``fn``."""
+    """The Socket.IO handler for one event: the skeleton around ``fn`` (``runtimes``: which conversation a socket
+    joined; ``store``: the stored acks of idempotent events)."""
 
     async def handle(sid: str, data: Any = None, *extra: Any) -> Ack:
         if extra:
@@ -160,9 +157,9 @@ def wrap(
         if problem is not None:
             return P.error(P.ERR_BAD_REQUEST, problem)
         try:
-            ctx = Ctx(hub, spec.event, sid)
+            ctx = Ctx(spec.event, sid)
             if spec.joined:
-                ctx.cid, ctx.rt = hub.runtimes.joined(sid)
+                ctx.cid, ctx.rt = runtimes.joined(sid)
             if spec.shape is not None and not isinstance(data, dict):
                 raise ProtocolError(P.ERR_BAD_REQUEST, spec.shape)
             if spec.idempotent:
@@ -173,13 +170,13 @@ def wrap(
                 await spec.before(owner, ctx)
             if not spec.locked:
                 if spec.idempotent:
-                    stored = await hub.store.get_ack(ctx.cid, ctx.key, spec.event)
+                    stored = await store.get_ack(ctx.cid, ctx.key, spec.event)
                     if stored is not None:
                         return stored
                 return await fn(ctx, data)
             async with ctx.conv_rt.lock:
                 if spec.idempotent:
-                    stored = await hub.store.get_ack(ctx.cid, ctx.key, spec.event)
+                    stored = await store.get_ack(ctx.cid, ctx.key, spec.event)
                     if stored is not None:
                         return stored
                 return await fn(ctx, data)
