@@ -52,7 +52,8 @@ WHEEL_METADATA_DROP = {"RECORD", "INSTALLER", "REQUESTED", "direct_url.json"}
 # stdlib modules get /lib/python314.zip/<path>.py (where Pyodide mounts the stdlib),
 # bundle modules get /lib/python3.14/site-packages/<path>.py (where PyScript's "files"
 # unpack it); loaded by zipimport from /lib/bundle.zip, __file__ is still right.
-WIDGET_EXCLUDE = {"relay", "_dist", "conformance"}  # server-side packages: never in the browser bundle
+# server-side packages (the relay, the conformance suite, the docs generators' plugins): never in the browser bundle
+WIDGET_EXCLUDE = {"relay", "_dist", "conformance", "integrations"}
 
 # Docstrings are left out of the precompiled stdlib (CPython's stdlib works under -OO) and of these
 # wheels' modules (checked by the test suite); our own widget/ keeps them (descriptions may come from them).

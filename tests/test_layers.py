@@ -57,7 +57,7 @@ def offenders(sources: list[str], forbidden: tuple[str, ...]) -> list[str]:
 
 # Browser-side code never imports the relay (it is not in the bundle); the relay is the only server side. The lists
 # are found by looking, so a module added later is under the rules at once.
-SERVER_SIDE = ("widget/relay", "widget/conformance")
+SERVER_SIDE = ("widget/relay", "widget/conformance", "widget/integrations")
 BROWSER_SIDE = sorted(
     str(p.relative_to(ROOT).with_suffix("")) for p in PKG.iterdir()
     if (p.suffix == ".py" or (p.is_dir() and (p / "__init__.py").exists()))
@@ -78,6 +78,8 @@ RULES = [
     ("the UI renders from the store, never from the network", ["widget/ui"], ("widget.transports", "widget.relay")),
     ("the conformance suite speaks the protocol, never the relay's code", ["widget/conformance"],
      ("widget.relay", "widget.client", "widget.core")),
+    ("the docs generators' plugins run in the docs build: no browser-side code", ["widget/integrations"],
+     tuple(p.replace("/", ".") for p in BROWSER_SIDE)),
 ]
 
 
