@@ -162,7 +162,7 @@ def test_decorated_function_gets_its_types_and_returns_json():
     seen = {}
 
     def book(address: Address, when: dt.datetime, size: Size = Size.S, party: tuple[int, int] = (1, 0),
-             notes: dict[str, int] = None) -> Order:
+             notes: dict[str, int] = None) -> Order:  # the None default is the point
         """Book a table.
 
         Args:

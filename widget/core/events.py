@@ -56,7 +56,7 @@ class Emitter:
                         listener({"event": event, "payload": payload})
                     else:
                         listener(payload)
-                except Exception as exc:
+                except Exception as exc:  # isolation is the point
                     if self.on_listener_error is not None:
                         self.on_listener_error(event, exc)
                     else:

@@ -44,7 +44,7 @@ class BrowserTransport:
                 continue
             try:
                 self._handler(item[0], item[1])
-            except Exception:
+            except Exception:  # one failing event must not lose the rest of the batch
                 log.exception("handling relay event %r failed", item[0])
 
     @property
