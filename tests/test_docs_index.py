@@ -313,3 +313,23 @@ async def test_no_question_raises(index: Any) -> None:
         assert all(h["url"].startswith("/") for h in hits)
     assert (await urls(index, "site", "中文"))[0] == "/intl/#words"
     assert (await urls(index, "site", "Straße"))[0] == "/intl/#words"
+
+
+async def test_an_index_in_an_older_layout_is_dropped_and_built_again(index: Any) -> None:
+    old = "CREATE TABLE docs_apps (app_id TEXT PRIMARY KEY, generation INTEGER)"
+    if hasattr(index, "dsn"):
+        import asyncpg
+
+        con = await asyncpg.connect(index.dsn)
+        await con.execute(old)
+        await con.execute("INSERT INTO docs_apps VALUES ('site', 3)")
+        await con.close()
+    else:
+        db = sqlite3.connect(index.path)
+        db.execute(old)
+        db.execute("INSERT INTO docs_apps VALUES ('site', 3)")
+        db.commit()
+        db.close()
+    assert not await index.has_index("site")  # dropped: the layout changed
+    await run_index(index, "site", SITE)
+    assert (await urls(index, "site", "accent colour"))[0] == "/theming/#colours"

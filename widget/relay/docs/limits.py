@@ -36,5 +36,8 @@ MAX_SEARCH_LIMIT: Final = 50
 SQLITE_BATCH_PAGES: Final = 200
 #: How long an index run holds its app's lock without renewing it (a crashed run's lock expires).
 LOCK_LEASE_S: Final = 120.0
+#: The docs tables' layout (both engines). An index in another layout is dropped when a relay or the CLI opens
+#: the store, with a warning: it is derived data, and ``autopilot-relay index`` builds it again.
+SCHEMA_VERSION: Final = 2
 #: Bumped when extraction changes, so the next run re-extracts every page instead of trusting old hashes.
 EXTRACTOR_VERSION: Final = "1"

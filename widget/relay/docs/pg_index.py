@@ -21,14 +21,17 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import time
 from typing import Any
 
 from . import DocHit
 from .indexer import IndexBusy
-from .limits import MAX_SCORED_PASSAGES, MAX_SEARCH_LIMIT
+from .limits import MAX_SCORED_PASSAGES, MAX_SEARCH_LIMIT, SCHEMA_VERSION
 from .page import Page, chunks, ranked_fields
 from .query import terms
+
+log = logging.getLogger("widget.relay.docs")
 
 #: ``ts_rank`` weights for the classes {D, C, B, A}: text, (unused), page title and headings above, own heading.
 WEIGHTS = (0.5, 0.5, 0.75, 1.0)
@@ -76,6 +79,7 @@ SCHEMA = [
             || setweight(to_tsvector('english', body), 'D')
         ) STORED
     )""",
+    "CREATE TABLE IF NOT EXISTS docs_meta (one INTEGER PRIMARY KEY CHECK (one = 1), version INTEGER NOT NULL)",
     "CREATE INDEX IF NOT EXISTS docs_chunks_tsv ON docs_chunks USING GIN (tsv)",
     "CREATE INDEX IF NOT EXISTS docs_chunks_page ON docs_chunks (app_id, page_url)",
     "CREATE INDEX IF NOT EXISTS docs_chunks_key ON docs_chunks (app_id, key)",
@@ -131,8 +135,21 @@ class PgDocsIndex:
                     pool = await asyncpg.create_pool(self.dsn, min_size=1, max_size=self.max_connections)
                     async with pool.acquire() as con, con.transaction():
                         await con.execute("SELECT pg_advisory_xact_lock($1)", _SCHEMA_LOCK)
+                        tables = {r[0] for r in await con.fetch(
+                            "SELECT tablename FROM pg_tables WHERE schemaname = current_schema() "
+                            "AND tablename LIKE 'docs%'")}
+                        version = (await con.fetchval("SELECT version FROM docs_meta")
+                                   if "docs_meta" in tables else None)
+                        if tables and version != SCHEMA_VERSION:
+                            log.warning("the docs index has an older layout; it is dropped (run autopilot-relay "
+                                        "index again)")
+                            for table in ("docs_chunks", "docs_sections", "docs_pages", "docs_terms", "docs_apps",
+                                          "docs_meta"):
+                                await con.execute(f"DROP TABLE IF EXISTS {table}")
                         for stmt in SCHEMA:
                             await con.execute(stmt)
+                        await con.execute("INSERT INTO docs_meta(one, version) VALUES (1, $1) ON CONFLICT (one) "
+                                          "DO UPDATE SET version = EXCLUDED.version", SCHEMA_VERSION)
                     self._pool = pool
         return self._pool
 

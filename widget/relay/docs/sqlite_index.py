@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import sqlite3
 import threading
 import time
@@ -35,11 +36,19 @@ from typing import Any, TypeVar
 
 from . import DocHit
 from .indexer import IndexBusy
-from .limits import LOCK_LEASE_S, MAX_SCORED_PASSAGES, MAX_SEARCH_LIMIT, SCORED_CAP, SQLITE_BATCH_PAGES
+from .limits import (
+    LOCK_LEASE_S,
+    MAX_SCORED_PASSAGES,
+    MAX_SEARCH_LIMIT,
+    SCHEMA_VERSION,
+    SCORED_CAP,
+    SQLITE_BATCH_PAGES,
+)
 from .page import Page, chunks, ranked_fields
 from .query import fts5_match, terms
 
 T = TypeVar("T")
+log = logging.getLogger("widget.relay.docs")
 
 #: How much of the database file a searching connection maps into memory.
 MMAP_BYTES = 256 * 1024 * 1024
@@ -95,6 +104,7 @@ CREATE VIRTUAL TABLE IF NOT EXISTS docs_fts USING fts5(
     title, context, body, content='docs_chunks', content_rowid='id',
     tokenize='{TOKENIZER}'
 );
+CREATE TABLE IF NOT EXISTS docs_meta (one INTEGER PRIMARY KEY CHECK (one = 1), version INTEGER NOT NULL);
 CREATE TABLE IF NOT EXISTS docs_terms (
     term TEXT PRIMARY KEY,
     ndoc INTEGER NOT NULL,
@@ -133,7 +143,19 @@ def connect(path: str | Path) -> sqlite3.Connection:
     db.execute("PRAGMA synchronous=NORMAL")
     db.execute(f"PRAGMA mmap_size={MMAP_BYTES}")  # reads of the index without a system call per page
     db.execute("PRAGMA cache_size=-32768")
-    db.executescript(SCHEMA)  # each statement IF NOT EXISTS: two processes starting together both succeed
+    with _tx(db):  # one process at a time checks the layout and creates the tables
+        tables = {r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type = 'table' AND name LIKE 'docs%'")}
+        version = db.execute("SELECT version FROM docs_meta").fetchone() if "docs_meta" in tables else None
+        if tables and (version is None or version[0] != SCHEMA_VERSION):
+            log.warning("the docs index in %s has an older layout; it is dropped (run autopilot-relay index again)",
+                        path)
+            for table in ("docs_fts", "docs_chunks", "docs_sections", "docs_pages", "docs_terms", "docs_apps",
+                          "docs_meta"):
+                db.execute(f"DROP TABLE IF EXISTS {table}")
+        for stmt in SCHEMA.split(";"):
+            if stmt.strip():
+                db.execute(stmt)
+        db.execute("INSERT OR REPLACE INTO docs_meta(one, version) VALUES (1, ?)", (SCHEMA_VERSION,))
     # This connection's own: the index's terms with their passage counts, and a scratch table that turns a
     # question's words into the index's terms with the same tokenizer.
     db.executescript(f"""
