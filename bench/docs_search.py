@@ -77,7 +77,7 @@ async def retrieval(engine: str, idx: Any) -> dict[str, Any]:
     known = set()
     for h in await idx.search("docs", " ".join(f"w{i}" for i in range(1)), limit=1):
         known.add(h["url"])
-    h1 = h5 = 0
+    h1 = h5 = page5 = 0
     rr = 0.0
     top_ans: list[float] = []
     top_ans_norm: list[float] = []
@@ -106,12 +106,16 @@ async def retrieval(engine: str, idx: Any) -> dict[str, Any]:
             rr += 1 / (rank + 1)
         if not ranks or ranks[0] >= 5:
             misses.append((p["q"], urls[:3]))
+        # The page alone (the URL without its anchor) among the first five distinct pages.
+        pages = list(dict.fromkeys(u.split("#", 1)[0] for u in urls))[:5]
+        page5 += any(e.split("#", 1)[0] in pages for e in p["expect"])
     n = len(answerable)
     t, caught, lost = best_threshold(top_ans, top_un)
     tn, caught_n, lost_n = best_threshold(top_ans_norm, top_un_norm)
     out = {
         "engine": engine, "pages": summary["pages"], "sections": summary["sections"], "answerable": n,
         "unanswerable": len(top_un), "hit@1": round(h1 / n, 3), "hit@5": round(h5 / n, 3), "mrr@10": round(rr / n, 3),
+        "page@5": round(page5 / n, 3),
         "threshold": round(t, 4), "unanswerable_below": caught, "answerable_below": lost,
         "threshold_per_term": round(tn, 4), "unanswerable_below_per_term": caught_n, "answerable_below_per_term": lost_n,
     }
