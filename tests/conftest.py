@@ -11,11 +11,14 @@ nginx), ``browser`` (drives a browser) and ``build`` (runs or reads the asset bu
 build cache's Pyodide and Node). Every test has exactly its file's tier: a file without exactly one declared tier,
 or a test marked with another tier, fails the collection with the file's name (a test of another tier goes in a
 file of that tier). ``python -m pytest -m <tier>`` does not even import the other tiers' files, so the five
-single-tier runs together collect the whole suite, each test once.
+single-tier runs together collect the whole suite, each test once. Under ``bash dev test`` (pytest-xdist,
+``-n 2 --dist loadgroup``) the browser and build tiers share one worker, one test at a time (``SERIAL_TIERS``), and
+builds take a lock (``build_lock``).
 """
 
 from __future__ import annotations
 
+import fcntl
 import functools
 import json
 import os
@@ -72,18 +75,57 @@ def relay_server(tmp_path_factory: pytest.TempPathFactory, page_server: PageServ
 _built: list[str] = []
 
 
+class _BuildLock:
+    """An exclusive lock on the build's output across processes (pytest-xdist workers, see ``TIERS``): held while
+    ``require_build`` builds and for the whole of each ``build``-tier test (they rebuild and edit widget/_dist);
+    re-entrant within a process (a build test may call ``require_build``)."""
+
+    path = DIST.parent.parent / ".dev" / "test-build.lock"  # .dev/ is git-ignored
+
+    def __init__(self) -> None:
+        self._depth = 0
+        self._file: Any = None
+
+    def __enter__(self) -> None:
+        if self._depth == 0:
+            self.path.parent.mkdir(exist_ok=True)
+            self._file = open(self.path, "w")  # held until __exit__
+            fcntl.flock(self._file, fcntl.LOCK_EX)
+        self._depth += 1
+
+    def __exit__(self, *exc: object) -> None:
+        self._depth -= 1
+        if self._depth == 0:
+            self._file.close()  # closing releases the lock
+            self._file = None
+
+
+build_lock = _BuildLock()
+
+
 def require_build() -> str:
     """Bring widget/_dist up to date with the sources (cached: ~0.2 s when nothing changed); its build id."""
     if not _built:
         sys.path.insert(0, str(DIST.parent.parent))
         from build import BuildError, build
 
-        try:
-            build(quiet=True)
-        except BuildError as exc:
-            pytest.fail(f"python build.py failed: {exc}")
-        _built.append(json.loads((DIST / "manifest.json").read_text())["build_id"])
+        with build_lock:
+            try:
+                build(quiet=True)
+            except BuildError as exc:
+                pytest.fail(f"python build.py failed: {exc}")
+            _built.append(json.loads((DIST / "manifest.json").read_text())["build_id"])
     return _built[0]
+
+
+@pytest.fixture(autouse=True)
+def _build_tests_hold_the_build(request: pytest.FixtureRequest) -> Iterator[None]:
+    """A ``build``-tier test holds the build lock: no other worker builds while it rebuilds or edits the output."""
+    if request.node.get_closest_marker("build") is None:
+        yield
+        return
+    with build_lock:
+        yield
 
 
 @pytest_asyncio.fixture(scope="session")
@@ -211,17 +253,33 @@ def pytest_make_collect_report(
     return report
 
 
+#: Under ``pytest -n 2 --dist loadgroup`` (``bash dev test``) these tiers run on one worker, one test at a time as
+#: without xdist: they share widget/_dist, which build tests rebuild and edit, and Chromium's memory; every other
+#: file is a group of its own (its module-scoped relay or page is set up once), spread over the workers.
+SERIAL_TIERS = ("browser", "build")
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist reads the groups
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Every test has exactly one tier, its file's: one marked with another tier too stops the run."""
+    """Every test has exactly one tier, its file's: one marked with another tier too stops the run. Under
+    ``--dist loadgroup`` each test gets its ``xdist_group`` (``SERIAL_TIERS``)."""
     wrong = [f"{item.nodeid}: tier marks {tiers}" for item in items if len(tiers := _tiers_of(item)) != 1]
     if wrong:
         raise pytest.UsageError(
             "every test has exactly one tier, its file's; a test of another tier goes in a file of that tier:\n  "
             + "\n  ".join(wrong)
         )
+    if not getattr(config.option, "loadgroup", False):  # xdist sets it in each worker under --dist loadgroup
+        return
+    for item in items:
+        tier = _tiers_of(item)[0]
+        group = "browser-and-build" if tier in SERIAL_TIERS else item.nodeid.split("::")[0]
+        item.add_marker(pytest.mark.xdist_group(group))
 
 
-_crashes: list[tuple[str, str, list[str]]] = []
+_crashes: list[tuple[str, list[str]]] = []
+#: The section of a failed test's report that a renderer crash adds (it travels with the report from an xdist worker).
+CRASH_SECTION = "renderer crash"
 
 
 @pytest.hookimpl(hookwrapper=True)
@@ -233,8 +291,14 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
         return
     facts = crash_report.machine_facts()
     log = crash_report.kernel_kills() + crash_report.browser_log_tail()
-    _crashes.append((report.nodeid, facts, log))
-    report.sections.append(("renderer crash", facts + "\n" + "\n".join(log)))
+    report.sections.append((CRASH_SECTION, facts + "\n" + "\n".join(log)))
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    """Remember the crashes for the summary (here, not in the worker that ran the test)."""
+    for name, text in report.sections:
+        if name == CRASH_SECTION:
+            _crashes.append((report.nodeid, text.splitlines()))
 
 
 def pytest_terminal_summary(terminalreporter: Any) -> None:
@@ -242,7 +306,7 @@ def pytest_terminal_summary(terminalreporter: Any) -> None:
     if not _crashes:
         return
     terminalreporter.section("renderer crashes")
-    for nodeid, facts, log in _crashes:
-        terminalreporter.line(f"{nodeid}: {facts}")
-        for line in log[-6:]:
+    for nodeid, lines in _crashes:
+        terminalreporter.line(f"{nodeid}: {lines[0] if lines else ''}")
+        for line in lines[1:][-6:]:
             terminalreporter.line("    " + line)
