@@ -115,12 +115,13 @@ export function openEarly() {
 }
 
 /**
- * The bar's shortcut, before Python owns it: the same as a click on the toggle.
+ * The bar's shortcut, before Python owns it: it opens or closes as the bar's does (widget/ui/events.py).
  * @param {KeyboardEvent} event
  */
 export function onShortcut(event) {
   if (event.altKey && event.shiftKey && !event.ctrlKey && !event.metaKey && event.code === "KeyA") {
     event.preventDefault();
-    onToggleClick(event);
+    if (composerOpen()) hideComposer(true);
+    else openEarly();
   }
 }

@@ -203,7 +203,7 @@ class Bar:
             self.toggle_host = loader.toggleHost
         else:
             self.toggle_host, self.toggle = self._make_toggle()
-        ev.add(self.toggle, "click", self._on_toggle_click)
+        ev.add(self.toggle, "click", self.toggle_by_reader)
         self.toggle.setAttribute("aria-label", dom.t("open"))
         self.toggle.setAttribute("aria-expanded", "false")
         self.toggle.setAttribute("aria-haspopup", "dialog")
@@ -280,9 +280,10 @@ class Bar:
                            "opened_at": float(early.openedAt)}
             self.host.setAttribute("data-instant", "true")  # the panel replaces the frame without its entry animation
 
-    def _on_toggle_click(self, event: Any) -> None:
+    def toggle_by_reader(self, event: Any) -> None:
         """The reader's click on the toggle: open, close, or keep open a bar that showed a moment before the click
-        (the event's time: a click queued while the page was busy counts from when the reader made it)."""
+        (the event's time: a click queued while the page was busy counts from when the reader made it). The shortcut
+        toggles as it always did."""
         at = float(event.timeStamp) if not absent(event) and event.timeStamp else float(self.js.performance.now())
         if self.is_open and at - self._opened_at < JUST_OPENED_MS:
             self._focus_default()
