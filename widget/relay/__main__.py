@@ -30,7 +30,8 @@ class _JsonFormatter(logging.Formatter):
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m widget.relay", description="Run the autopilot relay.",
                                 epilog="autopilot-relay stats --help: an app's figures for a period, as JSON. "
-                                       "autopilot-relay index --help / search --help: the site's documentation.")
+                                       "autopilot-relay index --help / search --help / eval --help: the site's "
+                                       "documentation.")
     p.add_argument("--host", help="interface to listen on (default 127.0.0.1; env AUTOPILOT_HOST)")
     p.add_argument("--port", type=int, help="port (default 8765; env AUTOPILOT_PORT)")
     p.add_argument("--db", dest="db_path", help="SQLite database path (default ./autopilot-relay.sqlite3; env AUTOPILOT_DB)")
@@ -94,6 +95,10 @@ def main(argv: list[str] | None = None) -> int:
         from .docs.cli import search_main
 
         return search_main(argv[1:])
+    if argv[:1] == ["eval"]:  # autopilot-relay eval: the docs index measured on a probe file
+        from .docs.eval import eval_main
+
+        return eval_main(argv[1:])
     args = build_parser().parse_args(argv)
     from .config import load_config, parse_app_flag
 
