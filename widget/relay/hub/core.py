@@ -25,7 +25,7 @@ from ..tokens import TokenSigner
 from ..tracing import Tracing, make_tracing
 from .ask_user import answer_prompts
 from .context import Limiters, Switches, app_of
-from .dispatch import CallDispatch
+from .dispatch import CallDispatch, DispatchContext
 from .fanout import Fanout, FanoutContext
 from .joining import Membership
 from .lifecycle import Lifecycle
@@ -109,7 +109,8 @@ class Hub:
         )
         # The parts, each given what it uses (lower parts first: a part gets its siblings' operations as callables).
         self.send_queues = SendQueues(config, self.sio)
-        self.dispatch = CallDispatch(self)
+        self.dispatch = CallDispatch(DispatchContext(
+            config, store, self.runtimes, self.sio, self.send_queues, self.emit_event, self.switches, self.leaving))
         self.recovery = Lifecycle(self)
         self.fanout = Fanout(FanoutContext(
             store, self.runtimes, self.instance, self.spawn, self.redis, self.dispatch.emit_stored,

@@ -14,18 +14,20 @@ import inspect
 import json
 import logging
 import time
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass
+from typing import Any
 
 from ... import protocol as P
 from ...protocol import CallState
-from ..config import ToolConfig
-from ..mcp.servers import McpTool
+from ..config import RelayConfig, ToolConfig
+from ..mcp.servers import McpTool, ToolHost
+from ..sio import RelaySocketServer
+from ..storage import store as S
 from ..tools import ToolError
+from .context import EmitEvent, Switches
 from .prompts import RoundInfo
-from .runtime import CALL_POLL_S, ConvRuntime
-
-if TYPE_CHECKING:
-    from .core import Hub
+from .runtime import CALL_POLL_S, ConvRuntime, Runtimes
+from .sendqueue import SendQueues
 
 log = logging.getLogger("widget.relay")
 
@@ -34,39 +36,63 @@ Event = tuple[int, str, dict[str, Any]]
 REPLAY_PAGE = 200
 
 
+@dataclass(frozen=True)
+class DispatchContext:
+    """What call dispatch uses."""
+
+    config: RelayConfig
+    store: S.Store
+    runtimes: Runtimes
+    sio: RelaySocketServer
+    send_queues: SendQueues
+    emit_event: EmitEvent
+    switches: Switches
+    #: sockets of this process whose leaving the store is still recording (``Hub.leaving``)
+    leaving: dict[str, asyncio.Event]
+
+
 class CallDispatch:
     """The hub's call dispatch (one per hub)."""
 
-    def __init__(self, hub: Hub) -> None:
-        self.hub = hub
+    def __init__(self, ctx: DispatchContext) -> None:
+        self._ctx = ctx
+        #: what an MCP tool's call uses (``McpTool.run``)
+        self.tool_host = ToolHost(ctx.store, ctx.emit_event, self._expect_call, self._await_unannounced,
+                                  lambda: ctx.switches.closing)
+
+    def _expect_call(self, cid: str, call_id: str) -> None:
+        self._ctx.runtimes.rt(cid).call_events[call_id] = asyncio.Event()
+
+    async def _await_unannounced(self, cid: str, c: dict[str, Any]) -> tuple[dict[str, Any], float]:
+        return await self.await_call(cid, self._ctx.runtimes.rt(cid), c, announce=False)
 
     async def send_call(self, rt: ConvRuntime, cid: str, payload: dict[str, Any]) -> None:
         """Emit a stored ``function_call.begin`` live (caller holds ``rt.lock``): with ``run: true`` to
         the socket it is dispatched to, ``run: false`` to the others. A socket of this process still
         replaying its join gets it from that replay instead."""
-        hub = self.hub
-        owner = await hub.store.claim_call(cid, payload["id"])
-        local = owner is not None and hub.clients.get(owner) == cid
+        ctx = self._ctx
+        owner = await ctx.store.claim_call(cid, payload["id"])
+        local = owner is not None and ctx.runtimes.clients.get(owner) == cid
         if owner is not None and (not local or owner in rt.ready):
-            await hub.sio.emit(P.EV_FUNCTION_CALL_BEGIN, {**payload, "run": True}, to=owner, ignore_queue=local)
+            await ctx.sio.emit(P.EV_FUNCTION_CALL_BEGIN, {**payload, "run": True}, to=owner, ignore_queue=local)
         else:
             owner = None
-        await hub.sio.emit(P.EV_FUNCTION_CALL_BEGIN, payload, room=cid, skip_sid=owner)
+        await ctx.sio.emit(P.EV_FUNCTION_CALL_BEGIN, payload, room=cid, skip_sid=owner)
 
     async def pending_for(self, rt: ConvRuntime, cid: str, sid: str) -> list[dict[str, Any]]:
         """Pending calls this (active) socket should run: not those already sent to another socket
         that is still joined on a live relay (a call runs at most once)."""
-        hub = self.hub
+        ctx = self._ctx
         out = []
-        for c in await hub.store.pending_calls(cid):
-            leaving = hub.leaving.get(c["dispatched_to"])
+        for c in await ctx.store.pending_calls(cid):
+            leaving = ctx.leaving.get(c["dispatched_to"])
             if leaving is not None:
                 # The socket holding the call has left this process, but the store does not know yet
                 # (a reload's new socket can join before that write commits): the claim below reads
                 # the store's members, so let the write land first or the call would stay with a
                 # socket that is gone.
                 await leaving.wait()
-            if c["dispatched_to"] != sid and await hub.store.claim_call(cid, c["id"], sid) != sid:
+            if c["dispatched_to"] != sid and await ctx.store.claim_call(cid, c["id"], sid) != sid:
                 continue
             out.append(
                 {"id": c["id"], "name": c["name"], "arguments": c["arguments"], "seq": c["seq"], "kind": c["kind"]}
@@ -78,7 +104,7 @@ class CallDispatch:
         call is pending and dispatched to that socket (claimed for it when it is the active client and
         no other live socket holds the call). Every copy a socket gets says the same, whichever path
         (live, join replay, replay, catch-up) it takes."""
-        store = self.hub.store
+        store = self._ctx.store
         call = await store.get_call(cid, call_id)
         if call is None or call["status"] != CallState.PENDING:
             return False
@@ -101,13 +127,13 @@ class CallDispatch:
         those after ``run_after`` (those up to it went with the join ack's ``pending_calls``);
         ``replayed``: copies the socket asked for again, which never say ``run: true``. ``paced``: wait
         while the socket has not read what it was sent (False: the socket is gone, nothing more sent)."""
-        hub = self.hub
+        ctx = self._ctx
         if active is ... and not replayed:
-            conv = await hub.store.get_conversation(cid)
+            conv = await ctx.store.get_conversation(cid)
             active = conv["active_sid"] if conv else None
-        limit = hub.config.socket_send_queue_bytes
+        limit = ctx.config.socket_send_queue_bytes
         for seq, name, payload in events:
-            if paced and limit and hub.send_queues.queued(sid) > limit // 4 and not await hub.send_queues.drained(sid):
+            if paced and limit and ctx.send_queues.queued(sid) > limit // 4 and not await ctx.send_queues.drained(sid):
                 return False
             if (
                 name == P.EV_FUNCTION_CALL_BEGIN
@@ -116,7 +142,7 @@ class CallDispatch:
                 and await self.run_flag(cid, payload["id"], sid, active)
             ):
                 payload = {**payload, "run": True}
-            await hub.sio.emit(name, payload, to=sid, ignore_queue=True)
+            await ctx.sio.emit(name, payload, to=sid, ignore_queue=True)
         return True
 
     async def replay_paged(
@@ -125,7 +151,7 @@ class CallDispatch:
         """Send the stored events after ``after`` to one socket, ``REPLAY_PAGE`` at a time and at the pace
         it reads them (see ``emit_stored``); the last seq sent, or None when the socket went away."""
         while True:
-            events = await self.hub.store.events_after(cid, after, REPLAY_PAGE)
+            events = await self._ctx.store.events_after(cid, after, REPLAY_PAGE)
             if not events:
                 return after
             if not await self.emit_stored(cid, sid, events, run_after=run_after, replayed=replayed, paced=True):
@@ -138,7 +164,7 @@ class CallDispatch:
         """The pending calls already dispatched to ``sid`` (none is claimed for it here)."""
         return [
             {"id": c["id"], "name": c["name"], "arguments": c["arguments"], "seq": c["seq"], "kind": c["kind"]}
-            for c in await self.hub.store.pending_calls(cid)
+            for c in await self._ctx.store.pending_calls(cid)
             if c["dispatched_to"] == sid
         ]
 
@@ -147,22 +173,22 @@ class CallDispatch:
     ) -> tuple[dict[str, Any], float]:
         """Wait for a call's response through the store (the in-process Event only wakes us early);
         ``announce``: emit its ``function_call.end`` (an MCP tool's confirmation emits its own)."""
-        hub = self.hub
-        config = hub.config
+        ctx = self._ctx
+        config = ctx.config
         timeout = config.tool_call_timeout_s if c["kind"] == P.KIND_TOOL else config.function_call_timeout_s
         t0 = time.monotonic()
         deadline = t0 + timeout
         ev = rt.call_events.setdefault(c["id"], asyncio.Event())
         try:
             while True:
-                row = await hub.store.get_call(cid, c["id"])
+                row = await ctx.store.get_call(cid, c["id"])
                 if row is None:
                     raise KeyError(cid)
                 if row["status"] != CallState.PENDING:
                     break
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
-                    await hub.store.finish_call(
+                    await ctx.store.finish_call(
                         cid, c["id"], CallState.TIMED_OUT, error=f"The page did not answer within {timeout:g} s."
                     )
                     continue
@@ -182,7 +208,7 @@ class CallDispatch:
         if row["status"] == CallState.CANCELLED:
             raise asyncio.CancelledError  # the turn is being cancelled; its abort emits the end events
         if announce:
-            await hub.emit_event(cid, P.EV_FUNCTION_CALL_END, end)
+            await ctx.emit_event(cid, P.EV_FUNCTION_CALL_END, end)
         return end, ms
 
     async def run_relay_tool(self, cid: str, c: dict[str, Any], info: RoundInfo) -> tuple[dict[str, Any], float]:
@@ -190,11 +216,11 @@ class CallDispatch:
         exception becomes an error result for the model (a ``ToolError``'s message, otherwise only
         the exception's type — the traceback goes to the log)."""
         if isinstance(c["tool"], McpTool):  # an MCP server's tool has its own call path
-            return await c["tool"].run(self.hub, cid, c)
+            return await c["tool"].run(self.tool_host, cid, c)
         tool: ToolConfig = c["tool"]
         func = tool.func
         assert func is not None
-        timeout = self.hub.config.tool_call_timeout_s
+        timeout = self._ctx.config.tool_call_timeout_s
         context = {
             "question": info.question,
             "page": copy.deepcopy(info.page),

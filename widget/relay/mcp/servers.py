@@ -28,7 +28,7 @@ import tempfile
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from ... import protocol as P
 from ...core.mcp_names import mcp_tool_name
@@ -40,11 +40,38 @@ from .bounded import TOO_LARGE_CODE, bounded_stdio_client, capped_http_client, t
 from .config import McpServerConfig
 
 if TYPE_CHECKING:
-    from ..hub.core import Hub
-    from ..hub.prompts import RoundInfo
     from ..models.base import ModelAdapter, ModelRequest  # noqa: F401
+    from ..storage.store import Store
 
 log = logging.getLogger("widget.relay")
+
+
+class EmitEvent(Protocol):
+    """Store a sequenced event of a conversation, then emit it (the hub's ``emit_event``); its seq."""
+
+    def __call__(self, cid: str, name: str, payload: dict[str, Any], **store_kw: Any) -> Awaitable[int]: ...
+
+
+@dataclass(frozen=True)
+class ToolHost:
+    """What a call of an MCP tool uses of the relay's hub (its call dispatch makes one; this package does not
+    import the hub)."""
+
+    store: Store
+    emit_event: EmitEvent
+    #: get ready for the page's answer to a call (before its ``function_call.begin`` is emitted)
+    expect_call: Callable[[str, str], None]
+    #: wait for the page's answer to a call, without emitting its ``function_call.end``: ``(end, ms)``
+    await_call: Callable[[str, dict[str, Any]], Awaitable[tuple[dict[str, Any], float]]]
+    #: whether the relay is shutting down
+    closing: Callable[[], bool]
+
+
+class RoundTools(Protocol):
+    """What ``McpTools.extend`` uses of a round (``widget.relay.hub.prompts.RoundInfo``)."""
+
+    app_id: str
+    catalogue: dict[str, dict[str, Any]]
 
 #: A server's stderr kept for the reason of a failed start (bytes, the tail).
 STDERR_TAIL = 400
@@ -303,7 +330,7 @@ class McpTool:
     tool: str
     sensitive: bool
 
-    async def run(self, hub: Hub, cid: str, c: dict[str, Any]) -> tuple[dict[str, Any], float]:
+    async def run(self, host: ToolHost, cid: str, c: dict[str, Any]) -> tuple[dict[str, Any], float]:
         """Run a checked call of the model (``c``: id, name, arguments, message_id, turn_id): the pill,
         the reader's confirmation when sensitive, the server's answer. Returns ``(end, ms)`` like the
         relay's other tools; ``end["stored"]``: the call is in the store already."""
@@ -311,10 +338,10 @@ class McpTool:
         begin = {"id": c["id"], "name": c["name"], "arguments": c["arguments"], "message_id": c["message_id"]}
         end: dict[str, Any] = {"id": c["id"], "name": c["name"]}
         if self.sensitive:
-            denied = await self._confirm(hub, cid, c, begin)
+            denied = await self._confirm(host, cid, c, begin)
             end["stored"] = True
         else:
-            await hub.emit_event(cid, P.EV_FUNCTION_CALL_BEGIN, {**begin, "kind": P.KIND_TOOL})
+            await host.emit_event(cid, P.EV_FUNCTION_CALL_BEGIN, {**begin, "kind": P.KIND_TOOL})
             denied = None
         t1 = time.monotonic()
         if denied is not None:
@@ -326,14 +353,14 @@ class McpTool:
                 # The turn was stopped (Stop). A call the relay had not stored yet is stored pending now, so the turn's
                 # end cancels it as it cancels a page call: its pill ends "Cancelled." and the round keeps its tool
                 # message, which a reload shows. A confirmed call (stored, answered by the reader's "allow") ends here.
-                if not hub.closing:
+                if not host.closing():
                     with contextlib.suppress(Exception):
                         if end.get("stored"):
-                            await hub.emit_event(cid, P.EV_FUNCTION_CALL_END, {
+                            await host.emit_event(cid, P.EV_FUNCTION_CALL_END, {
                                 "id": c["id"], "name": c["name"], "status": P.STATUS_ERROR, "error": "Cancelled.",
                                 "duration_ms": None, "total_ms": None})
                         else:
-                            await hub.store.add_calls(cid, c["turn_id"], [{
+                            await host.store.add_calls(cid, c["turn_id"], [{
                                 "id": c["id"], "name": c["name"], "kind": P.KIND_TOOL, "arguments": c["arguments"]}])
                 raise
         handler_ms = round((time.monotonic() - t1) * 1000, 1)
@@ -348,21 +375,20 @@ class McpTool:
             if value.startswith("The tool did not answer"):
                 end["timed_out"] = True
         end.update(duration_ms=None if denied is not None else handler_ms, total_ms=ms)
-        await hub.emit_event(cid, P.EV_FUNCTION_CALL_END, {k: v for k, v in end.items() if k not in ("stored", "timed_out")})
+        await host.emit_event(cid, P.EV_FUNCTION_CALL_END, {k: v for k, v in end.items() if k not in ("stored", "timed_out")})
         return end, ms
 
-    async def _confirm(self, hub: Hub, cid: str, c: dict[str, Any], begin: dict[str, Any]) -> str | None:
+    async def _confirm(self, host: ToolHost, cid: str, c: dict[str, Any], begin: dict[str, Any]) -> str | None:
         """Send the call to the active page, whose client asks the reader (``widget.client_calls``); None when
         allowed, else the error the model gets (the page's denial, or its silence within the function limit)."""
-        rt = hub.rt(cid)
-        await hub.store.add_calls(cid, c["turn_id"], [{"id": c["id"], "name": c["name"], "kind": P.KIND_FUNCTION,
+        await host.store.add_calls(cid, c["turn_id"], [{"id": c["id"], "name": c["name"], "kind": P.KIND_FUNCTION,
                                                        "arguments": c["arguments"]}])
-        rt.call_events[c["id"]] = asyncio.Event()
-        seq = await hub.emit_event(cid, P.EV_FUNCTION_CALL_BEGIN, {**begin, "kind": P.KIND_FUNCTION},
+        host.expect_call(cid, c["id"])
+        seq = await host.emit_event(cid, P.EV_FUNCTION_CALL_BEGIN, {**begin, "kind": P.KIND_FUNCTION},
                                    conversation={"status": ConversationStatus.WAITING_FOR_FUNCTION})
-        await hub.store.set_call_seq(cid, c["id"], seq)
-        answer, _ms = await hub.dispatch.await_call(cid, rt, {**c, "kind": P.KIND_FUNCTION}, announce=False)
-        await hub.store.update_conversation(cid, status=ConversationStatus.RUNNING)
+        await host.store.set_call_seq(cid, c["id"], seq)
+        answer, _ms = await host.await_call(cid, {**c, "kind": P.KIND_FUNCTION})
+        await host.store.update_conversation(cid, status=ConversationStatus.RUNNING)
         if answer["status"] == P.STATUS_SUCCESS and answer.get("result") == "allow":
             return None
         return str(answer.get("error") or P.MSG_SENSITIVE_DENIED)
@@ -383,7 +409,7 @@ class McpTools:
                 raise ConfigError("MCP servers in the config need the official MCP SDK: "
                                   "pip install 'autopilot-widget[mcp]'") from None
 
-    async def extend(self, app: AppConfig, info: RoundInfo, request: ModelRequest, model: ModelAdapter | None,
+    async def extend(self, app: AppConfig, info: RoundTools, request: ModelRequest, model: ModelAdapter | None,
                      with_tools: bool, before_wait: Callable[[], Awaitable[None]] | None = None) -> None:
         """Add the app's allowed MCP tools to a round's catalogue (and, ``with_tools``, to the model's tools);
         tell the model which servers are unavailable and why. A page entry of the same name wins. ``before_wait``
