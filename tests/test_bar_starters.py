@@ -80,8 +80,12 @@ async def last_user_text(page: Any) -> str:
                                "return m ? m.textContent : null;")
 
 
-async def tab_to(page: Any, selector: str, limit: int = 20) -> None:
-    """Press Tab until the bar's focused element matches ``selector`` (keyboard reachability, no clicks)."""
+async def tab_to(page: Any, selector: str, limit: int = 40) -> None:
+    """Press Tab until the bar's focused element matches ``selector`` (keyboard reachability, no clicks).
+
+    The bar keeps no focus trap (a non-modal dialog): from the composer, Tab goes out through the page's own
+    controls and the toggle before it comes back to the bar's header, answers and suggestions (21 presses on the
+    test page), so the limit covers a whole round, not only the bar's controls."""
     for _ in range(limit):
         await page.keyboard.press("Tab")
         if await js_root(page, "return !!(r.activeElement && r.activeElement.matches(arg));", selector):
