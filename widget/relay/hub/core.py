@@ -28,7 +28,7 @@ from .context import Limiters, Switches, app_of
 from .dispatch import CallDispatch, DispatchContext
 from .fanout import Fanout, FanoutContext
 from .joining import Membership
-from .lifecycle import Lifecycle
+from .lifecycle import Lifecycle, LifecycleContext
 from .prompts import history
 from .runtime import HEARTBEAT_S, ConvRuntime, Runtimes, new_id
 from .sendqueue import SendQueues
@@ -111,7 +111,7 @@ class Hub:
         self.send_queues = SendQueues(config, self.sio)
         self.dispatch = CallDispatch(DispatchContext(
             config, store, self.runtimes, self.sio, self.send_queues, self.emit_event, self.switches, self.leaving))
-        self.recovery = Lifecycle(self)
+        self.recovery = Lifecycle(LifecycleContext(store, self.runtimes, self.sio, self.instance, self.emit_locked))
         self.fanout = Fanout(FanoutContext(
             store, self.runtimes, self.instance, self.spawn, self.redis, self.dispatch.emit_stored,
             self.recovery.recover, self.recovery.disconnect_conversation))

@@ -6,15 +6,16 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass
+from typing import Any
 
 from ... import protocol as P
 from ...protocol import CallState, ConversationStatus, Kind, Role, TurnErrorCode, TurnStatus, UserInputReason
+from ..sio import RelaySocketServer
+from ..storage import store as S
+from .context import EmitLocked
 from .rounds import tool_message
-from .runtime import LIVE_STATUSES, ConvRuntime, new_id
-
-if TYPE_CHECKING:
-    from .core import Hub
+from .runtime import LIVE_STATUSES, ConvRuntime, Runtimes, new_id
 
 log = logging.getLogger("widget.relay")
 
@@ -30,81 +31,93 @@ CUT_OFF = "Cancelled: the relay restarted during the call."
 ABANDONED = "Cancelled: the interrupted turn it belonged to was not retried."
 
 
+@dataclass(frozen=True)
+class LifecycleContext:
+    """What the conversation-level operations use."""
+
+    store: S.Store
+    runtimes: Runtimes
+    sio: RelaySocketServer
+    #: this relay process's instance id
+    instance: str
+    emit_locked: EmitLocked
+
+
 class Lifecycle:
     """The hub's conversation-level operations (one per hub)."""
 
-    def __init__(self, hub: Hub) -> None:
-        self.hub = hub
+    def __init__(self, ctx: LifecycleContext) -> None:
+        self._ctx = ctx
 
     async def disconnect_conversation(self, cid: str, everywhere: bool = True) -> None:
         """Drop a deleted conversation's sockets and turn (on every process sharing the store)."""
-        hub = self.hub
-        if everywhere and hub.store.shared:
+        ctx = self._ctx
+        if everywhere and ctx.store.shared:
             try:
-                await hub.store.signal({"t": "deleted", "c": cid})
+                await ctx.store.signal({"t": "deleted", "c": cid})
             except Exception:  # noqa: BLE001 - their sockets fail on their next write instead
                 log.warning("could not tell the other relay processes that %s was deleted", cid)
-        rt = hub.convs.get(cid)
+        rt = ctx.runtimes.convs.get(cid)
         if rt is None:
             return
         if rt.turn and not rt.turn.done():
             rt.turn.cancel()
         for sid in list(rt.sids):
-            hub.clients.pop(sid, None)
-            await hub.sio.disconnect(sid, ignore_queue=True)
-        hub.convs.pop(cid, None)
+            ctx.runtimes.clients.pop(sid, None)
+            await ctx.sio.disconnect(sid, ignore_queue=True)
+        ctx.runtimes.convs.pop(cid, None)
 
     async def cancel_turn(self, cid: str) -> bool:
         """Stop the conversation's turn (wherever it runs) or its wait for ask-user answers."""
-        with self.hub.runtimes.using(cid):
+        with self._ctx.runtimes.using(cid):
             return await self._cancel_turn(cid)
 
     async def _cancel_turn(self, cid: str) -> bool:
-        hub = self.hub
-        rt = hub.rt(cid)
+        ctx = self._ctx
+        rt = ctx.runtimes.rt(cid)
         task = rt.turn
         if task is not None and not task.done():
             task.cancel()
             await asyncio.gather(task, return_exceptions=True)
             return True
-        conv = await hub.store.get_conversation(cid)
-        if conv is not None and conv["status"] in LIVE_STATUSES and conv["runner"] != hub.instance:
+        conv = await ctx.store.get_conversation(cid)
+        if conv is not None and conv["status"] in LIVE_STATUSES and conv["runner"] != ctx.instance:
             if not await self.runner_alive(conv):
                 return await self.recover(conv)
             # The turn runs in another process: ask it (through the store) and wait for the turn to end.
-            await hub.store.signal({"t": "cancel", "c": cid, "turn": conv["turn_id"]})
+            await ctx.store.signal({"t": "cancel", "c": cid, "turn": conv["turn_id"]})
             deadline = time.monotonic() + REMOTE_CANCEL_WAIT_S
             while time.monotonic() < deadline:
                 await asyncio.sleep(0.05)
-                now = await hub.store.get_conversation(cid)
+                now = await ctx.store.get_conversation(cid)
                 if now is None or now["status"] not in LIVE_STATUSES or now["turn_id"] != conv["turn_id"]:
                     return True
             return False
         async with rt.lock:
-            conv = await hub.store.get_conversation(cid)
+            conv = await ctx.store.get_conversation(cid)
             if conv is None or conv["status"] != ConversationStatus.WAITING_FOR_ASK_USER:
                 return False
-            if not await hub.store.claim_status(
+            if not await ctx.store.claim_status(
                 cid, [ConversationStatus.WAITING_FOR_ASK_USER], status=ConversationStatus.IDLE
             ):
                 return False  # answered or cancelled through another process meanwhile
-            await hub.store.cancel_prompts(cid)
-            await hub.emit_locked(
+            await ctx.store.cancel_prompts(cid)
+            await ctx.emit_locked(
                 rt,
                 cid,
                 P.EV_COMPLETION_FINISHED,
                 {"turn_id": conv["turn_id"], "status": TurnStatus.CANCELLED},
                 conversation={"status": ConversationStatus.IDLE},
             )
-            await hub.emit_locked(rt, cid, P.EV_USER_INPUT, {"reason": UserInputReason.MESSAGE})
+            await ctx.emit_locked(rt, cid, P.EV_USER_INPUT, {"reason": UserInputReason.MESSAGE})
             return True
 
     async def close_leftover_calls(self, rt: ConvRuntime, cid: str) -> None:
         """End the calls an interrupted turn left pending (caller holds ``rt.lock``): the reader moved on
         without retrying it, so their results are no longer wanted."""
-        hub = self.hub
-        for c in await hub.store.pending_calls(cid):
-            if await hub.store.finish_call(cid, c["id"], CallState.CANCELLED, error=ABANDONED):
+        ctx = self._ctx
+        for c in await ctx.store.pending_calls(cid):
+            if await ctx.store.finish_call(cid, c["id"], CallState.CANCELLED, error=ABANDONED):
                 end = {
                     "id": c["id"],
                     "name": c["name"],
@@ -113,32 +126,32 @@ class Lifecycle:
                     "duration_ms": None,
                     "total_ms": None,
                 }
-                await hub.emit_locked(rt, cid, P.EV_FUNCTION_CALL_END, end)
+                await ctx.emit_locked(rt, cid, P.EV_FUNCTION_CALL_END, end)
 
     async def runner_alive(self, conv: dict[str, Any]) -> bool:
         """Whether the relay instance running the conversation's turn is alive (this process: its
         task is running; another: its heartbeat is recent)."""
-        hub = self.hub
+        ctx = self._ctx
         runner = conv.get("runner")
-        if runner == hub.instance:
-            rt = hub.convs.get(conv["id"])
+        if runner == ctx.instance:
+            rt = ctx.runtimes.convs.get(conv["id"])
             return rt is not None and rt.turn is not None and not rt.turn.done()
         if runner is None:
             return False
-        return await hub.store.instance_alive(runner)
+        return await ctx.store.instance_alive(runner)
 
     async def recover(self, conv: dict[str, Any]) -> bool:
         """A turn whose relay process died is marked failed when the conversation is next opened (or,
         with a shared store, when a process holding one of its sockets notices)."""
         if conv["status"] not in LIVE_STATUSES:
             return False
-        with self.hub.runtimes.using(conv["id"]):
+        with self._ctx.runtimes.using(conv["id"]):
             return await self._recover(conv["id"])
 
     async def _recover(self, cid: str) -> bool:
-        hub = self.hub
-        store = hub.store
-        rt = hub.rt(cid)
+        ctx = self._ctx
+        store = ctx.store
+        rt = ctx.runtimes.rt(cid)
         if rt.turn is not None and not rt.turn.done():
             return False
         async with rt.lock:
@@ -146,8 +159,8 @@ class Lifecycle:
             if conv2 is None or conv2["status"] not in LIVE_STATUSES or await self.runner_alive(conv2):
                 return False
             # Several processes may notice at once: the one that takes the turn over closes it.
-            if conv2["runner"] != hub.instance and not await store.claim_status(
-                cid, LIVE_STATUSES, runner_was=conv2["runner"], runner=hub.instance
+            if conv2["runner"] != ctx.instance and not await store.claim_status(
+                cid, LIVE_STATUSES, runner_was=conv2["runner"], runner=ctx.instance
             ):
                 return False
             turn_id = conv2["turn_id"]
@@ -182,7 +195,7 @@ class Lifecycle:
                         "duration_ms": None,
                         "total_ms": None,
                     }
-                    await hub.emit_locked(rt, cid, P.EV_FUNCTION_CALL_END, end)
+                    await ctx.emit_locked(rt, cid, P.EV_FUNCTION_CALL_END, end)
                     tools.append(tool_message(c["id"], c["name"], c.get("kind", Kind.FUNCTION), end))
             # A call the relay ran itself (an MCP tool) is stored only when it ends: one begun and neither ended
             # nor stored was cut off with its relay. Its pill ends; Retry tells the model it did not run.
@@ -190,12 +203,12 @@ class Lifecycle:
                 if c["id"] not in ended and await store.get_call(cid, c["id"]) is None:
                     end = {"id": c["id"], "name": c["name"], "status": P.STATUS_ERROR, "error": CUT_OFF,
                            "duration_ms": None, "total_ms": None}
-                    await hub.emit_locked(rt, cid, P.EV_FUNCTION_CALL_END, end)
+                    await ctx.emit_locked(rt, cid, P.EV_FUNCTION_CALL_END, end)
             if message_id is not None:
                 msg = {"id": message_id, "role": Role.ASSISTANT, "content": "".join(text), "created_at": time.time()}
                 if calls:
                     msg["function_calls"] = calls
-                await hub.emit_locked(
+                await ctx.emit_locked(
                     rt, cid, P.EV_COMPLETION_ENDED, {"message": msg, "tool_messages": tools}, messages=[msg, *tools]
                 )
             err = {
@@ -206,13 +219,13 @@ class Lifecycle:
                 "retryable": True,
                 "created_at": time.time(),
             }
-            await hub.emit_locked(rt, cid, P.EV_MESSAGE, {"message": err}, messages=[err])
-            await hub.emit_locked(
+            await ctx.emit_locked(rt, cid, P.EV_MESSAGE, {"message": err}, messages=[err])
+            await ctx.emit_locked(
                 rt,
                 cid,
                 P.EV_COMPLETION_FINISHED,
                 {"turn_id": turn_id, "status": TurnStatus.FAILED},
                 conversation={"status": ConversationStatus.FAILED},
             )
-            await hub.emit_locked(rt, cid, P.EV_USER_INPUT, {"reason": UserInputReason.MESSAGE})
+            await ctx.emit_locked(rt, cid, P.EV_USER_INPUT, {"reason": UserInputReason.MESSAGE})
             return True
