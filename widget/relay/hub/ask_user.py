@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, cast
+from collections.abc import Callable, Coroutine
+from dataclasses import dataclass
+from typing import Any, cast
 
 from ... import protocol as P
 from ...core.ask_user import answer_problem, short
@@ -10,10 +12,9 @@ from ...errors import ProtocolError
 from ...protocol import AskUserType, CallState, ConversationStatus
 from ...protocol.messages import AskUserArguments, AskUserPrompt
 from ..storage import store as S
+from .context import Spawn
+from .runtime import Runtimes
 from .skeleton import key_reused_message, unstorable
-
-if TYPE_CHECKING:
-    from .core import Hub
 
 #: The kind an ask-user answer's idempotency key is stored for (the other kinds are socket event names).
 ASK_USER_WRITE = "ask_user"
@@ -91,16 +92,31 @@ def check_answer(prompt: dict[str, Any], result: Any) -> None:
         raise ProtocolError(P.ERR_BAD_REQUEST, problem)
 
 
-async def answer_prompts(hub: Hub, cid: str, answers: list[dict[str, Any]], idempotency: S.Ack | None = None) -> None:
+@dataclass(frozen=True)
+class AnswersContext:
+    """What storing the reader's answers uses."""
+
+    store: S.Store
+    runtimes: Runtimes
+    #: this relay process's instance id (it runs the resumed turn)
+    instance: str
+    spawn: Spawn
+    #: the turn resumed with the answers, from round ``iteration`` (``TurnRunner.run_turn`` with ``resume=True``)
+    resume_turn: Callable[[str, str, int], Coroutine[Any, Any, None]]
+
+
+async def answer_prompts(
+    ctx: AnswersContext, cid: str, answers: list[dict[str, Any]], idempotency: S.Ack | None = None
+) -> None:
     """Check and store ask-user answers (all or none); resume the turn once every pending prompt is
     answered."""
     problem = unstorable([answers, idempotency[0] if idempotency is not None else None])
     if problem is not None:  # the HTTP entry point: the same check the socket handlers get
         raise ProtocolError(P.ERR_BAD_REQUEST, problem)
-    store = hub.store
+    store = ctx.store
     if idempotency is not None:
         idempotency = (idempotency[0], idempotency[1], ASK_USER_WRITE)
-    with hub.runtimes.using(cid) as rt:
+    with ctx.runtimes.using(cid) as rt:
         async with rt.lock:
             try:
                 if idempotency is not None and await store.get_ack(cid, idempotency[0], ASK_USER_WRITE) is not None:
@@ -142,7 +158,7 @@ async def answer_prompts(hub: Hub, cid: str, answers: list[dict[str, Any]], idem
                 return
             # Conditional: when the last answers reach two processes at once, one of them resumes.
             if not await store.claim_status(
-                cid, [ConversationStatus.WAITING_FOR_ASK_USER], status=ConversationStatus.RUNNING, runner=hub.instance
+                cid, [ConversationStatus.WAITING_FOR_ASK_USER], status=ConversationStatus.RUNNING, runner=ctx.instance
             ):
                 return
-            rt.turn = hub.spawn(hub.turns.run_turn(cid, conv["turn_id"], conv["iteration"] + 1, resume=True))
+            rt.turn = ctx.spawn(ctx.resume_turn(cid, conv["turn_id"], conv["iteration"] + 1))

@@ -7,6 +7,7 @@ conversation's room, under the conversation's lock, so each socket sees one gap-
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import time
 from collections.abc import Coroutine
@@ -23,7 +24,7 @@ from ..sio import RelaySocketServer
 from ..storage import store as S
 from ..tokens import TokenSigner
 from ..tracing import Tracing, make_tracing
-from .ask_user import answer_prompts
+from .ask_user import AnswersContext, answer_prompts
 from .context import Limiters, Switches, app_of
 from .dispatch import CallDispatch, DispatchContext
 from .fanout import Fanout, FanoutContext
@@ -119,6 +120,8 @@ class Hub:
             self.redis.on_event = self.fanout.seen_remote
             self.redis.on_resync = self.fanout.on_redis_back
         self.turns = TurnRunner(self)
+        self._answers = AnswersContext(store, self.runtimes, self.instance, self.spawn,
+                                       functools.partial(self.turns.run_turn, resume=True))
         self.membership = Membership(self)
         self.writes = Writes(self)
         self.store.add_listener(self.fanout.on_signal)
@@ -267,7 +270,7 @@ class Hub:
 
     async def answer_prompts(self, cid: str, answers: list[dict[str, Any]], idempotency: S.Ack | None = None) -> None:
         """Store ask-user answers and resume the turn (see ``ask_user.answer_prompts``)."""
-        await answer_prompts(self, cid, answers, idempotency)
+        await answer_prompts(self._answers, cid, answers, idempotency)
 
     def _history(
         self,
