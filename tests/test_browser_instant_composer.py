@@ -66,6 +66,7 @@ async def test_typing_at_once_after_the_click_on_a_cold_view(browser: Any, relay
         assert await page.get_attribute(early, "aria-label") == "Message"
         assert await page.get_attribute(early, "placeholder") == "Connecting…"
         assert await page.get_attribute("#autopilot-toggle-host >> section.early", "role") == "dialog"
+        assert (await page.get_attribute(TOGGLE, "aria-label") or "").startswith("Close")  # as the bar's, open
         # A reader's 60 ms a key: typing goes on while Python starts and mounts the bar (the takeover).
         await page.keyboard.type(QUESTION, delay=60)
         await page.keyboard.press("Enter")

@@ -18,7 +18,7 @@ from typing import Final, TypedDict
 LOADER_LABELS: Final = (
     "title", "open", "retry", "starting", "boot_failed", "csp_wasm", "origin_refused", "relay_unreachable",
     "stage_python", "stage_bundle", "stage_widget",
-    "dialog", "state_connecting", "input", "send", "hint", "hint_held",
+    "dialog", "state_connecting", "input", "send", "hint", "hint_held", "close",
 )
 
 #: The toggle's shadow-root CSS, with the loader's status card. ``!important`` on the host: a host page's own

@@ -131,6 +131,7 @@ export function showComposer(focus = true) {
   if (status.parentNode !== body) body.appendChild(status);
   button.setAttribute("aria-expanded", "true");
   button.setAttribute("aria-haspopup", "dialog");
+  button.setAttribute("aria-label", L("close")); // as the bar's toggle says while it is open
   if (focus) input.focus();
 }
 
@@ -144,6 +145,7 @@ export function hideComposer(byReader) {
   openedAt = 0;
   if (status.parentNode !== button.parentNode && button.parentNode) button.parentNode.appendChild(status);
   button.setAttribute("aria-expanded", "false");
+  button.setAttribute("aria-label", L("open"));
   if (byReader) {
     state.wantOpen = false; // (the reader closed it: Python mounts the bar closed)
     button.focus();
