@@ -16,7 +16,7 @@ from starlette.routing import Route
 from .. import protocol as P
 from .http.api import Api
 from .config import DEFAULT_APP, RelayConfig
-from .http import feedback, insight, summaries
+from .http import docs_push, feedback, insight, summaries
 from .http.contract import routes as contract_routes
 from .http.limits import BodyLimit
 from .hub import Hub
@@ -57,7 +57,8 @@ def create_app(
     hub = Hub(config, store, models)
     hub.sio.max_sockets_per_address = config.max_sockets_per_address
     api = Api(hub)
-    for feature in (feedback, insight, summaries):  # POST .../feedback, GET .../stats, POST .../summaries
+    # POST .../feedback, GET .../stats, POST .../summaries, PUT .../docs
+    for feature in (feedback, insight, summaries, docs_push):
         feature.install(api)
     dist = DistFiles(config.dist_dir, config.all_allowed_origins(), demo_app=DEFAULT_APP in config.apps)
     demo_docs = DemoDocs(config.demo_docs, site_base(config)) if config.demo_docs is not None else None
@@ -140,7 +141,10 @@ class RelayApp:
 
         def limit_for(path: str) -> int:
             # Engine.IO long-polling POSTs carry up to its buffer (checked again by Engine.IO itself).
-            return P.ENGINEIO_MAX_BUFFER if path.startswith(sio_path) else config.max_body_bytes
+            if path.startswith(sio_path):
+                return P.ENGINEIO_MAX_BUFFER
+            # A docs push carries a whole site's archive (checked again, with its own error, by the route).
+            return docs_push.MAX_PUSH_BYTES if docs_push.is_push_path(path) else config.max_body_bytes
 
         self.inner = BodyLimit(inner, limit_for)
 
