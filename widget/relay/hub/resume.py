@@ -9,17 +9,16 @@ client got them in its join's ``pending_calls``), and the turn goes on with the 
 
 from __future__ import annotations
 
+from collections.abc import Awaitable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from ... import protocol as P
 from ...protocol import CallState, ConversationStatus, Role, ToolMessageKind
 from ..storage import store as S
+from .context import EmitEvent
 from .rounds import Round, tool_message
 from .runtime import ConvRuntime, new_id
-
-if TYPE_CHECKING:
-    from .core import Hub
 
 NOT_RUN = "The relay restarted before this call ran; nothing ran. Call it again if it is still needed."
 
@@ -47,15 +46,32 @@ async def resume_plan(store: S.Store, cid: str, turn_id: str, withdrawn: list[di
     return ResumePlan(text=msg.get("content") or "", calls=[dict(c) for c in msg["function_calls"]], rows=rows)
 
 
+class AwaitCall(Protocol):
+    """Wait for a call's answer through the store, emitting its ``function_call.end`` (``CallDispatch.await_call``):
+    ``(end, ms)``."""
+
+    def __call__(self, cid: str, rt: ConvRuntime, c: dict[str, Any], announce: bool = True
+                 ) -> Awaitable[tuple[dict[str, Any], float]]: ...
+
+
+@dataclass(frozen=True)
+class ResumeContext:
+    """What resuming an interrupted round uses."""
+
+    store: S.Store
+    emit_event: EmitEvent
+    await_call: AwaitCall
+
+
 async def resume_round(
-    hub: Hub, cid: str, rt: ConvRuntime, turn_id: str, plan: ResumePlan, log_calls: list[dict[str, Any]]
+    ctx: ResumeContext, cid: str, rt: ConvRuntime, turn_id: str, plan: ResumePlan, log_calls: list[dict[str, Any]]
 ) -> Round:
     """Stream the interrupted round again as a new message with the same text and calls; each call's
     result is its stored one (waited for while pending). Returns the round, ready to commit."""
     cur = Round(message_id=new_id("m_"), text=[plan.text] if plan.text else [], calls=plan.calls, started=True)
-    await hub.emit_event(cid, P.EV_COMPLETION_STARTED, {"turn_id": turn_id, "message_id": cur.message_id})
+    await ctx.emit_event(cid, P.EV_COMPLETION_STARTED, {"turn_id": turn_id, "message_id": cur.message_id})
     if plan.text:
-        await hub.emit_event(cid, P.EV_COMPLETION_STREAM, {"message_id": cur.message_id, "delta": plan.text})
+        await ctx.emit_event(cid, P.EV_COMPLETION_STREAM, {"message_id": cur.message_id, "delta": plan.text})
     # Calls sent to the page that ran or may still answer: their results, with a function_call.end. (A pending
     # one was sent: recovery cancels those never sent. An answered one without a seq was run by the relay,
     # or its seq was not written before the relay died: its result is used without an end event.)
@@ -66,12 +82,12 @@ async def resume_round(
         and (row["status"] == CallState.PENDING or (row["status"] == CallState.ANSWERED and row["seq"]))
     }
     if any(plan.rows[i]["status"] == CallState.PENDING for i in waiting):
-        await hub.store.update_conversation(cid, status=ConversationStatus.WAITING_FOR_FUNCTION)
+        await ctx.store.update_conversation(cid, status=ConversationStatus.WAITING_FOR_FUNCTION)
     for c in plan.calls:
         row = plan.rows.get(c["id"])
         if c["id"] in waiting:
             assert row is not None
-            end, ms = await hub.dispatch.await_call(cid, rt, {"id": c["id"], "name": c["name"], "kind": row["kind"]})
+            end, ms = await ctx.await_call(cid, rt, {"id": c["id"], "name": c["name"], "kind": row["kind"]})
             log_calls.append({"tool": c["name"], "ok": end["status"] == P.STATUS_SUCCESS, "ms": ms, "resumed": True})
             cur.tools.append(tool_message(c["id"], c["name"], row["kind"], end))
         elif row is None:
@@ -106,5 +122,5 @@ async def resume_round(
                 )
             )
     if waiting:
-        await hub.store.update_conversation(cid, status=ConversationStatus.RUNNING)
+        await ctx.store.update_conversation(cid, status=ConversationStatus.RUNNING)
     return cur

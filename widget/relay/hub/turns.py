@@ -37,12 +37,12 @@ from ..tools import check_offer, check_suggestions, docs_query, suggestions_note
 from .ask_user import prompt_from
 from .citations import exempt_reason, search_key
 from .prompts import RoundInfo, build_request, search_sections
+from .resume import ResumeContext, ResumePlan, resume_round
 from .rounds import Round, tool_message
 from .runtime import ConvRuntime, new_id
 
 if TYPE_CHECKING:
     from .core import Hub
-    from .resume import ResumePlan
 
 log = logging.getLogger("widget.relay")
 turn_log = logging.getLogger("widget.relay.turns")
@@ -111,9 +111,8 @@ class TurnRunner:
                     await hub.emit_event(cid, P.EV_MESSAGE, {"message": tm}, messages=[tm])
             first = True
             if resume_from is not None:
-                from .resume import resume_round
-
-                cur = await resume_round(hub, cid, rt, turn_id, resume_from, log_calls)
+                again = ResumeContext(hub.store, hub.emit_event, hub.dispatch.await_call)
+                cur = await resume_round(again, cid, rt, turn_id, resume_from, log_calls)
                 await self.end_message(cid, cur)
                 iteration += 1
                 first = False  # the next round is announced
