@@ -10,9 +10,10 @@ question at 60 ms a key, then Enter. Measured per visit, in Chromium, on the dem
 - Enter → reply: from Enter to the first frame showing the demo model's answer.
 
 Visit kinds: ``cold`` (a fresh context, 3 s of reading), ``cold-now`` (clicks as soon as the toggle shows),
-``second`` (the same tab's next page view, 3 s of reading; the bar was closed on the first).
+``second`` (the same tab's next page view, 3 s of reading; the bar was closed on the first), ``throttled`` (cold,
+clicking as soon as the toggle shows, on 10 Mbit/s with 40 ms RTT and the CPU 4× slower, through CDP).
 
-    python bench/reader.py [-n 3] [--kinds cold,cold-now,second] [--dist widget/_dist]
+    python bench/reader.py [-n 3] [--kinds cold,cold-now,second,throttled] [--dist widget/_dist]
 """
 from __future__ import annotations
 
@@ -107,7 +108,7 @@ def med(rows: list[dict[str, float]], key: str) -> str:
 async def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("-n", type=int, default=3)
-    ap.add_argument("--kinds", default="cold,cold-now,second")
+    ap.add_argument("--kinds", default="cold,cold-now,second,throttled")
     ap.add_argument("--dist", help="a build output folder (default: widget/_dist)")
     args = ap.parse_args()
     from playwright.async_api import async_playwright
@@ -124,11 +125,19 @@ async def main() -> None:
                     ctx = await browser.new_context()
                     await ctx.add_init_script(PROBE)
                     page = await ctx.new_page()
+                    if kind == "throttled":
+                        cdp = await ctx.new_cdp_session(page)
+                        await cdp.send("Network.enable")
+                        await cdp.send("Network.emulateNetworkConditions", {
+                            "offline": False, "latency": 40, "downloadThroughput": 10e6 / 8,
+                            "uploadThroughput": 10e6 / 8})
+                        await cdp.send("Emulation.setCPUThrottlingRate", {"rate": 4})
                     if kind == "second":
                         await visit(page, relay.url + "/", 3.0)
                         await page.keyboard.press("Escape")  # closed: the next view starts on the reader's intent
                         await page.wait_for_timeout(300)
-                    results[kind].append(await visit(page, relay.url + "/", 0.0 if kind == "cold-now" else 3.0))
+                    dwell = 0.0 if kind in ("cold-now", "throttled") else 3.0
+                    results[kind].append(await visit(page, relay.url + "/", dwell))
                     await ctx.close()
             await browser.close()
     finally:
