@@ -28,7 +28,7 @@ from .ask_user import AnswersContext, answer_prompts
 from .context import Limiters, Switches, app_of
 from .dispatch import CallDispatch, DispatchContext
 from .fanout import Fanout, FanoutContext
-from .joining import Membership
+from .joining import Membership, MembershipContext
 from .lifecycle import Lifecycle, LifecycleContext
 from .prompts import history
 from .runtime import HEARTBEAT_S, ConvRuntime, Runtimes, new_id
@@ -122,7 +122,9 @@ class Hub:
         self.turns = TurnRunner(self)
         self._answers = AnswersContext(store, self.runtimes, self.instance, self.spawn,
                                        functools.partial(self.turns.run_turn, resume=True))
-        self.membership = Membership(self)
+        self.membership = Membership(MembershipContext(
+            config, store, self.runtimes, self.sio, self.instance, self.spawn, self.signer, self.limiters,
+            self.switches, self.send_queues, self.dispatch, self.recovery.recover, self.addresses, self.leaving))
         self.writes = Writes(self)
         self.store.add_listener(self.fanout.on_signal)
         self.sio.on("connect", self.membership.on_connect)
