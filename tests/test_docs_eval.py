@@ -6,6 +6,7 @@ with the file and line."""
 from __future__ import annotations
 
 import json
+import sqlite3
 import subprocess
 import sys
 from pathlib import Path
@@ -123,3 +124,26 @@ def test_the_figures() -> None:
     _, figures = score(probes, hits, [0.0] * 5, threshold=None)
     assert figures["unanswerable_declined"] is None and figures["answerable_lost"] is None
     assert not url_matches("https://docs.example.com/a/#x", "/a/") and url_matches("/a/", "/a/")
+
+
+def test_answers_through_the_relays_turns(repo_index: Path) -> None:
+    """``--answers``: each question in a one-shot turn of the app's model (the demo model here), in a relay started
+    by the command itself with a temporary conversation store."""
+    probes = repo_index.parent / "answers.jsonl"
+    probes.write_text(json.dumps({"question": "How do I change the bar's colours?",
+                                  "expect": ["/docs/theming.html#colours"]}) + "\n"
+                      + json.dumps({"question": "zzqx wibble", "expect": "unanswerable"}) + "\n")
+    done = relay("eval", "--app", "demo", str(probes), "--db", str(repo_index), "--json", "--answers",
+                 cwd=repo_index.parent)
+    assert done.returncode == 0, done.stderr
+    answers = json.loads(done.stdout)["answers"]
+    assert answers["errors"] == 0 and answers["cited_expected"] == 1.0
+    assert answers["answerable_declined"] == 0 and answers["unanswerable_declined"] == 1
+    cited, declined = answers["results"]
+    assert set(cited) == {"line", "cited", "cited_expected", "declined", "tools", "turn_ms", "error"}
+    assert cited["cited"] == ["/docs/theming.html#colours"] and cited["cited_expected"] is True
+    assert cited["turn_ms"] > 0 and isinstance(cited["tools"], list)
+    assert declined["declined"] is True and declined["cited"] == [] and declined["cited_expected"] is None
+    # The relay's own database (the index) got no conversation: they went to a temporary store.
+    with sqlite3.connect(repo_index) as db:
+        assert db.execute("SELECT name FROM sqlite_master WHERE name = 'conversations'").fetchall() == []

@@ -17,14 +17,23 @@ An expected URL that is a path (``/guide/x/#a``) matches a section URL with any 
 from __future__ import annotations
 
 import argparse
+import asyncio
+import dataclasses
 import json
+import logging
+import secrets
 import sys
+import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, TypedDict
 from urllib.parse import urlsplit
 
+import aiohttp
+import socketio
+
+from ... import protocol as P
 from ...errors import ConfigError
 
 #: Sections looked at per probe (MRR@10).
@@ -33,6 +42,8 @@ DEPTH = 10
 MAX_PROBES = 5_000
 #: Characters of one probe file line.
 MAX_LINE_CHARS = 20_000
+#: Longest wait for one answer with ``--answers`` (``--answer-timeout``).
+ANSWER_TIMEOUT_S = 120.0
 
 Expect = list[str] | Literal["unanswerable"]
 
@@ -180,6 +191,12 @@ def eval_parser() -> argparse.ArgumentParser:
     p.add_argument("--min-hit1", type=float, default=None, metavar="X", help="exit 1 when hit@1 < X")
     p.add_argument("--min-hit5", type=float, default=None, metavar="X", help="exit 1 when hit@5 < X")
     p.add_argument("--min-mrr", type=float, default=None, metavar="X", help="exit 1 when MRR@10 < X")
+    p.add_argument("--answers", action="store_true",
+                   help="also ask each question in a one-shot turn of the app's configured model (the relay's own "
+                        "turn machinery, in this process, conversations in a temporary store) and report whether "
+                        "the answer cited an expected section or declined, its tool calls and times")
+    p.add_argument("--answer-timeout", type=float, default=ANSWER_TIMEOUT_S, metavar="SECONDS",
+                   help=f"longest wait for one answer (default {ANSWER_TIMEOUT_S:g})")
     return p
 
 
@@ -208,6 +225,9 @@ async def _eval(args: argparse.Namespace, index: Any) -> int:
         hits.append(await index.search(args.app, probe.question, limit=DEPTH))
         seconds.append(time.perf_counter() - t0)
     results, figures = score(probes, hits, seconds, args.threshold)
+    answers: list[AnswerResult] | None = None
+    if args.answers:
+        answers = await ask_all(args, probes)
     failures: list[str] = []
     values = (figures["hit_at_1"], figures["hit_at_5"], figures["mrr_at_10"])
     for (name, floor), value in zip(floors, values, strict=True):
@@ -218,10 +238,15 @@ async def _eval(args: argparse.Namespace, index: Any) -> int:
                     hit_at_1=figures["hit_at_1"], hit_at_5=figures["hit_at_5"], mrr_at_10=figures["mrr_at_10"],
                     unanswerable_declined=figures["unanswerable_declined"],
                     answerable_lost=figures["answerable_lost"])
+    out: dict[str, Any] = dict(report)
+    if answers is not None:
+        out["answers"] = answer_figures(probes, answers)
     if args.json:
-        print(json.dumps(report, ensure_ascii=False))
+        print(json.dumps(out, ensure_ascii=False))
     else:
         _print_text(report)
+        if answers is not None:
+            _print_answers(out["answers"])
     for line in failures:
         print(f"autopilot relay eval: {line}", file=sys.stderr)
     return 1 if failures else 0
@@ -247,6 +272,162 @@ def _print_text(report: Report) -> None:
     if report["threshold"] is not None:
         print(f"threshold {report['threshold']}: {report['unanswerable_declined']}/{report['unanswerable']} "
               f"unanswerable declined, {report['answerable_lost']}/{report['answerable']} answerable lost")
+
+
+class AnswerResult(TypedDict):
+    """One probe asked of the model: what the final answer cited, and what the turn did."""
+
+    line: int
+    cited: list[str]
+    #: An answerable probe: whether a cited source is one of the expected sections (None: unanswerable probe).
+    cited_expected: bool | None
+    #: Whether the answer cited nothing (the relay's "not in the docs" text, or no answer at all).
+    declined: bool
+    #: The turn's tool calls in order ({tool, ok, ms}), from the relay's turn log.
+    tools: list[dict[str, Any]]
+    turn_ms: float | None
+    error: str | None
+
+
+def _without_text_fragment(url: str) -> str:
+    return url.split(":~:", 1)[0].rstrip("#")
+
+
+async def ask_all(args: argparse.Namespace, probes: list[Probe]) -> list[AnswerResult]:
+    """Each probe's question in a fresh conversation of a relay started in this process: the app as configured
+    (its model, its docs settings) but in one-shot mode, the docs index the relay's, conversations in a temporary
+    store that is deleted afterwards (the relay's own store is not written)."""
+    from ..server import start_relay
+    from ..storage import make_store
+    from .cli import _config
+
+    config = _config(args)
+    if args.app not in config.apps:
+        raise ConfigError(f"--answers: app {args.app!r} is not in the relay's config (its model and settings)")
+    if not 0 < args.answer_timeout <= 3600:
+        raise ConfigError("--answer-timeout must be 0-3600 seconds")
+    token = secrets.token_urlsafe(24)
+    config.apps = {args.app: dataclasses.replace(config.apps[args.app], secret=token, loop="one-shot",
+                                                 allowed_origins=[])}
+    config.host, config.port = "127.0.0.1", 0
+    lines: list[dict[str, Any]] = []
+
+    class Capture(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            try:
+                lines.append(json.loads(record.getMessage()))
+            except ValueError:
+                pass
+
+    turn_log = logging.getLogger("widget.relay.turns")
+    capture = Capture()
+    turn_log.addHandler(capture)
+    old_level = turn_log.level
+    turn_log.setLevel(logging.INFO)
+    out: list[AnswerResult] = []
+    with tempfile.TemporaryDirectory(prefix="autopilot-eval-") as tmp:
+        store = make_store(None, str(Path(tmp) / "conversations.sqlite3"))
+        handle = await start_relay(config, store=store)
+        try:
+            async with aiohttp.ClientSession() as http:
+                for probe in probes:
+                    out.append(await _ask(http, handle.url, args.app, token, probe, lines, args.answer_timeout))
+        finally:
+            await handle.stop()
+            turn_log.removeHandler(capture)
+            turn_log.setLevel(old_level)
+    return out
+
+
+async def _ask(http: aiohttp.ClientSession, base: str, app_id: str, token: str, probe: Probe,
+               lines: list[dict[str, Any]], timeout: float) -> AnswerResult:
+    """One question in a fresh conversation; the final answer and the turn's log line."""
+    ended: list[dict[str, Any]] = []
+    done = asyncio.Event()
+    joined = asyncio.Event()
+    sio = socketio.AsyncClient(reconnection=False)
+    sent = False
+
+    async def on_ended(data: Any) -> None:
+        ended.append(data.get("message") or {})
+
+    async def on_input(data: Any) -> None:
+        if sent and data.get("reason") == "message":
+            done.set()
+
+    async def on_state(_data: Any = None) -> None:
+        joined.set()
+
+    sio.on(P.Event.COMPLETION_ENDED, on_ended)
+    sio.on(P.Event.USER_INPUT, on_input)
+    sio.on(P.Event.STATE, on_state)
+    result = AnswerResult(line=probe.line, cited=[], cited_expected=None, declined=True, tools=[], turn_ms=None,
+                          error=None)
+    try:
+        r = await http.post(f"{base}/api/apps/{app_id}/conversations", headers={"Authorization": f"Bearer {token}"})
+        url = (await r.json())["url"]
+        info = await (await http.get(url)).json()
+        await sio.connect(info["relay_url"], socketio_path=info["relay_path"], transports=["websocket"])
+        ack = await sio.call(P.Event.JOIN, {"token": info["token"], "version": P.PROTOCOL_VERSION, "last_seq": 0})
+        if not ack.get("ok"):
+            raise RuntimeError(f"join refused: {ack}")
+        await asyncio.wait_for(joined.wait(), timeout)
+        sent = True
+        ack = await sio.call(P.Event.USER_MESSAGE, {"text": probe.question, "idempotency_key": f"eval-{probe.line}"},
+                             timeout=timeout)
+        if not ack.get("ok"):
+            raise RuntimeError(f"message refused: {ack}")
+        await asyncio.wait_for(done.wait(), timeout)
+        cid = info["conversation"]["id"]
+        for _ in range(100):  # the turn's log line is written as its task ends, just after its last event
+            mine = [x for x in lines if x.get("conversation") == cid]
+            if mine:
+                result["tools"] = list(mine[-1].get("calls", []))
+                result["turn_ms"] = mine[-1].get("ms")
+                break
+            await asyncio.sleep(0.05)
+    except (TimeoutError, RuntimeError, OSError, KeyError, ValueError, socketio.exceptions.SocketIOError) as exc:
+        result["error"] = f"{type(exc).__name__}: {exc}"[:300]
+    finally:
+        if sio.connected:
+            await sio.disconnect()
+    final = ended[-1] if ended else {}
+    cited = [_without_text_fragment(str(src.get("url", ""))) for src in final.get("sources") or []]
+    result["cited"] = cited
+    result["declined"] = not cited
+    if probe.expect != "unanswerable":
+        expect = probe.expect
+        result["cited_expected"] = any(url_matches(c, e) for c in cited for e in expect)
+    return result
+
+
+def answer_figures(probes: list[Probe], answers: list[AnswerResult]) -> dict[str, Any]:
+    """The answers' figures: the share of answerable probes whose answer cited an expected section, unanswerable
+    ones declined, answerable ones declined, errors, and each probe's result."""
+    answerable = [a for p, a in zip(probes, answers, strict=True) if p.expect != "unanswerable"]
+    unanswerable = [a for p, a in zip(probes, answers, strict=True) if p.expect == "unanswerable"]
+    return {
+        "cited_expected": round(sum(bool(a["cited_expected"]) for a in answerable) / len(answerable), 4)
+        if answerable else None,
+        "answerable_declined": sum(a["declined"] for a in answerable),
+        "unanswerable_declined": sum(a["declined"] for a in unanswerable),
+        "errors": sum(a["error"] is not None for a in answers),
+        "results": answers,
+    }
+
+
+def _print_answers(figures: dict[str, Any]) -> None:
+    print("\nanswers (one-shot turns of the app's model):")
+    for a in figures["results"]:
+        verdict = ("error" if a["error"] else "declined" if a["declined"]
+                   else "cited" if a["cited_expected"] else "CITED OTHER" if a["cited_expected"] is False
+                   else "ANSWERED")
+        tools = ", ".join(f"{t.get('tool')} {t.get('ms')} ms" for t in a["tools"]) or "no tools"
+        print(f"  line {a['line']}: {verdict}; {tools}; turn {a['turn_ms']} ms" + (f"; {a['error']}" if a["error"]
+                                                                                     else ""))
+    cited = "-" if figures["cited_expected"] is None else f"{figures['cited_expected']:.3f}"
+    print(f"cited an expected section {cited}  answerable declined {figures['answerable_declined']}  "
+          f"unanswerable declined {figures['unanswerable_declined']}  errors {figures['errors']}")
 
 
 def eval_main(argv: list[str]) -> int:
