@@ -114,11 +114,13 @@ def test_precompiled_zips(out):
     assert not any(n.startswith("jsonschema/tests/") for n in schema)
     # our package, minus the server-only parts, all compiled
     widget_src = [p for p in (ROOT / "widget").rglob("*.py")
-                  if not ({"relay", "conformance", "_dist", "__pycache__"} & set(p.relative_to(ROOT / "widget").parts))]
+                  if not ({"relay", "conformance", "integrations", "_dist", "__pycache__"}
+                          & set(p.relative_to(ROOT / "widget").parts))]
     for p in widget_src:
         rel = p.relative_to(ROOT).with_suffix(".pyc").as_posix()
         assert rel in names, rel
-    assert not any(n.startswith(("widget/relay/", "widget/conformance/", "widget/_dist/")) for n in names)
+    assert not any(n.startswith(("widget/relay/", "widget/conformance/", "widget/integrations/", "widget/_dist/"))
+                   for n in names)
     assert not any(n.endswith(".py") for n in names), [n for n in names if n.endswith(".py")][:5]
 
 

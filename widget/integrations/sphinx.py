@@ -9,7 +9,7 @@
     autopilot_index = "relay/autopilot-relay.sqlite3"   # the relay's SQLite file; None: do not index
     autopilot_options = {"theme": "auto", "position": "bottom-right"}
 
-Every page of an HTML builder (``html``, ``dirhtml``; any theme: Alabaster, Furo, Read the Docs) gets the loader's
+Every page of an HTML builder (``html``, ``dirhtml``; tested with the Alabaster and Furo themes) gets the loader's
 tag (``app.add_js_file`` on ``html-page-context``, so the tag is the page's own, with its ``data-*`` options) and a
 script that sets the page context ``{page: {title, url}}``. On ``build-finished`` of a successful HTML build the
 output folder is indexed with ``html_baseurl`` as its base URL. Other builders (LaTeX, man, ...) are left alone.

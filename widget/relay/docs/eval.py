@@ -10,6 +10,10 @@ section scores under ``T`` (the engine's score, higher is better), and an answer
 scores under ``T`` is counted as lost. ``--json`` prints one JSON object for CI; ``--min-hit1``, ``--min-hit5``,
 ``--min-mrr`` make the exit status 1 when a figure falls under them.
 
+With ``--answers`` each question is also asked of the app's configured model in a one-shot turn, through the
+relay's own turn machinery started in this process (conversations in a temporary store): whether the final answer
+cited an expected section or declined (cited nothing), the turn's tool calls and its time.
+
 An expected URL that is a path (``/guide/x/#a``) matches a section URL with any scheme and host
 (``https://docs.example.com/guide/x/#a``), so one probe file serves an index built under any base URL.
 """
