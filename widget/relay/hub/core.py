@@ -34,7 +34,7 @@ from .prompts import history
 from .runtime import HEARTBEAT_S, ConvRuntime, Runtimes, new_id
 from .sendqueue import SendQueues
 from .skeleton import handlers_of, wrap
-from .turns import TurnRunner
+from .turns import TurnRunner, TurnsContext
 from .writes import Writes
 
 log = logging.getLogger("widget.relay")
@@ -119,7 +119,9 @@ class Hub:
         if self.redis is not None:
             self.redis.on_event = self.fanout.seen_remote
             self.redis.on_resync = self.fanout.on_redis_back
-        self.turns = TurnRunner(self)
+        self.turns = TurnRunner(TurnsContext(
+            config, store, self.runtimes, self.models, self.emit_event, self.switches, self.mcp, lambda: self.docs,
+            self.dispatch.await_call, self.dispatch.run_relay_tool))
         self._answers = AnswersContext(store, self.runtimes, self.instance, self.spawn,
                                        functools.partial(self.turns.run_turn, resume=True))
         self.membership = Membership(MembershipContext(

@@ -14,7 +14,9 @@ import asyncio
 import json
 import logging
 import time
-from typing import TYPE_CHECKING, Any
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
 
 from ... import protocol as P
 from ...core.tools import check_tool_arguments
@@ -30,19 +32,19 @@ from ...protocol import (
     WithdrawReason,
 )
 from ...protocol.messages import AskUserPrompt, CallRecord
-from ..config import AppConfig
+from ..config import AppConfig, RelayConfig
 from ..docs import DocsIndex
-from ..models.base import ASK_USER_TOOL, ModelError, StreamLimits, TextDelta, ToolCall, guarded
+from ..mcp.servers import McpTools
+from ..models.base import ASK_USER_TOOL, ModelAdapter, ModelError, StreamLimits, TextDelta, ToolCall, guarded
+from ..storage import store as S
 from ..tools import check_offer, check_suggestions, docs_query, suggestions_note
 from .ask_user import prompt_from
 from .citations import exempt_reason, search_key
+from .context import EmitEvent, Switches, app_of
 from .prompts import RoundInfo, build_request, search_sections
-from .resume import ResumeContext, ResumePlan, resume_round
+from .resume import AwaitCall, ResumeContext, ResumePlan, resume_round
 from .rounds import Round, tool_message
-from .runtime import ConvRuntime, new_id
-
-if TYPE_CHECKING:
-    from .core import Hub
+from .runtime import ConvRuntime, Runtimes, new_id
 
 log = logging.getLogger("widget.relay")
 turn_log = logging.getLogger("widget.relay.turns")
@@ -71,11 +73,32 @@ def release(rt: ConvRuntime) -> None:
         rt.turn = None
 
 
+@dataclass(frozen=True)
+class TurnsContext:
+    """What the turn loop uses."""
+
+    config: RelayConfig
+    store: S.Store
+    runtimes: Runtimes
+    #: the model adapters by name
+    models: dict[str, ModelAdapter]
+    emit_event: EmitEvent
+    switches: Switches
+    #: the apps' MCP servers
+    mcp: McpTools
+    #: the site documentation's index, read when a turn starts (None: none)
+    docs: Callable[[], DocsIndex | None]
+    #: wait for a page call's answer (``CallDispatch.await_call``)
+    await_call: AwaitCall
+    #: run a relay config function or an MCP tool (``CallDispatch.run_relay_tool``)
+    run_relay_tool: Callable[[str, dict[str, Any], RoundInfo], Awaitable[tuple[dict[str, Any], float]]]
+
+
 class TurnRunner:
     """Runs the hub's turns (one task per running turn, ``ConvRuntime.turn``)."""
 
-    def __init__(self, hub: Hub) -> None:
-        self.hub = hub
+    def __init__(self, ctx: TurnsContext) -> None:
+        self._ctx = ctx
 
     async def run_turn(self, cid: str, turn_id: str, iteration: int, resume: bool = False, announce: bool = True,
                        resume_from: ResumePlan | None = None) -> None:
@@ -83,45 +106,45 @@ class TurnRunner:
         first. ``announce``: start with ``function_call_iteration`` when ``iteration > 0`` (a retry
         does not: its ``messages.withdrawn`` starts it). ``resume_from``: round ``iteration`` was
         interrupted after its calls were sent; it is finished from their results, not asked again."""
-        hub = self.hub
-        rt = hub.rt(cid)
+        ctx = self._ctx
+        rt = ctx.runtimes.rt(cid)
         rt.users += 1
         t0 = time.monotonic()
         log_calls: list[dict[str, Any]] = []
         status: str = TurnStatus.DONE  # the turn log also says suspended or interrupted
         cur = Round()
         try:
-            conv = await hub.store.get_conversation(cid)
+            conv = await ctx.store.get_conversation(cid)
             if conv is None:
                 return
-            app = hub.app_of(conv)
-            model = hub.models[app.model]
-            cfg = hub.config
+            app = app_of(ctx.config, conv)
+            model = ctx.models[app.model]
+            cfg = ctx.config
             limits = StreamLimits(deadline=t0 + cfg.turn_timeout_s, stall_s=cfg.model_stall_timeout_s,
                                   max_answer_chars=cfg.max_answer_chars, max_tool_calls=cfg.max_tool_calls_per_response)
-            attempt = await answers_withdrawn(hub.store, cid)
+            attempt = await answers_withdrawn(ctx.store, cid)
             docs = await self.docs_of(conv, app)
             info: RoundInfo | None = None
             rounds = 0  # model rounds this run of the turn asked for
             if resume:
-                answers = await hub.store.take_answers(cid)
+                answers = await ctx.store.take_answers(cid)
                 for prompt, answer in answers:
                     end = {"status": P.STATUS_SUCCESS, "result": answer}
                     tm = tool_message(prompt["id"], ASK_USER_TOOL, ToolMessageKind.RELAY, end)
-                    await hub.emit_event(cid, P.EV_MESSAGE, {"message": tm}, messages=[tm])
+                    await ctx.emit_event(cid, P.EV_MESSAGE, {"message": tm}, messages=[tm])
             first = True
             if resume_from is not None:
-                again = ResumeContext(hub.store, hub.emit_event, hub.dispatch.await_call)
+                again = ResumeContext(ctx.store, ctx.emit_event, ctx.await_call)
                 cur = await resume_round(again, cid, rt, turn_id, resume_from, log_calls)
                 await self.end_message(cid, cur)
                 iteration += 1
                 first = False  # the next round is announced
             while True:
                 if iteration > 0 and (announce or not first):
-                    await hub.emit_event(cid, P.EV_FUNCTION_CALL_ITERATION, {"turn_id": turn_id, "iteration": iteration},
+                    await ctx.emit_event(cid, P.EV_FUNCTION_CALL_ITERATION, {"turn_id": turn_id, "iteration": iteration},
                                          conversation={"iteration": iteration, "status": ConversationStatus.RUNNING})
-                last_round = iteration >= hub.config.max_iterations - 1
-                request, info = await build_request(hub.store, hub.config, cid, conv, app, turn_id, with_tools=not last_round,
+                last_round = iteration >= ctx.config.max_iterations - 1
+                request, info = await build_request(ctx.store, ctx.config, cid, conv, app, turn_id, with_tools=not last_round,
                                                     model=model, docs=docs)
                 first = False
                 rounds += 1
@@ -131,10 +154,10 @@ class TurnRunner:
                 async def start() -> None:
                     if not cur.started:
                         cur.started = True
-                        await hub.emit_event(cid, P.EV_COMPLETION_STARTED, {"turn_id": turn_id, "message_id": cur.message_id})
+                        await ctx.emit_event(cid, P.EV_COMPLETION_STARTED, {"turn_id": turn_id, "message_id": cur.message_id})
 
                 # MCP servers that must start first: the round starts (the turn shows as running) before that wait.
-                await hub.mcp.extend(app, info, request, model, with_tools=not last_round, before_wait=start)
+                await ctx.mcp.extend(app, info, request, model, with_tools=not last_round, before_wait=start)
 
                 request.attempt = attempt
                 async for chunk in guarded(model.stream(request), limits):
@@ -142,7 +165,7 @@ class TurnRunner:
                     if isinstance(chunk, TextDelta):
                         if chunk.text:
                             cur.text.append(chunk.text)
-                            await hub.emit_event(cid, P.EV_COMPLETION_STREAM, {"message_id": cur.message_id, "delta": chunk.text})
+                            await ctx.emit_event(cid, P.EV_COMPLETION_STREAM, {"message_id": cur.message_id, "delta": chunk.text})
                     elif isinstance(chunk, ToolCall):
                         raw_calls.append(chunk)
                 await start()
@@ -150,10 +173,10 @@ class TurnRunner:
                 await self.end_message(cid, cur, info)
                 if suspended:
                     status = "suspended"
-                    await hub.emit_event(cid, P.EV_ASK_USER_REQUEST, {"prompts": suspended},
+                    await ctx.emit_event(cid, P.EV_ASK_USER_REQUEST, {"prompts": suspended},
                                          conversation={"status": ConversationStatus.WAITING_FOR_ASK_USER, "iteration": iteration})
                     release(rt)
-                    await hub.emit_event(cid, P.EV_USER_INPUT, {"reason": UserInputReason.ASK_USER})
+                    await ctx.emit_event(cid, P.EV_USER_INPUT, {"reason": UserInputReason.ASK_USER})
                     return
                 # An offer or accepted suggestions are answered by the relay within the round: alone they end the turn.
                 if info.one_shot or all(self.answered_in_round(c, info, app, cur) for c in raw_calls):
@@ -161,15 +184,15 @@ class TurnRunner:
                 iteration += 1
             if docs is not None and app.docs.require_citations and info is not None and cur.ended is not None:
                 cur = await self.withdraw_uncited(cid, turn_id, cur, info, app, after_prompt=resume and rounds == 1)
-            await hub.emit_event(cid, P.EV_COMPLETION_FINISHED, {"turn_id": turn_id, "status": TurnStatus.DONE}, conversation={"status": ConversationStatus.IDLE})
+            await ctx.emit_event(cid, P.EV_COMPLETION_FINISHED, {"turn_id": turn_id, "status": TurnStatus.DONE}, conversation={"status": ConversationStatus.IDLE})
             release(rt)
-            await hub.emit_event(cid, P.EV_USER_INPUT, {"reason": UserInputReason.MESSAGE})
+            await ctx.emit_event(cid, P.EV_USER_INPUT, {"reason": UserInputReason.MESSAGE})
         except asyncio.CancelledError:
-            if hub.closing:
+            if ctx.switches.closing:
                 # The relay is shutting down: leave the turn as it is; the next open of the
                 # conversation (here or in the next process) marks it failed with Retry.
                 status = "interrupted"
-            elif hub.draining:  # the drain deadline passed: end it now, Retry goes on elsewhere
+            elif ctx.switches.draining:  # the drain deadline passed: end it now, Retry goes on elsewhere
                 status = "interrupted"
                 await self.abort(cid, turn_id, cur, TurnStatus.FAILED, {
                     "content": "The answer was interrupted because the relay restarted. Try again.",
@@ -190,7 +213,7 @@ class TurnRunner:
             if status != "interrupted":
                 await self.pack_stream(cid)
             rt.users -= 1
-            hub.runtimes.release(cid)
+            ctx.runtimes.release(cid)
             turn_log.info(json.dumps({
                 "event": "turn", "conversation": cid, "turn_id": turn_id, "status": status,
                 "ms": round((time.monotonic() - t0) * 1000, 1), "calls": log_calls,
@@ -199,7 +222,7 @@ class TurnRunner:
     async def docs_of(self, conv: dict[str, Any], app: AppConfig) -> DocsIndex | None:
         """The docs index when the conversation's app has docs this turn (``docs.enabled`` and sections in the
         index), else None. An index that fails to answer counts as none (logged): the turn goes on without docs."""
-        docs = self.hub.docs
+        docs = self._ctx.docs()
         if docs is None or not app.docs.enabled:
             return None
         try:
@@ -219,16 +242,16 @@ class TurnRunner:
         msg, tools, offered = cur.ended
         if msg.get("sources") or exempt_reason(info.question, msg.get("content") or "", offered, after_prompt) is not None:
             return cur
-        hub = self.hub
+        ctx = self._ctx
         ids = [msg["id"], *(t["id"] for t in tools)]
-        await hub.emit_event(cid, P.EV_MESSAGES_WITHDRAWN,
+        await ctx.emit_event(cid, P.EV_MESSAGES_WITHDRAWN,
                              {"message_ids": ids, "reason": WithdrawReason.UNCITED, "turn_id": turn_id}, withdraw=ids)
         log.info(json.dumps({"event": "answer_withdrawn", "reason": WithdrawReason.UNCITED.value, "conversation": cid,
                              "turn_id": turn_id, "message_id": msg["id"]}))
         new = Round(message_id=new_id("m_"), text=[app.docs.not_found_text])
-        await hub.emit_event(cid, P.EV_COMPLETION_STARTED, {"turn_id": turn_id, "message_id": new.message_id})
+        await ctx.emit_event(cid, P.EV_COMPLETION_STARTED, {"turn_id": turn_id, "message_id": new.message_id})
         new.started = True
-        await hub.emit_event(cid, P.EV_COMPLETION_STREAM, {"message_id": new.message_id, "delta": app.docs.not_found_text})
+        await ctx.emit_event(cid, P.EV_COMPLETION_STREAM, {"message_id": new.message_id, "delta": app.docs.not_found_text})
         fallback = [{"name": n, "arguments": {}} for n in app.docs.fallback_actions if n in info.actions]
         if fallback:
             assert new.message_id is not None
@@ -246,7 +269,7 @@ class TurnRunner:
     async def pack_stream(self, cid: str) -> None:
         """The turn's answers are complete: pack their streamed chunks into one stored row each (replay unchanged)."""
         try:
-            await self.hub.store.pack_stream(cid)
+            await self._ctx.store.pack_stream(cid)
         except KeyError:
             pass  # the conversation was deleted meanwhile
         except Exception:
@@ -278,18 +301,18 @@ class TurnRunner:
             kw["offer"] = {"message_id": msg["id"], **offer}
             if offer["actions"]:
                 shown = {**msg, "actions": [{"id": a["id"], "name": a["name"], "arguments": a["arguments"]} for a in offer["actions"]]}
-        await self.hub.emit_event(cid, P.EV_COMPLETION_ENDED, {"message": shown, "tool_messages": tools}, messages=[msg, *tools], **kw)
+        await self._ctx.emit_event(cid, P.EV_COMPLETION_ENDED, {"message": shown, "tool_messages": tools}, messages=[msg, *tools], **kw)
 
     async def abort(self, cid: str, turn_id: str, cur: Round, status: TurnStatus, error: dict[str, Any] | None) -> None:
         """Close a turn that was cancelled or failed: pending calls cancelled, the streaming message
         committed as far as it got, an error message, ``completion.finished``, ``user_input``."""
-        hub = self.hub
+        ctx = self._ctx
         try:
-            rt = hub.rt(cid)
-            for c in await hub.store.pending_calls(cid):
-                if await hub.store.finish_call(cid, c["id"], CallState.CANCELLED, error=MSG_CALL_CANCELLED):
+            rt = ctx.runtimes.rt(cid)
+            for c in await ctx.store.pending_calls(cid):
+                if await ctx.store.finish_call(cid, c["id"], CallState.CANCELLED, error=MSG_CALL_CANCELLED):
                     end = {"id": c["id"], "name": c["name"], "status": P.STATUS_ERROR, "error": MSG_CALL_CANCELLED, "duration_ms": None, "total_ms": None}
-                    await hub.emit_event(cid, P.EV_FUNCTION_CALL_END, end)
+                    await ctx.emit_event(cid, P.EV_FUNCTION_CALL_END, end)
                     cur.tools.append(tool_message(c["id"], c["name"], c["kind"], end))
                     ev = rt.call_events.get(c["id"])
                     if ev:
@@ -300,11 +323,11 @@ class TurnRunner:
                 await self.end_message(cid, cur)
             if error is not None:
                 msg = {"id": new_id("m_"), "role": Role.ERROR, "created_at": time.time(), **error}
-                await hub.emit_event(cid, P.EV_MESSAGE, {"message": msg}, messages=[msg])
-            await hub.emit_event(cid, P.EV_COMPLETION_FINISHED, {"turn_id": turn_id, "status": status},
+                await ctx.emit_event(cid, P.EV_MESSAGE, {"message": msg}, messages=[msg])
+            await ctx.emit_event(cid, P.EV_COMPLETION_FINISHED, {"turn_id": turn_id, "status": status},
                                  conversation={"status": ConversationStatus.FAILED if status == TurnStatus.FAILED else ConversationStatus.IDLE})
             release(rt)
-            await hub.emit_event(cid, P.EV_USER_INPUT, {"reason": UserInputReason.MESSAGE})
+            await ctx.emit_event(cid, P.EV_USER_INPUT, {"reason": UserInputReason.MESSAGE})
         except KeyError:
             pass  # the conversation was deleted meanwhile
         except Exception:
@@ -323,7 +346,7 @@ class TurnRunner:
         that one succeeded (a failed call may be retried). A tool backed by a relay config function
         runs here, without ``function_call.begin``. ``offer_actions`` is answered here too: its offers
         go onto ``cur.offer`` and never into ``function_calls``."""
-        hub = self.hub
+        ctx = self._ctx
         catalogue = info.catalogue
         client_calls: list[dict[str, Any]] = []
         relay_calls: list[dict[str, Any]] = []
@@ -372,7 +395,7 @@ class TurnRunner:
                         continue
                     if earlier is None:
                         earlier = {
-                            cache_key(c["name"], c["arguments"]): c for c in reversed(await hub.store.turn_calls(cid, turn_id))
+                            cache_key(c["name"], c["arguments"]): c for c in reversed(await ctx.store.turn_calls(cid, turn_id))
                             if c["kind"] == P.KIND_TOOL and c["status"] == CallState.ANSWERED and c["error"] is None
                         }
                     prior = earlier.get(key)
@@ -390,19 +413,19 @@ class TurnRunner:
             cur.offer = self.offer(cid, cur.message_id, offered, info)
         if client_calls or relay_calls:
             if client_calls:
-                await hub.store.add_calls(cid, turn_id, client_calls)
+                await ctx.store.add_calls(cid, turn_id, client_calls)
                 for c in client_calls:
                     rt.call_events[c["id"]] = asyncio.Event()
                 for c in client_calls:
-                    seq = await hub.emit_event(cid, P.EV_FUNCTION_CALL_BEGIN,
+                    seq = await ctx.emit_event(cid, P.EV_FUNCTION_CALL_BEGIN,
                                                {"id": c["id"], "name": c["name"], "arguments": c["arguments"], "message_id": cur.message_id,
                                                 "kind": c["kind"]},
                                                conversation={"status": ConversationStatus.WAITING_FOR_FUNCTION})
-                    await hub.store.set_call_seq(cid, c["id"], seq)
-            results = await asyncio.gather(*(hub.dispatch.await_call(cid, rt, c) for c in client_calls),
-                                           *(hub.dispatch.run_relay_tool(cid, c, info) for c in relay_calls))
+                    await ctx.store.set_call_seq(cid, c["id"], seq)
+            results = await asyncio.gather(*(ctx.await_call(cid, rt, c) for c in client_calls),
+                                           *(ctx.run_relay_tool(cid, c, info) for c in relay_calls))
             if relay_calls:
-                await hub.store.add_calls(cid, turn_id, [
+                await ctx.store.add_calls(cid, turn_id, [
                     {"id": c["id"], "name": c["name"], "kind": c["kind"], "arguments": c["arguments"],
                      "status": CallState.TIMED_OUT if end.get("timed_out") else CallState.ANSWERED,
                      "result": end.get("result"), "error": end.get("error"), "handler_ms": end["duration_ms"], "total_ms": end["total_ms"]}
@@ -418,11 +441,11 @@ class TurnRunner:
                 cur.tools.append({**by_id[first["id"]], "id": new_id("m_"), "function_call_id": call["id"],
                                   "created_at": time.time(), "answered_from": first["id"]})
             if client_calls:
-                await hub.store.update_conversation(cid, status=ConversationStatus.RUNNING)
+                await ctx.store.update_conversation(cid, status=ConversationStatus.RUNNING)
         order = {c["id"]: i for i, c in enumerate(cur.calls)}
         cur.tools.sort(key=lambda t: order.get(t.get("function_call_id"), len(order)))
         if prompts:
-            await hub.store.add_prompts(cid, turn_id, prompts)
+            await ctx.store.add_prompts(cid, turn_id, prompts)
         return prompts
 
     async def search_docs(self, call: dict[str, Any], info: RoundInfo, log_calls: list[dict[str, Any]]) -> CallRecord:
@@ -440,7 +463,7 @@ class TurnRunner:
         if first is not None:
             tm = tool_message(call["id"], call["name"], ToolMessageKind.RELAY, {"status": P.STATUS_SUCCESS, "result": first[1]})
             return {**tm, "answered_from": first[0]}
-        docs = self.hub.docs
+        docs = self._ctx.docs()
         assert docs is not None
         t0 = time.monotonic()
         try:
