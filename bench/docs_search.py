@@ -117,7 +117,8 @@ async def retrieval(engine: str, idx: Any) -> dict[str, Any]:
         "unanswerable": len(top_un), "hit@1": round(h1 / n, 3), "hit@5": round(h5 / n, 3), "mrr@10": round(rr / n, 3),
         "page@5": round(page5 / n, 3),
         "threshold": round(t, 4), "unanswerable_below": caught, "answerable_below": lost,
-        "threshold_per_term": round(tn, 4), "unanswerable_below_per_term": caught_n, "answerable_below_per_term": lost_n,
+        "threshold_per_term": round(tn, 4), "unanswerable_below_per_term": caught_n,
+        "answerable_below_per_term": lost_n,
     }
     print(json.dumps(out))
     for q, urls in misses:
@@ -129,8 +130,10 @@ async def retrieval(engine: str, idx: Any) -> dict[str, Any]:
 
 CHROME_HEAD = """<!doctype html><html lang="en"><head><meta charset="utf-8"><title>{title} - Synthetic Docs</title>
 <link rel="stylesheet" href="/assets/main.css"></head><body><header class="md-header"><a href="/">Synthetic Docs</a>
-<form class="md-search" role="search"><input placeholder="Search"></form></header><div class="md-container"><main class="md-main">
-<div class="md-sidebar"><nav class="md-nav">{nav}</nav></div><div class="md-content"><article class="md-content__inner md-typeset">
+<form class="md-search" role="search"><input placeholder="Search"></form></header><div class="md-container"><main
+class="md-main">
+<div class="md-sidebar"><nav class="md-nav">{nav}</nav></div><div class="md-content"><article
+class="md-content__inner md-typeset">
 <a href="https://example.com/edit/{slug}.md" title="Edit this page" class="md-content__button">Edit</a>"""
 CHROME_TAIL = """</article></div></main><footer class="md-footer">Made with Material for MkDocs</footer></div>
 <script src="/assets/bundle.js"></script></body></html>"""

@@ -54,7 +54,8 @@ class Relay(RelayProcess):
         import subprocess
         import urllib.request
 
-        self.proc = subprocess.Popen(self.cmd, cwd=ROOT[0], stdout=self.log.open("ab"), stderr=subprocess.STDOUT, env=self.env)
+        self.proc = subprocess.Popen(self.cmd, cwd=ROOT[0],
+                                     stdout=self.log.open("ab"), stderr=subprocess.STDOUT, env=self.env)
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             try:
@@ -148,7 +149,8 @@ async def one_request(i: int, http: aiohttp.ClientSession, front: RelayProcess, 
         out["ran"] = len(runs)
         # lost: the first run's result is not what the conversation kept (it was refused, or never arrived)
         out["lost"] = not any(m.get("status") == "success" and m.get("result") == f"{result}-run1" for m in tools)
-        out["stored"] = [(m.get("status"), m.get("result") if m.get("status") == "success" else m.get("error")) for m in tools]
+        out["stored"] = [(m.get("status"),
+                          m.get("result") if m.get("status") == "success" else m.get("error")) for m in tools]
     except Exception as exc:  # noqa: BLE001 - counted, the run goes on
         out["error"] = f"{type(exc).__name__}: {exc}"
         out["ran"] = len(runs)
@@ -202,7 +204,8 @@ async def main(n: int, scale: bool, seed: int, drain_s: float) -> int:
     how = f"SIGTERM (drain {drain_s:g} s)" if SIGNAL[0] == "term" else "kill -9"
     print(f"\n{how} mid-call x{n} ({kind}), {time.monotonic() - t0:.0f} s, load {load:.1f}: "
           f"{twice} requests ran the function twice, {lost} lost results, {errors} errors "
-          f"({mid} killed while the function ran, {n - mid} after it answered; {retried} turns failed and were retried)")
+          f"({mid} killed while the function ran, {n - mid} after it answered; {retried} turns failed and were "
+          "retried)")
     save("kill_midcall", {"n": n, "store": kind, "ran_twice": twice, "lost": lost, "errors": errors,
                           "stopped_mid_call": mid, "retried": retried, "requests": results})
     return 0 if twice == 0 and lost == 0 else 1

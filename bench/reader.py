@@ -45,7 +45,8 @@ document.addEventListener('click', (e) => {
   window.__reader.click = e.timeStamp;
   const look = (t) => {
     const hosts = ['autopilot-toggle-host', 'autopilot-bar-host'].map((id) => document.getElementById(id));
-    const el = hosts.map((h) => h && h.shadowRoot && h.shadowRoot.activeElement).find((a) => a && a.tagName === 'TEXTAREA');
+    const el = hosts.map((h) => h && h.shadowRoot && h.shadowRoot.activeElement)
+      .find((a) => a && a.tagName === 'TEXTAREA');
     if (el && !el.readOnly && !el.disabled) { window.__reader.focused = t; return; }
     requestAnimationFrame(look);
   };
