@@ -153,8 +153,8 @@ async def push_docs(api: Api, request: Request) -> Response:
     if not pages:
         raise ProtocolError(P.ERR_BAD_REQUEST, "The archive has no pages (.html, .htm, .md, .markdown); nothing "
                             "was changed (autopilot-relay index --drop removes an index).")
-    settings: dict[str, Any] = {"sources": [], "pushed": {"base_url": base_url, "url_style": url_style}, "selector": None,
-                "excludes": []}
+    settings: dict[str, Any] = {"sources": [], "pushed": {"base_url": base_url, "url_style": url_style},
+                                "selector": None, "excludes": []}
     try:
         summary = await run_index(docs, app_id, pages, options=IndexOptions(), settings=settings,
                                   warn=warnings.append)
