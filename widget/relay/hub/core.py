@@ -35,7 +35,7 @@ from .runtime import HEARTBEAT_S, ConvRuntime, Runtimes, new_id
 from .sendqueue import SendQueues
 from .skeleton import handlers_of, wrap
 from .turns import TurnRunner, TurnsContext
-from .writes import Writes
+from .writes import Writes, WritesContext
 
 log = logging.getLogger("widget.relay")
 
@@ -127,7 +127,9 @@ class Hub:
         self.membership = Membership(MembershipContext(
             config, store, self.runtimes, self.sio, self.instance, self.spawn, self.signer, self.limiters,
             self.switches, self.send_queues, self.dispatch, self.recovery.recover, self.addresses, self.leaving))
-        self.writes = Writes(self)
+        self.writes = Writes(WritesContext(
+            config, store, self.instance, self.spawn, self.limiters, self.switches, self.emit_locked, self.recovery,
+            self.turns))
         self.store.add_listener(self.fanout.on_signal)
         self.sio.on("connect", self.membership.on_connect)
         self.sio.on("disconnect", self.membership.on_disconnect)

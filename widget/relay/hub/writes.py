@@ -4,21 +4,23 @@ cancel. Each is idempotent by its ``idempotency_key`` (the skeleton answers a re
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass
+from typing import Any
 
 from ... import protocol as P
 from ...core.limits import check_state
 from ...core.tools import check_tool_arguments
 from ...errors import ProtocolError, StateLimitError
 from ...protocol import CallState, ConversationStatus, Event, Role
+from ..config import RelayConfig
 from ..storage import store as S
+from .context import EmitLocked, Limiters, Spawn, Switches
+from .lifecycle import Lifecycle
 from .patching import PatchFailed, apply_patch_atomic
 from .resume import ResumePlan, resume_plan
 from .runtime import BUSY_STATUSES, IDLE_STATUSES, ConvRuntime, new_id
 from .skeleton import Ack, Ctx, check_rate, socket_event
-
-if TYPE_CHECKING:
-    from .core import Hub
+from .turns import TurnRunner
 
 BUSY_MESSAGE = "A turn is running or waiting on the reader; wait or cancel it."
 
@@ -27,25 +29,43 @@ def _busy(conv: dict[str, Any], rt: ConvRuntime) -> bool:
     return conv["status"] in BUSY_STATUSES or (rt.turn is not None and not rt.turn.done())
 
 
-def _check_room(hub: Hub, conv: dict[str, Any]) -> None:
+def _check_room(config: RelayConfig, conv: dict[str, Any]) -> None:
     """A new turn needs room in the conversation's event log (``max_events_per_conversation``)."""
-    cap = hub.config.max_events_per_conversation
+    cap = config.max_events_per_conversation
     if cap and conv["seq"] >= cap:
         raise ProtocolError(
             P.ERR_CONVERSATION_FULL, f"This conversation holds its maximum of {cap} events; start a new conversation."
         )
 
 
+@dataclass(frozen=True)
+class WritesContext:
+    """What the socket writes use."""
+
+    config: RelayConfig
+    store: S.Store
+    #: this relay process's instance id (it runs the turns started here)
+    instance: str
+    spawn: Spawn
+    limiters: Limiters
+    switches: Switches
+    emit_locked: EmitLocked
+    #: cancel, recovery, the calls an interrupted turn left
+    recovery: Lifecycle
+    #: runs the turns the writes start
+    turns: TurnRunner
+
+
 class Writes:
     """The conversation-changing socket events (one per hub)."""
 
-    def __init__(self, hub: Hub) -> None:
-        self.hub = hub
+    def __init__(self, ctx: WritesContext) -> None:
+        self._ctx = ctx
 
     @socket_event(P.EV_STATE_PATCH, shape="state_patch expects {patch, idempotency_key}", idempotent=True, locked=True)
     async def state_patch(self, ctx: Ctx, data: dict[str, Any]) -> Ack:
         """Apply an RFC 6902 patch to the state, all or nothing (active client only)."""
-        check_rate(self.hub.patch_limiter, ctx.cid, "Too many state patches in this conversation; wait a moment.")
+        check_rate(self._ctx.limiters.patch, ctx.cid, "Too many state patches in this conversation; wait a moment.")
         patch = data.get("patch")
 
         def patched(doc: dict[str, Any]) -> dict[str, Any]:
@@ -60,7 +80,7 @@ class Writes:
 
         ack = P.ok()
         try:  # read, patch and write in one transaction: no lost update across processes
-            stored = await self.hub.store.update_state(ctx.cid, patched, ctx.idempotency(ack), active_sid=ctx.sid)
+            stored = await self._ctx.store.update_state(ctx.cid, patched, ctx.idempotency(ack), active_sid=ctx.sid)
         except S.NotActive:
             raise ProtocolError(
                 P.ERR_NOT_ACTIVE, "Another tab is the active client; send activate to use this one."
@@ -70,8 +90,8 @@ class Writes:
     @socket_event(P.EV_USER_MESSAGE, shape="user_message expects {text, idempotency_key}", idempotent=True, locked=True)
     async def user_message(self, ctx: Ctx, data: dict[str, Any]) -> Ack:
         """Store the reader's message and start a turn answering it."""
-        hub = self.hub
-        hub.refuse_new_work()
+        deps = self._ctx
+        deps.switches.refuse_new_work()
         cid, rt = ctx.cid, ctx.conv_rt
         text = data.get("text")
         if not isinstance(text, str) or not text.strip():
@@ -81,20 +101,20 @@ class Writes:
                 P.ERR_MESSAGE_TOO_LONG,
                 f"A message may have at most {P.MAX_USER_MESSAGE_CHARS} characters; this one has {len(text)}.",
             )
-        conv = await hub.store.get_conversation(cid)
+        conv = await deps.store.get_conversation(cid)
         if conv is None:
             raise ProtocolError(P.ERR_NOT_FOUND, "The conversation no longer exists.")
         if _busy(conv, rt):
             raise ProtocolError(P.ERR_BUSY, BUSY_MESSAGE)
-        _check_room(hub, conv)
-        check_rate(hub.message_limiter, cid, "Too many messages; wait a moment.")
+        _check_room(deps.config, conv)
+        check_rate(deps.limiters.message, cid, "Too many messages; wait a moment.")
         if conv["status"] == ConversationStatus.FAILED:
-            await hub.recovery.close_leftover_calls(rt, cid)
+            await deps.recovery.close_leftover_calls(rt, cid)
         message = {"id": new_id("m_"), "role": Role.USER, "content": text, "created_at": time.time()}
         turn_id = new_id("t_")
         ack = P.ok(message_id=message["id"])
         try:  # conditional: a message sent through another process at the same moment loses
-            await hub.emit_locked(
+            await deps.emit_locked(
                 rt,
                 cid,
                 P.EV_MESSAGE,
@@ -104,21 +124,21 @@ class Writes:
                     "status": ConversationStatus.RUNNING,
                     "turn_id": turn_id,
                     "iteration": 0,
-                    "runner": hub.instance,
+                    "runner": deps.instance,
                 },
                 idempotency=ctx.idempotency(ack),
                 require_status=IDLE_STATUSES,
             )
         except S.StatusConflict:
             raise ProtocolError(P.ERR_BUSY, BUSY_MESSAGE) from None
-        rt.turn = hub.spawn(hub.turns.run_turn(cid, turn_id, 0))
+        rt.turn = deps.spawn(deps.turns.run_turn(cid, turn_id, 0))
         return ack
 
     async def _recover_first(self, ctx: Ctx) -> None:
         """A turn whose relay died becomes failed (and retryable) before retry/regenerate look at it."""
-        conv = await self.hub.store.get_conversation(ctx.cid)
+        conv = await self._ctx.store.get_conversation(ctx.cid)
         if conv is not None:
-            await self.hub.recovery.recover(conv)
+            await self._ctx.recovery.recover(conv)
 
     @socket_event(
         P.EV_RETRY, shape="retry expects {idempotency_key}", idempotent=True, locked=True, before=_recover_first
@@ -141,17 +161,17 @@ class Writes:
     async def _redo(self, ctx: Ctx, regenerate: bool) -> Ack:
         """Both withdraw the messages they replace with one ``messages.withdrawn`` event, stored with
         the new status and the ack, then run the turn."""
-        hub = self.hub
-        hub.refuse_new_work()
+        deps = self._ctx
+        deps.switches.refuse_new_work()
         cid, rt = ctx.cid, ctx.conv_rt
         op = P.EV_REGENERATE if regenerate else P.EV_RETRY
-        snap = await hub.store.snapshot(cid)
+        snap = await deps.store.snapshot(cid)
         if snap is None:
             raise ProtocolError(P.ERR_NOT_FOUND, "The conversation no longer exists.")
         conv, messages = snap
         if _busy(conv, rt):
             raise ProtocolError(P.ERR_BUSY, BUSY_MESSAGE)
-        _check_room(hub, conv)
+        _check_room(deps.config, conv)
         users = [i for i, m in enumerate(messages) if m.get("role") == "user"]
         if not users:
             raise ProtocolError(P.ERR_NOTHING_TO_RETRY, "There is no user message to answer yet.")
@@ -169,16 +189,16 @@ class Writes:
             # withdraw what the failing round stored, and the error message.
             turn_id, iteration = conv["turn_id"], 0
             boundary = messages[users[-1]]["seq"]
-            for seq, name, payload in await hub.store.events_after(cid, boundary):
+            for seq, name, payload in await deps.store.events_after(cid, boundary):
                 if name == P.EV_FUNCTION_CALL_ITERATION and payload.get("turn_id") == turn_id:
                     boundary, iteration = seq, int(payload.get("iteration") or 0)
             withdraw = [m for m in after if m.get("seq", 0) > boundary]
-            plan = await resume_plan(hub.store, cid, turn_id, withdraw)
-        check_rate(hub.message_limiter, cid, "Too many messages; wait a moment.")
+            plan = await resume_plan(deps.store, cid, turn_id, withdraw)
+        check_rate(deps.limiters.message, cid, "Too many messages; wait a moment.")
         ack = P.ok(turn_id=turn_id)
         ids = [m["id"] for m in withdraw]
         try:
-            await hub.emit_locked(
+            await deps.emit_locked(
                 rt,
                 cid,
                 P.EV_MESSAGES_WITHDRAWN,
@@ -190,14 +210,14 @@ class Writes:
                     "status": ConversationStatus.RUNNING,
                     "turn_id": turn_id,
                     "iteration": iteration,
-                    "runner": hub.instance,
+                    "runner": deps.instance,
                 },
             )
         except S.StatusConflict:
             raise ProtocolError(P.ERR_BUSY, BUSY_MESSAGE) from None
         if regenerate and conv["status"] == ConversationStatus.FAILED:
-            await hub.recovery.close_leftover_calls(rt, cid)
-        rt.turn = hub.spawn(hub.turns.run_turn(cid, turn_id, iteration, announce=False, resume_from=plan))
+            await deps.recovery.close_leftover_calls(rt, cid)
+        rt.turn = deps.spawn(deps.turns.run_turn(cid, turn_id, iteration, announce=False, resume_from=plan))
         return ack
 
     @socket_event(
@@ -208,7 +228,7 @@ class Writes:
     )
     async def function_response(self, ctx: Ctx, data: dict[str, Any]) -> Ack:
         """The page's answer to a call it was sent with ``run: true``."""
-        store = self.hub.store
+        store = self._ctx.store
         cid, sid = ctx.cid, ctx.sid
         call_id = data.get("id")
         status = data.get("status")
@@ -270,7 +290,7 @@ class Writes:
     async def action_outcome(self, ctx: Ctx, data: dict[str, Any]) -> Ack:
         """§8.1: the reader ran an offered action; record its outcome as an ``action`` message (any
         joined socket: the reader pressed the button in that tab)."""
-        hub = self.hub
+        deps = self._ctx
         cid = ctx.cid
         message_id, action_id, name = data.get("message_id"), data.get("action_id"), data.get("name")
         for field_name, value in (("message_id", message_id), ("action_id", action_id), ("name", name)):
@@ -291,7 +311,7 @@ class Writes:
             args = {}
         if not isinstance(args, dict):
             raise ProtocolError(P.ERR_BAD_REQUEST, "arguments must be an object")
-        offer = await hub.store.get_offer(cid, str(message_id))
+        offer = await deps.store.get_offer(cid, str(message_id))
         action = next((a for a in offer["actions"] if a["id"] == action_id), None) if offer else None
         if action is None:
             await self._record_refused(ctx, Event.ACTION_OUTCOME, data, "not offered")
@@ -301,10 +321,10 @@ class Writes:
         clean, problem = check_tool_arguments(action["parameters"], args)
         if problem is not None:
             raise ProtocolError(P.ERR_BAD_REQUEST, f"The arguments of {name} do not pass its schema: {problem}")
-        if await hub.store.action_succeeded(cid, str(action_id)):
+        if await deps.store.action_succeeded(cid, str(action_id)):
             await self._record_refused(ctx, Event.ACTION_OUTCOME, data, "already succeeded")
             raise ProtocolError(P.ERR_BAD_REQUEST, f"Action {action_id!r} already succeeded; it is done.")
-        check_rate(hub.message_limiter, cid, "Too many messages; wait a moment.")
+        check_rate(deps.limiters.message, cid, "Too many messages; wait a moment.")
         msg = {
             "id": new_id("m_"),
             "role": Role.ACTION,
@@ -317,7 +337,7 @@ class Writes:
             "created_at": time.time(),
         }
         ack = P.ok(message_id=msg["id"])
-        await hub.emit_locked(
+        await deps.emit_locked(
             ctx.conv_rt, cid, P.EV_MESSAGE, {"message": msg}, messages=[msg], idempotency=ctx.idempotency(ack)
         )
         return ack
@@ -325,18 +345,19 @@ class Writes:
     @socket_event(P.EV_CANCEL, shape="cancel expects {idempotency_key}", idempotent=True)
     async def cancel(self, ctx: Ctx, data: dict[str, Any]) -> Ack:
         """Stop the running turn (or the wait for ask-user answers)."""
-        hub = self.hub
+        deps = self._ctx
         # Each new key stores an ack: bounded per socket (rate) and per conversation (the newest kept).
-        check_rate(hub.cancel_limiter, ctx.sid, "Too many cancels from this socket; wait a moment.")
-        cancelled = await hub.recovery.cancel_turn(ctx.cid)
+        check_rate(deps.limiters.cancel, ctx.sid, "Too many cancels from this socket; wait a moment.")
+        cancelled = await deps.recovery.cancel_turn(ctx.cid)
         ack = P.ok(cancelled=cancelled)
-        await hub.store.put_ack(ctx.cid, ctx.key, ack, ctx.event, keep=hub.config.max_cancel_acks_per_conversation)
+        await deps.store.put_ack(ctx.cid, ctx.key, ack, ctx.event, keep=deps.config.max_cancel_acks_per_conversation)
         return ack
 
     async def _record_refused(self, ctx: Ctx, kind: str, data: dict[str, Any], reason: str) -> None:
         """Record a refused write (an excerpt, for the operator): at most ``refused_write_rate_per_minute`` a socket
         (past it the write is refused ``rate_limited`` and nothing is recorded), the conversation's newest
         ``max_refused_writes_per_conversation`` kept."""
-        hub = self.hub
-        check_rate(hub.refused_limiter, ctx.sid, "Too many refused writes from this socket; wait a moment.")
-        await hub.store.record_refused(ctx.cid, kind, data, reason, keep=hub.config.max_refused_writes_per_conversation)
+        deps = self._ctx
+        check_rate(deps.limiters.refused, ctx.sid, "Too many refused writes from this socket; wait a moment.")
+        keep = deps.config.max_refused_writes_per_conversation
+        await deps.store.record_refused(ctx.cid, kind, data, reason, keep=keep)
