@@ -1,7 +1,8 @@
 """The relay's live side: Socket.IO handlers (docs/protocol.md §3–4) and the model loop, one module per
 responsibility:
 
-- ``core``: the ``Hub`` that puts them together; stores and emits sequenced events;
+- ``core``: the ``Hub`` that puts them together; stores and emits sequenced events. Each part gets a narrow context
+  of what it uses (``context``: the small types those contexts are made of), never the ``Hub``;
 - ``skeleton``: the one decorator every socket event goes through (shape, join, idempotency, lock, errors);
 - ``joining`` / ``writes``: the socket handlers;
 - ``turns``: the turn loop, one typed ``Round`` at a time;
@@ -9,7 +10,7 @@ responsibility:
 - ``fanout``: keeping several relay processes' sockets gap-free;
 - ``prompts``: what the model is sent; ``ask_user``: prompts and answers;
 - ``patching``: state patches, all or nothing; ``lifecycle``: cancel, recovery, deletion;
-- ``runtime``: what this process keeps per conversation.
+- ``runtime``: what this process keeps per conversation; ``rounds``: a round's message and a call's tool message.
 """
 
 from __future__ import annotations
