@@ -7,7 +7,6 @@ import json
 import logging
 import sys
 from pathlib import Path
-
 from typing import TYPE_CHECKING
 
 from ..errors import ConfigError
@@ -34,7 +33,8 @@ def build_parser() -> argparse.ArgumentParser:
                                        "documentation.")
     p.add_argument("--host", help="interface to listen on (default 127.0.0.1; env AUTOPILOT_HOST)")
     p.add_argument("--port", type=int, help="port (default 8765; env AUTOPILOT_PORT)")
-    p.add_argument("--db", dest="db_path", help="SQLite database path (default ./autopilot-relay.sqlite3; env AUTOPILOT_DB)")
+    p.add_argument("--db", dest="db_path",
+                   help="SQLite database path (default ./autopilot-relay.sqlite3; env AUTOPILOT_DB)")
     p.add_argument("--database-url", dest="database_url",
                    help="PostgreSQL URL instead of SQLite, for several relay processes (env AUTOPILOT_DATABASE_URL)")
     p.add_argument("--redis-url", dest="redis_url",
@@ -42,22 +42,25 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--config", help="TOML config file (env AUTOPILOT_CONFIG)")
     p.add_argument("--app", action="append", default=[], metavar="ID=ORIGIN[,ORIGIN...]",
                    help="add an app with its allowed browser origins (repeatable)")
-    p.add_argument("--public-url", dest="public_url", help="base URL clients use to reach the relay (env AUTOPILOT_PUBLIC_URL)")
+    p.add_argument("--public-url", dest="public_url",
+                   help="base URL clients use to reach the relay (env AUTOPILOT_PUBLIC_URL)")
     p.add_argument("--dist", dest="dist_dir", help="build output folder to serve (default widget/_dist)")
-    p.add_argument("--retention-days", dest="retention_days", type=float, help="delete conversations idle this long (0: never)")
+    p.add_argument("--retention-days", dest="retention_days", type=float,
+                   help="delete conversations idle this long (0: never)")
     p.add_argument("--demo-chunk-delay-ms", dest="demo_chunk_delay_ms", type=float,
                    help="pause between the demo model's streamed chunks (default 15)")
     p.add_argument("--demo-docs", dest="demo_docs", metavar="DIR",
                    help="index DIR's Markdown for the demo app at start and serve it at /docs/<name>.html")
     p.add_argument("--log-level", dest="log_level", help="debug, info, warning, error (default info)")
     p.add_argument("--trusted-proxy", dest="trusted_proxies", action="append", metavar="ADDRESS",
-                   help="address of a reverse proxy in front (repeatable; env AUTOPILOT_TRUSTED_PROXIES, comma-separated)")
+                   help="address of a reverse proxy in front (repeatable; env AUTOPILOT_TRUSTED_PROXIES, "
+                        "comma-separated)")
     p.add_argument("--drain-timeout", dest="drain_timeout_s", type=float, metavar="SECONDS",
                    help="on SIGTERM, how long running turns may finish (default 20; env AUTOPILOT_DRAIN_TIMEOUT_S)")
     return p
 
 
-def startup_banner(config: "RelayConfig") -> str:
+def startup_banner(config: RelayConfig) -> str:
     """What the relay prints at start: where it listens, and only URLs that work (the demo page only when the demo
     app is configured; else the apps, their origins and the tag to embed)."""
     from .config import DEFAULT_APP

@@ -6,7 +6,8 @@ import asyncio
 import contextlib
 import logging
 import time
-from typing import Any, AsyncIterator
+from collections.abc import AsyncIterator
+from typing import Any
 
 import socketio
 from starlette.applications import Starlette
@@ -14,15 +15,15 @@ from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import Route
 
 from .. import protocol as P
-from .http.api import Api
 from .config import DEFAULT_APP, RelayConfig
 from .http import docs_push, feedback, insight, summaries
+from .http.api import Api
 from .http.contract import routes as contract_routes
+from .http.docs_site import DemoDocs, site_base
 from .http.limits import BodyLimit
+from .http.static import DistFiles
 from .hub import Hub
 from .models.base import ModelAdapter
-from .http.docs_site import DemoDocs, site_base
-from .http.static import DistFiles
 from .storage import Store, make_store
 
 log = logging.getLogger("widget.relay")
@@ -71,7 +72,7 @@ def create_app(
         if demo_docs is not None:
             try:
                 await demo_docs.index(hub.docs)
-            except Exception:  # noqa: BLE001 - the relay serves without the demo's docs
+            except Exception:  # the relay serves without the demo's docs
                 log.exception("--demo-docs: indexing %s failed", config.demo_docs)
         warmer = asyncio.ensure_future(dist.warm())
         sweeper = None
@@ -83,7 +84,7 @@ def create_app(
                     await asyncio.sleep(interval)
                     try:
                         await sweep_retention(hub, config.retention_days)
-                    except Exception:  # noqa: BLE001
+                    except Exception:
                         log.exception("retention sweep failed")
 
             sweeper = asyncio.ensure_future(sweep_forever())
@@ -161,8 +162,8 @@ async def _json_500(request: Any, exc: Exception) -> Response:
 
 class ReadinessProbe:
     """``/readyz``'s checks, bounded: a write to the store (this instance's heartbeat row) and Redis, each within
-    ``timeout_s``; a store failure an API route met within ``STORE_FAILURE_WINDOW_S`` also says not ready. One probe runs at a time; callers meanwhile share its result, so the probe cannot be used to
-    pile work on a slow store."""
+    ``timeout_s``; a store failure an API route met within ``STORE_FAILURE_WINDOW_S`` also says not ready. One probe
+    runs at a time; callers meanwhile share its result, so the probe cannot be used to pile work on a slow store."""
 
     def __init__(self, hub: Hub, timeout_s: float, api: Api | None = None) -> None:
         self.hub = hub
@@ -202,7 +203,7 @@ class ReadinessProbe:
         try:
             await asyncio.wait_for(awaitable, self.timeout_s)
             return "ok"
-        except asyncio.TimeoutError:
+        except TimeoutError:
             return f"error: no answer within {self.timeout_s:g} s"
         except Exception as exc:  # noqa: BLE001 - reported, not raised
             return f"error: {type(exc).__name__}: {exc}"[:200]

@@ -10,20 +10,21 @@ import dataclasses
 import importlib
 import os
 import tomllib
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any
 from urllib.parse import urlsplit
 
 from ..core.starters import check_starters
 from ..errors import ConfigError
-from .mcp.config import McpServerConfig, finalize_servers, parse_servers
 from ..protocol import (
     DEFAULT_RELAY_PATH,
     FUNCTION_CALL_TIMEOUT_S,
     MAX_ITERATIONS,
     TOOL_CALL_TIMEOUT_S,
 )
+from .mcp.config import McpServerConfig, finalize_servers, parse_servers
 
 #: The relay's built-in offline model; always available under this name.
 DEMO_MODEL = "demo"
@@ -250,14 +251,15 @@ class RelayConfig:
     otlp_endpoint: str | None = None
 
     # ------------------------------------------------------------------------------------
-    def finalized(self, env: Mapping[str, str] | None = None) -> "RelayConfig":
+    def finalized(self, env: Mapping[str, str] | None = None) -> RelayConfig:
         """A validated copy with defaults filled in (the ``demo`` app and model); ``api_key_env``
         names are looked up in ``env`` (default ``os.environ``)."""
         env = os.environ if env is None else env
         cfg = dataclasses.replace(
             self,
             apps={k: dataclasses.replace(v, allowed_origins=list(v.allowed_origins), starters=list(v.starters),
-                                         docs=dataclasses.replace(v.docs, fallback_actions=list(v.docs.fallback_actions)),
+                                         docs=dataclasses.replace(
+                                             v.docs, fallback_actions=list(v.docs.fallback_actions)),
                                          tools={n: dataclasses.replace(t) for n, t in v.tools.items()})
                   for k, v in self.apps.items()},
             models={k: dataclasses.replace(v) for k, v in self.models.items()},
@@ -302,7 +304,8 @@ class RelayConfig:
                 raise ConfigError(f"{name} must be >= 0")
         if cfg.database_url is not None:
             if urlsplit(cfg.database_url).scheme not in ("postgres", "postgresql"):
-                raise ConfigError(f"database_url must look like postgresql://user@host:5432/db, got {cfg.database_url!r}")
+                raise ConfigError("database_url must look like postgresql://user@host:5432/db, got "
+                                  f"{cfg.database_url!r}")
         if cfg.redis_url is not None:
             if urlsplit(cfg.redis_url).scheme not in ("redis", "rediss", "unix", "redis+sentinel"):
                 raise ConfigError(f"redis_url must look like redis://host:6379/0, got {cfg.redis_url!r}")
@@ -333,7 +336,8 @@ class RelayConfig:
             if not app_id or not all(c.isalnum() or c in "-_." for c in app_id):
                 raise ConfigError(f"app id {app_id!r} must be letters, digits, '-', '_' or '.'")
             if app.model not in cfg.models:
-                raise ConfigError(f"app {app_id!r}: unknown model {app.model!r} (known: {', '.join(sorted(cfg.models))})")
+                raise ConfigError(f"app {app_id!r}: unknown model {app.model!r} (known: "
+                                  f"{', '.join(sorted(cfg.models))})")
             app.allowed_origins = [_check_origin_like(o, f"app {app_id!r} allowed origin") for o in app.allowed_origins]
             app.starters = check_starters(app.starters, f"app {app_id!r}: starters")
             if not isinstance(app.suggestions, bool):
@@ -372,7 +376,7 @@ class RelayConfig:
         return list(seen)
 
 
-def _bind_tool(where: str, name: str, tool: "ToolConfig") -> None:
+def _bind_tool(where: str, name: str, tool: ToolConfig) -> None:
     """Check a relay config function's declaration and bind its callable (ConfigError, one line)."""
     from ..protocol import RelayTool, is_tool_name
     from .tools import flat_parameters
@@ -408,7 +412,7 @@ def _bind_tool(where: str, name: str, tool: "ToolConfig") -> None:
     tool.func = obj
 
 
-def _check_docs(where: str, app: "AppConfig") -> None:
+def _check_docs(where: str, app: AppConfig) -> None:
     """Check an app's ``loop`` and ``[docs]`` settings (ConfigError, one line)."""
     from ..protocol import MAX_ACTIONS, is_tool_name
 
@@ -416,7 +420,8 @@ def _check_docs(where: str, app: "AppConfig") -> None:
         raise ConfigError(f"{where}: loop must be one of {', '.join(LOOP_MODES)}, got {app.loop!r}")
     docs = app.docs
     if not isinstance(docs, DocsConfig):
-        raise ConfigError(f"{where}: docs must be a table (enabled, require_citations, not_found_text, fallback_actions)")
+        raise ConfigError(f"{where}: docs must be a table (enabled, require_citations, not_found_text, "
+                          "fallback_actions)")
     for name in ("enabled", "require_citations"):
         if not isinstance(getattr(docs, name), bool):
             raise ConfigError(f"{where}: docs.{name} must be true or false")
@@ -568,7 +573,12 @@ def _apply_mapping(cfg: RelayConfig, data: Mapping[str, Any], where: str) -> Non
             raise ConfigError(f"{where}: unknown key {key!r}")
 
 
-_ENV = {
+def _address_list(raw: str) -> list[str]:
+    """A comma-separated list of addresses (``AUTOPILOT_TRUSTED_PROXIES``)."""
+    return [a.strip() for a in raw.split(",") if a.strip()]
+
+
+_ENV: dict[str, tuple[str, Callable[[str], Any]]] = {
     "AUTOPILOT_UNJOINED_SOCKET_TIMEOUT_S": ("unjoined_socket_timeout_s", float),
     "AUTOPILOT_SOCKET_SEND_QUEUE_BYTES": ("socket_send_queue_bytes", int),
     "AUTOPILOT_REPLAY_RATE_PER_MINUTE": ("replay_rate_per_minute", int),
@@ -605,7 +615,7 @@ _ENV = {
     "AUTOPILOT_MAX_CONNECTIONS_PER_ADDRESS": ("max_connections_per_address", int),
     "AUTOPILOT_MAX_SOCKETS_PER_ADDRESS": ("max_sockets_per_address", int),
     "AUTOPILOT_MAX_CONNECTIONS": ("max_connections", int),
-    "AUTOPILOT_TRUSTED_PROXIES": ("trusted_proxies", lambda raw: [a.strip() for a in raw.split(",") if a.strip()]),
+    "AUTOPILOT_TRUSTED_PROXIES": ("trusted_proxies", _address_list),
     "AUTOPILOT_DRAIN_TIMEOUT_S": ("drain_timeout_s", float),
     "AUTOPILOT_TURN_TIMEOUT_S": ("turn_timeout_s", float),
     "AUTOPILOT_MODEL_STALL_TIMEOUT_S": ("model_stall_timeout_s", float),
@@ -654,7 +664,7 @@ def load_config(
         try:
             setattr(cfg, name, conv(raw))
         except ValueError:
-            raise ConfigError(f"{var}={raw!r} is not a valid {conv.__name__}") from None
+            raise ConfigError(f"{var}={raw!r} is not a valid {getattr(conv, '__name__', 'value')}") from None
     for name, value in overrides.items():
         if value is None:
             continue

@@ -45,7 +45,8 @@ async def drain(hub: Any, timeout_s: float) -> dict[str, int]:
     late = running_turns(hub)
     finished -= len(late)
     if late:
-        log.warning("shutting down: %d turn(s) still running after %g s end with turn_interrupted", len(late), timeout_s)
+        log.warning("shutting down: %d turn(s) still running after %g s end with turn_interrupted", len(late),
+                    timeout_s)
         # Stopped as at a crash (the turn task leaves the store as it is; see the module doc), then closed here.
         hub.closing = True
         for task in late.values():

@@ -11,7 +11,7 @@ from __future__ import annotations
 import bisect
 import time
 from collections import OrderedDict
-from typing import Callable
+from collections.abc import Callable
 
 #: How many expired keys one check removes at most: more than one, so the expired keys shrink even
 #: while every check adds a new key.

@@ -21,7 +21,8 @@ import asyncio
 import logging
 import random
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import socketio
 
@@ -31,7 +32,7 @@ PUBLISH_TIMEOUT_S = 2.0
 CONNECT_TIMEOUT_S = 2.0
 
 
-class RelayRedisManager(socketio.AsyncRedisManager):
+class RelayRedisManager(socketio.AsyncRedisManager):  # type: ignore[misc]  # python-socketio ships no types: its classes are Any
     def __init__(self, url: str, *, channel: str = "autopilot-relay",
                  on_event: Callable[[str, Any, Any, Any], Callable[[], None] | None] | None = None,
                  on_resync: Callable[[], None] | None = None) -> None:
@@ -64,7 +65,7 @@ class RelayRedisManager(socketio.AsyncRedisManager):
         finally:
             await client.aclose()
 
-    async def _publish(self, data: Any) -> None:  # type: ignore[override]
+    async def _publish(self, data: Any) -> None:
         now = time.monotonic()
         if now < self._pause_until and not self.listening:
             return  # Redis is down: the store's log covers it (the other processes poll)
@@ -76,7 +77,7 @@ class RelayRedisManager(socketio.AsyncRedisManager):
                 try:
                     await asyncio.wait_for(self._pub.publish(self.channel, text), PUBLISH_TIMEOUT_S)
                     break
-                except Exception:  # noqa: BLE001
+                except Exception:
                     pub, self._pub = self._pub, None
                     try:
                         await pub.aclose()
@@ -97,7 +98,7 @@ class RelayRedisManager(socketio.AsyncRedisManager):
         self.publishing = True
         self._pause = 0.25
 
-    async def _redis_listen_with_retries(self) -> Any:  # type: ignore[override]
+    async def _redis_listen_with_retries(self) -> Any:
         delay = 0.1
         while True:
             client = pubsub = None
@@ -134,21 +135,22 @@ class RelayRedisManager(socketio.AsyncRedisManager):
                         except Exception:  # noqa: BLE001
                             pass
 
-    async def _handle_emit(self, message: dict[str, Any]) -> None:  # type: ignore[override]
+    async def _handle_emit(self, message: dict[str, Any]) -> None:
         delivered: Callable[[], None] | None = None
-        if self.on_event is not None and message.get("host_id") != self.host_id:
+        event = message.get("event")
+        if self.on_event is not None and isinstance(event, str) and message.get("host_id") != self.host_id:
             data = message.get("data")
             if isinstance(data, list) and len(data) == 1:
                 data = data[0]
             try:  # before the emit: whether the event is in order depends on what was sent before it
-                delivered = self.on_event(message.get("event"), message.get("room"), data, message.get("skip_sid"))
-            except Exception:  # noqa: BLE001
+                delivered = self.on_event(event, message.get("room"), data, message.get("skip_sid"))
+            except Exception:
                 log.exception("redis: event hook failed")
         await super()._handle_emit(message)
         if delivered is not None:
             try:
                 delivered()
-            except Exception:  # noqa: BLE001
+            except Exception:
                 log.exception("redis: event hook failed")
 
     async def aclose(self) -> None:

@@ -19,7 +19,6 @@ from .http.limits import ConnectionGuard, EdgeSettings, protocol_for
 from .models.base import ModelAdapter
 from .storage.store import Store
 
-
 #: Descriptors kept for the store, logs and outgoing connections when ``max_connections`` is 0 (automatic).
 DESCRIPTOR_RESERVE = 128
 
@@ -54,8 +53,8 @@ def uvicorn_config(app: Any, config: RelayConfig, log_level: str = "warning", **
     guard = ConnectionGuard(edge_settings(config))
     ucfg = uvicorn.Config(
         app, log_level=log_level, lifespan="on", access_log=False, ws="auto",
-        http=protocol_for(guard),  # type: ignore[arg-type]
-        timeout_keep_alive=config.http_idle_timeout_s,  # type: ignore[arg-type]
+        http=protocol_for(guard),
+        timeout_keep_alive=config.http_idle_timeout_s,  # type: ignore[arg-type]  # uvicorn annotates int; seconds as a float work
         proxy_headers=bool(config.trusted_proxies),
         forwarded_allow_ips=list(config.trusted_proxies) or None,
         timeout_graceful_shutdown=5,

@@ -34,7 +34,7 @@ async def _close_now(s: Any) -> None:
     await s.queue.put(None)
 
 
-class _StrictEioSocket(eio_socket.AsyncSocket):
+class _StrictEioSocket(eio_socket.AsyncSocket):  # type: ignore[misc]  # python-socketio ships no types: its classes are Any
     """An Engine.IO socket that closes on a packet type it does not know (the library ignores it silently)."""
 
     async def receive(self, pkt: Any) -> None:
@@ -60,7 +60,7 @@ class _StrictEioSocket(eio_socket.AsyncSocket):
         await super().handle_post_request(environ)
 
 
-class _CheckedPacket(sio_packet.Packet):
+class _CheckedPacket(sio_packet.Packet):  # type: ignore[misc]  # python-socketio ships no types: its classes are Any
     """A Socket.IO packet that refuses, while decoding, an event that is not ``[name: str, ...]``."""
 
     def decode(self, encoded_packet: Any) -> Any:
@@ -71,7 +71,7 @@ class _CheckedPacket(sio_packet.Packet):
         return count
 
 
-class RelaySocketServer(socketio.AsyncServer):
+class RelaySocketServer(socketio.AsyncServer):  # type: ignore[misc]  # python-socketio ships no types: its classes are Any
     """``socketio.AsyncServer`` that closes a connection sending a malformed packet (see the module doc) and
     refuses a new session from an address that already has ``max_sockets_per_address`` of them (WebSocket or
     long-polling alike: a polling session holds no connection between its requests)."""
@@ -95,7 +95,8 @@ class RelaySocketServer(socketio.AsyncServer):
             log.warning("refusing a Socket.IO session from %s: %d are open from it (max_sockets_per_address)",
                         address, len(mine))
             # Engine.IO answers 401 with this message and forgets the session.
-            return f"Too many Socket.IO sessions from {address} ({len(mine)}, the limit per address); close some and retry."
+            return (f"Too many Socket.IO sessions from {address} ({len(mine)}, the limit per address); close some and "
+                    "retry.")
         self._sessions_of.setdefault(address, set()).add(eio_sid)
         self._address_of[eio_sid] = address
         s = self.eio.sockets.get(eio_sid)

@@ -22,7 +22,8 @@ from __future__ import annotations
 
 import json
 import re
-from typing import Any, Iterable
+from collections.abc import Iterable
+from typing import Any
 
 from .. import protocol as P
 from ..core.starters import check_suggestions as check_suggestions  # re-exported for the turn loop
@@ -166,7 +167,8 @@ def offer_actions_spec(actions: dict[str, dict[str, Any]], keywords: Iterable[st
     return {
         "name": P.OFFER_ACTIONS_TOOL,
         "description": description,
-        "parameters": {"type": "object", "properties": {"actions": array}, "required": ["actions"], "additionalProperties": False},
+        "parameters": {"type": "object", "properties": {"actions": array},
+                       "required": ["actions"], "additionalProperties": False},
         "strict": True,
     }
 

@@ -183,7 +183,8 @@ class Api:
         if conv is None:
             # Readable by every site of this relay: a widget whose stored conversation is gone (retention, a
             # deleted chat) must see the 404 to start a new one; a CORS failure looks like a relay that is down.
-            request.state.cors = self.cors_headers(request, {o for a in self.config.apps.values() for o in a.allowed_origins})
+            request.state.cors = self.cors_headers(request, {o for a in self.config.apps.values()
+                                                             for o in a.allowed_origins})
             raise ProtocolError(P.ERR_NOT_FOUND, "No such conversation.")
         request.state.cors = self.cors_headers(request, self.origins_of(conv))
         return conv
@@ -258,7 +259,8 @@ class Api:
         auth = request.headers.get("authorization")
         if auth is not None:
             scheme, _, secret = auth.partition(" ")
-            if scheme.lower() != "bearer" or not app.secret or not hmac.compare_digest(secret.strip().encode(), app.secret.encode()):
+            if (scheme.lower() != "bearer" or not app.secret
+                or not hmac.compare_digest(secret.strip().encode(), app.secret.encode())):
                 raise ProtocolError(P.ERR_UNAUTHORIZED, "The app secret is wrong.")
         elif origin is not None and origin in app.allowed_origins:
             self.limit(self.create_limiter, f"{app_id}|{self.client_address(request)}", "conversations created")
@@ -266,7 +268,8 @@ class Api:
             raise self.refuse_origin(origin, app_id, app.allowed_origins)
         else:
             raise ProtocolError(P.ERR_FORBIDDEN_ORIGIN,
-                                "A browser request needs an allowed Origin; a backend needs Authorization: Bearer <app secret>.")
+                                "A browser request needs an allowed Origin; a backend needs Authorization: Bearer "
+                                "<app secret>.")
         body = await self.read_json(request)
         if not isinstance(body, dict):
             raise ProtocolError(P.ERR_BAD_REQUEST, "The body must be a JSON object (or empty).")
@@ -297,7 +300,7 @@ class Api:
         cid = request.path_params["conversation_id"]
         try:
             conv = await self.store.get_conversation(cid) if _CONV_ID.match(cid) else None
-        except Exception as exc:  # noqa: BLE001 - a preflight cannot carry a body anyway
+        except Exception as exc:  # a preflight cannot carry a body anyway
             if not is_store_failure(exc):
                 raise
             return Response(status_code=503, headers={"Vary": "Origin", "Retry-After": str(UNAVAILABLE_RETRY_S)})
@@ -335,13 +338,15 @@ class Api:
         if isinstance(answers, dict):
             answers = [answers]
         if not isinstance(answers, list) or not answers:
-            raise ProtocolError(P.ERR_BAD_REQUEST, "answers must be an {id, result} object or a non-empty list of them.")
+            raise ProtocolError(P.ERR_BAD_REQUEST,
+                                "answers must be an {id, result} object or a non-empty list of them.")
         for a in answers:
             if not isinstance(a, dict) or not isinstance(a.get("id"), str) or "result" not in a:
                 raise ProtocolError(P.ERR_BAD_REQUEST, "each answer must be an object with a string id and a result.")
         key = body.get("idempotency_key")
         if key is not None and (not isinstance(key, str) or not key or len(key) > P.MAX_IDEMPOTENCY_KEY_CHARS):
-            raise ProtocolError(P.ERR_BAD_REQUEST, f"idempotency_key must be a string of 1-{P.MAX_IDEMPOTENCY_KEY_CHARS} characters.")
+            raise ProtocolError(P.ERR_BAD_REQUEST,
+                                f"idempotency_key must be a string of 1-{P.MAX_IDEMPOTENCY_KEY_CHARS} characters.")
         await self.hub.answer_prompts(cid, answers, (key, P.ok()) if key is not None else None)
         out = await self.conversation_body(request, cid)
         return self.respond(200, out, {**request.state.cors, "Cache-Control": "no-store"})

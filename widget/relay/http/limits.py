@@ -20,8 +20,9 @@ import asyncio
 import json
 import logging
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any, Awaitable, Callable
+from typing import Any
 
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
@@ -103,7 +104,8 @@ def _content_length(scope: Scope) -> int | None:
 
 async def _send_too_large(send: Send, limit: int, declared: int | None) -> None:
     size = f"{declared} bytes" if declared is not None else "more"
-    body = json_error_bytes(P.ERR_BODY_TOO_LARGE, f"The request body is {size}; at most {limit} bytes are accepted here.")
+    body = json_error_bytes(P.ERR_BODY_TOO_LARGE,
+                            f"The request body is {size}; at most {limit} bytes are accepted here.")
     await send({"type": "http.response.start", "status": 413, "headers": [
         (b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
         (b"cache-control", b"no-store")]})
@@ -171,7 +173,7 @@ class GuardedH11Protocol(H11Protocol):
 
     guard: ConnectionGuard
 
-    def connection_made(self, transport: Any) -> None:  # type: ignore[override]
+    def connection_made(self, transport: Any) -> None:
         super().connection_made(transport)
         self._timer: asyncio.TimerHandle | None = None
         self._phase = "headers"
@@ -180,7 +182,8 @@ class GuardedH11Protocol(H11Protocol):
         self._counted = refused is None
         if refused is not None:
             log.warning("refusing a connection: %s", refused)
-            body = json_error_bytes(P.ERR_TOO_MANY_CONNECTIONS, f"Too many connections: {refused}. Close some and retry.")
+            body = json_error_bytes(P.ERR_TOO_MANY_CONNECTIONS,
+                                    f"Too many connections: {refused}. Close some and retry.")
             transport.write(b"HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\n"
                             b"retry-after: 5\r\nconnection: close\r\ncontent-length: " + str(len(body)).encode()
                             + b"\r\n\r\n" + body)
@@ -220,7 +223,7 @@ class GuardedH11Protocol(H11Protocol):
             self.guard.release(address, transport)
             lost(exc)
 
-        ws.connection_lost = connection_lost
+        ws.connection_lost = connection_lost  # type: ignore[method-assign]  # uvicorn has no hook for this
 
     def _follow(self) -> None:
         """Move the deadline with the request's progress (after h11 has read what arrived)."""

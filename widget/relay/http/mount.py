@@ -6,7 +6,8 @@
     from .. import RelayConfig, mount
 
     app = Starlette(routes=[...])                       # or FastAPI()
-    mount(app, "/copilot", RelayConfig(apps=...))       # /copilot/widget/autopilot.js, /copilot/api/..., /copilot/socket.io/
+    mount(app, "/copilot", RelayConfig(apps=...))       # /copilot/widget/autopilot.js, /copilot/api/...,
+                                                        # /copilot/socket.io/
 
 Everything the relay writes carries the prefix: conversation URLs, the Socket.IO path handed to clients
 (``relay_path`` = ``/copilot/socket.io``; ``relay_url`` stays the origin, which Socket.IO clients connect to),
@@ -25,7 +26,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from typing import Any, AsyncIterator
+from collections.abc import AsyncIterator
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from starlette.types import Receive, Scope, Send
 
 from ...errors import ConfigError
 
@@ -45,7 +50,7 @@ class PrefixedRelay:
     def __getattr__(self, name: str) -> Any:  # .hub, .config, .store of the relay
         return getattr(self.relay, name)
 
-    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] in ("http", "websocket"):
             root = str(scope.get("root_path") or "")
             if not root.endswith(self.prefix):
@@ -92,7 +97,7 @@ class _PrefixFirst:
         self.relay = relay
         self.host_stack = host_stack
 
-    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] in ("http", "websocket"):
             base = str(scope.get("root_path") or "").rstrip("/") + self.prefix
             path = scope.get("path", "")
@@ -104,7 +109,7 @@ class _PrefixFirst:
         await self.host_stack(scope, receive, send)
 
 
-def _bypass_host_middleware(app: Any, prefix: str, prefixed: "PrefixedRelay") -> None:
+def _bypass_host_middleware(app: Any, prefix: str, prefixed: PrefixedRelay) -> None:
     """Put the relay's paths in front of the host's middleware stack (built now or at the first request)."""
     build = getattr(app, "build_middleware_stack", None)
     if build is None:

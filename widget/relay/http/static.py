@@ -13,8 +13,9 @@
   used, so no ``Access-Control-Allow-Credentials``), ``Vary: Origin``, and ``Cross-Origin-Resource-Policy:
   cross-origin`` (the classic loader script is fetched without CORS; pages with COEP need it).
 - Stable names for PyScript pages: ``/widget/pyscript/<file>``, ``/widget/pyodide/<file>`` and
-  ``/widget/bundle-full.zip`` redirect to the current build's copies (@pyscript/core, Pyodide, the bundle), and ``/widget/pyscript.json`` is a PyScript config that works offline (our interpreter, our
-  bundle unpacked into site-packages through ``files``, no ``packages``).
+  ``/widget/bundle-full.zip`` redirect to the current build's copies (@pyscript/core, Pyodide, the bundle), and
+  ``/widget/pyscript.json`` is a PyScript config that works offline (our interpreter, our bundle unpacked into
+  site-packages through ``files``, no ``packages``).
 - Under a path prefix (``widget.relay.http.mount``), URLs written into pages and configs carry the prefix.
 """
 
@@ -26,8 +27,8 @@ import hashlib
 import json
 import logging
 import os
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Iterable
 
 from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, RedirectResponse, Response
@@ -63,6 +64,11 @@ MIN_GZIP_BYTES = 1024
 MIN_SAVING = 0.10
 IMMUTABLE = "public, max-age=31536000, immutable"
 NO_CACHE = "no-cache"
+
+
+def _stat_and_brotli(path: Path, brotli: Path | None) -> tuple[os.stat_result, bool]:
+    """``path``'s stat and whether its brotli copy exists (blocking: run in a thread)."""
+    return path.stat(), brotli is not None and brotli.is_file()
 
 
 class DistFiles:
@@ -118,7 +124,8 @@ class DistFiles:
         if not bid:
             return
         for path in sorted((self.root / bid).rglob("*")):
-            if path.is_file() and path.suffix.lower() in (".wasm", ".mjs", ".js", ".json") and path.stat().st_size >= 64 * 1024:
+            if (path.is_file() and path.suffix.lower() in (".wasm", ".mjs", ".js", ".json")
+                and path.stat().st_size >= 64 * 1024):
                 try:
                     await self._gzip(path, path.stat())
                 except OSError:
@@ -177,18 +184,20 @@ class DistFiles:
         return self._gz[key]
 
     async def file_response(self, request: Request, path: Path, cache_control: str) -> Response:
-        st = path.stat()
+        accept = request.headers.get("accept-encoding", "").lower()
         suffix = path.suffix.lower()
+        # A brotli copy written by build.py next to the file (``name.br``, same build folder) wins.
+        brotli = path.with_name(path.name + ".br") if "br" in accept and suffix not in NO_GZIP else None
+        # The file system is read off the event loop (a slow disk must not stall every socket): one thread hop
+        # for the stat and the brotli copy's check, one for the body (the gzip copy is cached in memory).
+        st, has_brotli = await asyncio.to_thread(_stat_and_brotli, path, brotli)
         media = MIME.get(suffix, "application/octet-stream")
         etag_base = hashlib.sha1(f"{path}:{st.st_mtime_ns}:{st.st_size}".encode()).hexdigest()[:20]
-        accept = request.headers.get("accept-encoding", "").lower()
         accepts_gzip = "gzip" in accept
         body: bytes | None = None
         encoding = None
-        # A brotli copy written by build.py next to the file (``name.br``, same build folder) wins.
-        brotli = path.with_name(path.name + ".br") if "br" in accept and suffix not in NO_GZIP else None
-        if brotli is not None and brotli.is_file():
-            body, encoding = None, "br"
+        if has_brotli:
+            encoding = "br"
         elif accepts_gzip and suffix not in NO_GZIP and st.st_size >= MIN_GZIP_BYTES:
             body = await self._gzip(path, st)
             if body is not None:
@@ -199,13 +208,13 @@ class DistFiles:
         inm = request.headers.get("if-none-match")
         if inm and etag in {t.strip().removeprefix("W/") for t in inm.split(",")}:
             return Response(status_code=304, headers=headers)
-        if encoding == "br":
+        if encoding == "br" and brotli is not None:
             headers["Content-Encoding"] = "br"
             body = await asyncio.to_thread(brotli.read_bytes)
-        elif encoding:
+        elif body is not None:  # the gzip copy
             headers["Content-Encoding"] = "gzip"
         else:
-            body = await asyncio.to_thread(path.read_bytes) if st.st_size > 256 * 1024 else path.read_bytes()
+            body = await asyncio.to_thread(path.read_bytes)
         if request.method == "HEAD":
             headers["Content-Length"] = str(len(body))
             return Response(status_code=200, headers=headers, media_type=media)

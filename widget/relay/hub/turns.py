@@ -141,20 +141,23 @@ class TurnRunner:
                 first = False  # the next round is announced
             while True:
                 if iteration > 0 and (announce or not first):
-                    await ctx.emit_event(cid, P.EV_FUNCTION_CALL_ITERATION, {"turn_id": turn_id, "iteration": iteration},
+                    await ctx.emit_event(cid, P.EV_FUNCTION_CALL_ITERATION,
+                                         {"turn_id": turn_id, "iteration": iteration},
                                          conversation={"iteration": iteration, "status": ConversationStatus.RUNNING})
                 last_round = iteration >= ctx.config.max_iterations - 1
-                request, info = await build_request(ctx.store, ctx.config, cid, conv, app, turn_id, with_tools=not last_round,
+                request, info = await build_request(ctx.store, ctx.config, cid, conv, app, turn_id,
+                                                    with_tools=not last_round,
                                                     model=model, docs=docs)
                 first = False
                 rounds += 1
                 cur = Round(message_id=new_id("m_"))
                 raw_calls: list[ToolCall] = []
 
-                async def start() -> None:
+                async def start(cur: Round = cur) -> None:  # this round's (a closure would see the next one)
                     if not cur.started:
                         cur.started = True
-                        await ctx.emit_event(cid, P.EV_COMPLETION_STARTED, {"turn_id": turn_id, "message_id": cur.message_id})
+                        await ctx.emit_event(cid, P.EV_COMPLETION_STARTED,
+                                             {"turn_id": turn_id, "message_id": cur.message_id})
 
                 # MCP servers that must start first: the round starts (the turn shows as running) before that wait.
                 await ctx.mcp.extend(app, info, request, model, with_tools=not last_round, before_wait=start)
@@ -165,7 +168,8 @@ class TurnRunner:
                     if isinstance(chunk, TextDelta):
                         if chunk.text:
                             cur.text.append(chunk.text)
-                            await ctx.emit_event(cid, P.EV_COMPLETION_STREAM, {"message_id": cur.message_id, "delta": chunk.text})
+                            await ctx.emit_event(cid, P.EV_COMPLETION_STREAM,
+                                                 {"message_id": cur.message_id, "delta": chunk.text})
                     elif isinstance(chunk, ToolCall):
                         raw_calls.append(chunk)
                 await start()
@@ -174,7 +178,8 @@ class TurnRunner:
                 if suspended:
                     status = "suspended"
                     await ctx.emit_event(cid, P.EV_ASK_USER_REQUEST, {"prompts": suspended},
-                                         conversation={"status": ConversationStatus.WAITING_FOR_ASK_USER, "iteration": iteration})
+                                         conversation={"status": ConversationStatus.WAITING_FOR_ASK_USER,
+                                                       "iteration": iteration})
                     release(rt)
                     await ctx.emit_event(cid, P.EV_USER_INPUT, {"reason": UserInputReason.ASK_USER})
                     return
@@ -184,7 +189,8 @@ class TurnRunner:
                 iteration += 1
             if docs is not None and app.docs.require_citations and info is not None and cur.ended is not None:
                 cur = await self.withdraw_uncited(cid, turn_id, cur, info, app, after_prompt=resume and rounds == 1)
-            await ctx.emit_event(cid, P.EV_COMPLETION_FINISHED, {"turn_id": turn_id, "status": TurnStatus.DONE}, conversation={"status": ConversationStatus.IDLE})
+            await ctx.emit_event(cid, P.EV_COMPLETION_FINISHED, {"turn_id": turn_id, "status": TurnStatus.DONE},
+                                 conversation={"status": ConversationStatus.IDLE})
             release(rt)
             await ctx.emit_event(cid, P.EV_USER_INPUT, {"reason": UserInputReason.MESSAGE})
         except asyncio.CancelledError:
@@ -202,11 +208,14 @@ class TurnRunner:
                 await self.abort(cid, turn_id, cur, TurnStatus.CANCELLED, None)
         except ModelError as exc:
             status = TurnStatus.FAILED
-            await self.abort(cid, turn_id, cur, TurnStatus.FAILED, {"content": exc.message, "code": exc.code, "retryable": exc.retryable})
+            await self.abort(cid, turn_id, cur, TurnStatus.FAILED,
+                             {"content": exc.message, "code": exc.code, "retryable": exc.retryable})
         except Exception:
             status = TurnStatus.FAILED
             log.exception("turn %s of %s failed", turn_id, cid)
-            await self.abort(cid, turn_id, cur, TurnStatus.FAILED, {"content": "The relay failed while answering. Try again.", "code": TurnErrorCode.INTERNAL, "retryable": True})
+            await self.abort(cid, turn_id, cur, TurnStatus.FAILED,
+                             {"content": "The relay failed while answering. Try again.",
+                              "code": TurnErrorCode.INTERNAL, "retryable": True})
         finally:
             if rt.turn is asyncio.current_task():
                 rt.turn = None
@@ -240,7 +249,8 @@ class TurnRunner:
         Returns the round now in progress (for a cancel meanwhile)."""
         assert cur.ended is not None
         msg, tools, offered = cur.ended
-        if msg.get("sources") or exempt_reason(info.question, msg.get("content") or "", offered, after_prompt) is not None:
+        if msg.get("sources") or exempt_reason(info.question,
+                                               msg.get("content") or "", offered, after_prompt) is not None:
             return cur
         ctx = self._ctx
         ids = [msg["id"], *(t["id"] for t in tools)]
@@ -251,7 +261,8 @@ class TurnRunner:
         new = Round(message_id=new_id("m_"), text=[app.docs.not_found_text])
         await ctx.emit_event(cid, P.EV_COMPLETION_STARTED, {"turn_id": turn_id, "message_id": new.message_id})
         new.started = True
-        await ctx.emit_event(cid, P.EV_COMPLETION_STREAM, {"message_id": new.message_id, "delta": app.docs.not_found_text})
+        await ctx.emit_event(cid, P.EV_COMPLETION_STREAM,
+                             {"message_id": new.message_id, "delta": app.docs.not_found_text})
         fallback = [{"name": n, "arguments": {}} for n in app.docs.fallback_actions if n in info.actions]
         if fallback:
             assert new.message_id is not None
@@ -280,7 +291,8 @@ class TurnRunner:
         it but only the emitted copy carries them as ``actions``: the stored message (GET) never does (§8).
         In a turn with citable ids, the ids its text cites become its ``sources`` (stored with it)."""
         assert cur.message_id is not None
-        msg: dict[str, Any] = {"id": cur.message_id, "role": Role.ASSISTANT, "content": "".join(cur.text), "created_at": time.time()}
+        msg: dict[str, Any] = {"id": cur.message_id, "role": Role.ASSISTANT,
+                               "content": "".join(cur.text), "created_at": time.time()}
         if cur.calls:
             msg["function_calls"] = cur.calls
         if cur.suggestions:
@@ -300,8 +312,10 @@ class TurnRunner:
         if offer is not None:
             kw["offer"] = {"message_id": msg["id"], **offer}
             if offer["actions"]:
-                shown = {**msg, "actions": [{"id": a["id"], "name": a["name"], "arguments": a["arguments"]} for a in offer["actions"]]}
-        await self._ctx.emit_event(cid, P.EV_COMPLETION_ENDED, {"message": shown, "tool_messages": tools}, messages=[msg, *tools], **kw)
+                shown = {**msg, "actions": [{"id": a["id"], "name": a["name"], "arguments": a["arguments"]}
+                                            for a in offer["actions"]]}
+        await self._ctx.emit_event(cid, P.EV_COMPLETION_ENDED,
+                                   {"message": shown, "tool_messages": tools}, messages=[msg, *tools], **kw)
 
     async def abort(self, cid: str, turn_id: str, cur: Round, status: TurnStatus, error: dict[str, Any] | None) -> None:
         """Close a turn that was cancelled or failed: pending calls cancelled, the streaming message
@@ -311,7 +325,8 @@ class TurnRunner:
             rt = ctx.runtimes.rt(cid)
             for c in await ctx.store.pending_calls(cid):
                 if await ctx.store.finish_call(cid, c["id"], CallState.CANCELLED, error=MSG_CALL_CANCELLED):
-                    end = {"id": c["id"], "name": c["name"], "status": P.STATUS_ERROR, "error": MSG_CALL_CANCELLED, "duration_ms": None, "total_ms": None}
+                    end = {"id": c["id"], "name": c["name"], "status": P.STATUS_ERROR,
+                           "error": MSG_CALL_CANCELLED, "duration_ms": None, "total_ms": None}
                     await ctx.emit_event(cid, P.EV_FUNCTION_CALL_END, end)
                     cur.tools.append(tool_message(c["id"], c["name"], c["kind"], end))
                     ev = rt.call_events.get(c["id"])
@@ -325,7 +340,8 @@ class TurnRunner:
                 msg = {"id": new_id("m_"), "role": Role.ERROR, "created_at": time.time(), **error}
                 await ctx.emit_event(cid, P.EV_MESSAGE, {"message": msg}, messages=[msg])
             await ctx.emit_event(cid, P.EV_COMPLETION_FINISHED, {"turn_id": turn_id, "status": status},
-                                 conversation={"status": ConversationStatus.FAILED if status == TurnStatus.FAILED else ConversationStatus.IDLE})
+                                 conversation={"status": ConversationStatus.FAILED if status == TurnStatus.FAILED
+                                               else ConversationStatus.IDLE})
             release(rt)
             await ctx.emit_event(cid, P.EV_USER_INPUT, {"reason": UserInputReason.MESSAGE})
         except KeyError:
@@ -364,7 +380,10 @@ class TurnRunner:
             if tc.name == ASK_USER_TOOL and app.ask_user and not info.one_shot:
                 prompt, wrong = prompt_from(call)
                 if prompt is None:
-                    cur.tools.append(tool_message(call["id"], tc.name, ToolMessageKind.RELAY, {"status": P.STATUS_ERROR, "error": f"Invalid ask_user call: {wrong}. Nothing was shown to the reader; fix the arguments and call again."}))
+                    cur.tools.append(tool_message(call["id"], tc.name, ToolMessageKind.RELAY,
+                                                  {"status": P.STATUS_ERROR,
+                                                   "error": f"Invalid ask_user call: {wrong}. Nothing was shown to "
+                                                            "the reader; fix the arguments and call again."}))
                 else:
                     prompts.append(prompt)
             elif tc.name == P.SUGGEST_FOLLOWUPS_TOOL and app.suggestions:
@@ -372,12 +391,16 @@ class TurnRunner:
             elif tc.name == P.SEARCH_DOCS_TOOL and info.cites is not None and not info.one_shot:
                 cur.tools.append(await self.search_docs(call, info, log_calls))
             elif tc.name not in catalogue:
-                cur.tools.append(tool_message(call["id"], tc.name, ToolMessageKind.RELAY, {"status": P.STATUS_ERROR, "error": f"Unknown function {tc.name!r}."}))
+                cur.tools.append(tool_message(call["id"], tc.name, ToolMessageKind.RELAY,
+                                              {"status": P.STATUS_ERROR, "error": f"Unknown function {tc.name!r}."}))
             elif info.one_shot:  # a one-shot answer calls nothing (the model was given no function tools)
                 cur.tools.append(tool_message(call["id"], tc.name, ToolMessageKind.RELAY, {
-                    "status": P.STATUS_ERROR, "error": f"{tc.name!r} cannot be called in a one-shot answer; nothing ran."}))
+                    "status": P.STATUS_ERROR,
+                    "error": f"{tc.name!r} cannot be called in a one-shot answer; nothing ran."}))
             elif not isinstance(tc.arguments, dict):
-                cur.tools.append(tool_message(call["id"], tc.name, catalogue[tc.name]["kind"], {"status": P.STATUS_ERROR, "error": "The arguments were not a JSON object."}))
+                cur.tools.append(tool_message(call["id"], tc.name, catalogue[tc.name]["kind"],
+                                              {"status": P.STATUS_ERROR,
+                                               "error": "The arguments were not a JSON object."}))
             else:
                 entry = catalogue[tc.name]
                 kind = entry["kind"]
@@ -386,7 +409,8 @@ class TurnRunner:
                     if problem is not None:
                         cur.tools.append(tool_message(call["id"], tc.name, kind, {
                             "status": P.STATUS_ERROR,
-                            "error": f"Invalid arguments: {problem}. The call did not run; fix the arguments and call again."}))
+                            "error": f"Invalid arguments: {problem}. The call did not run; fix the arguments and call "
+                                     "again."}))
                         continue
                     call["arguments"] = clean
                     key = cache_key(tc.name, clean)
@@ -395,17 +419,20 @@ class TurnRunner:
                         continue
                     if earlier is None:
                         earlier = {
-                            cache_key(c["name"], c["arguments"]): c for c in reversed(await ctx.store.turn_calls(cid, turn_id))
+                            cache_key(c["name"], c["arguments"]): c
+                            for c in reversed(await ctx.store.turn_calls(cid, turn_id))
                             if c["kind"] == P.KIND_TOOL and c["status"] == CallState.ANSWERED and c["error"] is None
                         }
                     prior = earlier.get(key)
                     if prior is not None:
-                        end = {"status": P.STATUS_SUCCESS, "result": prior["result"], "duration_ms": prior["handler_ms"], "total_ms": prior["total_ms"]}
+                        end = {"status": P.STATUS_SUCCESS, "result": prior["result"],
+                               "duration_ms": prior["handler_ms"], "total_ms": prior["total_ms"]}
                         cur.tools.append({**tool_message(call["id"], tc.name, kind, end), "answered_from": prior["id"]})
                         continue
                     in_round[key] = call
                     if entry.get("relay") is not None:
-                        relay_calls.append({**call, "kind": kind, "tool": entry["relay"], "message_id": cur.message_id, "turn_id": turn_id})
+                        relay_calls.append({**call, "kind": kind, "tool": entry["relay"],
+                                            "message_id": cur.message_id, "turn_id": turn_id})
                         continue
                 client_calls.append({**call, "kind": kind})
         if offered:
@@ -418,7 +445,8 @@ class TurnRunner:
                     rt.call_events[c["id"]] = asyncio.Event()
                 for c in client_calls:
                     seq = await ctx.emit_event(cid, P.EV_FUNCTION_CALL_BEGIN,
-                                               {"id": c["id"], "name": c["name"], "arguments": c["arguments"], "message_id": cur.message_id,
+                                               {"id": c["id"], "name": c["name"], "arguments": c["arguments"],
+                                                "message_id": cur.message_id,
                                                 "kind": c["kind"]},
                                                conversation={"status": ConversationStatus.WAITING_FOR_FUNCTION})
                     await ctx.store.set_call_seq(cid, c["id"], seq)
@@ -428,11 +456,13 @@ class TurnRunner:
                 await ctx.store.add_calls(cid, turn_id, [
                     {"id": c["id"], "name": c["name"], "kind": c["kind"], "arguments": c["arguments"],
                      "status": CallState.TIMED_OUT if end.get("timed_out") else CallState.ANSWERED,
-                     "result": end.get("result"), "error": end.get("error"), "handler_ms": end["duration_ms"], "total_ms": end["total_ms"]}
-                    for c, (end, _ms) in zip(relay_calls, results[len(client_calls):]) if not end.get("stored")
+                     "result": end.get("result"), "error": end.get("error"),
+                     "handler_ms": end["duration_ms"], "total_ms": end["total_ms"]}
+                    for c, (end, _ms) in zip(relay_calls, results[len(client_calls):], strict=True)
+                    if not end.get("stored")
                 ])
             by_id: dict[str, CallRecord] = {}
-            for c, (end, ms) in zip(client_calls + relay_calls, results):
+            for c, (end, ms) in zip(client_calls + relay_calls, results, strict=True):
                 tm = tool_message(c["id"], c["name"], c["kind"], end)
                 by_id[c["id"]] = tm
                 cur.tools.append(tm)
@@ -457,11 +487,13 @@ class TurnRunner:
         if query is None:
             return tool_message(call["id"], call["name"], ToolMessageKind.RELAY, {
                 "status": P.STATUS_ERROR,
-                "error": f"Invalid search_docs call: {problem}. Nothing was searched; fix the arguments and call again."})
+                "error": f"Invalid search_docs call: {problem}. Nothing was searched; fix the arguments and call "
+                         "again."})
         key = search_key(call["arguments"])
         first = info.cites.searches.get(key)
         if first is not None:
-            tm = tool_message(call["id"], call["name"], ToolMessageKind.RELAY, {"status": P.STATUS_SUCCESS, "result": first[1]})
+            tm = tool_message(call["id"], call["name"], ToolMessageKind.RELAY,
+                              {"status": P.STATUS_SUCCESS, "result": first[1]})
             return {**tm, "answered_from": first[0]}
         docs = self._ctx.docs()
         assert docs is not None
@@ -491,8 +523,10 @@ class TurnRunner:
                                  "dropped": problems}, ensure_ascii=False))
         if not kept:
             cur.suggestions_failed = True
-            return tool_message(call["id"], call["name"], ToolMessageKind.RELAY, {"status": P.STATUS_ERROR, "error": note})
-        return tool_message(call["id"], call["name"], ToolMessageKind.RELAY, {"status": P.STATUS_SUCCESS, "result": note})
+            return tool_message(call["id"], call["name"], ToolMessageKind.RELAY,
+                                {"status": P.STATUS_ERROR, "error": note})
+        return tool_message(call["id"], call["name"], ToolMessageKind.RELAY,
+                            {"status": P.STATUS_SUCCESS, "result": note})
 
     def offer(self, cid: str, message_id: str, offered: list[Any], info: RoundInfo) -> dict[str, Any]:
         """The offer of a round's ``offer_actions`` call(s): at most ``MAX_ACTIONS`` declared actions
@@ -512,7 +546,8 @@ class TurnRunner:
                     "parameters": info.actions[k["name"]]["parameters"], "confirm": info.actions[k["name"]]["confirm"]}
                    for k in kept]
         if dropped:
-            log.info(json.dumps({"event": "offer_dropped", "conversation": cid, "message_id": message_id, "dropped": dropped},
+            log.info(json.dumps({"event": "offer_dropped", "conversation": cid,
+                                 "message_id": message_id, "dropped": dropped},
                                 ensure_ascii=False))
         shown = "; ".join(f"{a['name']} {json.dumps(a['arguments'], ensure_ascii=False)}" for a in actions)
         note = f"Shown to the reader: {shown}." if actions else "Nothing was shown to the reader."

@@ -24,8 +24,9 @@ from __future__ import annotations
 
 import dataclasses
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal, Mapping
+from typing import Any, Literal
 from urllib.parse import urlsplit
 
 from ...errors import ConfigError
@@ -101,7 +102,8 @@ def _number(value: Any, where: str) -> float:
 
 
 def _names(value: Any, where: str) -> dict[str, str]:
-    if not isinstance(value, Mapping) or not all(isinstance(k, str) and k and isinstance(v, str) for k, v in value.items()):
+    if not isinstance(value, Mapping) or not all(isinstance(k, str) and k and isinstance(v, str)
+                                                 for k, v in value.items()):
         raise ConfigError(f"{where} must be a table of NAME = \"ENVIRONMENT_VARIABLE\"")
     for var in value.values():
         if not ENV_NAME.match(var):
@@ -131,7 +133,8 @@ def finalize_servers(where: str, servers: Any, env: Mapping[str, str]) -> dict[s
             raise ConfigError(f"{at} must be a table (transport, command or url, tools, ...)")
         if not isinstance(name, str) or not SERVER_NAME.match(name):
             raise ConfigError(f"{at}: a server name is 1-24 letters, digits or '-' (it is part of its tools' names)")
-        s = dataclasses.replace(given, command=list(given.command), tools=list(given.tools), sensitive=dict(given.sensitive))
+        s = dataclasses.replace(given, command=list(given.command),
+                                tools=list(given.tools), sensitive=dict(given.sensitive))
         if s.transport == "stdio":
             if not s.command or not all(isinstance(c, str) and c for c in s.command):
                 raise ConfigError(f"{at}: stdio needs command, a list like [\"python\", \"server.py\"]")

@@ -40,7 +40,7 @@ from .bounded import TOO_LARGE_CODE, bounded_stdio_client, capped_http_client, t
 from .config import McpServerConfig
 
 if TYPE_CHECKING:
-    from ..models.base import ModelAdapter, ModelRequest  # noqa: F401
+    from ..models.base import ModelAdapter, ModelRequest
     from ..storage.store import Store
 
 log = logging.getLogger("widget.relay")
@@ -149,7 +149,7 @@ class McpLink:
         limit = self.cfg.startup_timeout_s
         try:
             tools = await asyncio.wait_for(asyncio.shield(ready), limit)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             reason = f"it did not start within {limit:g} s"
             detail = self._describe(None)
         except Exception as exc:  # noqa: BLE001 - whatever the transport raised becomes the reason
@@ -217,7 +217,8 @@ class McpLink:
                     from mcp.client.stdio import StdioServerParameters, get_default_environment
 
                     self._stderr = tempfile.TemporaryFile("w+", encoding="utf-8", errors="replace")
-                    params = StdioServerParameters(command=self.cfg.command[0], args=self.cfg.command[1:], cwd=self.cfg.cwd,
+                    params = StdioServerParameters(command=self.cfg.command[0], args=self.cfg.command[1:],
+                                                   cwd=self.cfg.cwd,
                                                    env={**get_default_environment(), **self.cfg.resolved_env})
                     read, write = await stack.enter_async_context(
                         bounded_stdio_client(params, self._stderr, self.cfg.max_result_bytes))
@@ -226,7 +227,8 @@ class McpLink:
 
                     client = await stack.enter_async_context(capped_http_client(
                         dict(self.cfg.resolved_headers), self.cfg.max_result_bytes, self._note_cut))
-                    read, write = await stack.enter_async_context(streamable_http_client(self.cfg.url, http_client=client))
+                    read, write = await stack.enter_async_context(streamable_http_client(self.cfg.url,
+                                                                                         http_client=client))
                 session = await stack.enter_async_context(ClientSession(read, write))
                 await session.initialize()
                 tools: list[Any] = []
@@ -272,7 +274,7 @@ class McpLink:
         started = time.monotonic()
         try:
             res = await asyncio.wait_for(session.call_tool(tool, arguments), limit)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             return False, f"The tool did not answer within {limit:g} s."
         except Exception as exc:  # noqa: BLE001 - the server or its connection failed mid-call
             from mcp.shared.exceptions import MCPError
@@ -375,7 +377,8 @@ class McpTool:
             if value.startswith("The tool did not answer"):
                 end["timed_out"] = True
         end.update(duration_ms=None if denied is not None else handler_ms, total_ms=ms)
-        await host.emit_event(cid, P.EV_FUNCTION_CALL_END, {k: v for k, v in end.items() if k not in ("stored", "timed_out")})
+        await host.emit_event(cid, P.EV_FUNCTION_CALL_END,
+                              {k: v for k, v in end.items() if k not in ("stored", "timed_out")})
         return end, ms
 
     async def _confirm(self, host: ToolHost, cid: str, c: dict[str, Any], begin: dict[str, Any]) -> str | None:
@@ -423,9 +426,10 @@ class McpTools:
         keywords = model.schema_keywords if model is not None else frozenset({"enum"})
         formats = model.schema_formats if model is not None else frozenset()
         notes, specs = [], []
-        for link, tools in zip(links, listed):
+        for link, tools in zip(links, listed, strict=True):
             if isinstance(tools, BaseException):
-                notes.append(str(tools) if isinstance(tools, McpUnavailable) else f"The MCP server {link.name!r} is unavailable.")
+                notes.append(str(tools) if isinstance(tools, McpUnavailable)
+                             else f"The MCP server {link.name!r} is unavailable.")
                 continue
             for t in tools:
                 if not link.cfg.allows(t.name):
@@ -442,7 +446,8 @@ class McpTools:
                 hints = t.annotations
                 marked = bool(hints and hints.destructive_hint and not hints.read_only_hint)
                 sensitive = link.cfg.sensitive.get(t.name, marked)
-                info.catalogue[name] = {"kind": P.KIND_TOOL, "parameters": params, "relay": McpTool(link, t.name, sensitive)}
+                info.catalogue[name] = {"kind": P.KIND_TOOL, "parameters": params,
+                                        "relay": McpTool(link, t.name, sensitive)}
                 desc = " ".join(str(t.description or t.title or t.name).split())
                 specs.append({"name": name, "description": f"{desc} (a tool of the MCP server {link.name!r})",
                               "parameters": strict_schema(params, keywords, formats), "strict": True})

@@ -13,12 +13,12 @@ from __future__ import annotations
 import abc
 import asyncio
 import time
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
-from typing import Any, AsyncIterator, Callable
+from typing import Any
 
 from ...errors import WidgetError
 from ...protocol.names import AskUserType, RelayTool, TurnErrorCode
-from ..config import ModelConfig
 from ..tools import COMMON_KEYWORDS
 
 ASK_USER_TOOL = RelayTool.ASK_USER.value
@@ -169,7 +169,8 @@ async def guarded(stream: AsyncIterator[Chunk], limits: StreamLimits,
                 if len(calls) > limits.max_tool_calls:
                     raise ModelError(
                         TurnErrorCode.TOO_MANY_TOOL_CALLS,
-                        f"The model asked for more than {limits.max_tool_calls} tool calls in one response; none were run.",
+                        f"The model asked for more than {limits.max_tool_calls} tool calls in one response; none were "
+                        "run.",
                     )
                 last_progress = clock()
             elif chunk.text:

@@ -12,8 +12,9 @@ from __future__ import annotations
 import asyncio
 import json
 import re
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
-from typing import Any, AsyncIterator
+from typing import Any
 
 from ... import protocol as P
 from ..tools import DOCS_SECTIONS_HEAD, is_greeting, offer_names, parse_docs_reply
@@ -140,7 +141,8 @@ def fill(parameters: Any, text: str, explicit: dict[str, Any] | None) -> Filled:
     message for the schema's properties; a required property the schema does not let be null and the
     message does not give is missing."""
     schema = parameters if isinstance(parameters, dict) else {}
-    props = schema.get("properties") if isinstance(schema.get("properties"), dict) else {}
+    raw_props = schema.get("properties")
+    props: dict[str, Any] = raw_props if isinstance(raw_props, dict) else {}
     args: dict[str, Any] = dict(explicit) if explicit is not None else {}
     wrong: list[str] = []
     if explicit is None:
@@ -174,7 +176,8 @@ def _needs(name: str, filled: Filled) -> str:
         parts.append("the missing " + ", ".join(filled.missing))
     if filled.wrong:
         parts.append("a valid " + ", ".join(filled.wrong))
-    return f"To call `{name}` I need {' and '.join(parts)}: write `{name} {{...}}` with JSON arguments, or `name=value`."
+    return (f"To call `{name}` I need {' and '.join(parts)}: write `{name} {{...}}` with JSON arguments, or "
+            "`name=value`.")
 
 
 class DemoModel(ModelAdapter):
@@ -191,7 +194,7 @@ class DemoModel(ModelAdapter):
                 await asyncio.sleep(self.delay)
             yield TextDelta(piece)
 
-    async def stream(self, request: ModelRequest) -> AsyncIterator[Chunk]:  # type: ignore[override]
+    async def stream(self, request: ModelRequest) -> AsyncIterator[Chunk]:
         msgs = request.messages
         tools = {t["name"]: t for t in request.tools}
         last = msgs[-1] if msgs else {"role": "user", "content": ""}
@@ -202,7 +205,8 @@ class DemoModel(ModelAdapter):
         text = str(last.get("content") or "")
         lower = text.lower()
         if "simulate model error" in lower and (request.attempt == 0 or "simulate model error always" in lower):
-            raise ModelError(P.TurnErrorCode.MODEL_ERROR, "The demo model was asked to fail (\"simulate model error\").", retryable=True)
+            raise ModelError(P.TurnErrorCode.MODEL_ERROR,
+                             "The demo model was asked to fail (\"simulate model error\").", retryable=True)
         if "ask me" in lower and ASK_USER_TOOL in tools:
             async for c in self._text("Let me ask you first."):
                 yield c
@@ -255,7 +259,8 @@ class DemoModel(ModelAdapter):
         if not names:
             return [], []
         calls, notes = [], []
-        pattern = re.compile(r"(?<![\w-])(" + "|".join(re.escape(n) for n in sorted(names, key=len, reverse=True)) + r")(?![\w-])")
+        pattern = re.compile(r"(?<![\w-])(" + "|".join(re.escape(n)
+                                                       for n in sorted(names, key=len, reverse=True)) + r")(?![\w-])")
         for m in pattern.finditer(text):
             name = m.group(1)
             filled = fill(tools[name].get("parameters"), text, _json_after(text, m.end()))
@@ -273,7 +278,9 @@ class DemoModel(ModelAdapter):
             return [], [], []
         schemas = _action_schemas(spec)
         offers, announced, notes = [], [], []
-        pattern = re.compile(r"(?<![\w-])(?i:offer)\s+(" + "|".join(re.escape(n) for n in sorted(actions, key=len, reverse=True)) + r")(?![\w-])")
+        pattern = re.compile(r"(?<![\w-])(?i:offer)\s+(" + "|".join(re.escape(n)
+                                                                    for n in sorted(actions, key=len, reverse=True))
+                                                                    + r")(?![\w-])")
         for m in pattern.finditer(text):
             name = m.group(1)
             explicit = _json_after(text, m.end())
@@ -295,11 +302,13 @@ class DemoModel(ModelAdapter):
         heading = "### Demo answer" if attempt == 0 else f"### Demo answer {attempt + 1}"
         lines = [heading, "", f"You wrote: *{quoted}*", "", "- " + _OPENINGS[min(attempt, 1)].format(n=attempt + 1)]
         if names:
-            lines.append("- Name one of the page's functions and I will call it: " + ", ".join(f"`{n}`" for n in names) + ".")  # every one: MCP tools come after the page's
+            lines.append("- Name one of the page's functions and I will call it: " + ", ".join(f"`{n}`" for n in names)
+                         + ".")  # every one: MCP tools come after the page's
         else:
             lines.append("- The page has registered no functions yet.")
         if actions:
-            lines.append('- Say "offer <action>" and I will offer one of the page\'s actions: ' + ", ".join(f"`{n}`" for n in actions) + ".")
+            lines.append('- Say "offer <action>" and I will offer one of the page\'s actions: '
+                         + ", ".join(f"`{n}`" for n in actions) + ".")
         if ask:
             lines.append('- Say "ask me" and I will ask you a question.')
         if suggest:
@@ -417,7 +426,8 @@ def _invalid(schema: Any, arguments: dict[str, Any]) -> str | None:
         return None
     import jsonschema  # the relay's dependency; the demo model never ships to the browser
 
-    props = schema.get("properties") if isinstance(schema.get("properties"), dict) else {}
+    raw_props = schema.get("properties")
+    props: dict[str, Any] = raw_props if isinstance(raw_props, dict) else {}
     candidate = {**{k: None for k, v in props.items() if "null" in _types(v)}, **arguments}
     error = jsonschema.exceptions.best_match(jsonschema.Draft202012Validator(schema).iter_errors(candidate))
     if error is None:

@@ -5,7 +5,8 @@ from __future__ import annotations
 import json
 import logging
 import re
-from typing import Any, AsyncIterator
+from collections.abc import AsyncIterator
+from typing import Any
 
 from ...errors import ConfigError
 from ...protocol import TurnErrorCode
@@ -26,7 +27,8 @@ class OpenAIAdapter(ModelAdapter):
         try:
             import openai
         except ImportError as exc:  # pragma: no cover - depends on the install
-            raise ConfigError("the openai adapter needs the 'openai' package (pip install autopilot-widget[openai])") from exc
+            raise ConfigError("the openai adapter needs the 'openai' package (pip install "
+                              "autopilot-widget[openai])") from exc
         self._openai = openai
         self.cfg = cfg
         if cfg.strict_tools:
@@ -47,14 +49,17 @@ class OpenAIAdapter(ModelAdapter):
     def _error(self, exc: Exception) -> ModelError:
         o = self._openai
         if isinstance(exc, o.RateLimitError):
-            return ModelError(TurnErrorCode.MODEL_RATE_LIMITED, "The model provider is rate limiting requests; try again shortly.")
+            return ModelError(TurnErrorCode.MODEL_RATE_LIMITED,
+                              "The model provider is rate limiting requests; try again shortly.")
         if isinstance(exc, (o.AuthenticationError, o.PermissionDeniedError)):
-            return ModelError(TurnErrorCode.MODEL_AUTH, "The relay's model API key was refused by the provider.", retryable=False)
+            return ModelError(TurnErrorCode.MODEL_AUTH,
+                              "The relay's model API key was refused by the provider.", retryable=False)
         if isinstance(exc, o.BadRequestError):
             text = str(exc).lower()
             if getattr(exc, "code", None) == "context_length_exceeded" or (
                 "context" in text and ("length" in text or "window" in text or "too long" in text)):
-                return ModelError(TurnErrorCode.CONTEXT_OVERFLOW, "The conversation is too long for the model's context window.")
+                return ModelError(TurnErrorCode.CONTEXT_OVERFLOW,
+                                  "The conversation is too long for the model's context window.")
             return ModelError(TurnErrorCode.MODEL_ERROR, "The model provider refused the request.")
         if isinstance(exc, (o.APIConnectionError, o.APITimeoutError)):
             return ModelError(TurnErrorCode.MODEL_UNAVAILABLE, "The model provider could not be reached.")
@@ -82,7 +87,7 @@ class OpenAIAdapter(ModelAdapter):
             kwargs["temperature"] = self.cfg.temperature
         return kwargs
 
-    async def stream(self, request: ModelRequest) -> AsyncIterator[Chunk]:  # type: ignore[override]
+    async def stream(self, request: ModelRequest) -> AsyncIterator[Chunk]:
         calls: dict[int, dict[str, Any]] = {}
         stream = None
         try:
@@ -97,7 +102,8 @@ class OpenAIAdapter(ModelAdapter):
                 if delta.content:
                     yield TextDelta(delta.content)
                 for tc in delta.tool_calls or []:
-                    slot = calls.setdefault(tc.index if tc.index is not None else len(calls), {"id": None, "name": "", "arguments": ""})
+                    slot = calls.setdefault(tc.index if tc.index is not None else len(calls),
+                                            {"id": None, "name": "", "arguments": ""})
                     if tc.id:
                         slot["id"] = tc.id
                     if tc.function is not None:
@@ -111,7 +117,8 @@ class OpenAIAdapter(ModelAdapter):
             # A chunk the SDK or we could not read (bad JSON, a missing field): the reader gets a clear
             # error and the log one line, not a traceback.
             log.warning("model %s sent an unreadable chunk: %s: %s", self.cfg.model, type(exc).__name__, str(exc)[:200])
-            raise ModelError(TurnErrorCode.MODEL_BAD_RESPONSE, "The model sent a reply the relay could not read.") from exc
+            raise ModelError(TurnErrorCode.MODEL_BAD_RESPONSE,
+                             "The model sent a reply the relay could not read.") from exc
         finally:
             # Closing the response ends the provider's generation (and its billing) when the turn stops
             # early: on Stop, a deadline or a limit the relay's guard closes this generator.

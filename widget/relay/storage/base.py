@@ -55,7 +55,8 @@ def _ack_of(row: Any, kind: str | None) -> dict[str, Any] | None:
         return None
     if kind is not None and row[1] and row[1] != kind:
         raise IdempotencyConflict(row[1])
-    return json.loads(row[0])
+    ack: dict[str, Any] = json.loads(row[0])
+    return ack
 
 
 class NotActive(Exception):
@@ -108,7 +109,8 @@ def refused_excerpt(payload: Any) -> Any:
     return value(payload)
 
 
-_CONV_COLUMNS = ("id", "app_id", "status", "created_at", "updated_at", "seq", "msg_seq", "turn_id", "iteration", "runner",
+_CONV_COLUMNS = ("id", "app_id", "status", "created_at", "updated_at", "seq", "msg_seq", "turn_id", "iteration",
+                 "runner",
                  "active_sid")
 _UPDATABLE = {"status", "turn_id", "iteration", "runner"}
 _CALL_COLUMNS = ("id", "turn_id", "name", "kind", "arguments", "seq", "status", "result", "error",
@@ -131,11 +133,11 @@ def _json_or_none(value: Any) -> str | None:
 
 
 def _conv_row(row: Any) -> dict[str, Any] | None:
-    return dict(zip(_CONV_COLUMNS, row)) if row else None
+    return dict(zip(_CONV_COLUMNS, row, strict=True)) if row else None
 
 
 def _call_row(row: Any) -> dict[str, Any]:
-    d = dict(zip(_CALL_COLUMNS, row))
+    d = dict(zip(_CALL_COLUMNS, row, strict=True))
     d["arguments"] = json.loads(d["arguments"])
     d["result"] = json.loads(d["result"]) if d["result"] is not None else None
     return d
@@ -236,8 +238,10 @@ class _Prompts(_Engine):
     async def get_offer(self, conversation_id: str, message_id: str) -> dict[str, Any] | None:
         """The offer made on a message that is still part of the conversation (not withdrawn)."""
         row = await self._one(fetchrow(
-            "SELECT o.message_id, o.call_id, o.actions, o.note FROM offers o WHERE o.conversation_id = ? AND o.message_id = ?"
-            " AND EXISTS (SELECT 1 FROM messages m WHERE m.conversation_id = o.conversation_id AND m.id = o.message_id)",
+            "SELECT o.message_id, o.call_id, o.actions, o.note FROM offers o WHERE o.conversation_id = ? AND "
+            "o.message_id = ?"
+            " AND EXISTS (SELECT 1 FROM messages m WHERE m.conversation_id = o.conversation_id AND m.id = "
+            "o.message_id)",
             conversation_id, message_id), READ)
         return _offer_row(row) if row else None
 
@@ -265,7 +269,8 @@ class _Prompts(_Engine):
                                      conversation_id, d.array(list(prompt_ids))), READ)
         return {r[0]: r[1] for r in rows}
 
-    async def answer_prompts(self, conversation_id: str, answers: list[tuple[str, Any]], idempotency: Ack | None = None) -> bool:
+    async def answer_prompts(self, conversation_id: str,
+                             answers: list[tuple[str, Any]], idempotency: Ack | None = None) -> bool:
         """Store every ``(prompt_id, answer)`` and the ack in one transaction, or nothing (and False)
         when any of those prompts is not pending."""
         class _NotPending(Exception):
@@ -296,7 +301,8 @@ class _Prompts(_Engine):
 
     async def cancel_prompts(self, conversation_id: str) -> int:
         """Cancel the pending prompts; how many."""
-        cancelled: int = await self._one(execute("UPDATE prompts SET status = ? WHERE conversation_id = ? AND status = ?",
+        cancelled: int = await self._one(execute("UPDATE prompts SET status = ? WHERE conversation_id = ? AND status "
+                                                 "= ?",
                                                  CallState.CANCELLED, conversation_id, CallState.PENDING))
         return cancelled
 
@@ -324,7 +330,8 @@ class _Presence(_Engine):
     async def heartbeat(self, instance: str) -> None:
         """Mark a relay instance alive now."""
         await self._one(execute("INSERT INTO instances (id, heartbeat_at) VALUES (?, ?)"
-                                " ON CONFLICT (id) DO UPDATE SET heartbeat_at = excluded.heartbeat_at", instance, time.time()))
+                                " ON CONFLICT (id) DO UPDATE SET heartbeat_at = excluded.heartbeat_at", instance,
+                                time.time()))
 
     async def forget_instance(self, instance: str) -> None:
         """A relay instance stops: it is dead at once, its sockets are gone."""
@@ -364,11 +371,13 @@ class _Presence(_Engine):
     async def set_active(self, conversation_id: str, sid: str) -> str | None:
         """Make ``sid`` the active client; the previous one."""
         def go() -> Body[str | None]:
-            row = yield fetchrow(f"SELECT active_sid FROM conversations WHERE id = ?{self.dialect.lock}", conversation_id)
+            row = yield fetchrow(f"SELECT active_sid FROM conversations WHERE id = ?{self.dialect.lock}",
+                                 conversation_id)
             if row is None:
                 raise KeyError(conversation_id)
             yield execute("UPDATE conversations SET active_sid = ? WHERE id = ?", sid, conversation_id)
-            return row[0]
+            previous: str | None = row[0]
+            return previous
 
         return await self.perform(go)
 
@@ -380,11 +389,12 @@ class _Presence(_Engine):
         since = time.time() - INSTANCE_TTL_S
 
         def go() -> Body[str | None]:
-            row = yield fetchrow(f"SELECT status, dispatched_to FROM calls WHERE conversation_id = ? AND id = ?{self.dialect.lock}",
+            row = yield fetchrow("SELECT status, dispatched_to FROM calls WHERE conversation_id = ? AND id = "
+                                 f"?{self.dialect.lock}",
                                  conversation_id, call_id)
             if row is None or row[0] != CallState.PENDING:
                 return None
-            owner = row[1]
+            owner: str | None = row[1]
             want = sid
             if want is None:
                 want = yield fetchval("SELECT active_sid FROM conversations WHERE id = ?", conversation_id)
@@ -395,7 +405,8 @@ class _Presence(_Engine):
                 return owner
             if want is None:
                 return None
-            yield execute("UPDATE calls SET dispatched_to = ? WHERE conversation_id = ? AND id = ?", want, conversation_id, call_id)
+            yield execute("UPDATE calls SET dispatched_to = ? WHERE conversation_id = ? AND id = ?", want,
+                          conversation_id, call_id)
             return want
 
         return await self.perform(go)

@@ -32,7 +32,8 @@ import random
 import re
 import time
 import uuid
-from typing import Any, Awaitable, Callable, Iterable, TypeVar
+from collections.abc import Awaitable, Callable, Iterable
+from typing import Any, TypeVar
 
 from .sql import READ, SNAPSHOT, WRITE, Body, Dialect, Q, drive_async, execute
 from .store import Store, _dumps
@@ -40,7 +41,7 @@ from .store import Store, _dumps
 try:  # an optional dependency: pip install autopilot-widget[scale]
     import asyncpg
 except ImportError:  # pragma: no cover - depends on the install
-    asyncpg = None  # type: ignore[assignment]
+    asyncpg = None
 
 log = logging.getLogger("widget.relay")
 T = TypeVar("T")
@@ -193,12 +194,14 @@ POSTGRES = Dialect(
     same="IS NOT DISTINCT FROM",
     any_of="= ANY(?::text[])",
     array=list,
-    put_ack="INSERT INTO idempotency (conversation_id, key, ack, created_at, kind) VALUES (?,?,?,?,?) ON CONFLICT DO NOTHING",
+    put_ack="INSERT INTO idempotency (conversation_id, key, ack, created_at, kind) VALUES (?,?,?,?,?) ON CONFLICT DO "
+            "NOTHING",
     put_offer="INSERT INTO offers (conversation_id, message_id, call_id, actions, note) VALUES (?,?,?,?,?)"
               " ON CONFLICT (conversation_id, message_id) DO UPDATE SET call_id = excluded.call_id,"
               " actions = excluded.actions, note = excluded.note",
     put_member="INSERT INTO members (sid, conversation_id, instance, joined_at) VALUES (?,?,?,?)"
-               " ON CONFLICT (sid) DO UPDATE SET conversation_id = excluded.conversation_id, instance = excluded.instance,"
+               " ON CONFLICT (sid) DO UPDATE SET conversation_id = excluded.conversation_id, instance = "
+               "excluded.instance,"
                " joined_at = excluded.joined_at",
     action_ok="SELECT 1 FROM messages WHERE conversation_id = ? AND (data::jsonb ->> 'role') = 'action'"
               " AND (data::jsonb ->> 'action_id') = ? AND (data::jsonb -> 'ok') = 'true'::jsonb LIMIT 1",
@@ -272,12 +275,14 @@ class PostgresStore(Store):
         """Apply the migrations this database lacks; the version it is at."""
         async def go(con: Any) -> int:
             await con.execute("SELECT pg_advisory_xact_lock($1)", _MIGRATION_LOCK)
-            await con.execute("CREATE TABLE IF NOT EXISTS schema_migrations (version INTEGER PRIMARY KEY, applied_at DOUBLE PRECISION NOT NULL)")
+            await con.execute("CREATE TABLE IF NOT EXISTS schema_migrations (version INTEGER PRIMARY KEY, applied_at "
+                              "DOUBLE PRECISION NOT NULL)")
             done = {r[0] for r in await con.fetch("SELECT version FROM schema_migrations")}
             for version, sql in MIGRATIONS:
                 if version not in done:
                     await con.execute(sql)
-                    await con.execute("INSERT INTO schema_migrations (version, applied_at) VALUES ($1, $2)", version, time.time())
+                    await con.execute("INSERT INTO schema_migrations (version, applied_at) VALUES ($1, $2)", version,
+                                      time.time())
                     log.info("postgres: applied schema migration %d", version)
             return max(done | {v for v, _ in MIGRATIONS})
 
@@ -359,15 +364,22 @@ class PostgresStore(Store):
             await self._release(con)
 
     # -- signals ------------------------------------------------------------------------------
-    async def _listen_forever(self, ready: "asyncio.Future[None]") -> None:
+    async def _listen_forever(self, ready: asyncio.Future[None]) -> None:
         delays = iter(_backoff(0.1, 5.0))
         first = True
         while not self._closing:
             try:
                 con = await asyncpg.connect(self.dsn, timeout=5)
                 self._listen_con = con
-                lost = asyncio.get_running_loop().create_future()
-                con.add_termination_listener(lambda _c: lost.done() or lost.set_result(None))
+                lost: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+
+                # Bound to this connection's future: an old connection that terminates late must not end the
+                # wait of the one that replaced it.
+                def on_lost(_con: Any, lost: asyncio.Future[None] = lost) -> None:
+                    if not lost.done():
+                        lost.set_result(None)
+
+                con.add_termination_listener(on_lost)
                 await con.add_listener(self.channel, self._on_notify)
                 self.listening = True
                 delays = iter(_backoff(0.1, 5.0))
@@ -380,7 +392,7 @@ class PostgresStore(Store):
                 while not lost.done():  # a dead peer does not always end the connection at once
                     try:
                         await asyncio.wait_for(asyncio.shield(lost), 2.0)
-                    except asyncio.TimeoutError:
+                    except TimeoutError:
                         try:
                             await con.fetchval("SELECT 1", timeout=2)
                         except Exception:  # noqa: BLE001
@@ -437,7 +449,7 @@ class PostgresStore(Store):
         body = _dumps(payload)
         rest = "}" if body == "{}" else "," + body[1:]
         sets = "seq = seq + 1, updated_at = $2" + (", msg_seq = seq + 1" if committed else "")
-        seq = await self._tx(lambda con: con.fetchval(
+        seq: int | None = await self._tx(lambda con: con.fetchval(
             f"WITH c AS (UPDATE conversations SET {sets} WHERE id = $1 RETURNING seq)"
             " INSERT INTO events (conversation_id, seq, name, payload)"
             " SELECT $1, c.seq, $3, '{\"seq\":' || c.seq || $4 FROM c RETURNING seq",

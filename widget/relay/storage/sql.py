@@ -9,8 +9,9 @@ Statements use ``?`` placeholders (PostgreSQL's are numbered when it runs them).
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable, Generator
 from dataclasses import dataclass
-from typing import Any, Awaitable, Callable, Generator, NamedTuple, TypeVar
+from typing import Any, NamedTuple, TypeVar
 
 T = TypeVar("T")
 
@@ -63,7 +64,8 @@ def drive(body: Body[T], step: Callable[[Q], Any]) -> T:
         while True:
             q = body.send(step(q))
     except StopIteration as stop:
-        return stop.value
+        result: T = stop.value
+        return result
     finally:
         body.close()  # a failed statement leaves the body suspended: end it now, not at garbage collection
 
@@ -75,7 +77,8 @@ async def drive_async(body: Body[T], step: Callable[[Q], Awaitable[Any]]) -> T:
         while True:
             q = body.send(await step(q))
     except StopIteration as stop:
-        return stop.value
+        result: T = stop.value
+        return result
     finally:
         body.close()
 

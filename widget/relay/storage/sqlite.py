@@ -212,7 +212,8 @@ class _Worker:
                     self._db().execute("ROLLBACK")
                 except sqlite3.Error:
                     pass
-                done = [(k, f, None, exc, lp) if k == _WRITE and e is None else (k, f, r, e, lp) for k, f, r, e, lp in done]
+                done = [(k, f, None, exc, lp) if k == _WRITE and e is None else (k, f, r, e, lp)
+                        for k, f, r, e, lp in done]
 
         for kind, fn, args, loop, fut in batch:
             try:
@@ -301,7 +302,8 @@ class SQLiteStore(Store):
     async def _run(self, fn: Callable[..., T], *args: Any) -> T:
         if self._worker is None:
             raise RuntimeError("store is not open")
-        return await self._worker.submit(_CALL, fn, args)
+        result: T = await self._worker.submit(_CALL, fn, args)
+        return result
 
     def _open_sync(self) -> None:
         if self.path != ":memory:":
@@ -363,4 +365,5 @@ class SQLiteStore(Store):
         if self._worker is None:
             raise RuntimeError("store is not open")
         kind = _READ if mode == READ else _WRITE
-        return await self._worker.submit(kind, lambda db: drive(body(), lambda q: _sqlite_step(db, q)))
+        result: T = await self._worker.submit(kind, lambda db: drive(body(), lambda q: _sqlite_step(db, q)))
+        return result

@@ -5,9 +5,9 @@ The store is the source of truth: conversations, messages, sequenced events (for
 document, idempotency keys with their stored acks, function calls and ask-user prompts, and — so that
 several relay processes can serve one conversation (docs/deployment.md) — which socket is the active
 client, which socket a call was dispatched to, which sockets are joined where and which relay processes
-are alive. Every method is async; ``SQLiteStore`` (``widget.relay.storage.sqlite``, the embedded default, one process) and
-``PostgresStore`` (``widget.relay.storage.postgres``, several processes) implement the same interface and pass
-the same tests (tests/test_relay_store.py). ``Store`` holds everything they share — validation, record
+are alive. Every method is async; ``SQLiteStore`` (``widget.relay.storage.sqlite``, the embedded default, one
+process) and ``PostgresStore`` (``widget.relay.storage.postgres``, several processes) implement the same interface
+and pass the same tests (tests/test_relay_store.py). ``Store`` holds everything they share — validation, record
 shaping, sequencing, JSON — as bodies of statements (``widget.relay.storage.sql``); an engine only runs them
 (connection, transactions) and names its SQL where it differs (a ``Dialect``).
 """
@@ -50,7 +50,8 @@ from .sql import READ, SNAPSHOT, Body, execute, executemany, fetch, fetchrow, fe
 STREAM_EVENT: str = Event.COMPLETION_STREAM.value
 PACKED_STREAM = "completion_stream.packed"
 
-__all__ = ["Ack", "INSTANCE_TTL_S", "IdempotencyConflict", "NotActive", "PROMPT_TAKEN", "REFUSED_MAX_FIELDS", "REFUSED_MAX_VALUE_CHARS", "StatusConflict", "Store", "UNCOMMITTED_EVENTS", "_dumps", "refused_excerpt"]
+__all__ = ["Ack", "INSTANCE_TTL_S", "IdempotencyConflict", "NotActive", "PROMPT_TAKEN", "REFUSED_MAX_FIELDS",
+           "REFUSED_MAX_VALUE_CHARS", "StatusConflict", "Store", "UNCOMMITTED_EVENTS", "_dumps", "refused_excerpt"]
 
 
 class Store(_Presence, _Prompts):
@@ -63,7 +64,8 @@ class Store(_Presence, _Prompts):
         now = time.time()
 
         def go() -> Body[dict[str, Any]]:
-            yield execute("INSERT INTO conversations (id, app_id, status, created_at, updated_at, state) VALUES (?,?,?,?,?,?)",
+            yield execute("INSERT INTO conversations (id, app_id, status, created_at, updated_at, state) VALUES "
+                          "(?,?,?,?,?,?)",
                           conversation_id, app_id, ConversationStatus.IDLE, now, now, _dumps(state))
             conv = _conv_row((yield fetchrow(_CONV_SQL, conversation_id)))
             assert conv is not None
@@ -85,7 +87,7 @@ class Store(_Presence, _Prompts):
     async def delete_conversation(self, conversation_id: str) -> bool:
         """Delete the conversation and all it holds; whether it existed."""
         def go() -> Body[bool]:
-            deleted = yield execute("DELETE FROM conversations WHERE id = ?", conversation_id)
+            deleted: int = yield execute("DELETE FROM conversations WHERE id = ?", conversation_id)
             for table in _TABLES:
                 yield execute(f"DELETE FROM {table} WHERE conversation_id = ?", conversation_id)
             return deleted > 0
@@ -116,7 +118,8 @@ class Store(_Presence, _Prompts):
         wanted = list(ids)
         if not wanted:
             return {}
-        rows = await self._one(fetch(f"SELECT id, seq, status, runner FROM conversations WHERE id {self.dialect.any_of}",
+        rows = await self._one(fetch("SELECT id, seq, status, runner FROM conversations WHERE id "
+                                     f"{self.dialect.any_of}",
                                      self.dialect.array(wanted)), READ)
         return {r[0]: {"seq": r[1], "status": r[2], "runner": r[3]} for r in rows}
 
@@ -135,8 +138,8 @@ class Store(_Presence, _Prompts):
         require_status: Iterable[str] | None = None,
     ) -> int:
         """Atomically (``StatusConflict`` and nothing written when ``require_status`` is given and
-        the conversation's status is not in it): take the next ``seq``, store the event (``payload["seq"]`` is set, and so is the
-        ``seq`` of ``payload["message"]`` when it is a copy of one of ``messages``), delete the messages
+        the conversation's status is not in it): take the next ``seq``, store the event (``payload["seq"]`` is set,
+        and so is the ``seq`` of ``payload["message"]`` when it is a copy of one of ``messages``), delete the messages
         whose ids are in ``withdraw``, store ``messages`` (each gets the same ``seq``), update
         ``conversation`` fields, store the idempotency ack and the ``offer`` (the actions offered on an
         assistant message: ``{message_id, call_id, actions, note}``). Returns the seq."""
@@ -163,7 +166,7 @@ class Store(_Presence, _Prompts):
             # In an UPDATE every right-hand side sees the old row, so both get old seq + 1.
             sets = "seq = seq + 1, updated_at = ?" + (", msg_seq = seq + 1" if committed else "")
             sets += "".join(f", {k} = ?" for k in fields)
-            seq = yield fetchval(f"UPDATE conversations SET {sets} WHERE id = ? RETURNING seq",
+            seq: int = yield fetchval(f"UPDATE conversations SET {sets} WHERE id = ? RETURNING seq",
                                  now, *fields.values(), conversation_id)
             if seq is None:
                 raise KeyError(conversation_id)
@@ -176,20 +179,23 @@ class Store(_Presence, _Prompts):
             yield execute("INSERT INTO events (conversation_id, seq, name, payload) VALUES (?,?,?,?)",
                           conversation_id, seq, name, _dumps(payload))
             if gone:
-                yield execute(f"DELETE FROM messages WHERE conversation_id = ? AND id {d.any_of}", conversation_id, d.array(gone))
+                yield execute(f"DELETE FROM messages WHERE conversation_id = ? AND id {d.any_of}", conversation_id,
+                              d.array(gone))
             if msgs:
                 yield executemany("INSERT INTO messages (conversation_id, id, seq, data) VALUES (?,?,?,?)",
                                   [(conversation_id, m["id"], seq, _dumps(m)) for m in msgs])
             if idempotency:
                 yield self._put_ack(conversation_id, *idempotency)
             if offer is not None:
-                yield execute(d.put_offer, conversation_id, offer["message_id"], offer["call_id"], _dumps(offer["actions"]),
+                yield execute(d.put_offer, conversation_id, offer["message_id"], offer["call_id"],
+                              _dumps(offer["actions"]),
                               offer["note"])
             return seq
 
         return await self.perform(go)
 
-    async def events_after(self, conversation_id: str, seq: int, limit: int | None = None) -> list[tuple[int, str, dict[str, Any]]]:
+    async def events_after(self, conversation_id: str, seq: int,
+                           limit: int | None = None) -> list[tuple[int, str, dict[str, Any]]]:
         """The stored events after ``seq``, in order: ``(seq, name, payload)``; at most ``limit`` stored rows (a
         packed run of streamed chunks is one row and comes back as the events it holds, exactly as they went out)."""
         sql = "SELECT seq, name, payload FROM events WHERE conversation_id = ? AND seq > ? ORDER BY seq"
@@ -241,7 +247,8 @@ class Store(_Presence, _Prompts):
         text = await self._one(fetchval("SELECT state FROM conversations WHERE id = ?", conversation_id), READ)
         if text is None:
             raise KeyError(conversation_id)
-        return json.loads(text)
+        state: dict[str, Any] = json.loads(text)
+        return state
 
     async def save_state(self, conversation_id: str, doc: dict[str, Any], idempotency: Ack | None = None) -> None:
         """Replace the state document (and store the ack) atomically."""
@@ -249,7 +256,8 @@ class Store(_Presence, _Prompts):
         now = time.time()
 
         def go() -> Body[None]:
-            if not (yield execute("UPDATE conversations SET state = ?, updated_at = ? WHERE id = ?", text, now, conversation_id)):
+            if (not (yield execute("UPDATE conversations SET state = ?, updated_at = ? WHERE id = ?", text, now,
+                                   conversation_id))):
                 raise KeyError(conversation_id)
             if idempotency:
                 yield self._put_ack(conversation_id, *idempotency)
@@ -262,12 +270,13 @@ class Store(_Presence, _Prompts):
         ``NotActive`` when ``active_sid`` is given and is not the active client, or the state replaced
         by ``fn(state)`` (which may raise: nothing written) with the ack stored; None then."""
         key, ack = idempotency[0], idempotency[1]
-        kind = idempotency[2] if len(idempotency) > 2 else None  # type: ignore[misc]
+        kind = idempotency[2] if len(idempotency) > 2 else None
         now = time.time()
 
         def go() -> Body[dict[str, Any] | None]:
             # The row first: its lock makes a second process with the same key wait, then see the ack.
-            row = yield fetchrow(f"SELECT state, active_sid FROM conversations WHERE id = ?{self.dialect.lock}", conversation_id)
+            row = yield fetchrow(f"SELECT state, active_sid FROM conversations WHERE id = ?{self.dialect.lock}",
+                                 conversation_id)
             stored = _ack_of((yield fetchrow("SELECT ack, kind FROM idempotency WHERE conversation_id = ? AND key = ?",
                                              conversation_id, key)), kind)
             if stored is not None:
@@ -277,7 +286,8 @@ class Store(_Presence, _Prompts):
             if active_sid is not None and row[1] != active_sid:
                 raise NotActive(conversation_id)
             new = fn(json.loads(row[0]))
-            yield execute("UPDATE conversations SET state = ?, updated_at = ? WHERE id = ?", _dumps(new), now, conversation_id)
+            yield execute("UPDATE conversations SET state = ?, updated_at = ? WHERE id = ?", _dumps(new), now,
+                          conversation_id)
             yield self._put_ack(conversation_id, key, ack, kind)
             return None
 
@@ -307,7 +317,8 @@ class Store(_Presence, _Prompts):
 
     async def expire_acks(self, before: float) -> int:
         """Forget the acks stored before ``before`` (a timestamp); how many."""
-        return await self._one(execute("DELETE FROM idempotency WHERE created_at < ?", before))
+        expired: int = await self._one(execute("DELETE FROM idempotency WHERE created_at < ?", before))
+        return expired
 
     # -- function calls -----------------------------------------------------------------------
     async def add_calls(self, conversation_id: str, turn_id: str, calls: list[dict[str, Any]]) -> None:
@@ -317,7 +328,8 @@ class Store(_Presence, _Prompts):
         rows = []
         for c in calls:
             status = c.get("status", CallState.PENDING)
-            rows.append((conversation_id, c["id"], turn_id, c["name"], c.get("kind", "function"), _dumps(c["arguments"]),
+            rows.append((conversation_id, c["id"], turn_id, c["name"], c.get("kind", "function"),
+                         _dumps(c["arguments"]),
                          c.get("seq", 0), status, _json_or_none(c.get("result")), c.get("error"),
                          c.get("handler_ms"), c.get("total_ms"), now, None if status == CallState.PENDING else now))
         await self._one(executemany(
@@ -326,11 +338,13 @@ class Store(_Presence, _Prompts):
 
     async def set_call_seq(self, conversation_id: str, call_id: str, seq: int) -> None:
         """Record the seq of the event that announced a call."""
-        await self._one(execute("UPDATE calls SET seq = ? WHERE conversation_id = ? AND id = ?", seq, conversation_id, call_id))
+        await self._one(execute("UPDATE calls SET seq = ? WHERE conversation_id = ? AND id = ?", seq, conversation_id,
+                                call_id))
 
     async def get_call(self, conversation_id: str, call_id: str) -> dict[str, Any] | None:
         """The call, or None."""
-        row = await self._one(fetchrow(f"{_CALL_SQL} WHERE conversation_id = ? AND id = ?", conversation_id, call_id), READ)
+        row = await self._one(fetchrow(f"{_CALL_SQL} WHERE conversation_id = ? AND id = ?", conversation_id, call_id),
+                              READ)
         return _call_row(row) if row else None
 
     async def pending_calls(self, conversation_id: str) -> list[dict[str, Any]]:
@@ -341,7 +355,8 @@ class Store(_Presence, _Prompts):
 
     async def turn_calls(self, conversation_id: str, turn_id: str) -> list[dict[str, Any]]:
         """Every call of one turn (any status), in the order they were made."""
-        rows = await self._one(fetch(f"{_CALL_SQL} WHERE conversation_id = ? AND turn_id = ? ORDER BY {self.dialect.call_order}",
+        rows = await self._one(fetch(f"{_CALL_SQL} WHERE conversation_id = ? AND turn_id = ? ORDER BY "
+                                     f"{self.dialect.call_order}",
                                      conversation_id, turn_id), READ)
         return [_call_row(r) for r in rows]
 
@@ -365,13 +380,14 @@ class Store(_Presence, _Prompts):
             changed = yield execute(
                 "UPDATE calls SET status = ?, result = ?, error = ?, handler_ms = ?, total_ms = ?, finished_at = ?"
                 " WHERE conversation_id = ? AND id = ? AND status = ?",
-                status, _json_or_none(result), error, handler_ms, total_ms, now, conversation_id, call_id, CallState.PENDING)
+                status, _json_or_none(result), error, handler_ms, total_ms, now,
+                conversation_id, call_id, CallState.PENDING)
             if not changed:
                 return False
             if idempotency:
                 yield self._put_ack(conversation_id, *idempotency)
             for q in self._notify_sql(message):
-                yield q
+                _ = yield q  # each statement's result comes back in (``yield from`` would send it to the list)
             return True
 
         done = await self.perform(go)
@@ -386,7 +402,8 @@ class Store(_Presence, _Prompts):
 
         def go() -> Body[None]:
             yield execute("INSERT INTO refused (conversation_id, kind, payload, reason, created_at) VALUES (?,?,?,?,?)",
-                          conversation_id, kind, _dumps(refused_excerpt(payload)), _clean_text(reason, 200), time.time())
+                          conversation_id, kind,
+                          _dumps(refused_excerpt(payload)), _clean_text(reason, 200), time.time())
             if keep > 0:
                 yield execute(f"DELETE FROM refused WHERE conversation_id = ? AND {order} NOT IN (SELECT {order} FROM"
                               f" refused WHERE conversation_id = ? ORDER BY {order} DESC LIMIT ?)",
