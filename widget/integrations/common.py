@@ -14,9 +14,9 @@ import html
 import json
 import re
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Coroutine, Mapping
 from pathlib import Path
-from typing import Any, TypedDict
+from typing import Any, TypedDict, TypeVar
 from urllib.parse import urlsplit
 
 from ..relay.docs.indexer import IndexOptions, Summary, run_index
@@ -165,7 +165,10 @@ def index_site(folder: Path, *, app: str, db_path: Path, base_url: str, selector
     return _run_sync(go)
 
 
-def _run_sync(fn: Callable[[], Any]) -> Any:
+_T = TypeVar("_T")
+
+
+def _run_sync(fn: Callable[[], Coroutine[Any, Any, _T]]) -> _T:
     """Run a coroutine function to the end from synchronous code, also when the caller's thread runs a loop."""
     try:
         asyncio.get_running_loop()
@@ -184,4 +187,5 @@ def _run_sync(fn: Callable[[], Any]) -> Any:
     t.join()
     if "error" in out:
         raise out["error"]
-    return out["value"]
+    value: _T = out["value"]
+    return value

@@ -45,7 +45,7 @@ from .common import (
 log = logging.getLogger("mkdocs.plugins.autopilot")
 
 
-class AutopilotPluginConfig(base.Config):
+class AutopilotPluginConfig(base.Config):  # type: ignore[no-untyped-call]  # mkdocs' __init_subclass__ is unannotated
     """The plugin's settings in ``mkdocs.yml``."""
 
     enabled = c.Type(bool, default=True)
@@ -67,7 +67,7 @@ class AutopilotPluginConfig(base.Config):
     exclude = c.Type(list, default=[])
 
 
-class AutopilotPlugin(BasePlugin[AutopilotPluginConfig]):
+class AutopilotPlugin(BasePlugin[AutopilotPluginConfig]):  # type: ignore[no-untyped-call]  # as above
     """Puts the widget on every page and indexes the built site (see the module's docstring)."""
 
     def __init__(self) -> None:
