@@ -89,6 +89,28 @@ async def test_boot_failure_is_owned_by_the_loader_with_retry(browser, relay_ser
         await ctx.close()
 
 
+async def test_a_wrong_app_id_rejects_ready_and_names_the_app(browser, relay_server, page_server):
+    """A data-app the relay does not have: the loader's card says so, naming the app, and Autopilot.ready rejects
+    (a page that awaits it learns that the widget will not work, instead of a bar that fails on the first send)."""
+    html = page_html(relay_server.url).replace('data-app="demo"', 'data-app="no-such-app"')
+    ctx, page, console, url = await open_test_page(browser, page_server, "wrongapp", html)
+    try:
+        await page.goto(url)
+        outcome = await page.evaluate("""() => new Promise((resolve) => {
+            const wait = () => window.Autopilot && window.Autopilot.ready
+                ? window.Autopilot.ready.then(() => resolve("resolved"), (e) => resolve("rejected: " + e.message))
+                : setTimeout(wait, 50);
+            wait();
+        })""")
+        assert outcome.startswith("rejected: ") and "no-such-app" in outcome, outcome
+        status = "#autopilot-toggle-host >> .status"
+        await page.wait_for_selector(f"{status} >> button", timeout=10000)
+        assert "no-such-app" in (await page.text_content(status) or "")
+        assert any("no-such-app" in c for c in console)
+    finally:
+        await ctx.close()
+
+
 async def _tamper_join(page, pattern: str, repl: str, state: dict) -> None:
     """Rewrite the Socket.IO join frame on its way to the relay while state['on'] is true."""
 

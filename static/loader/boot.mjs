@@ -37,7 +37,9 @@ export function startBoot(isRetry) {
   const prep = takePrepared();
   const { options, snapshotUrl, bundleP, bridgeP, sanitizeP, cssP, pageP, pyodideModP } = prep;
   let warm = prep.warm;
-  connectEarly(bridgeP);
+  /** Why the relay refused this page's app when the early create was answered (null: not refused, or not yet). */
+  let refusal = /** @type {string | null} */ (null);
+  connectEarly(bridgeP, (text) => { refusal = text; });
   booting = (async () => {
     try {
       // The reader is here before the worker is done, and an earlier tab stored this build's snapshot (a new
@@ -128,6 +130,10 @@ export function startBoot(isRetry) {
         needed.forEach((g, i) => lazy.mount(new Uint8Array(bufs[i]), g));
         lazy.destroy();
       }
+      // A wrong data-app (or an origin the app does not allow): the early create was refused, with the relay's
+      // reason. Usually known long before Python is up (one request against Python's start); when it is not yet,
+      // the boot goes on and the bar says it at connect.
+      if (refusal) throw Object.assign(new Error(refusal), { diagnosed: refusal });
       await handOver(pyodide, page, cssP, null);
       return api;
     } catch (err) {
@@ -145,10 +151,12 @@ export function startBoot(isRetry) {
  * the same requests Python's client makes: its connect then finds both done (bridge.mjs: prefetch,
  * preconnect) instead of waiting for them after Python, the bar and page Python. Each step mirrors
  * widget/client_connection.py exactly (URL, body, the stored conversation's key); where anything differs or
- * fails, Python simply makes its own requests.
+ * fails, Python simply makes its own requests. ``refused`` hears the relay's reason when it refuses the app (a
+ * 403 or 404 on the create: a wrong ``data-app``, an origin the app does not allow).
  * @param {Promise<any>} bridgeP
+ * @param {(text: string) => void} refused
  */
-async function connectEarly(bridgeP) {
+async function connectEarly(bridgeP, refused) {
   try {
     const bridge = await bridgeP;
     const key = "autopilot:conversation:" + config.app;
@@ -160,6 +168,11 @@ async function connectEarly(bridgeP) {
       if (!config.app || !config.relay) return;
       const create = config.relay.replace(/\/+$/, "") + "/api/apps/" + config.app + "/conversations";
       const [status, text] = await bridge.prefetch("POST", create, "{}");
+      if (status === 403 || status === 404) {
+        const why = JSON.parse(text)?.error?.message;
+        if (typeof why === "string") refused(L("boot_failed", { stage: L("stage_widget"), message: why }));
+        return;
+      }
       const made = status === 201 ? JSON.parse(text) : null;
       if (!made || typeof made.url !== "string") return;
       url = made.url;
