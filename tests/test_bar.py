@@ -76,8 +76,6 @@ async def fixture_bar_page(browser: Any, bar_relay: RelayServer) -> AsyncIterato
     await ctx.close()
 
 
-bar_relay = fixture_bar_relay  # the name tests/test_bar_sources.py imports (it goes when that file imports the other)
-
 
 def q(selector: str) -> str:
     """A selector inside the bar's shadow root."""

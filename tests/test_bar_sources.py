@@ -24,7 +24,17 @@ import pytest
 import pytest_asyncio
 from conftest import require_build
 from support import PageServer, RelayServer, free_port, open_page, start_relay, wait_mark
-from test_bar import BarPage, bar_relay, js_root, open_bar, py, q, send, user_count, wait_turn_done  # noqa: F401
+from test_bar import (  # noqa: F401 - fixture_bar_relay registers the bar_relay fixture here
+    BarPage,
+    fixture_bar_relay,
+    js_root,
+    open_bar,
+    py,
+    q,
+    send,
+    user_count,
+    wait_turn_done,
+)
 from test_bar_streaming import CAPTURE_SOCKETS, DELIVER, frames
 
 pytestmark = pytest.mark.browser
@@ -78,7 +88,7 @@ WATCH = """() => {
 
 
 @pytest_asyncio.fixture(scope="module")
-async def src_page(browser: Any, bar_relay: Any) -> AsyncIterator[BarPage]:  # noqa: F811
+async def src_page(browser: Any, bar_relay: Any) -> AsyncIterator[BarPage]:
     """The demo page with its WebSockets captured and the clipboard allowed, booted once per module."""
     require_build()
     ctx = await browser.new_context(permissions=["clipboard-read", "clipboard-write"])
