@@ -200,13 +200,7 @@ def cycles(graph: dict[str, set[str]]) -> list[set[str]]:
 
 #: The cycles still tolerated, each named with what removes it; every other cycle fails the test, and an entry
 #: whose cycle is gone must go too.
-KNOWN_CYCLES: dict[str, set[str]] = {
-    # Goes with the relay in rooms (issue 30 item 2): the package picks an engine lazily, the engines import its
-    # ``DocHit``.
-    "the relay's docs index package and its engines": {
-        "widget.relay.docs", "widget.relay.docs.pg_index", "widget.relay.docs.sqlite_index",
-    },
-}
+KNOWN_CYCLES: dict[str, set[str]] = {}
 
 
 def test_no_import_cycle() -> None:

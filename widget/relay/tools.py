@@ -12,7 +12,7 @@ module for both sides, D6); this module adds what only the relay does:
 - :func:`suggest_followups_spec` / :func:`suggestions_note`: the relay's own ``suggest_followups`` tool and its
   answer to the model (the checks are ``widget.core.starters.check_suggestions``, shared with the client).
 - :class:`ToolError`: raised by a relay config function, its message goes to the model.
-- :func:`docs_query`, :func:`parse_docs_reply`, :data:`CITE_RE`, :func:`tool_title`: the turn's side of
+- :func:`docs_query`, :func:`parse_docs_reply`, :func:`tool_title`: the turn's side of
   ``search_docs`` and citations (the tool's spec and reply are ``widget.relay.docs.tool``'s).
 
 Pure functions, no I/O.
@@ -264,8 +264,6 @@ def suggestions_note(kept: list[str], problems: list[str]) -> str:
 # ---------------------------------------------------------------------------------------------
 # The site's documentation: ``search_docs`` and citations (docs/tools.md "Answers from the documentation")
 
-#: A citation in an answer: one id in square brackets, ``[s1]`` (a docs section) or ``[t1]`` (a tool reply).
-CITE_RE = re.compile(r"\[([st][1-9][0-9]{0,3})\]")
 #: The first line of the system message that carries a one-shot turn's sections (the relay searched for the model).
 DOCS_SECTIONS_HEAD = "Documentation sections the relay found for the reader's question"
 #: A reader's query is cut to this many characters before it is searched (never refused).

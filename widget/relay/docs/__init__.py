@@ -7,40 +7,7 @@ The turn loop uses only what this module exports: ``DocHit``, ``DocsIndex`` and 
 
 from __future__ import annotations
 
-from typing import Protocol, TypedDict
-
-
-class DocHit(TypedDict):
-    """One section a search found, best first."""
-
-    #: Stable key of the section within its app: its URL with the anchor (``/guide/theming/#colours``).
-    key: str
-    #: The page's title ("Theming").
-    page_title: str
-    #: Headings from the page's top heading down to this section's ("Theming", "Colours").
-    headings: list[str]
-    #: The URL a reader opens: the page's URL with the section's own anchor (the ``id`` the built page has).
-    url: str
-    #: The section's text (plain text, no markup).
-    text: str
-    #: The engine's relevance score, higher is better (comparable within one engine, not across engines).
-    score: float
-
-
-class DocsIndex(Protocol):
-    """Search over one relay's docs index; every call names the app, and one app never sees another's sections."""
-
-    async def search(self, app_id: str, query: str, *, limit: int = 5) -> list[DocHit]:
-        """The best ``limit`` sections for a reader's question (never parsed as search syntax; cut, not refused)."""
-        ...
-
-    async def has_index(self, app_id: str) -> bool:
-        """Whether the app has any indexed section (an app without one answers without ``search_docs``)."""
-        ...
-
-    async def close(self) -> None:
-        """Release connections."""
-        ...
+from .search import DocHit, DocsIndex
 
 
 def open_docs_index(database_url: str | None, db_path: str) -> DocsIndex:
@@ -53,3 +20,6 @@ def open_docs_index(database_url: str | None, db_path: str) -> DocsIndex:
     from .sqlite_index import SqliteDocsIndex
 
     return SqliteDocsIndex(db_path)
+
+
+__all__ = ["DocHit", "DocsIndex", "open_docs_index"]

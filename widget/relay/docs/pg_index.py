@@ -25,11 +25,11 @@ import logging
 import time
 from typing import Any
 
-from . import DocHit
 from .indexer import IndexBusy
 from .limits import MAX_SCORED_PASSAGES, MAX_SEARCH_LIMIT, SCHEMA_VERSION
 from .page import Page, chunks, ranked_fields
 from .query import terms
+from .search import DocHit
 
 log = logging.getLogger("widget.relay.docs")
 

@@ -34,7 +34,6 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, TypeVar
 
-from . import DocHit
 from .indexer import IndexBusy
 from .limits import (
     LOCK_LEASE_S,
@@ -46,6 +45,7 @@ from .limits import (
 )
 from .page import Page, chunks, ranked_fields
 from .query import fts5_match, terms
+from .search import DocHit
 
 T = TypeVar("T")
 log = logging.getLogger("widget.relay.docs")

@@ -16,8 +16,8 @@ from collections.abc import Callable
 from typing import Any, TypedDict
 
 from ...protocol import SEARCH_DOCS_TOOL, TOOL_REPLY_MAX_CHARS
-from . import DocHit
 from .query import terms
+from .search import DocHit
 
 #: Sections a search step gives the model.
 DEFAULT_HITS = 5

@@ -22,7 +22,7 @@ from urllib.parse import quote
 from ... import protocol as P
 from ...protocol import Role, SourceKind, ToolMessageKind
 from ...protocol.messages import CitedSource
-from ..tools import CITE_RE, is_greeting
+from ..tools import is_greeting
 
 #: A word for passage matching (letters and digits, with inner apostrophes).
 _WORD = re.compile(r"\w+(?:['’]\w+)*")
@@ -122,7 +122,7 @@ class Citations:
         numbered from 1; a docs source's URL gets a text fragment where the answer quotes the section."""
         out: list[CitedSource] = []
         seen: set[str] = set()
-        for m in CITE_RE.finditer(text):
+        for m in P.CITATION_RE.finditer(text):
             cid = m.group(1)
             item = self.by_id.get(cid)
             if item is None or cid in seen:
@@ -130,7 +130,7 @@ class Citations:
             seen.add(cid)
             src: CitedSource = {"id": cid, "n": len(out) + 1, "kind": item.kind, "title": item.title}
             if item.url:
-                src["url"] = with_fragment(item.url, text_fragment(CITE_RE.sub(" ", text), item.text))
+                src["url"] = with_fragment(item.url, text_fragment(P.CITATION_RE.sub(" ", text), item.text))
             out.append(src)
         return out
 
