@@ -35,7 +35,6 @@ import pytest_asyncio
 sys.path.insert(0, str(Path(__file__).parent))
 
 import crash_report
-from protocol_traffic import checked_traffic  # noqa: F401 - autouse: the relay tests' traffic meets the schemas
 from support import (
     CHROMIUM,
     CHROMIUM_ARGS,
@@ -224,6 +223,16 @@ def _is_test_file(path: Path) -> bool:
 
 def _tiers_of(node: pytest.Item | pytest.Collector) -> list[str]:
     return [mark.name for mark in node.iter_markers() if mark.name in TIERS]
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """tests/protocol_traffic.py's autouse fixture (the relay tests' traffic meets the schemas) is a plugin unless one
+    tier other than ``relay`` runs: importing it (the relay, socketio) is a second of a unit run."""
+    wanted = (config.getoption("markexpr") or "").strip()
+    if wanted not in TIERS or wanted == "relay":
+        import protocol_traffic
+
+        config.pluginmanager.register(protocol_traffic, "protocol_traffic")
 
 
 def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
