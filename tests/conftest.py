@@ -249,14 +249,25 @@ def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool 
 def pytest_make_collect_report(
     collector: pytest.Collector,
 ) -> Generator[None, pytest.CollectReport, pytest.CollectReport]:
-    """A test file without exactly one tier fails its collection, the report naming the file and the fix."""
+    """A test file without exactly one tier, or with a test marked with a second one, fails its collection, the
+    report naming the file (or the tests) and the fix."""
     report = yield
-    if not isinstance(collector, pytest.Module) or not _is_test_file(collector.path) or not report.passed:
+    if not isinstance(collector, (pytest.Module, pytest.Class)) or not _is_test_file(collector.path):
         return report
-    tier, problem = declared_tier(collector.path)
-    marked = _tiers_of(collector)
-    if problem is None and marked != [tier]:
-        problem = f"{_shown(collector.path)} declares {tier} but pytest sees the tier marks {marked}: {_HOW}"
+    if not report.passed:
+        return report
+    problem = None
+    if isinstance(collector, pytest.Module):
+        tier, problem = declared_tier(collector.path)
+        marked = _tiers_of(collector)
+        if problem is None and marked != [tier]:
+            problem = f"{_shown(collector.path)} declares {tier} but pytest sees the tier marks {marked}: {_HOW}"
+    if problem is None:
+        wrong = [f"{item.nodeid}: tier marks {tiers}" for item in report.result
+                 if isinstance(item, pytest.Item) and len(tiers := _tiers_of(item)) != 1]
+        if wrong:
+            problem = ("every test has exactly one tier, its file's; a test of another tier goes in a file of that "
+                       "tier:\n  " + "\n  ".join(wrong))
     if problem is not None:
         report.outcome, report.longrepr, report.result = "failed", problem, []
     return report
@@ -270,14 +281,7 @@ SERIAL_TIERS = ("browser", "build")
 
 @pytest.hookimpl(tryfirst=True)  # before xdist reads the groups
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Every test has exactly one tier, its file's: one marked with another tier too stops the run. Under
-    ``--dist loadgroup`` each test gets its ``xdist_group`` (``SERIAL_TIERS``)."""
-    wrong = [f"{item.nodeid}: tier marks {tiers}" for item in items if len(tiers := _tiers_of(item)) != 1]
-    if wrong:
-        raise pytest.UsageError(
-            "every test has exactly one tier, its file's; a test of another tier goes in a file of that tier:\n  "
-            + "\n  ".join(wrong)
-        )
+    """Under ``--dist loadgroup`` each test gets its ``xdist_group`` (``SERIAL_TIERS``)."""
     if not getattr(config.option, "loadgroup", False):  # xdist sets it in each worker under --dist loadgroup
         return
     for item in items:
