@@ -179,7 +179,7 @@ async def test_cancelling_the_consumer_closes_the_stream() -> None:
 
 def test_the_demo_quotes_a_section_only_when_it_covers_the_question() -> None:
     """A search always returns its best sections; the demo quotes one only when it is about the words asked."""
-    from widget.relay.models.demo import MIN_COVERAGE, coverage
+    from widget.relay.models.demo import MIN_COVERAGE, coverage, is_about
 
     colours = {"title": "Theming the bar › Colours", "text": "To change the bar's colours, set these properties."}
     capitals = {"title": "Deploying the relay › Edge settings", "text": "An AUTOPILOT_<KEY IN CAPITALS> variable."}
@@ -187,3 +187,5 @@ def test_the_demo_quotes_a_section_only_when_it_covers_the_question() -> None:
     assert coverage("how to change the colour of the bar", colours) == 1.0  # one word to the demo: colour(s)
     assert coverage("What is the capital of France?", capitals) == 0.5 < MIN_COVERAGE
     assert coverage("What?", capitals) == 1.0  # nothing but fillers: nothing to check
+    assert is_about("How do I change the colours?", {"title": "Theming › Colours", "text": "CSS custom properties."})
+    assert not is_about("What is the capital of France?", capitals)  # half, but not the title's subject

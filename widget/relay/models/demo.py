@@ -214,8 +214,8 @@ class DemoModel(ModelAdapter):
             return
         names = [n for n in tools if n not in set(P.RelayTool)]
         calls, call_notes = self._calls(text, names, tools)
-        actions = offer_names(tools[P.OFFER_ACTIONS_TOOL]) if P.OFFER_ACTIONS_TOOL in tools else []
-        offers, offered, offer_notes = self._offers(text, actions, tools.get(P.OFFER_ACTIONS_TOOL))
+        actions = offer_names(tools[P.RelayTool.OFFER_ACTIONS]) if P.RelayTool.OFFER_ACTIONS in tools else []
+        offers, offered, offer_notes = self._offers(text, actions, tools.get(P.RelayTool.OFFER_ACTIONS))
         notes = call_notes + offer_notes
         if calls or offers:
             lines = []
@@ -228,20 +228,20 @@ class DemoModel(ModelAdapter):
             for c in calls:
                 yield c
             if offers:
-                yield ToolCall(P.OFFER_ACTIONS_TOOL, {"actions": offers})
+                yield ToolCall(P.RelayTool.OFFER_ACTIONS, {"actions": offers})
             return
         if notes:
             async for c in self._text(" ".join(notes)):
                 yield c
             return
-        suggest = P.SUGGEST_FOLLOWUPS_TOOL in tools
+        suggest = P.RelayTool.SUGGEST_FOLLOWUPS in tools
         if not (suggest and _SUGGEST.search(text)):
-            if is_greeting(text) and (P.SEARCH_DOCS_TOOL in tools or _one_shot_sections(msgs) is not None):
+            if is_greeting(text) and (P.RelayTool.SEARCH_DOCS in tools or _one_shot_sections(msgs) is not None):
                 async for c in self._text(DEMO_THANKS if _THANKS.match(text) else DEMO_GREETING):
                     yield c
                 return
-            if P.SEARCH_DOCS_TOOL in tools:  # a question for the docs: search them with the reader's words
-                yield ToolCall(P.SEARCH_DOCS_TOOL, {"query": text})
+            if P.RelayTool.SEARCH_DOCS in tools:  # a question for the docs: search them with the reader's words
+                yield ToolCall(P.RelayTool.SEARCH_DOCS, {"query": text})
                 return
             found = _one_shot_sections(msgs)
             if found is not None:  # a one-shot turn: the relay searched already
@@ -251,7 +251,7 @@ class DemoModel(ModelAdapter):
         async for c in self._text(self._answer(text, names, ASK_USER_TOOL in tools, actions, request.attempt, suggest)):
             yield c
         if suggest and _SUGGEST.search(text):
-            yield ToolCall(P.SUGGEST_FOLLOWUPS_TOOL, {"suggestions": list(DEMO_SUGGESTIONS)})
+            yield ToolCall(P.RelayTool.SUGGEST_FOLLOWUPS, {"suggestions": list(DEMO_SUGGESTIONS)})
 
     @staticmethod
     def _calls(text: str, names: list[str], tools: dict[str, Any]) -> tuple[list[ToolCall], list[str]]:
@@ -327,7 +327,7 @@ class DemoModel(ModelAdapter):
         for m in msgs:
             for tc in m.get("tool_calls") or []:
                 names[tc["id"]] = tc["function"]["name"]
-        docs = [r for r in results if names.get(r.get("tool_call_id")) == P.SEARCH_DOCS_TOOL]
+        docs = [r for r in results if names.get(r.get("tool_call_id")) == P.RelayTool.SEARCH_DOCS]
         rest = [r for r in results if r not in docs]
         question = next((str(m.get("content") or "") for m in reversed(msgs) if m["role"] == "user"), "")
         parts = [_from_docs(parse_docs_reply(str(docs[0].get("content") or "")), question), ""] if docs else []
@@ -405,12 +405,20 @@ def coverage(question: str, section: dict[str, Any]) -> float:
     return len(asked & _terms(f"{section.get('title') or ''} {section.get('text') or ''}")) / len(asked)
 
 
+def is_about(question: str, section: dict[str, Any]) -> bool:
+    """Whether the demo takes a section to answer the question: it covers ``MIN_COVERAGE`` of the question's subject
+    words, or half of them with one in its title ("change the colours?" and a section titled Colours)."""
+    share = coverage(question, section)
+    titled = bool(_terms(question) & _terms(str(section.get("title") or "")))
+    return share >= MIN_COVERAGE or (share >= 0.5 and titled)
+
+
 def _from_docs(reply: dict[str, Any] | None, question: str) -> str:
     """The answer from a search's sections: the first section that covers the question's subject (``MIN_COVERAGE``),
     its first sentence(s) quoted with its citation; ``DEMO_NOT_FOUND`` when no section does (a real model reads
     the sections; the demo only checks that they are about the words asked)."""
     sections = [s for s in (reply or {}).get("sections") or [] if isinstance(s, dict) and s.get("text")]
-    relevant = [s for s in sections if coverage(question, s) >= MIN_COVERAGE]
+    relevant = [s for s in sections if is_about(question, s)]
     if not relevant:
         return DEMO_NOT_FOUND
     best = relevant[0]
