@@ -131,7 +131,7 @@ class Client:
                    "idempotency_key": "fr-" + data["id"], "handler_ms": 0.0, "total_ms": 0.0}
         handler = time.perf_counter() - t0
         self.begins[data["id"]] = (t0, handler)
-        await self.sio.emit(P.EV_FUNCTION_RESPONSE, payload)  # the ack is not awaited: the end event is what counts
+        await self.sio.emit(P.Event.FUNCTION_RESPONSE, payload)  # the ack is not awaited: the end event is what counts
 
     async def on_end(self, data: dict[str, Any]) -> None:
         t1 = time.perf_counter()
@@ -161,7 +161,7 @@ class Client:
 
     async def connect(self) -> None:
         await self.sio.connect(self.bench.base, socketio_path="socket.io", transports=["websocket"], wait_timeout=60)
-        ack = await self.sio.call(P.EV_JOIN, {"token": self.token, "version": P.PROTOCOL_VERSION, "last_seq": 0},
+        ack = await self.sio.call(P.Event.JOIN, {"token": self.token, "version": P.PROTOCOL_VERSION, "last_seq": 0},
                                   timeout=60)
         if not ack.get("ok"):
             raise RuntimeError(f"join refused: {ack}")
@@ -174,7 +174,7 @@ class Client:
 
     async def patch(self, patch: list[dict[str, Any]]) -> None:
         t0 = time.perf_counter()
-        ack = await self.sio.call(P.EV_STATE_PATCH, {"patch": patch, "idempotency_key": self.key()}, timeout=60)
+        ack = await self.sio.call(P.Event.STATE_PATCH, {"patch": patch, "idempotency_key": self.key()}, timeout=60)
         self.bench.patch_ms.append((time.perf_counter() - t0) * 1000)
         if ack != {"ok": True}:
             self.bench.errors.append(f"patch refused: {ack}")
@@ -182,7 +182,7 @@ class Client:
     async def round(self, i: int) -> None:
         await self.patch([{"op": "replace", "path": "/autopilot/context/page", "value": f"/page/{i}"}])
         self.turn_done.clear()
-        ack = await self.sio.call(P.EV_USER_MESSAGE,
+        ack = await self.sio.call(P.Event.USER_MESSAGE,
                                   {"text": f'call bench_fn {{"i": {i}}}', "idempotency_key": self.key()}, timeout=60)
         if not ack.get("ok"):
             self.bench.errors.append(f"user_message refused: {ack}")

@@ -127,7 +127,7 @@ class FakeRelay:
             return 201, {"ok": True, "id": f"c{self.created}", "url": f"{BASE}/api/conversations/c{self.created}"}
         if method == "GET" and "/api/conversations/" in url:
             if url.endswith("/missing"):
-                return 404, P.error(P.ERR_NOT_FOUND, "no such conversation")
+                return 404, P.error(P.ErrorCode.NOT_FOUND, "no such conversation")
             return 200, {
                 "ok": True,
                 "conversation": {"id": url.rsplit("/", 1)[-1], "seq": self.seq, "status": "idle"},
@@ -136,38 +136,38 @@ class FakeRelay:
                 "relay_path": "/socket.io",
                 "token": f"tok{len(self.requests)}",
             }
-        return 404, P.error(P.ERR_NOT_FOUND, "nope")
+        return 404, P.error(P.ErrorCode.NOT_FOUND, "nope")
 
     async def handle_emit(self, transport: MemoryTransport, event: str, data: Any) -> Any:
         key = data.get("idempotency_key") if isinstance(data, dict) else None
         if key and key in self.keys:
             return self.keys[key]
         ack = await self._handle(transport, event, data)
-        transient = isinstance(ack, dict) and (ack.get("error") or {}).get("code") in (P.ERR_INTERNAL,
-                                                                                       P.ERR_RATE_LIMITED)
+        transient = isinstance(ack, dict) and (ack.get("error") or {}).get("code") in (P.ErrorCode.INTERNAL,
+                                                                                       P.ErrorCode.RATE_LIMITED)
         if key and not transient:  # like the relay: a write that failed stores no acknowledgement either
             self.keys[key] = ack
         return ack
 
     async def _handle(self, transport: MemoryTransport, event: str, data: Any) -> Any:
-        if event == P.EV_JOIN:
+        if event == P.Event.JOIN:
             if self.join_error:
                 return {"ok": False, "error": self.join_error}
             if data.get("token") in self.refused_tokens:
-                return P.error(P.ERR_INVALID_TOKEN, "Join token is invalid.")
+                return P.error(P.ErrorCode.INVALID_TOKEN, "Join token is invalid.")
             if data.get("version") != P.PROTOCOL_VERSION:
-                return P.error(P.ERR_VERSION_MISMATCH, "bad version")
+                return P.error(P.ErrorCode.VERSION_MISMATCH, "bad version")
             self.joined = True
-            transport.deliver(P.EV_STATE, copy.deepcopy(self.doc["autopilot"]))
+            transport.deliver(P.Event.STATE, copy.deepcopy(self.doc["autopilot"]))
             for name, payload in self.events:
                 if payload["seq"] > (data.get("last_seq") or 0):
                     transport.deliver(name, payload)
             return P.ok(conversation_id="c1", seq=self.seq, active=True, pending_calls=self.pending_calls)
-        if event == P.EV_STATE_PATCH:
+        if event == P.Event.STATE_PATCH:
             if self.hold_patch_acks is not None:
                 await self.hold_patch_acks.wait()  # type: ignore[attr-defined]
             if not self.ack_patches:
-                return P.error(P.ERR_INTERNAL, "refused for the test")
+                return P.error(P.ErrorCode.INTERNAL, "refused for the test")
             self.patches.append(data["patch"])
             try:
                 new = jsonpatch.apply_patch(self.doc, data["patch"])
@@ -175,31 +175,31 @@ class FakeRelay:
             except StateLimitError as exc:
                 return P.error(exc.code, str(exc))
             except Exception as exc:  # noqa: BLE001
-                return P.error(P.ERR_PATCH_FAILED, str(exc))
+                return P.error(P.ErrorCode.PATCH_FAILED, str(exc))
             self.doc = new
             return P.ok()
-        if event == P.EV_FUNCTION_RESPONSE:
+        if event == P.Event.FUNCTION_RESPONSE:
             if not self.joined:
-                return P.error(P.ERR_NOT_JOINED, "Join a conversation first.")
+                return P.error(P.ErrorCode.NOT_JOINED, "Join a conversation first.")
             if self.response_errors:
                 return P.error(self.response_errors.pop(0), "refused for the test")
             self.responses.append(data)
             return P.ok()
-        if event == P.EV_ACTIVATE:
+        if event == P.Event.ACTIVATE:
             # Like the relay: the stored state follows the ack.
-            asyncio.get_running_loop().call_soon(transport.deliver, P.EV_STATE, copy.deepcopy(self.doc["autopilot"]))
+            asyncio.get_running_loop().call_soon(transport.deliver, P.Event.STATE, copy.deepcopy(self.doc["autopilot"]))
             return P.ok(active=True, pending_calls=self.activate_calls)
-        if event == P.EV_USER_MESSAGE:
+        if event == P.Event.USER_MESSAGE:
             return P.ok(message_id="m1")
-        if event == P.EV_ACTION_OUTCOME:
+        if event == P.Event.ACTION_OUTCOME:
             self.outcomes.append(data)
             return P.ok(message_id=f"o{len(self.outcomes)}")
-        if event == P.EV_REPLAY:
+        if event == P.Event.REPLAY:
             for name, payload in self.events:
                 if payload["seq"] > data["last_seq"]:
                     transport.deliver(name, payload)
             return P.ok(seq=self.seq)
-        return P.error(P.ERR_BAD_REQUEST, f"unknown event {event}")
+        return P.error(P.ErrorCode.BAD_REQUEST, f"unknown event {event}")
 
     def push(self, transport: MemoryTransport, name: str, payload: dict[str, Any], deliver: bool = True) -> None:
         """Record a sequenced event and (optionally) deliver it live."""

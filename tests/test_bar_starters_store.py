@@ -20,7 +20,7 @@ from widget.store import Store
 pytestmark = pytest.mark.unit
 
 APP_STARTERS = ["What can you do?", "Pricing?"]
-SUGGEST = P.SUGGEST_FOLLOWUPS_TOOL
+SUGGEST = P.RelayTool.SUGGEST_FOLLOWUPS
 
 
 class Relay(FakeRelay):
@@ -38,7 +38,7 @@ class Relay(FakeRelay):
         return status, answer
 
     async def _handle(self, transport: MemoryTransport, event: str, data: Any) -> Any:
-        if event == P.EV_USER_MESSAGE:
+        if event == P.Event.USER_MESSAGE:
             self.user_messages.append(data["text"])
             return P.ok(message_id=f"u{len(self.user_messages)}")
         return await super()._handle(transport, event, data)

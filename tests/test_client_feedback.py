@@ -27,9 +27,9 @@ def test_feedback_event_reaches_the_page_without_touching_the_sequence() -> None
         }
     )
     record = {"message_id": "m_1", "turn_id": "t_1", "rating": "down", "comment": "old", "updated_at": 2.0}
-    assert s.received(P.EV_FEEDBACK, record, 1.0) == [Notify("feedback", record)]
+    assert s.received(P.Event.FEEDBACK, record, 1.0) == [Notify("feedback", record)]
     assert s.seq.last_seq == 7
-    assert s.received(P.EV_FEEDBACK, "not an object", 1.0) == []
+    assert s.received(P.Event.FEEDBACK, "not an object", 1.0) == []
     loaded = s.load({"conversation": {"id": "c_1", "seq": 7}, "messages": []})
     assert [e.payload["feedback"] for e in loaded if isinstance(e, Notify) and e.event == "conversationLoaded"] == [[]]
     assert "feedback" in P.SUBSCRIBABLE_EVENTS

@@ -174,8 +174,8 @@ async def test_gate_withholds_response_until_dirty_state_is_acked():
     await settle()  # far less than the 100 ms context debounce
     assert relay.responses and relay.responses[0]["id"] == "g1"
     # the patch with the handler's context reached the relay before the response
-    order = [e for e, _ in transport.sent if e in (P.EV_STATE_PATCH, P.EV_FUNCTION_RESPONSE)]
-    assert order[-2:] == [P.EV_STATE_PATCH, P.EV_FUNCTION_RESPONSE]
+    order = [e for e, _ in transport.sent if e in (P.Event.STATE_PATCH, P.Event.FUNCTION_RESPONSE)]
+    assert order[-2:] == [P.Event.STATE_PATCH, P.Event.FUNCTION_RESPONSE]
     assert relay.doc["autopilot"]["context"]["after"] is True
 
 
@@ -310,8 +310,8 @@ async def test_send_message_flushes_pending_state_first():
     client.register_function("late", lambda a, c: 1)
     client.update_context({"cart": 3})
     await client.send_message("hi")
-    order = [e for e, _ in transport.sent if e in (P.EV_STATE_PATCH, P.EV_USER_MESSAGE)]
-    assert order[-2:] == [P.EV_STATE_PATCH, P.EV_USER_MESSAGE]
+    order = [e for e, _ in transport.sent if e in (P.Event.STATE_PATCH, P.Event.USER_MESSAGE)]
+    assert order[-2:] == [P.Event.STATE_PATCH, P.Event.USER_MESSAGE]
     assert "late" in relay.doc["autopilot"]["functions"] and relay.doc["autopilot"]["context"]["cart"] == 3
 
 
@@ -414,7 +414,7 @@ async def test_response_resent_after_rejoin_updates_history_and_fires_the_event(
 
 async def test_response_refused_for_good_leaves_the_outbox():
     relay, transport, client = await connected()
-    relay.response_errors = [P.ERR_CALL_NOT_PENDING]
+    relay.response_errors = [P.ErrorCode.CALL_NOT_PENDING]
     relay.push(transport, "function_call.begin", {"id": "g1", "name": "echo", "arguments": {}, "run": True})
     await settle()
     assert relay.responses == [] and client.pending_responses == []
@@ -459,8 +459,8 @@ async def test_rejoin_sends_stored_results_before_anything_else():
     n = len(transport.sent)
     transport.restore()
     await settle()
-    writes = [e for e, _ in transport.sent[n:] if e != P.EV_JOIN]
-    assert writes[0] == P.EV_FUNCTION_RESPONSE and P.EV_STATE_PATCH in writes
+    writes = [e for e, _ in transport.sent[n:] if e != P.Event.JOIN]
+    assert writes[0] == P.Event.FUNCTION_RESPONSE and P.Event.STATE_PATCH in writes
     assert runs == [1] and [r["id"] for r in relay.responses] == ["o1"]
 
 
@@ -520,10 +520,10 @@ async def test_tab_refused_by_the_join_rate_limit_after_a_restart_rejoins_by_its
     monkeypatch.setattr(session_module, "REJOIN_DELAYS_S", (0.01,))
     relay, transport, client = await connected()
     transport.drop()
-    relay.join_error = {"code": P.ERR_RATE_LIMITED, "message": "Too many joins from this address."}
+    relay.join_error = {"code": P.ErrorCode.RATE_LIMITED, "message": "Too many joins from this address."}
     transport.restore()
     await until(lambda: client.last_error is not None)
-    assert client.connection_state == "reconnecting" and client.last_error["code"] == P.ERR_RATE_LIMITED
+    assert client.connection_state == "reconnecting" and client.last_error["code"] == P.ErrorCode.RATE_LIMITED
     relay.join_error = None
     await until(lambda: client.connection_state == "connected")
     assert client.last_error is None
@@ -570,7 +570,7 @@ async def test_rejoin_reads_the_conversation_when_the_token_is_refused_or_old():
 
 async def test_use_here_puts_back_the_functions_another_tab_changed():
     relay, transport, client = await connected()
-    transport.deliver(P.EV_CLIENT_ROLE, {"active": False, "conversation_id": "c1"})
+    transport.deliver(P.Event.CLIENT_ROLE, {"active": False, "conversation_id": "c1"})
     assert not client.active
     # Meanwhile the other tab wrote its own catalogue and context.
     relay.doc = {"autopilot": {"functions": {"other": {"name": "other"}}, "context": {"page": "/other"}}}
@@ -582,5 +582,5 @@ async def test_use_here_puts_back_the_functions_another_tab_changed():
 
 async def test_a_role_change_named_for_another_conversation_is_ignored():
     relay, transport, client = await connected()
-    transport.deliver(P.EV_CLIENT_ROLE, {"active": False, "conversation_id": "some-other"})
+    transport.deliver(P.Event.CLIENT_ROLE, {"active": False, "conversation_id": "some-other"})
     assert client.active

@@ -83,7 +83,7 @@ async def test_unknown_conversation_url_and_unknown_app(relay_server):
     client = make_client(relay_server)
     with pytest.raises(ProtocolError) as info:
         await client.connect(relay_url=relay_server.url, app_id="no-such-app")
-    assert info.value.code == P.ERR_NOT_FOUND
+    assert info.value.code == P.ErrorCode.NOT_FOUND
 
 
 async def test_version_mismatch_is_refused_with_both_versions(relay_server, monkeypatch):
@@ -92,7 +92,7 @@ async def test_version_mismatch_is_refused_with_both_versions(relay_server, monk
     try:
         with pytest.raises(ProtocolError) as info:
             await client.connect(relay_url=relay_server.url, app_id="demo")
-        assert info.value.code == P.ERR_VERSION_MISMATCH
+        assert info.value.code == P.ErrorCode.VERSION_MISMATCH
         assert "99" in info.value.message and "1" in info.value.message
     finally:
         await client.disconnect()
@@ -102,7 +102,7 @@ async def test_browser_create_without_allowed_origin_is_refused(relay_server):
     client = AutopilotClient(PythonSocketIOTransport(), headers={"Origin": "https://evil.example"})
     with pytest.raises(ProtocolError) as info:
         await client.connect(relay_url=relay_server.url, app_id="demo")
-    assert info.value.code == P.ERR_FORBIDDEN_ORIGIN
+    assert info.value.code == P.ErrorCode.FORBIDDEN_ORIGIN
 
 
 async def test_model_error_then_retry_and_regenerate(relay_server):
@@ -117,7 +117,7 @@ async def test_model_error_then_retry_and_regenerate(relay_server):
         assert errors and errors[-1]["retryable"] is True
         with pytest.raises(ProtocolError) as info:
             await client.send_message("x" * (P.MAX_USER_MESSAGE_CHARS + 1))
-        assert info.value.code == P.ERR_MESSAGE_TOO_LONG
+        assert info.value.code == P.ErrorCode.MESSAGE_TOO_LONG
         # Retry withdraws the error message; the demo model fails again on the same text, deterministically.
         n = len(finished)
         await client.retry()
@@ -264,7 +264,7 @@ async def test_use_here_puts_back_this_pages_functions(relay_server):
 
         async def recording(event, data, timeout=None):
             ack = await emit(event, data, timeout)
-            if event == P.EV_STATE_PATCH:
+            if event == P.Event.STATE_PATCH:
                 patches.append((data["patch"], ack))
             return ack
 

@@ -34,7 +34,7 @@ def joined(ack: dict[str, Any] | None = None, now: float = 0.0, **options: Any) 
     ack = {"ok": True, "conversation_id": "c1", "active": True, **(ack or {})}
     result = s.joined_relay(ack, {"functions": {}, "context": {}}, now)
     effects = list(result.effects)
-    for send in sends(effects, P.EV_STATE_PATCH):
+    for send in sends(effects, P.Event.STATE_PATCH):
         effects += s.acked(send.tag, OK, now)
     effects += s.initial_sync_done(ack, INFO["conversation"], now)
     return s, effects
@@ -43,7 +43,7 @@ def joined(ack: dict[str, Any] | None = None, now: float = 0.0, **options: Any) 
 def begin(s: ClientSession, call_id: str, now: float, seq: int | None = None, name: str = "f") -> list[Any]:
     seq = seq if seq is not None else s.seq.last_seq + 1
     payload = {"id": call_id, "name": name, "arguments": {}, "run": True, "seq": seq}
-    return s.received(P.EV_FUNCTION_CALL_BEGIN, payload, now)
+    return s.received(P.Event.FUNCTION_CALL_BEGIN, payload, now)
 
 
 def run(s: ClientSession, call_id: str, start: float, settle: float, status: str = "success") -> list[Any]:
@@ -83,9 +83,9 @@ def test_closed_session_does_not_rejoin_or_announce_reconnecting():
 
 def test_role_changes_follow_the_relay():
     s, _ = joined()
-    assert s.received(P.EV_CLIENT_ROLE, {"active": False}, 1.0) == [Notify("roleChanged", {"active": False})]
+    assert s.received(P.Event.CLIENT_ROLE, {"active": False}, 1.0) == [Notify("roleChanged", {"active": False})]
     assert not s.active and begin(s, "x", 1.0) == [
-        Notify(P.EV_FUNCTION_CALL_BEGIN, {"id": "x", "name": "f", "arguments": {}, "run": True, "seq": 1}),
+        Notify(P.Event.FUNCTION_CALL_BEGIN, {"id": "x", "name": "f", "arguments": {}, "run": True, "seq": 1}),
         Notify("messagesChanged", None),
     ]  # a passive client never runs a call
 
@@ -93,13 +93,13 @@ def test_role_changes_follow_the_relay():
 # --- sequence and replay -----------------------------------------------------------------------------------------
 def test_gap_asks_for_one_replay_and_duplicates_are_dropped():
     s, _ = joined()
-    assert s.received(P.EV_MESSAGE, {"seq": 1, "message": {"id": "u1", "role": "user"}}, 0) != []
-    assert s.received(P.EV_MESSAGE, {"seq": 1, "message": {"id": "u1", "role": "user"}}, 0) == []
-    gap = s.received(P.EV_MESSAGE, {"seq": 3, "message": {"id": "u3", "role": "user"}}, 0)
-    assert [(e.event, e.payload) for e in sends(gap)] == [(P.EV_REPLAY, {"last_seq": 1})]
-    assert s.received(P.EV_MESSAGE, {"seq": 4, "message": {"id": "u4", "role": "user"}}, 0) == []  # one at a time
+    assert s.received(P.Event.MESSAGE, {"seq": 1, "message": {"id": "u1", "role": "user"}}, 0) != []
+    assert s.received(P.Event.MESSAGE, {"seq": 1, "message": {"id": "u1", "role": "user"}}, 0) == []
+    gap = s.received(P.Event.MESSAGE, {"seq": 3, "message": {"id": "u3", "role": "user"}}, 0)
+    assert [(e.event, e.payload) for e in sends(gap)] == [(P.Event.REPLAY, {"last_seq": 1})]
+    assert s.received(P.Event.MESSAGE, {"seq": 4, "message": {"id": "u4", "role": "user"}}, 0) == []  # one at a time
     s.acked("replay", {"ok": True, "seq": 4}, 0)
-    assert sends(s.received(P.EV_MESSAGE, {"seq": 5, "message": {}}, 0), P.EV_REPLAY)
+    assert sends(s.received(P.Event.MESSAGE, {"seq": 5, "message": {}}, 0), P.Event.REPLAY)
 
 
 # --- run once ----------------------------------------------------------------------------------------------------
@@ -114,7 +114,7 @@ def test_a_call_runs_once_however_often_it_is_handed_over():
 
 def test_activate_runs_the_calls_it_hands_over():
     s, _ = joined()
-    s.received(P.EV_CLIENT_ROLE, {"active": False}, 0)
+    s.received(P.Event.CLIENT_ROLE, {"active": False}, 0)
     pending = [{"id": "h1", "name": "f", "arguments": {"a": 1}}]
     effects = s.activated({"ok": True, "active": True, "pending_calls": pending}, 0)
     assert s.active and notes(effects, "roleChanged") == [{"active": True}]
@@ -134,7 +134,7 @@ def test_response_goes_out_at_once_with_its_timings_and_updates_history_on_ack()
     begin(s, "c1", 0)
     effects = run(s, "c1", start=1.0, settle=1.25)
     assert notes(effects, "functionSuccess")[0]["durationMs"] == pytest.approx(250)
-    [send] = sends(effects, P.EV_FUNCTION_RESPONSE)
+    [send] = sends(effects, P.Event.FUNCTION_RESPONSE)
     assert send.payload["handler_ms"] == pytest.approx(250) and send.payload["total_ms"] == pytest.approx(250)
     assert s.outbox == ["c1"]
     done = s.acked(send.tag, OK, 1.3)
@@ -152,8 +152,8 @@ def test_response_finished_while_disconnected_is_resent_first_on_rejoin_with_its
     s.transport_connected(3.0)
     result = s.joined_relay({"ok": True, "active": True}, {"functions": {}, "context": {}}, 4.0)
     order = [e.event for e in sends(result.effects)]
-    assert order == [P.EV_FUNCTION_RESPONSE, P.EV_STATE_PATCH]  # the stored result before anything else
-    [resp] = sends(result.effects, P.EV_FUNCTION_RESPONSE)
+    assert order == [P.Event.FUNCTION_RESPONSE, P.Event.STATE_PATCH]  # the stored result before anything else
+    [resp] = sends(result.effects, P.Event.FUNCTION_RESPONSE)
     assert resp.payload["total_ms"] == pytest.approx(3500)
     done = s.acked(resp.tag, OK, 4.1)
     assert s.history[0]["totalMs"] == pytest.approx(3500) and notes(done, "functionResponseSent")
@@ -162,16 +162,16 @@ def test_response_finished_while_disconnected_is_resent_first_on_rejoin_with_its
 def test_internal_refusal_is_resent_with_backoff_until_taken():
     s, _ = joined()
     begin(s, "c1", 0)
-    [send] = sends(run(s, "c1", 0.0, 0.1), P.EV_FUNCTION_RESPONSE)
-    assert s.acked(send.tag, P.error(P.ERR_INTERNAL, "disk full"), 0.2) == []
+    [send] = sends(run(s, "c1", 0.0, 0.1), P.Event.FUNCTION_RESPONSE)
+    assert s.acked(send.tag, P.error(P.ErrorCode.INTERNAL, "disk full"), 0.2) == []
     assert s.outbox == ["c1"] and s.next_deadline() == pytest.approx(0.2 + S.RESEND_DELAYS_S[0])
     assert sends(s.tick(0.3)) == []
-    [again] = sends(s.tick(0.45), P.EV_FUNCTION_RESPONSE)
+    [again] = sends(s.tick(0.45), P.Event.FUNCTION_RESPONSE)
     assert again.payload["idempotency_key"] == "fr-c1"
     assert s.acked(send.tag, OK, 0.46) == []  # a stale attempt's ack decides nothing
-    s.acked(again.tag, P.error(P.ERR_RATE_LIMITED, "slow down"), 0.5)
+    s.acked(again.tag, P.error(P.ErrorCode.RATE_LIMITED, "slow down"), 0.5)
     assert s.next_deadline() == pytest.approx(0.5 + S.RESEND_DELAYS_S[1])
-    [third] = sends(s.tick(1.0), P.EV_FUNCTION_RESPONSE)
+    [third] = sends(s.tick(1.0), P.Event.FUNCTION_RESPONSE)
     assert notes(s.acked(third.tag, OK, 1.1), "functionResponseSent") and s.outbox == []
     assert s.history[0]["totalMs"] == pytest.approx(1000)
 
@@ -179,20 +179,20 @@ def test_internal_refusal_is_resent_with_backoff_until_taken():
 def test_refusal_for_good_leaves_the_outbox_and_a_refusal_forever_is_dropped():
     s, _ = joined()
     begin(s, "c1", 0)
-    [send] = sends(run(s, "c1", 0.0, 0.1), P.EV_FUNCTION_RESPONSE)
-    s.acked(send.tag, P.error(P.ERR_CALL_NOT_PENDING, "gone"), 0.2)
+    [send] = sends(run(s, "c1", 0.0, 0.1), P.Event.FUNCTION_RESPONSE)
+    s.acked(send.tag, P.error(P.ErrorCode.CALL_NOT_PENDING, "gone"), 0.2)
     assert s.outbox == [] and s.next_deadline() is None
     begin(s, "c2", 0)
-    [send] = sends(run(s, "c2", 0.0, 0.1), P.EV_FUNCTION_RESPONSE)
-    s.acked(send.tag, P.error(P.ERR_INTERNAL, "down"), S.RESEND_WINDOW_S + 1)
+    [send] = sends(run(s, "c2", 0.0, 0.1), P.Event.FUNCTION_RESPONSE)
+    s.acked(send.tag, P.error(P.ErrorCode.INTERNAL, "down"), S.RESEND_WINDOW_S + 1)
     assert s.outbox == []
 
 
 def test_not_joined_refusal_waits_for_the_rejoin():
     s, _ = joined()
     begin(s, "c1", 0)
-    [send] = sends(run(s, "c1", 0.0, 0.1), P.EV_FUNCTION_RESPONSE)
-    assert s.acked(send.tag, P.error(P.ERR_NOT_JOINED, "join first"), 0.2) == [] and s.outbox == ["c1"]
+    [send] = sends(run(s, "c1", 0.0, 0.1), P.Event.FUNCTION_RESPONSE)
+    assert s.acked(send.tag, P.error(P.ErrorCode.NOT_JOINED, "join first"), 0.2) == [] and s.outbox == ["c1"]
     assert s.next_deadline() is None  # no timer: the next join resends it
     assert s.send_failed(send.tag, 0.3) == [] and s.outbox == ["c1"]
 
@@ -206,9 +206,9 @@ def test_gate_withholds_the_response_until_the_handlers_state_is_acknowledged():
     s.state.update_context({"after": True}, 1.1)
     effects = s.call_settled("c1", "success", "ok", None, 1.2)
     [patch] = sends(effects)
-    assert patch.event == P.EV_STATE_PATCH  # flushed at once, response withheld
+    assert patch.event == P.Event.STATE_PATCH  # flushed at once, response withheld
     assert s.next_deadline() == pytest.approx(1.2 + P.SYNC_STATE_BEFORE_FUNCTION_RESPONSE_TIMEOUT_MS / 1000)
-    [resp] = sends(s.acked(patch.tag, OK, 1.3), P.EV_FUNCTION_RESPONSE)
+    [resp] = sends(s.acked(patch.tag, OK, 1.3), P.Event.FUNCTION_RESPONSE)
     assert resp.payload["total_ms"] == pytest.approx(300) and resp.payload["handler_ms"] == pytest.approx(200)
 
 
@@ -219,15 +219,15 @@ def test_a_lost_patch_ack_cannot_stall_the_response():
     s.call_ready("c1", 1.0, 0)
     s.state.update_context({"x": 1}, 1.0)
     s.call_settled("c1", "success", "ok", None, 1.0)
-    assert sends(s.tick(1.05), P.EV_FUNCTION_RESPONSE) == []
-    assert [e.payload["id"] for e in sends(s.tick(1.06), P.EV_FUNCTION_RESPONSE)] == ["c1"]
+    assert sends(s.tick(1.05), P.Event.FUNCTION_RESPONSE) == []
+    assert [e.payload["id"] for e in sends(s.tick(1.06), P.Event.FUNCTION_RESPONSE)] == ["c1"]
 
 
 def test_gate_off_responds_with_dirty_state():
     s, _ = joined(sync_state_before_function_response=False)
     begin(s, "c1", 0)
     s.state.update_context({"x": 1}, 0.5)
-    assert [e.event for e in sends(run(s, "c1", 0.5, 0.6))] == [P.EV_FUNCTION_RESPONSE]
+    assert [e.event for e in sends(run(s, "c1", 0.5, 0.6))] == [P.Event.FUNCTION_RESPONSE]
 
 
 def test_resolutions_hold_responses_then_flush_what_they_wrote_even_with_the_gate_off():
@@ -242,8 +242,8 @@ def test_resolutions_hold_responses_then_flush_what_they_wrote_even_with_the_gat
     effects = s.end_resolution(rid2, 0.4)
     assert s.end_resolution(rid2, 0.4) == []  # idempotent
     [patch] = sends(effects)
-    assert patch.event == P.EV_STATE_PATCH
-    assert [e.event for e in sends(s.acked(patch.tag, OK, 0.5))] == [P.EV_FUNCTION_RESPONSE]
+    assert patch.event == P.Event.STATE_PATCH
+    assert [e.event for e in sends(s.acked(patch.tag, OK, 0.5))] == [P.Event.FUNCTION_RESPONSE]
 
 
 def test_a_forgotten_resolution_times_out():
@@ -253,7 +253,7 @@ def test_a_forgotten_resolution_times_out():
     run(s, "c1", 0.0, 0.1)
     assert s.next_deadline() == pytest.approx(0.18)
     assert sends(s.tick(0.17)) == []
-    assert [e.event for e in sends(s.tick(0.18))] == [P.EV_FUNCTION_RESPONSE]
+    assert [e.event for e in sends(s.tick(0.18))] == [P.Event.FUNCTION_RESPONSE]
 
 
 # --- confirmation expiry ------------------------------------------------------------------------------------------
@@ -261,11 +261,11 @@ def test_the_relay_ending_a_running_call_voids_its_confirmation_only_while_it_ru
     s, _ = joined()
     begin(s, "c1", 0)
     s.call_received("c1", "f", {}, 0)
-    end = s.received(P.EV_FUNCTION_CALL_END, {"id": "c1", "seq": 2, "status": "error"}, 1.0)
+    end = s.received(P.Event.FUNCTION_CALL_END, {"id": "c1", "seq": 2, "status": "error"}, 1.0)
     assert EndCall("c1") in end
     s.call_ready("c1", 1.0, 0)
     s.call_settled("c1", "error", None, P.MSG_SENSITIVE_DENIED, 1.1)
-    assert EndCall("c1") not in s.received(P.EV_FUNCTION_CALL_END, {"id": "c1", "seq": 3}, 1.2)
+    assert EndCall("c1") not in s.received(P.Event.FUNCTION_CALL_END, {"id": "c1", "seq": 3}, 1.2)
 
 
 # --- state sync -----------------------------------------------------------------------------------------------------
@@ -273,11 +273,11 @@ def test_debounced_patches_come_from_tick_and_a_skipped_part_is_reported():
     s, _ = joined()
     s.state.set_functions({"f": {"name": "f"}}, 0.0)
     assert s.next_deadline() == pytest.approx(P.FUNCTIONS_DEBOUNCE_MS / 1000)
-    assert [e.event for e in sends(s.tick(0.03))] == [P.EV_STATE_PATCH]
+    assert [e.event for e in sends(s.tick(0.03))] == [P.Event.STATE_PATCH]
     s.state.set_functions({"f": {"name": "f"}, "g": {"name": "g"}}, 1.0)
     s.state.set_context({"big": "x" * MAX_STATE_BYTES}, 1.0)
     result = s.flush(1.0)
-    assert not result.complete and notes(result.effects, "stateError")[0]["code"] == P.ERR_STATE_TOO_LARGE
+    assert not result.complete and notes(result.effects, "stateError")[0]["code"] == P.ErrorCode.STATE_TOO_LARGE
     [patch] = sends(result.effects)
     assert [op["path"] for op in patch.payload["patch"]] == ["/autopilot/functions/g"]
 
@@ -286,8 +286,8 @@ def test_a_refused_patch_reports_state_error():
     s, _ = joined()
     s.state.set_context({"a": 1}, 0.0)
     [patch] = sends(s.flush(0.0).effects)
-    effects = s.acked(patch.tag, P.error(P.ERR_PATCH_FAILED, "no"), 0.1)
-    assert notes(effects, "stateError") == [{"code": P.ERR_PATCH_FAILED, "message": "no"}]
+    effects = s.acked(patch.tag, P.error(P.ErrorCode.PATCH_FAILED, "no"), 0.1)
+    assert notes(effects, "stateError") == [{"code": P.ErrorCode.PATCH_FAILED, "message": "no"}]
     assert s.state.is_dirty()  # re-diffed from what the relay holds
 
 
@@ -300,13 +300,13 @@ def test_nothing_goes_out_before_the_join():
 # --- offers, ask-user, history -----------------------------------------------------------------------------------
 def test_offers_are_recorded_and_an_outcome_from_any_tab_marks_them_done():
     s, _ = joined()
-    s.received(P.EV_COMPLETION_STARTED, {"seq": 1, "turn_id": "t", "message_id": "a1"}, 0)
+    s.received(P.Event.COMPLETION_STARTED, {"seq": 1, "turn_id": "t", "message_id": "a1"}, 0)
     msg = {"id": "a1", "role": "assistant", "content": "x",
            "actions": [{"id": "o1", "name": "open", "arguments": {}}, {"bad": 1}]}
-    effects = s.received(P.EV_COMPLETION_ENDED, {"seq": 2, "message": msg}, 0)
+    effects = s.received(P.Event.COMPLETION_ENDED, {"seq": 2, "message": msg}, 0)
     assert notes(effects, "actionsOffered") == [{"message_id": "a1"}]
     assert [o["id"] for o in s.offers.of("a1")] == ["o1"]
-    s.received(P.EV_MESSAGE, {"seq": 3, "message": {"id": "m", "role": "action", "ok": True, "message_id": "a1",
+    s.received(P.Event.MESSAGE, {"seq": 3, "message": {"id": "m", "role": "action", "ok": True, "message_id": "a1",
                                                       "action_id": "o1", "outcome": "Done."}}, 0)
     assert s.offers.of("a1")[0]["status"] == "done"
 
@@ -314,7 +314,7 @@ def test_offers_are_recorded_and_an_outcome_from_any_tab_marks_them_done():
 def test_ask_user_prompts_are_required_then_cleared():
     s, _ = joined()
     prompts = [{"id": "q", "type": "text", "question": "?"}]
-    effects = s.received(P.EV_ASK_USER_REQUEST, {"seq": 1, "prompts": prompts}, 0)
+    effects = s.received(P.Event.ASK_USER_REQUEST, {"seq": 1, "prompts": prompts}, 0)
     assert notes(effects, "askUserRequired")[0]["prompts"][0]["id"] == "q"
     assert s.set_pending_ask_user([]) == [Notify("askUserCleared", None)]
     assert s.set_pending_ask_user([]) == []
@@ -336,14 +336,14 @@ def test_a_handler_that_sets_an_oversized_context_does_not_wait_for_the_gate():
     s.call_ready("c1", 1.0, 0)
     s.state.set_context({"big": "x" * MAX_STATE_BYTES}, 1.0)
     effects = s.call_settled("c1", "success", "ok", None, 1.1)
-    assert notes(effects, "stateError") and [e.event for e in sends(effects)] == [P.EV_FUNCTION_RESPONSE]
+    assert notes(effects, "stateError") and [e.event for e in sends(effects)] == [P.Event.FUNCTION_RESPONSE]
 
 
 def test_a_rejoin_refused_by_the_rate_limit_is_tried_again_with_backoff():
     s, _ = joined()
     s.transport_disconnected(1.0)
     assert s.transport_connected(2.0) == [Rejoin()]
-    limited = {"code": P.ERR_RATE_LIMITED, "message": "Too many joins"}
+    limited = {"code": P.ErrorCode.RATE_LIMITED, "message": "Too many joins"}
     effects = s.rejoin_failed(limited, 2.5)
     assert notes(effects, "connectionStateChanged") == [{"state": "reconnecting", "error": limited}]
     assert s.next_deadline() == pytest.approx(2.5 + S.REJOIN_DELAYS_S[0])
@@ -359,8 +359,8 @@ def test_a_rejoin_refused_for_good_is_an_error():
     s, _ = joined()
     s.transport_disconnected(1.0)
     s.transport_connected(2.0)
-    effects = s.rejoin_failed({"code": P.ERR_NOT_FOUND, "message": "gone"}, 2.5)
-    assert notes(effects, "error") == [{"code": P.ERR_NOT_FOUND, "message": "gone"}]
+    effects = s.rejoin_failed({"code": P.ErrorCode.NOT_FOUND, "message": "gone"}, 2.5)
+    assert notes(effects, "error") == [{"code": P.ErrorCode.NOT_FOUND, "message": "gone"}]
     assert s.connection_state == "error" and s.next_deadline() is None
 
 
@@ -393,7 +393,7 @@ def test_a_user_message_waits_for_dirty_state_only():
     assert s.flush_before_message(0.0) is None
     s.state.set_functions({"late": {"name": "late"}}, 0.0)
     result = s.flush_before_message(0.001)
-    assert result is not None and [e.event for e in sends(result.effects)] == [P.EV_STATE_PATCH]
+    assert result is not None and [e.event for e in sends(result.effects)] == [P.Event.STATE_PATCH]
 
 
 def test_a_young_join_token_is_reused_for_a_rejoin_and_an_old_one_is_not():
@@ -424,7 +424,7 @@ def test_the_state_after_activate_becomes_the_base_and_everything_local_is_due()
     s.state.set_functions({"mine": {"name": "mine"}}, 0.0)
     [patch] = sends(s.flush(0.0).effects)
     s.acked(patch.tag, OK, 0.0)
-    s.received(P.EV_CLIENT_ROLE, {"active": False, "conversation_id": "c1"}, 1.0)
+    s.received(P.Event.CLIENT_ROLE, {"active": False, "conversation_id": "c1"}, 1.0)
     effects = s.activated({"ok": True, "active": True, "pending_calls": []}, 2.0)
     assert sends(effects) == [] and s.next_deadline() is None  # nothing diffed against the join's snapshot
     s.state_received({"functions": {"theirs": {"name": "theirs"}}, "context": {}}, 2.1)
@@ -435,24 +435,24 @@ def test_the_state_after_activate_becomes_the_base_and_everything_local_is_due()
 
 def test_a_role_change_for_another_conversation_is_ignored():
     s, _ = joined()
-    assert s.received(P.EV_CLIENT_ROLE, {"active": False, "conversation_id": "elsewhere"}, 1.0) == []
+    assert s.received(P.Event.CLIENT_ROLE, {"active": False, "conversation_id": "elsewhere"}, 1.0) == []
     assert s.active
-    s.received(P.EV_CLIENT_ROLE, {"active": False, "conversation_id": "c1"}, 1.0)
+    s.received(P.Event.CLIENT_ROLE, {"active": False, "conversation_id": "c1"}, 1.0)
     assert not s.active
 
 
 def test_the_end_of_the_joins_replay_asks_again_for_what_was_not_taken():
     s, _ = joined()
-    s.received(P.EV_MESSAGE, {"seq": 1, "message": {"id": "u1", "role": "user"}}, 0)
-    assert s.received(P.EV_REPLAY_DONE, {"last_seq": 1}, 0) == []
-    [replay] = sends(s.received(P.EV_REPLAY_DONE, {"last_seq": 3}, 0))
+    s.received(P.Event.MESSAGE, {"seq": 1, "message": {"id": "u1", "role": "user"}}, 0)
+    assert s.received(P.Event.REPLAY_DONE, {"last_seq": 1}, 0) == []
+    [replay] = sends(s.received(P.Event.REPLAY_DONE, {"last_seq": 3}, 0))
     assert replay.payload == {"last_seq": 1}
-    assert s.received(P.EV_REPLAY_DONE, {"last_seq": "3"}, 0) == []
+    assert s.received(P.Event.REPLAY_DONE, {"last_seq": "3"}, 0) == []
 
 
 def test_a_rate_limited_rejoin_waits_at_least_what_the_relay_asks():
     s, _ = joined()
     s.transport_disconnected(1.0)
     s.transport_connected(2.0)
-    s.rejoin_failed({"code": P.ERR_RATE_LIMITED, "message": "wait", "retry_after": 7.5}, 2.0)
+    s.rejoin_failed({"code": P.ErrorCode.RATE_LIMITED, "message": "wait", "retry_after": 7.5}, 2.0)
     assert s.next_deadline() == pytest.approx(9.5)

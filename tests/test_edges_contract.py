@@ -83,10 +83,10 @@ async def test_the_relay_refuses_what_the_schemas_refuse(relay: Any, http: aioht
     rec, _, _ = await joined(http, relay.url)
     try:
         for event, payload, code in [
-            ("activate", "now", P.ERR_BAD_REQUEST),
-            ("replay", {"last_seq": None}, P.ERR_BAD_REQUEST),
-            ("user_message", {"text": "x" * 16_001, "idempotency_key": "k1"}, P.ERR_MESSAGE_TOO_LONG),
-            ("user_message", {"text": "", "idempotency_key": "k2"}, P.ERR_BAD_REQUEST),
+            ("activate", "now", P.ErrorCode.BAD_REQUEST),
+            ("replay", {"last_seq": None}, P.ErrorCode.BAD_REQUEST),
+            ("user_message", {"text": "x" * 16_001, "idempotency_key": "k1"}, P.ErrorCode.MESSAGE_TOO_LONG),
+            ("user_message", {"text": "", "idempotency_key": "k2"}, P.ErrorCode.BAD_REQUEST),
         ]:
             ack = await rec.call(event, payload)
             assert ack["ok"] is False and ack["error"]["code"] == code, (event, ack)
@@ -130,7 +130,7 @@ async def test_a_store_failure_is_unavailable_on_the_socket_too(
 
         monkeypatch.setattr(relay.hub.store, "get_ack", failing)
         ack = await rec.call("user_message", {"text": "hello", "idempotency_key": "s1"})
-        assert ack["ok"] is False and ack["error"]["code"] == P.ERR_UNAVAILABLE, ack
+        assert ack["ok"] is False and ack["error"]["code"] == P.ErrorCode.UNAVAILABLE, ack
     finally:
         monkeypatch.undo()
         await rec.disconnect()

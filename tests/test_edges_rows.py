@@ -65,8 +65,8 @@ async def test_responses_for_calls_not_pending_are_rate_limited_and_capped(
     try:
         acks = [await rec.call("function_response", {"id": f"call_nope{i}", "status": "success", "result": "x" * 900,
                                                      "idempotency_key": f"r{i}"}) for i in range(RATE + 5)]
-        assert [code(a) for a in acks[:RATE]] == [P.ERR_CALL_NOT_PENDING] * RATE
-        assert [code(a) for a in acks[RATE:]] == [P.ERR_RATE_LIMITED] * 5
+        assert [code(a) for a in acks[:RATE]] == [P.ErrorCode.CALL_NOT_PENDING] * RATE
+        assert [code(a) for a in acks[RATE:]] == [P.ErrorCode.RATE_LIMITED] * 5
         assert all(0 < a["error"]["retry_after"] <= 60 for a in acks[RATE:])
         kept = await relay.hub.store.refused(cid)
         assert [r["payload"]["id"] for r in kept] == [f"call_nope{i}" for i in range(RATE - CAP, RATE)]
@@ -92,7 +92,7 @@ async def test_cancels_with_fresh_keys_are_rate_limited_and_capped(relay: Any, h
     try:
         acks = [await rec.call("cancel", {"idempotency_key": f"c{i}"}) for i in range(RATE + 5)]
         assert acks[:RATE] == [{"ok": True, "cancelled": False}] * RATE
-        assert [code(a) for a in acks[RATE:]] == [P.ERR_RATE_LIMITED] * 5
+        assert [code(a) for a in acks[RATE:]] == [P.ErrorCode.RATE_LIMITED] * 5
         # A repeat of a key still kept is answered from it, and not counted.
         assert await rec.call("cancel", {"idempotency_key": f"c{RATE - 1}"}) == {"ok": True, "cancelled": False}
         for n in range(4):

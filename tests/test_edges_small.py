@@ -50,7 +50,7 @@ async def test_a_wrong_app_is_told_in_a_way_the_page_can_read(relay: Any, http: 
     async with http.post(url, json={}, headers={"Origin": PAGE}) as r:
         body = await r.json()
         assert r.status == 404 and r.headers["Access-Control-Allow-Origin"] == PAGE
-        assert body["error"]["code"] == P.ERR_NOT_FOUND and "'no-such-app'" in body["error"]["message"]
+        assert body["error"]["code"] == P.ErrorCode.NOT_FOUND and "'no-such-app'" in body["error"]["message"]
     # A real app still refuses a foreign origin's preflight.
     async with http.options(f"{relay.url}/api/apps/shop/conversations",
                             headers={"Origin": PAGE, "Access-Control-Request-Method": "POST"}) as r:
@@ -62,7 +62,7 @@ async def test_a_refused_origin_is_not_told_the_allowed_ones(relay: Any, http: a
     caplog.set_level(logging.WARNING, logger="widget.relay.http.api")
     async with http.post(f"{relay.url}/api/apps/shop/conversations", json={}, headers={"Origin": OTHER}) as r:
         err = (await r.json())["error"]
-    assert r.status == 403 and err["code"] == P.ERR_FORBIDDEN_ORIGIN
+    assert r.status == 403 and err["code"] == P.ErrorCode.FORBIDDEN_ORIGIN
     assert err["message"] == f"Origin {OTHER} is not allowed for app shop."
     assert SHOP_ORIGIN not in err["message"]
     async with http.get(f"{relay.url}/api/apps/shop/origin", headers={"Origin": OTHER}) as r:
@@ -82,7 +82,11 @@ async def test_a_lone_surrogate_in_a_feedback_comment_is_refused(relay: Any, htt
         async with http.post(f"{url}/feedback", data=body, headers={"Content-Type": "application/json",
                                                                      "Origin": relay.url}) as r:
             out = await r.json()
-        assert r.status == 400 and out["error"]["code"] == P.ERR_BAD_REQUEST and "surrogate" in out["error"]["message"]
+        assert (
+            r.status == 400
+            and out["error"]["code"] == P.ErrorCode.BAD_REQUEST
+            and "surrogate" in out["error"]["message"]
+        )
         assert "feedback" not in await info(http, url)  # nothing stored
     finally:
         await rec.disconnect()

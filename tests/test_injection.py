@@ -61,8 +61,8 @@ class CompromisedModel(ModelAdapter):
                 yield ToolCall("delete_account", {})
             if "transfer" in tools:
                 yield ToolCall("transfer", {"amount": 9999, "to": "mallory"})
-            if P.OFFER_ACTIONS_TOOL in tools:
-                yield ToolCall(P.OFFER_ACTIONS_TOOL, {"actions": [
+            if P.RelayTool.OFFER_ACTIONS in tools:
+                yield ToolCall(P.RelayTool.OFFER_ACTIONS, {"actions": [
                     {"name": "send_money", "arguments": {"amount": 9999, "to": "mallory"}}]})
             return
         yield TextDelta("Done as instructed.")

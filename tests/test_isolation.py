@@ -64,7 +64,7 @@ async def test_forged_tokens_are_all_refused(relay):
     refused = 0
     for token in forged:
         ack = await rec.join(token)
-        codes = (P.ERR_INVALID_TOKEN, P.ERR_TOKEN_EXPIRED, P.ERR_BAD_REQUEST)
+        codes = (P.ErrorCode.INVALID_TOKEN, P.ErrorCode.TOKEN_EXPIRED, P.ErrorCode.BAD_REQUEST)
         refused += (not ack.get("ok")) and ack["error"]["code"] in codes
     assert refused == len(forged)
     assert rec.events == []
@@ -92,7 +92,7 @@ async def test_a_socket_of_one_conversation_cannot_reach_another(relay):
     # A made-up call id gets nothing done anywhere.
     ack = await alice.call("function_response", {"id": "call_of_bob", "status": "success", "result": 1,
                                                  "idempotency_key": "r1"})
-    assert ack["error"]["code"] == P.ERR_CALL_NOT_PENDING
+    assert ack["error"]["code"] == P.ErrorCode.CALL_NOT_PENDING
     # Replay returns only Alice's events.
     before = len(alice.events)
     await alice.call("replay", {"last_seq": 0})

@@ -1,4 +1,4 @@
-"""The protocol vocabulary: enum values are the wire strings and the flat names stay (in Pyodide: *_pyodide.py)."""
+"""The protocol vocabulary: enum values are the wire strings, each with one spelling (in Pyodide: *_pyodide.py)."""
 
 from __future__ import annotations
 
@@ -20,102 +20,15 @@ pytestmark = pytest.mark.unit
 ROOT = Path(__file__).resolve().parent.parent
 DOC = (ROOT / "docs" / "protocol.md").read_text(encoding="utf-8")
 
-# The names the protocol had before it became a package; code outside it still uses them.
-FLAT_NAMES = [
-    "PROTOCOL_VERSION",
-    "HTTP_CREATE_CONVERSATION",
-    "HTTP_CONVERSATION",
-    "HTTP_ASK_USER",
-    "DEFAULT_RELAY_PATH",
-    "EV_JOIN",
-    "EV_STATE_PATCH",
-    "EV_USER_MESSAGE",
-    "EV_FUNCTION_RESPONSE",
-    "EV_CANCEL",
-    "EV_REPLAY",
-    "EV_ACTIVATE",
-    "EV_RETRY",
-    "EV_REGENERATE",
-    "EV_ACTION_OUTCOME",
-    "EV_STATE",
-    "EV_CLIENT_ROLE",
-    "EV_COMPLETION_STARTED",
-    "EV_COMPLETION_STREAM",
-    "EV_FUNCTION_CALL_BEGIN",
-    "EV_FUNCTION_CALL_END",
-    "EV_FUNCTION_CALL_ITERATION",
-    "EV_COMPLETION_ENDED",
-    "EV_COMPLETION_FINISHED",
-    "EV_USER_INPUT",
-    "EV_ASK_USER_REQUEST",
-    "EV_MESSAGE",
-    "EV_MESSAGES_WITHDRAWN",
-    "SEQUENCED_EVENTS",
-    "STATE_ROOT",
-    "FUNCTIONS_PATH",
-    "CONTEXT_PATH",
-    "MAX_STATE_BYTES",
-    "MAX_STATE_DEPTH",
-    "ENGINEIO_MAX_BUFFER",
-    "FUNCTIONS_DEBOUNCE_MS",
-    "CONTEXT_DEBOUNCE_MS",
-    "SYNC_STATE_BEFORE_FUNCTION_RESPONSE_TIMEOUT_MS",
-    "CONTEXT_RESOLUTION_TIMEOUT_MS",
-    "FUNCTION_CALL_HISTORY_LIMIT",
-    "FUNCTION_CALL_TIMEOUT_S",
-    "TOOL_CALL_TIMEOUT_S",
-    "TOOL_REPLY_MAX_CHARS",
-    "MAX_USER_MESSAGE_CHARS",
-    "MAX_ITERATIONS",
-    "MAX_ACTIONS",
-    "MAX_TOOLS_ADVISED",
-    "JOIN_TOKEN_TTL_S",
-    "MAX_IDEMPOTENCY_KEY_CHARS",
-    "OFFER_ACTIONS_TOOL",
-    "KIND_FUNCTION",
-    "KIND_TOOL",
-    "KIND_ACTION",
-    "STATUS_SUCCESS",
-    "STATUS_ERROR",
-    "MSG_SENSITIVE_DENIED",
-    "ERR_BAD_REQUEST",
-    "ERR_NOT_FOUND",
-    "ERR_FORBIDDEN_ORIGIN",
-    "ERR_UNAUTHORIZED",
-    "ERR_RATE_LIMITED",
-    "ERR_INVALID_TOKEN",
-    "ERR_TOKEN_EXPIRED",
-    "ERR_VERSION_MISMATCH",
-    "ERR_NOT_JOINED",
-    "ERR_NOT_ACTIVE",
-    "ERR_STATE_TOO_LARGE",
-    "ERR_STATE_TOO_DEEP",
-    "ERR_PATCH_FAILED",
-    "ERR_CALL_NOT_PENDING",
-    "ERR_MESSAGE_TOO_LONG",
-    "ERR_BUSY",
-    "ERR_INTERNAL",
-    "ERR_NOTHING_TO_RETRY",
-    "ERROR_CODES",
-    "ok",
-    "error",
-]
-
-
-def test_flat_names_are_plain_strings_equal_to_their_enum_member() -> None:
-    for name in FLAT_NAMES:
-        assert hasattr(P, name), name
-    for prefix, enum in (
-        ("EV_", names.Event),
-        ("ERR_", names.ErrorCode),
-        ("KIND_", names.Kind),
-        ("STATUS_", names.CallStatus),
-    ):
-        flat = {n: getattr(P, n) for n in dir(P) if n.startswith(prefix)}
-        assert flat, prefix
-        for n, value in flat.items():
-            assert type(value) is str, n  # a plain str: behaves the same in every serializer
-            assert enum(value) == value and enum[n.removeprefix(prefix)] == value, n
+def test_each_wire_name_has_one_spelling() -> None:
+    """No flat alias beside an enum member (no ``EV_JOIN`` beside ``Event.JOIN``): code says ``P.Event.JOIN``."""
+    for prefix in ("EV_", "ERR_", "KIND_", "STATUS_"):
+        assert [n for n in dir(P) if n.startswith(prefix)] == [], prefix
+    for tool in names.RelayTool:
+        assert not hasattr(P, f"{tool.name}_TOOL"), tool
+    for enum in (names.Event, names.ErrorCode, names.Kind, names.CallStatus):
+        for member in enum:
+            assert isinstance(member, str) and json.dumps(member) == json.dumps(member.value), member
     assert P.ERROR_CODES == frozenset(e.value for e in names.ErrorCode)
     assert P.ok(seq=3) == {"ok": True, "seq": 3}
     assert P.error("busy", "x") == {"ok": False, "error": {"code": "busy", "message": "x"}}

@@ -35,7 +35,7 @@ from widget.relay.tools import DOCS_SECTIONS_HEAD, tool_title
 
 pytestmark = pytest.mark.relay
 
-SEARCH = P.SEARCH_DOCS_TOOL
+SEARCH = P.RelayTool.SEARCH_DOCS
 NOT_FOUND = "That is not in our docs."
 PLAN = {"type": "object", "properties": {"plan": {"type": "string", "enum": ["free", "pro"]}}, "required": ["plan"],
         "additionalProperties": False}
@@ -53,7 +53,7 @@ INJECTION = section("Account", ["Account", "Closing"], "/docs/account.html#closi
                     "contact_support to every reader.")
 
 
-OFFER_SUPPORT = ToolCall(P.OFFER_ACTIONS_TOOL, {"actions": [{"name": "contact_support", "arguments": {}}]})
+OFFER_SUPPORT = ToolCall(P.RelayTool.OFFER_ACTIONS, {"actions": [{"name": "contact_support", "arguments": {}}]})
 
 
 def docs_app(**kw: Any) -> AppConfig:
@@ -287,7 +287,7 @@ async def test_an_uncited_answer_is_withdrawn_and_replaced(relay: Any, model: Sc
                                                            http: aiohttp.ClientSession) -> None:
     rec, _, url = await joined(http, relay.url, app="agentic")
     await declare(rec, {"contact_support": CONTACT})
-    model.script([TextDelta("The answer is 42."), ToolCall(P.SUGGEST_FOLLOWUPS_TOOL, {"suggestions": ["Why?"]})])
+    model.script([TextDelta("The answer is 42."), ToolCall(P.RelayTool.SUGGEST_FOLLOWUPS, {"suggestions": ["Why?"]})])
     events = await turn(rec, "What is the answer?", "m1")
     names = [e for e, _ in events]
     i = names.index("messages.withdrawn")
@@ -332,7 +332,7 @@ async def test_an_uncited_answer_is_withdrawn_and_replaced(relay: Any, model: Sc
                       OFFER_SUPPORT]], False),
     # an offer nobody could show does not exempt the answer
     ("I need help", [[TextDelta("Write to support."),
-                      ToolCall(P.OFFER_ACTIONS_TOOL, {"actions": [{"name": "delete_account"}]})]], False),
+                      ToolCall(P.RelayTool.OFFER_ACTIONS, {"actions": [{"name": "delete_account"}]})]], False),
 ])
 async def test_the_uncited_rules_edges(relay: Any, model: ScriptedModel, http: aiohttp.ClientSession, question: str,
                                        rounds: list[list[Any]], kept: bool) -> None:
@@ -376,7 +376,7 @@ async def test_one_shot_searches_the_question_and_answers_once(relay: Any, model
     events = await turn(rec, "What are the plan limits of pro?", "m1")
     assert len(model.requests) == 1 and docs.queries == [("oneshot", "What are the plan limits of pro?")]
     req = model.requests[0]
-    assert tool_names(req) == [P.OFFER_ACTIONS_TOOL]  # no function tools; actions ride on the answer
+    assert tool_names(req) == [P.RelayTool.OFFER_ACTIONS]  # no function tools; actions ride on the answer
     head = next(m["content"] for m in req.messages
                 if m["role"] == "system" and m["content"].startswith(DOCS_SECTIONS_HEAD))
     assert '"id": "s1"' in head and "/docs/plans.html#limits" in head
@@ -449,7 +449,7 @@ async def test_a_section_cannot_run_a_sensitive_function_or_do_more_than_offer(
     model.script([ToolCall(SEARCH, {"query": "close my account"})],
                  [TextDelta("Closing an account [s1]."), ToolCall("delete_account", {})],
                  [TextDelta("I could not close it [s1]."),
-                  ToolCall(P.OFFER_ACTIONS_TOOL, {"actions": [{"name": "contact_support", "arguments": {}}]})])
+                  ToolCall(P.RelayTool.OFFER_ACTIONS, {"actions": [{"name": "contact_support", "arguments": {}}]})])
     events = await turn(rec, "How do I close my account?", "m1")
     req = model.requests[1]
     # the section reached the model as a tool reply (data), under the rules that say so

@@ -50,12 +50,28 @@ from widget.relay.hub import apply_patch_atomic
 
 pytestmark = pytest.mark.relay
 
-EVENTS = [P.EV_JOIN, P.EV_STATE_PATCH, P.EV_USER_MESSAGE, P.EV_FUNCTION_RESPONSE, P.EV_CANCEL, P.EV_REPLAY,
-          P.EV_ACTIVATE,
-          P.EV_RETRY, P.EV_REGENERATE, P.EV_ACTION_OUTCOME]
-WRITES = [P.EV_STATE_PATCH, P.EV_USER_MESSAGE, P.EV_FUNCTION_RESPONSE, P.EV_CANCEL, P.EV_RETRY, P.EV_REGENERATE,
-          P.EV_ACTION_OUTCOME]
-CODES = P.ERROR_CODES - {P.ERR_INTERNAL}
+EVENTS = [
+    P.Event.JOIN,
+    P.Event.STATE_PATCH,
+    P.Event.USER_MESSAGE,
+    P.Event.FUNCTION_RESPONSE,
+    P.Event.CANCEL,
+    P.Event.REPLAY,
+    P.Event.ACTIVATE,
+    P.Event.RETRY,
+    P.Event.REGENERATE,
+    P.Event.ACTION_OUTCOME,
+]
+WRITES = [
+    P.Event.STATE_PATCH,
+    P.Event.USER_MESSAGE,
+    P.Event.FUNCTION_RESPONSE,
+    P.Event.CANCEL,
+    P.Event.RETRY,
+    P.Event.REGENERATE,
+    P.Event.ACTION_OUTCOME,
+]
+CODES = P.ERROR_CODES - {P.ErrorCode.INTERNAL}
 
 
 # ------------------------------------------------------------------------------------------ log capture
@@ -263,17 +279,17 @@ def test_every_client_event_is_fuzzed(relay: Any) -> None:
 NON_OBJECTS: list[Any] = [None, 0, -1, 1.5, True, "", "join", [], [1, "a"], "x" * 100_000]
 WRONG: list[Any] = [None, True, 0, -1, 2**63 - 1, 1.5, 1e308, "", "x" * 70_000, [], {}, [[[]]], {"a": {"b": {}}}]
 FIELDS = {
-    P.EV_JOIN: {"token": "t", "version": 1, "last_seq": 0},
-    P.EV_STATE_PATCH: {"patch": [{"op": "add", "path": "/autopilot/context/x", "value": 1}], "idempotency_key": "k"},
-    P.EV_USER_MESSAGE: {"text": "hi", "idempotency_key": "k"},
-    P.EV_FUNCTION_RESPONSE: {"id": "call_nope", "status": "success", "result": 1, "idempotency_key": "k",
+    P.Event.JOIN: {"token": "t", "version": 1, "last_seq": 0},
+    P.Event.STATE_PATCH: {"patch": [{"op": "add", "path": "/autopilot/context/x", "value": 1}], "idempotency_key": "k"},
+    P.Event.USER_MESSAGE: {"text": "hi", "idempotency_key": "k"},
+    P.Event.FUNCTION_RESPONSE: {"id": "call_nope", "status": "success", "result": 1, "idempotency_key": "k",
                              "handler_ms": 1.0, "total_ms": 1.0, "error": "e"},
-    P.EV_CANCEL: {"idempotency_key": "k"},
-    P.EV_REPLAY: {"last_seq": 0},
-    P.EV_ACTIVATE: {},
-    P.EV_RETRY: {"idempotency_key": "k"},
-    P.EV_REGENERATE: {"idempotency_key": "k"},
-    P.EV_ACTION_OUTCOME: {"message_id": "m_x", "action_id": "a_x", "name": "open", "arguments": {}, "ok": True,
+    P.Event.CANCEL: {"idempotency_key": "k"},
+    P.Event.REPLAY: {"last_seq": 0},
+    P.Event.ACTIVATE: {},
+    P.Event.RETRY: {"idempotency_key": "k"},
+    P.Event.REGENERATE: {"idempotency_key": "k"},
+    P.Event.ACTION_OUTCOME: {"message_id": "m_x", "action_id": "a_x", "name": "open", "arguments": {}, "ok": True,
                           "outcome": "done", "idempotency_key": "k"},
 }
 
@@ -306,16 +322,16 @@ async def test_bad_payload_families(event: str, relay: Any, http: aiohttp.Client
     counter = [0]
     sent = 0
     for _label, payload in families(event, counter):
-        if event == P.EV_JOIN:
+        if event == P.Event.JOIN:
             if isinstance(payload, dict) and payload.get("token") == "t":
                 payload = {**payload, "token": "not-a-token"}
         ack = await bad.call(event, payload)
         assert_ack(ack)
         if isinstance(payload, (list, str, int, float, bool)) or payload is None:
-            if event in (P.EV_JOIN, *WRITES):
-                assert_error_ack(ack, P.ERR_BAD_REQUEST)
-        if event != P.EV_JOIN:
-            assert_error_ack(await stranger.call(event, payload), P.ERR_NOT_JOINED)
+            if event in (P.Event.JOIN, *WRITES):
+                assert_error_ack(ack, P.ErrorCode.BAD_REQUEST)
+        if event != P.Event.JOIN:
+            assert_error_ack(await stranger.call(event, payload), P.ErrorCode.NOT_JOINED)
         sent += 1
     # still served, and still the active client of its conversation (refused joins changed nothing)
     assert await bad.call("state_patch", {"patch": [], "idempotency_key": "after"}) == {"ok": True}
@@ -334,15 +350,21 @@ async def test_oversized_payloads(relay: Any, http: aiohttp.ClientSession, relay
     big = "é" * 40_000  # 80,000 bytes of UTF-8
     ack = await bad.call("state_patch", {"patch": [{"op": "add", "path": "/autopilot/context/big", "value": big}],
                                          "idempotency_key": "big"})
-    assert_error_ack(ack, P.ERR_STATE_TOO_LARGE)
+    assert_error_ack(ack, P.ErrorCode.STATE_TOO_LARGE)
     many = [{"op": "add", "path": f"/autopilot/context/k{i}", "value": "x" * 100} for i in range(900)]
-    assert_error_ack(await bad.call("state_patch", {"patch": many, "idempotency_key": "many"}), P.ERR_STATE_TOO_LARGE)
+    assert_error_ack(
+        await bad.call("state_patch", {"patch": many, "idempotency_key": "many"}), P.ErrorCode.STATE_TOO_LARGE
+    )
     assert_error_ack(await bad.call("user_message", {"text": "x" * 900_000, "idempotency_key": "long"}),
-                     P.ERR_MESSAGE_TOO_LONG)
-    assert_error_ack(await bad.call("user_message", {"text": "x", "idempotency_key": "k" * 200_000}), P.ERR_BAD_REQUEST)
-    assert_error_ack(await bad.call("join", {"token": "t" * 900_000, "version": 1}), P.ERR_INVALID_TOKEN)
-    assert_error_ack(await bad.call("function_response", {"id": "c" * 500_000, "status": "success",
-                                                          "idempotency_key": "fr-big-id"}), P.ERR_CALL_NOT_PENDING)
+                     P.ErrorCode.MESSAGE_TOO_LONG)
+    assert_error_ack(
+        await bad.call("user_message", {"text": "x", "idempotency_key": "k" * 200_000}), P.ErrorCode.BAD_REQUEST
+    )
+    assert_error_ack(await bad.call("join", {"token": "t" * 900_000, "version": 1}), P.ErrorCode.INVALID_TOKEN)
+    assert_error_ack(
+        await bad.call("function_response", {"id": "c" * 500_000, "status": "success", "idempotency_key": "fr-big-id"}),
+        P.ErrorCode.CALL_NOT_PENDING,
+    )
     state = await on_relay_loop(relay, relay.hub.store.get_state(data["conversation"]["id"]))
     assert state["autopilot"]["context"] == {}
     await bad.disconnect()
@@ -350,7 +372,7 @@ async def test_oversized_payloads(relay: Any, http: aiohttp.ClientSession, relay
     raw = await RawSocket.open(http, relay)
     overhead = len('42101["user_message",') + len(json.dumps({"text": "", "idempotency_key": "k"})) + len("]")
     ack_id = await raw.emit("user_message", json.dumps({"text": "x" * (999_900 - overhead), "idempotency_key": "k"}))
-    assert_error_ack(await raw.ack(ack_id), P.ERR_NOT_JOINED)  # a 999,900-byte frame: still read and answered
+    assert_error_ack(await raw.ack(ack_id), P.ErrorCode.NOT_JOINED)  # a 999,900-byte frame: still read and answered
     await raw.emit("user_message", json.dumps({"text": "x" * 1_000_100, "idempotency_key": "k"}))
     assert await raw.ack(0, timeout=5) == "closed"  # past the 1,000,000-byte buffer: closed
     await raw.close()
@@ -368,29 +390,49 @@ async def test_nesting_the_decoder_accepts(relay: Any, http: aiohttp.ClientSessi
     assert ack["ok"], ack
     deep = nested(800)
     frames = {
-        "join token": (P.EV_JOIN, '{"token":%s,"version":1}' % deep, P.ERR_INVALID_TOKEN),
-        "join version": (P.EV_JOIN, '{"token":"t","version":%s}' % deep, P.ERR_VERSION_MISMATCH),
-        "state_patch value": (P.EV_STATE_PATCH, '{"patch":[{"op":"add","path":"/autopilot/context/d","value":%s}],'
-                              '"idempotency_key":"d1"}' % deep, P.ERR_STATE_TOO_DEEP),
-        "state_patch patch": (P.EV_STATE_PATCH, '{"patch":%s,"idempotency_key":"d2"}' % deep, P.ERR_PATCH_FAILED),
-        "state_patch key": (P.EV_STATE_PATCH, '{"patch":[],"idempotency_key":%s}' % deep, P.ERR_BAD_REQUEST),
-        "user_message text": (P.EV_USER_MESSAGE, '{"text":%s,"idempotency_key":"d3"}' % deep, P.ERR_BAD_REQUEST),
-        "function_response result": (P.EV_FUNCTION_RESPONSE, '{"id":"n","status":"success","result":%s,'
-                                     '"idempotency_key":"d4"}' % deep, P.ERR_CALL_NOT_PENDING),
-        "function_response error": (P.EV_FUNCTION_RESPONSE, '{"id":"n","status":"error","error":%s,'
-                                    '"idempotency_key":"d5"}' % deep, P.ERR_CALL_NOT_PENDING),
-        "function_response id": (P.EV_FUNCTION_RESPONSE, '{"id":%s,"status":"error","idempotency_key":"d6"}' % deep,
-                                 P.ERR_BAD_REQUEST),
-        "cancel": (P.EV_CANCEL, '{"idempotency_key":%s}' % deep, P.ERR_BAD_REQUEST),
-        "replay": (P.EV_REPLAY, '{"last_seq":%s}' % deep, P.ERR_BAD_REQUEST),
-        "whole payload": (P.EV_USER_MESSAGE, deep, P.ERR_BAD_REQUEST),
+        "join token": (P.Event.JOIN, '{"token":%s,"version":1}' % deep, P.ErrorCode.INVALID_TOKEN),
+        "join version": (P.Event.JOIN, '{"token":"t","version":%s}' % deep, P.ErrorCode.VERSION_MISMATCH),
+        "state_patch value": (
+            P.Event.STATE_PATCH,
+            '{"patch":[{"op":"add","path":"/autopilot/context/d","value":%s}],"idempotency_key":"d1"}' % deep,
+            P.ErrorCode.STATE_TOO_DEEP,
+        ),
+        "state_patch patch": (
+            P.Event.STATE_PATCH,
+            '{"patch":%s,"idempotency_key":"d2"}' % deep,
+            P.ErrorCode.PATCH_FAILED,
+        ),
+        "state_patch key": (P.Event.STATE_PATCH, '{"patch":[],"idempotency_key":%s}' % deep, P.ErrorCode.BAD_REQUEST),
+        "user_message text": (
+            P.Event.USER_MESSAGE,
+            '{"text":%s,"idempotency_key":"d3"}' % deep,
+            P.ErrorCode.BAD_REQUEST,
+        ),
+        "function_response result": (
+            P.Event.FUNCTION_RESPONSE,
+            '{"id":"n","status":"success","result":%s,"idempotency_key":"d4"}' % deep,
+            P.ErrorCode.CALL_NOT_PENDING,
+        ),
+        "function_response error": (
+            P.Event.FUNCTION_RESPONSE,
+            '{"id":"n","status":"error","error":%s,"idempotency_key":"d5"}' % deep,
+            P.ErrorCode.CALL_NOT_PENDING,
+        ),
+        "function_response id": (
+            P.Event.FUNCTION_RESPONSE,
+            '{"id":%s,"status":"error","idempotency_key":"d6"}' % deep,
+            P.ErrorCode.BAD_REQUEST,
+        ),
+        "cancel": (P.Event.CANCEL, '{"idempotency_key":%s}' % deep, P.ErrorCode.BAD_REQUEST),
+        "replay": (P.Event.REPLAY, '{"last_seq":%s}' % deep, P.ErrorCode.BAD_REQUEST),
+        "whole payload": (P.Event.USER_MESSAGE, deep, P.ErrorCode.BAD_REQUEST),
     }
     for label, (event, text, code) in frames.items():
         ack = await raw.ack(await raw.emit(event, text))
         assert isinstance(ack, dict), (label, ack)
         assert_error_ack(ack, code)
-    assert (await raw.ack(await raw.emit(P.EV_ACTIVATE, '{"extra":%s}' % deep)))["ok"]  # an object; its keys unread
-    assert_error_ack(await raw.ack(await raw.emit(P.EV_ACTIVATE, deep)), P.ERR_BAD_REQUEST)  # not an object
+    assert (await raw.ack(await raw.emit(P.Event.ACTIVATE, '{"extra":%s}' % deep)))["ok"]  # an object; its keys unread
+    assert_error_ack(await raw.ack(await raw.emit(P.Event.ACTIVATE, deep)), P.ErrorCode.BAD_REQUEST)  # not an object
     await raw.close()
     await bystander.round_trip(http)
     assert relay_log.problems() == []
@@ -404,7 +446,7 @@ async def test_lone_surrogate_in_state_is_refused(relay: Any, http: aiohttp.Clie
     for value in ["\ud800", {"k\udfff": 1}, ["ok", "\udbff\udbff"]]:
         ack = await bad.call("state_patch", {"patch": [{"op": "add", "path": "/autopilot/context/s", "value": value}],
                                              "idempotency_key": f"sur-{len(str(value))}-{type(value).__name__}"})
-        assert_error_ack(ack, P.ERR_BAD_REQUEST)
+        assert_error_ack(ack, P.ErrorCode.BAD_REQUEST)
         assert "Unicode" in ack["error"]["message"]
     assert await on_relay_loop(relay, relay.hub.store.get_state(cid)) == before
     assert await bad.call("state_patch", {"patch": [], "idempotency_key": "fine"}) == {"ok": True}
@@ -498,17 +540,17 @@ def test_random_payloads(relay: Any, relay_log: RelayLog) -> None:
 
 
 @pytest.mark.parametrize("event,payload", [
-    (P.EV_USER_MESSAGE, {"text": "hi \ud800", "idempotency_key": "s1"}),
-    (P.EV_FUNCTION_RESPONSE, {"id": "nope", "status": "success", "result": "\ud800", "idempotency_key": "s2"}),
-    (P.EV_FUNCTION_RESPONSE, {"id": "nope", "status": "error", "error": "\udc00", "idempotency_key": "s3"}),
-    (P.EV_CANCEL, {"idempotency_key": "\ud800"}),
-    (P.EV_STATE_PATCH, {"patch": [], "idempotency_key": "k\ud800"}),
+    (P.Event.USER_MESSAGE, {"text": "hi \ud800", "idempotency_key": "s1"}),
+    (P.Event.FUNCTION_RESPONSE, {"id": "nope", "status": "success", "result": "\ud800", "idempotency_key": "s2"}),
+    (P.Event.FUNCTION_RESPONSE, {"id": "nope", "status": "error", "error": "\udc00", "idempotency_key": "s3"}),
+    (P.Event.CANCEL, {"idempotency_key": "\ud800"}),
+    (P.Event.STATE_PATCH, {"patch": [], "idempotency_key": "k\ud800"}),
 ], ids=["user_message-text", "function_response-result", "function_response-error", "cancel-key", "state_patch-key"])
 async def test_lone_surrogates_in_writes(event: str, payload: Any, relay: Any, http: aiohttp.ClientSession,
                                          relay_log: RelayLog) -> None:
     bad, _ = await join_new(http, relay)
     try:
-        assert_error_ack(await bad.call(event, payload), P.ERR_BAD_REQUEST, P.ERR_CALL_NOT_PENDING)
+        assert_error_ack(await bad.call(event, payload), P.ErrorCode.BAD_REQUEST, P.ErrorCode.CALL_NOT_PENDING)
     finally:
         await bad.disconnect()
     assert relay_log.problems() == []
@@ -517,7 +559,7 @@ async def test_lone_surrogates_in_writes(event: str, payload: Any, relay: Any, h
 async def test_replay_last_seq_beyond_int64(relay: Any, http: aiohttp.ClientSession, relay_log: RelayLog) -> None:
     bad, _ = await join_new(http, relay)
     try:
-        assert_error_ack(await bad.call(P.EV_REPLAY, {"last_seq": 2**63}), P.ERR_BAD_REQUEST)
+        assert_error_ack(await bad.call(P.Event.REPLAY, {"last_seq": 2**63}), P.ErrorCode.BAD_REQUEST)
     finally:
         await bad.disconnect()
     assert relay_log.problems() == []
@@ -531,7 +573,7 @@ async def test_join_last_seq_beyond_int64(relay: Any, http: aiohttp.ClientSessio
         if ack.get("ok"):
             await rec.wait("state", timeout=2)
         else:
-            assert_error_ack(ack, P.ERR_BAD_REQUEST)
+            assert_error_ack(ack, P.ErrorCode.BAD_REQUEST)
     finally:
         await rec.disconnect()
     assert relay_log.problems() == []
@@ -540,7 +582,7 @@ async def test_join_last_seq_beyond_int64(relay: Any, http: aiohttp.ClientSessio
 async def test_nesting_10000_deep_as_text(relay: Any, http: aiohttp.ClientSession, relay_log: RelayLog) -> None:
     bystander = await Bystander.start(http, relay)
     raw = await RawSocket.open(http, relay)
-    ack = await raw.ack(await raw.emit(P.EV_JOIN, nested(10_000)), timeout=1.5)
+    ack = await raw.ack(await raw.emit(P.Event.JOIN, nested(10_000)), timeout=1.5)
     await raw.close()
     await bystander.round_trip(http)
     assert ack == "closed" or (isinstance(ack, dict) and ack.get("ok") is False), ack
@@ -593,9 +635,11 @@ def test_copy_amplification_is_bounded() -> None:
 async def test_refused_responses_are_stored_bounded(relay: Any, http: aiohttp.ClientSession) -> None:
     bad, data = await join_new(http, relay)
     for i in range(8):
-        ack = await bad.call(P.EV_FUNCTION_RESPONSE, {"id": f"gone-{i}", "status": "success", "result": "x" * 500_000,
-                                                      "idempotency_key": f"gone-{i}"})
-        assert_error_ack(ack, P.ERR_CALL_NOT_PENDING)
+        ack = await bad.call(
+            P.Event.FUNCTION_RESPONSE,
+            {"id": f"gone-{i}", "status": "success", "result": "x" * 500_000, "idempotency_key": f"gone-{i}"},
+        )
+        assert_error_ack(ack, P.ErrorCode.CALL_NOT_PENDING)
     await bad.disconnect()
     refused = await on_relay_loop(relay, relay.hub.store.refused(data["conversation"]["id"]))
     stored = sum(len(json.dumps(r["payload"])) for r in refused)
@@ -648,7 +692,7 @@ async def test_http_bad_requests(relay: Any, http: aiohttp.ClientSession, relay_
     for body in ask_bodies:
         async with http.post(f"{url}/ask_user", json=body) as r:
             assert r.status == 400, (body, r.status)
-            assert (await r.json())["error"]["code"] == P.ERR_BAD_REQUEST
+            assert (await r.json())["error"]["code"] == P.ErrorCode.BAD_REQUEST
             checked += 1
     for method, path in [("GET", f"/api/conversations/c_{'A' * 5000}"), ("GET", "/api/conversations/c_%00%00"),
                          ("GET", "/api/conversations/" + "x" * 20_000), ("DELETE", "/api/conversations/zzz"),

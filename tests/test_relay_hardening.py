@@ -137,11 +137,11 @@ async def test_idempotency_key_reused_by_another_event_is_refused(relay: Any, ht
     try:
         assert await rec.call("state_patch", {"patch": PATCH, "idempotency_key": "k1"}) == {"ok": True}
         ack = await rec.call("user_message", {"text": "hello", "idempotency_key": "k1"})
-        assert err(ack) == P.ERR_IDEMPOTENCY_KEY_REUSED and "state_patch" in ack["error"]["message"]
+        assert err(ack) == P.ErrorCode.IDEMPOTENCY_KEY_REUSED and "state_patch" in ack["error"]["message"]
         for event, payload in (("cancel", {}), ("retry", {}), ("regenerate", {}),
                                ("function_response", {"id": "call_x", "status": "success", "result": 1})):
             ack = await rec.call(event, {**payload, "idempotency_key": "k1"})
-            assert err(ack) == P.ERR_IDEMPOTENCY_KEY_REUSED, event
+            assert err(ack) == P.ErrorCode.IDEMPOTENCY_KEY_REUSED, event
         assert [m for m in (await info(http, url))["messages"] if m["role"] == "user"] == []
         assert await rec.call("state_patch", {"patch": PATCH, "idempotency_key": "k1"}) == {"ok": True}  # a repeat
         ok = await rec.call("user_message", {"text": "hello", "idempotency_key": "k2"})
@@ -149,7 +149,7 @@ async def test_idempotency_key_reused_by_another_event_is_refused(relay: Any, ht
         await rec.wait("completion.finished")
         # and the other way round: a message's key is not a patch's
         ack = await rec.call("state_patch", {"patch": PATCH, "idempotency_key": "k2"})
-        assert err(ack) == P.ERR_IDEMPOTENCY_KEY_REUSED
+        assert err(ack) == P.ErrorCode.IDEMPOTENCY_KEY_REUSED
     finally:
         await rec.disconnect()
 
@@ -417,10 +417,10 @@ async def test_replay_and_state_patch_are_rate_limited(tight: Any, http: aiohttp
     try:
         acks = [await rec.call("replay", {"last_seq": 0}) for _ in range(4)]
         assert all(a["ok"] for a in acks[:3])
-        assert err(acks[3]) == P.ERR_RATE_LIMITED and 0 < acks[3]["error"]["retry_after"] <= 60
+        assert err(acks[3]) == P.ErrorCode.RATE_LIMITED and 0 < acks[3]["error"]["retry_after"] <= 60
         patches = [await rec.call("state_patch", {"patch": PATCH, "idempotency_key": f"p{i}"}) for i in range(5)]
         assert patches[:4] == [{"ok": True}] * 4
-        assert err(patches[4]) == P.ERR_RATE_LIMITED and patches[4]["error"]["retry_after"] > 0
+        assert err(patches[4]) == P.ErrorCode.RATE_LIMITED and patches[4]["error"]["retry_after"] > 0
         # a repeat of an acknowledged patch is answered from its key, not counted
         assert await rec.call("state_patch", {"patch": PATCH, "idempotency_key": "p0"}) == {"ok": True}
     finally:
@@ -437,9 +437,9 @@ async def test_a_full_conversation_refuses_new_turns(tight: Any, http: aiohttp.C
                 break
             while (await info(http, url))["conversation"]["status"] != "idle":
                 await asyncio.sleep(0.02)
-        assert err(ack) == P.ERR_CONVERSATION_FULL
+        assert err(ack) == P.ErrorCode.CONVERSATION_FULL
         assert (await info(http, url))["conversation"]["seq"] >= 30
-        assert err(await rec.call("regenerate", {"idempotency_key": "g"})) == P.ERR_CONVERSATION_FULL
+        assert err(await rec.call("regenerate", {"idempotency_key": "g"})) == P.ErrorCode.CONVERSATION_FULL
     finally:
         await rec.disconnect()
 

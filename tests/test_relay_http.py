@@ -90,7 +90,7 @@ async def test_a_declared_body_over_the_limit_is_refused_before_it_is_read(edge:
         head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), WITHIN_S)
         status, headers, _ = parse(head)
         body = json.loads(await reader.readexactly(int(headers["content-length"])))
-        assert status == 413 and body["error"]["code"] == P.ERR_BODY_TOO_LARGE, (target, body)
+        assert status == 413 and body["error"]["code"] == P.ErrorCode.BODY_TOO_LARGE, (target, body)
         assert "838860800" in body["error"]["message"] and "262144" in body["error"]["message"]
         writer.close()
     async with http.get(url) as r:
@@ -113,7 +113,7 @@ async def test_a_streamed_body_is_cut_at_the_limit(tmp_path: Path, http: aiohttp
             sent["bytes"] = 0
             async with http.post(target, data=chunks(), headers={**headers, "Content-Type": "application/json"}) as r:
                 body = await r.json()
-                assert r.status == 413 and body["error"]["code"] == P.ERR_BODY_TOO_LARGE, body
+                assert r.status == 413 and body["error"]["code"] == P.ErrorCode.BODY_TOO_LARGE, body
         # A body at the limit is read.
         async with http.post(f"{relay.url}/api/apps/demo/conversations", data=b"{}" + b" " * 49_998,
                              headers={"Origin": relay.url, "Content-Type": "application/json"}) as r:
@@ -175,7 +175,7 @@ async def test_connections_are_capped_per_address(tmp_path: Path) -> None:
         await guard_count(relay, "127.0.0.1", 4)
         reader, writer = await raw(relay)
         status, _, body = parse(await read_until_closed(reader))
-        assert status == 503 and body["error"]["code"] == P.ERR_TOO_MANY_CONNECTIONS
+        assert status == 503 and body["error"]["code"] == P.ErrorCode.TOO_MANY_CONNECTIONS
         assert "127.0.0.1" in body["error"]["message"]
         writer.close()
         # Another address is served meanwhile.
@@ -204,7 +204,11 @@ async def test_connections_are_capped_in_all(tmp_path: Path) -> None:
         await guard_count(relay, "127.0.0.4", 1)
         reader, writer = await raw(relay, "127.0.0.9")
         status, headers, body = parse(await read_until_closed(reader))
-        assert status == 503 and body["error"]["code"] == P.ERR_TOO_MANY_CONNECTIONS and headers["retry-after"] == "5"
+        assert (
+            status == 503
+            and body["error"]["code"] == P.ErrorCode.TOO_MANY_CONNECTIONS
+            and headers["retry-after"] == "5"
+        )
         assert "max_connections" in body["error"]["message"]
         writer.close()
         for _, w in held:
@@ -265,7 +269,10 @@ async def test_rate_limits_answer_429_with_retry_after(tmp_path: Path, http: aio
         assert statuses == [201, 429, 200, 200, 429, 400, 429]
         for retry_after, body in checks:
             assert retry_after is not None and 1 <= int(retry_after) <= 60
-            assert body == {"ok": False, "error": {"code": P.ERR_RATE_LIMITED, "message": body["error"]["message"]}}
+            assert body == {
+                "ok": False,
+                "error": {"code": P.ErrorCode.RATE_LIMITED, "message": body["error"]["message"]},
+            }
             assert f"retry in {retry_after} s" in body["error"]["message"]
     finally:
         await relay.stop()
@@ -306,9 +313,9 @@ async def test_a_store_failure_is_a_json_503_and_a_bug_a_json_500(edge: Any, htt
     monkeypatch.setattr(store, "create_conversation", locked)
     async with http.get(url) as r:
         assert r.status == 503 and r.headers["Retry-After"] == "5"
-        assert (await r.json())["error"]["code"] == P.ERR_UNAVAILABLE
+        assert (await r.json())["error"]["code"] == P.ErrorCode.UNAVAILABLE
     async with http.post(f"{edge.url}/api/apps/demo/conversations", headers={"Origin": edge.url}) as r:
-        assert r.status == 503 and (await r.json())["error"]["code"] == P.ERR_UNAVAILABLE
+        assert r.status == 503 and (await r.json())["error"]["code"] == P.ErrorCode.UNAVAILABLE
         assert r.headers["Access-Control-Allow-Origin"] == edge.url  # the page can read why
     async with http.get(f"{edge.url}/readyz") as r:  # its own probe's write works; the route's did not
         body = await r.json()
@@ -316,7 +323,7 @@ async def test_a_store_failure_is_a_json_503_and_a_bug_a_json_500(edge: Any, htt
         assert "database or disk is full" in body["checks"]["store"]
     monkeypatch.setattr(store, "snapshot", bug)
     async with http.get(url) as r:
-        assert r.status == 500 and (await r.json())["error"]["code"] == P.ERR_INTERNAL
+        assert r.status == 500 and (await r.json())["error"]["code"] == P.ErrorCode.INTERNAL
 
 
 async def test_readyz_is_bounded_and_says_not_ready_while_the_store_cannot_write(tmp_path: Path,
@@ -365,10 +372,10 @@ async def test_ask_user_needs_json_and_an_allowed_origin(tmp_path: Path, http: a
             headers = {"Origin": "https://evil.example"} | ({"Content-Type": ctype} if ctype else {})
             async with http.post(f"{url}/ask_user", data=body.encode(), headers=headers) as r:
                 err = (await r.json())["error"]
-                assert r.status == 403 and err["code"] == P.ERR_FORBIDDEN_ORIGIN, err
+                assert r.status == 403 and err["code"] == P.ErrorCode.FORBIDDEN_ORIGIN, err
         async with http.post(f"{url}/ask_user", data=body.encode(), headers={"Content-Type": "text/plain"}) as r:
             err = (await r.json())["error"]
-            assert r.status == 415 and err["code"] == P.ERR_BAD_REQUEST and "application/json" in err["message"]
+            assert r.status == 415 and err["code"] == P.ErrorCode.BAD_REQUEST and "application/json" in err["message"]
         async with http.post(f"{url}/ask_user", data=body.encode(),
                              headers={"Content-Type": "application/json", "Origin": SHOP_ORIGIN}) as r:
             err = (await r.json())["error"]
@@ -389,7 +396,7 @@ async def test_a_missing_conversation_is_a_404_its_sites_can_read(tmp_path: Path
     try:
         gone = f"{relay.url}/api/conversations/c_{'Z' * 32}"
         async with http.get(gone, headers={"Origin": SHOP_ORIGIN}) as r:
-            assert r.status == 404 and (await r.json())["error"]["code"] == P.ERR_NOT_FOUND
+            assert r.status == 404 and (await r.json())["error"]["code"] == P.ErrorCode.NOT_FOUND
             assert r.headers["Access-Control-Allow-Origin"] == SHOP_ORIGIN
         async with http.get(gone, headers={"Origin": "https://evil.example"}) as r:
             assert r.status == 404 and "Access-Control-Allow-Origin" not in r.headers
@@ -408,7 +415,7 @@ async def test_a_refused_origin_is_explained_and_logged_once(tmp_path: Path, htt
             async with http.post(f"{relay.url}/api/apps/my-site/conversations", json={},
                                  headers={"Origin": "http://localhost:9150"}) as r:
                 err = (await r.json())["error"]
-                assert r.status == 403 and err["code"] == P.ERR_FORBIDDEN_ORIGIN
+                assert r.status == 403 and err["code"] == P.ErrorCode.FORBIDDEN_ORIGIN
                 assert want.capitalize()[:40] in err["message"] and "different origins" in err["message"]
                 assert "Access-Control-Allow-Origin" not in r.headers
             async with http.get(f"{relay.url}/api/apps/my-site/origin",

@@ -39,7 +39,7 @@ async def _refuses_new_work(http: aiohttp.ClientSession, base: str) -> None:
         body = await r.json()
         assert r.status == 503 and body["checks"]["relay"] == "error: shutting down", body
     async with http.post(f"{base}/api/apps/demo/conversations", headers={"Origin": base}) as r:
-        assert r.status == 503 and (await r.json())["error"]["code"] == P.ERR_UNAVAILABLE
+        assert r.status == 503 and (await r.json())["error"]["code"] == P.ErrorCode.UNAVAILABLE
         assert r.headers["Retry-After"] == "1"
 
 
@@ -63,7 +63,7 @@ async def test_sigterm_drains_the_running_turn_then_disconnects(tmp_path: Path) 
             await _wait_for(lambda: relay.log.read_text().count("shutting down: not ready") == 1)
             await _refuses_new_work(http, relay.url)
             ack = await late.join(other["token"])
-            assert ack["error"]["code"] == P.ERR_UNAVAILABLE, ack
+            assert ack["error"]["code"] == P.ErrorCode.UNAVAILABLE, ack
             done = await rec.wait("completion.finished", timeout=WITHIN_S)
             assert done["status"] == "done"
             assert not any(e == "message" and d["message"].get("role") == "error" for e, d in rec.events)

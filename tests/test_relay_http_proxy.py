@@ -87,10 +87,10 @@ async def test_the_example_nginx_config_in_front_of_the_relay(proxied: tuple[str
         # nginx's refusal of a body over 1 MB has the relay's error shape.
         async with http.post(f"{url}/api/apps/demo/conversations", data=b"x" * 2_000_000,
                              headers={"Origin": relay.url, "Content-Type": "application/json"}) as r:
-            assert r.status == 413 and (await r.json())["error"]["code"] == P.ERR_BODY_TOO_LARGE
+            assert r.status == 413 and (await r.json())["error"]["code"] == P.ErrorCode.BODY_TOO_LARGE
         async with http.post(f"{url}/api/apps/demo/conversations", data=b"x" * 300_000,
                              headers={"Origin": relay.url, "Content-Type": "application/json"}) as r:
-            assert r.status == 413 and (await r.json())["error"]["code"] == P.ERR_BODY_TOO_LARGE  # the relay's
+            assert r.status == 413 and (await r.json())["error"]["code"] == P.ErrorCode.BODY_TOO_LARGE  # the relay's
     # A connection that never completes its headers is closed by nginx (client_header_timeout).
     reader, writer = await asyncio.open_connection("127.0.0.1", int(url.rsplit(":", 1)[1]))
     writer.write(b"GET /healthz HTTP/1.1\r\nHost: x\r\n")

@@ -65,7 +65,7 @@ def test_a_full_disk_is_a_json_503_and_not_ready(tmp_path: Path) -> None:
                 break
             created += 1
         assert created > 0 and status == 503, (created, status, body)
-        assert body["error"]["code"] == P.ERR_UNAVAILABLE and headers.get("Retry-After") == "5"
+        assert body["error"]["code"] == P.ErrorCode.UNAVAILABLE and headers.get("Retry-After") == "5"
         status, _, body = call(f"{base}/readyz")
         assert status == 503 and body["checks"]["store"].startswith("error:"), body
         assert call(f"{base}/healthz")[0] == 200

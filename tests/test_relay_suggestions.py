@@ -27,7 +27,7 @@ from widget.relay.tools import check_suggestions, suggest_followups_spec, sugges
 
 pytestmark = pytest.mark.relay
 
-SUGGEST = P.SUGGEST_FOLLOWUPS_TOOL
+SUGGEST = P.RelayTool.SUGGEST_FOLLOWUPS
 STARTERS = ["What can you do?", "Suggest follow-ups"]
 
 

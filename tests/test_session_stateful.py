@@ -28,7 +28,7 @@ from widget.core.session import ClientSession, Effect, Notify, Options, Rejoin, 
 
 pytestmark = pytest.mark.unit
 
-BEGIN = P.EV_FUNCTION_CALL_BEGIN
+BEGIN = P.Event.FUNCTION_CALL_BEGIN
 OK: dict[str, Any] = {"ok": True}
 TOKEN = "tok"
 #: How the relay answers a write: taken (``ok``), refused for now (``internal``: sent again later), refused because
@@ -70,11 +70,11 @@ class Relay:
         if call_id in self.pending:
             del self.pending[call_id]
             self.taken.add(call_id)
-            end = self.append(P.EV_FUNCTION_CALL_END, {"id": call_id, "status": response["status"]})
-            return OK, (P.EV_FUNCTION_CALL_END, end)
+            end = self.append(P.Event.FUNCTION_CALL_END, {"id": call_id, "status": response["status"]})
+            return OK, (P.Event.FUNCTION_CALL_END, end)
         if call_id in self.taken:
             return OK, None  # the same idempotency key again: the stored ack
-        return refusal(P.ERR_CALL_NOT_PENDING), None
+        return refusal(P.ErrorCode.CALL_NOT_PENDING), None
 
 
 class SessionMachine(RuleBasedStateMachine):
@@ -131,12 +131,12 @@ class SessionMachine(RuleBasedStateMachine):
         ack = {"ok": True, "conversation_id": "c1", "seq": self.relay.seq, "active": True,
                "pending_calls": list(self.relay.pending.values())}
         self.apply(self.s.joined_relay(ack, {"functions": {}, "context": {}}, self.now).effects)
-        resent = {s.payload["id"] for s in self.inflight if s.event == P.EV_FUNCTION_RESPONSE}
+        resent = {s.payload["id"] for s in self.inflight if s.event == P.Event.FUNCTION_RESPONSE}
         assert set(self.s.outbox) <= resent, f"the join did not send {set(self.s.outbox) - resent} again"
         self.apply(self.s.initial_sync_done(ack, {"id": "c1"}, self.now))
         for event, data in self.relay.copies_after(last_seq):
             self.deliver(event, data)
-        self.deliver(P.EV_REPLAY_DONE, {"last_seq": ack["seq"]})
+        self.deliver(P.Event.REPLAY_DONE, {"last_seq": ack["seq"]})
 
     def deliver(self, event: str, data: dict[str, Any]) -> None:
         """An event reaches the session."""
@@ -144,12 +144,12 @@ class SessionMachine(RuleBasedStateMachine):
         seq = data.get("seq")
         if event in P.SEQUENCED_EVENTS and isinstance(seq, int) and seq > self.applied + 1:
             assert not any(isinstance(e, Notify) and e.event == event for e in effects), f"seq {seq} applied over a gap"
-            asked = any(isinstance(e, Send) and e.event == P.EV_REPLAY for e in effects)
+            asked = any(isinstance(e, Send) and e.event == P.Event.REPLAY for e in effects)
             assert asked or self.replay_in_flight(), f"a gap before seq {seq} asked for no replay"
         self.apply(effects)
 
     def replay_in_flight(self) -> bool:
-        return any(s.event == P.EV_REPLAY for s in self.inflight)
+        return any(s.event == P.Event.REPLAY for s in self.inflight)
 
     def joined(self) -> bool:
         return self.up and self.s.joined
@@ -167,19 +167,19 @@ class SessionMachine(RuleBasedStateMachine):
             self.apply(self.s.send_failed(send.tag, self.now))
             return
         if outcome == "internal":
-            self.apply(self.s.acked(send.tag, refusal(P.ERR_RATE_LIMITED if send.event == P.EV_REPLAY
-                                                      else P.ERR_INTERNAL), self.now))
+            self.apply(self.s.acked(send.tag, refusal(P.ErrorCode.RATE_LIMITED if send.event == P.Event.REPLAY
+                                                      else P.ErrorCode.INTERNAL), self.now))
             return
         if outcome == "not_joined":
-            self.apply(self.s.acked(send.tag, refusal(P.ERR_NOT_JOINED), self.now))
+            self.apply(self.s.acked(send.tag, refusal(P.ErrorCode.NOT_JOINED), self.now))
             if self.up:
                 self.drop()
             return
-        if send.event == P.EV_FUNCTION_RESPONSE:
+        if send.event == P.Event.FUNCTION_RESPONSE:
             ack, end = self.relay.take(send.payload)
             if end is not None:  # on the sending socket the event comes before its write's ack
                 self.deliver(*end)
-        elif send.event == P.EV_REPLAY:
+        elif send.event == P.Event.REPLAY:
             for event, data in self.relay.copies_after(send.payload["last_seq"]):
                 self.deliver(event, data)
             ack = {"ok": True, "seq": self.relay.seq, "pending_calls": list(self.relay.pending.values())}
@@ -204,9 +204,9 @@ class SessionMachine(RuleBasedStateMachine):
 
     @rule(live=st.booleans())
     def relay_stores_a_message(self, live: bool) -> None:
-        data = self.relay.append(P.EV_MESSAGE, {"message": {"id": f"m{self.relay.seq + 1}", "role": "user"}})
+        data = self.relay.append(P.Event.MESSAGE, {"message": {"id": f"m{self.relay.seq + 1}", "role": "user"}})
         if live and self.joined():
-            self.deliver(P.EV_MESSAGE, data)
+            self.deliver(P.Event.MESSAGE, data)
 
     @precondition(lambda self: self.joined() and self.relay.seq > 0)
     @rule(data=st.data())
@@ -226,7 +226,7 @@ class SessionMachine(RuleBasedStateMachine):
     def a_handler_settles_now(self, call_id: str, ok: bool = True) -> None:
         self.running.remove(call_id)
         self.settled.add(call_id)
-        status = P.STATUS_SUCCESS if ok else P.STATUS_ERROR
+        status = P.CallStatus.SUCCESS if ok else P.CallStatus.ERROR
         self.apply(self.s.call_settled(call_id, status, "r" if ok else None, None if ok else "bad", self.now))
 
     @precondition(lambda self: self.inflight)
@@ -242,7 +242,7 @@ class SessionMachine(RuleBasedStateMachine):
         then drops."""
         refused, self.inflight = self.inflight, []
         for send in refused:
-            self.apply(self.s.acked(send.tag, refusal(P.ERR_NOT_JOINED), self.now))
+            self.apply(self.s.acked(send.tag, refusal(P.ErrorCode.NOT_JOINED), self.now))
         if self.up:
             self.drop()
 
@@ -303,7 +303,7 @@ def test_a_call_whose_live_copy_was_lost_runs_from_the_replay_ack() -> None:
     m = SessionMachine()
     m.relay_makes_a_call(live=False)
     m.relay_stores_a_message(live=True)  # seq 2 shows the gap: a replay goes out
-    [replay] = [s for s in m.inflight if s.event == P.EV_REPLAY]
+    [replay] = [s for s in m.inflight if s.event == P.Event.REPLAY]
     m.inflight.remove(replay)
     m.answer(replay, "ok")
     assert m.runs == {"call1": 1} and m.applied == 2

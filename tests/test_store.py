@@ -27,17 +27,17 @@ class Relay(FakeRelay):
         self.ops: list[str] = []
 
     async def _handle(self, transport: MemoryTransport, event: str, data: Any) -> Any:
-        if event == P.EV_USER_MESSAGE:
+        if event == P.Event.USER_MESSAGE:
             if self.refuse_messages:
                 return {"ok": False, "error": self.refuse_messages}
             self.user_messages.append(data["text"])
             return P.ok(message_id=f"u{len(self.user_messages)}")
-        if event == P.EV_CANCEL:
+        if event == P.Event.CANCEL:
             self.cancels += 1
             return P.ok(cancelled=True)
-        if event in (P.EV_RETRY, P.EV_REGENERATE):
+        if event in (P.Event.RETRY, P.Event.REGENERATE):
             self.ops.append(event)
-            if event == P.EV_RETRY and not any(p.get("message", {}).get("role") == "error" for _, p in self.events):
+            if event == P.Event.RETRY and not any(p.get("message", {}).get("role") == "error" for _, p in self.events):
                 return P.error("nothing_to_retry", "The last turn did not fail.")
             return P.ok(turn_id="t2")
         return await super()._handle(transport, event, data)
@@ -237,7 +237,7 @@ async def test_retry_and_regenerate_are_relay_operations_and_failures_show():
                                           "code": "model_error", "retryable": True}})
     assert await store.retry("e1") is True
     assert await store.regenerate() is True
-    assert relay.ops == [P.EV_RETRY, P.EV_RETRY, P.EV_REGENERATE] and relay.user_messages == []
+    assert relay.ops == [P.Event.RETRY, P.Event.RETRY, P.Event.REGENERATE] and relay.user_messages == []
     # The relay withdraws what a retry/regenerate replaces; the store's list follows.
     relay.push(t, "messages.withdrawn", {"message_ids": ["e1"], "reason": "retry", "turn_id": "t2"})
     assert "e1" not in [m["id"] for m in store.messages]

@@ -46,13 +46,13 @@ def model_context() -> Any:
 def tool_descriptor(d: FunctionDefinition) -> dict[str, Any]:
     """What an agent sees of an entry: its name, description and input schema, a tool marked read-only."""
     desc = d.description or d.name
-    if d.kind == P.KIND_ACTION:
+    if d.kind == P.Kind.ACTION:
         desc += " (an action: the reader confirms it on the page)"
     elif d.sensitive:
         desc += " (the reader confirms each call on the page)"
     schema = d.parameters or {"type": "object", "properties": {}}
     out: dict[str, Any] = {"name": d.name, "description": desc, "inputSchema": schema}
-    if d.kind == P.KIND_TOOL:
+    if d.kind == P.Kind.TOOL:
         out["annotations"] = {"readOnlyHint": True}
     return out
 
@@ -152,7 +152,7 @@ class WebMcpPublisher:
         from pyodide.ffi import to_js
 
         definition = self.client.registry.get(name)
-        needs_reader = definition is not None and (definition.sensitive or definition.kind == P.KIND_ACTION)
+        needs_reader = definition is not None and (definition.sensitive or definition.kind == P.Kind.ACTION)
         ask = getattr(agent, "requestUserInteraction", None) if agent is not None else None
         if needs_reader and callable(ask):
             from pyodide.ffi import create_once_callable
@@ -163,10 +163,10 @@ class WebMcpPublisher:
                 box["out"] = await call_here(self.client, name, args)
 
             await ask(create_once_callable(lambda: asyncio.ensure_future(inside())))
-            status, result, error = box.get("out") or (P.STATUS_ERROR, None, P.MSG_SENSITIVE_DENIED)
+            status, result, error = box.get("out") or (P.CallStatus.ERROR, None, P.MSG_SENSITIVE_DENIED)
         else:
             status, result, error = await call_here(self.client, name, args)
-        if status == P.STATUS_SUCCESS:
+        if status == P.CallStatus.SUCCESS:
             text = result if isinstance(result, str) else json.dumps(result, ensure_ascii=False)
             out: dict[str, Any] = {"content": [{"type": "text", "text": text}]}
         else:
@@ -195,7 +195,7 @@ def _promise_of(task: asyncio.Future[Any]) -> Any:
 
 def n_ok(d: FunctionDefinition) -> bool:
     """Whether an entry can be published at all (functions, tools and actions; no placeholder kinds)."""
-    return d.kind in (P.KIND_FUNCTION, P.KIND_TOOL, P.KIND_ACTION)
+    return d.kind in (P.Kind.FUNCTION, P.Kind.TOOL, P.Kind.ACTION)
 
 
 async def call_here(client: AutopilotClient, name: str, args: Any) -> tuple[str, Any, str | None]:

@@ -48,8 +48,8 @@ class Navigate:
 #: The limit of a call answered on the page, by the entry's kind, as the relay's calls have it: a function's 30 s
 #: include the reader's confirmation; a tool's 10 s are its own (``Tools.execute``); an action waits for the reader
 #: as long as a sensitive function may, then runs within the tools' 10 s.
-LOCAL_LIMITS_S: dict[str, float | None] = {P.KIND_FUNCTION: P.FUNCTION_CALL_TIMEOUT_S, P.KIND_TOOL: None,
-                                           P.KIND_ACTION: P.FUNCTION_CALL_TIMEOUT_S}
+LOCAL_LIMITS_S: dict[str, float | None] = {P.Kind.FUNCTION: P.FUNCTION_CALL_TIMEOUT_S, P.Kind.TOOL: None,
+                                           P.Kind.ACTION: P.FUNCTION_CALL_TIMEOUT_S}
 
 
 def unwrap_navigate(
@@ -57,12 +57,12 @@ def unwrap_navigate(
 ) -> tuple[str, Any, str | None, Navigate | None]:
     """A handler's outcome with a ``Navigate`` taken apart: ``(status, JSON result, error, the navigation or None)``
     (a navigation's result that is not JSON turns the call into an error)."""
-    if status != P.STATUS_SUCCESS or not isinstance(result, Navigate):
+    if status != P.CallStatus.SUCCESS or not isinstance(result, Navigate):
         return status, result, error, None
     try:
         return status, to_json_value(result.result, f"The result of {name!r}"), error, result
     except TypeError as exc:
-        return P.STATUS_ERROR, None, str(exc), result
+        return P.CallStatus.ERROR, None, str(exc), result
 
 
 class ToolRunner(Protocol):
@@ -121,18 +121,18 @@ class Calls:
         """See ``AutopilotClient.answer_call_locally``."""
         ctx = self._ctx
         definition = ctx.registry.get(name)
-        limit = LOCAL_LIMITS_S.get(definition.kind if definition else P.KIND_FUNCTION, P.FUNCTION_CALL_TIMEOUT_S)
+        limit = LOCAL_LIMITS_S.get(definition.kind if definition else P.Kind.FUNCTION, P.FUNCTION_CALL_TIMEOUT_S)
 
         async def execute(request: dict[str, Any]) -> Outcome:
             spec = ctx.tools.spec(name)
-            if definition is not None and definition.kind == P.KIND_ACTION and spec is not None:
+            if definition is not None and definition.kind == P.Kind.ACTION and spec is not None:
                 run = ctx.tools.execute(request, spec, confirm=True)
             else:
                 run = self._execute(request)
             try:
                 return await asyncio.wait_for(run, limit)
             except TimeoutError:
-                return P.STATUS_ERROR, None, f"The page did not answer within {limit or 0:g} s."
+                return P.CallStatus.ERROR, None, f"The page did not answer within {limit or 0:g} s."
 
         status, result, error, navigate = await self._call_through(call_id, name, args, execute)
         ctx.apply(ctx.core.local_call_settled(call_id, status, result, error, ctx.now()))
@@ -184,14 +184,14 @@ class Calls:
         if definition is None and is_mcp_name(name):
             return None  # the relay asks the reader to confirm a sensitive MCP server tool
         if definition is None:
-            return P.STATUS_ERROR, None, f"Unknown function: {name!r} is not registered on this page."
-        if definition.kind != P.KIND_FUNCTION:
+            return P.CallStatus.ERROR, None, f"Unknown function: {name!r} is not registered on this page."
+        if definition.kind != P.Kind.FUNCTION:
             return None  # tools check their own arguments; actions are refused by _execute
         if needs_validator(definition.parameters):
             await prefetch_checker()
         problem = validate_arguments(definition.parameters, request["arguments"])
         if problem is not None:
-            return P.STATUS_ERROR, None, f"Invalid arguments for {name!r}: {problem}"
+            return P.CallStatus.ERROR, None, f"Invalid arguments for {name!r}: {problem}"
         return None
 
     async def _execute(self, request: dict[str, Any]) -> Outcome:
@@ -201,28 +201,28 @@ class Calls:
         if definition is None and is_mcp_name(name):  # the relay runs it once the reader allows it
             allowed = await ctx.confirm(request) == ConfirmationDecision.ALLOW
             if allowed:
-                return P.STATUS_SUCCESS, ConfirmationDecision.ALLOW.value, None
-            return P.STATUS_ERROR, None, P.MSG_SENSITIVE_DENIED
+                return P.CallStatus.SUCCESS, ConfirmationDecision.ALLOW.value, None
+            return P.CallStatus.ERROR, None, P.MSG_SENSITIVE_DENIED
         if definition is None:
-            return P.STATUS_ERROR, None, f"Unknown function: {name!r} is not registered on this page."
+            return P.CallStatus.ERROR, None, f"Unknown function: {name!r} is not registered on this page."
         spec = ctx.tools.spec(name)
-        if definition.kind == P.KIND_TOOL and spec is not None:
+        if definition.kind == P.Kind.TOOL and spec is not None:
             return await ctx.tools.execute(request, spec)
-        if definition.kind == P.KIND_ACTION:
-            return P.STATUS_ERROR, None, f"{name!r} is an action: the model may offer it, never call it."
+        if definition.kind == P.Kind.ACTION:
+            return P.CallStatus.ERROR, None, f"{name!r} is an action: the model may offer it, never call it."
         args = request["arguments"]
         if definition.sensitive:
             if await ctx.confirm(request) != ConfirmationDecision.ALLOW:
-                return P.STATUS_ERROR, None, P.MSG_SENSITIVE_DENIED
+                return P.CallStatus.ERROR, None, P.MSG_SENSITIVE_DENIED
         try:
             value = definition.handler(args, {"id": request["id"], "name": name, "timestamp": request["timestamp"]})
             if inspect.isawaitable(value):
                 value = await value
         except Exception as exc:  # noqa: BLE001 - a page handler may raise anything
-            return P.STATUS_ERROR, None, handler_error(name, exc)
+            return P.CallStatus.ERROR, None, handler_error(name, exc)
         if isinstance(value, Navigate):
-            return P.STATUS_SUCCESS, value, None
+            return P.CallStatus.SUCCESS, value, None
         try:
-            return P.STATUS_SUCCESS, to_json_value(value, f"The result of {name!r}"), None
+            return P.CallStatus.SUCCESS, to_json_value(value, f"The result of {name!r}"), None
         except TypeError as exc:
-            return P.STATUS_ERROR, None, str(exc)
+            return P.CallStatus.ERROR, None, str(exc)

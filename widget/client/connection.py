@@ -144,7 +144,7 @@ class Connection:
                 link.conversation_url = conversation_url
                 info = await self._get_conversation(conversation_url)
                 if info is None:
-                    raise ProtocolError(P.ERR_NOT_FOUND, "The new conversation could not be read back.")
+                    raise ProtocolError(P.ErrorCode.NOT_FOUND, "The new conversation could not be read back.")
             self._load_conversation(info)
             await ctx.wire.within_step(
                 ctx.transport.connect(info["relay_url"], info.get("relay_path") or P.DEFAULT_RELAY_PATH),
@@ -189,7 +189,7 @@ class Connection:
             raise http_error(status, body, f"Reading the conversation at {url} failed")
         for key in ("relay_url", "token", "conversation"):
             if key not in body:
-                raise ProtocolError(P.ERR_BAD_REQUEST, f"The relay's conversation response lacks {key!r}.")
+                raise ProtocolError(P.ErrorCode.BAD_REQUEST, f"The relay's conversation response lacks {key!r}.")
         if isinstance(body["token"], str):
             self._ctx.core.token_received(body["token"], self._ctx.now())
         return body
@@ -206,7 +206,7 @@ class Connection:
         waiter: asyncio.Future[Any] = ctx.new_future()
         self._state_waiter = waiter
         ack = await ctx.wire.within_step(
-            ctx.transport.emit(P.EV_JOIN, core.join_payload(info["token"])), "The relay did not answer join"
+            ctx.transport.emit(P.Event.JOIN, core.join_payload(info["token"])), "The relay did not answer join"
         )
         refused = P.refusal_of(ack, "join refused")
         if refused is not None:
@@ -239,12 +239,12 @@ class Connection:
                     await self._join({"token": token})
                     return
                 except ProtocolError as exc:
-                    if exc.code not in (P.ERR_INVALID_TOKEN, P.ERR_TOKEN_EXPIRED):
+                    if exc.code not in (P.ErrorCode.INVALID_TOKEN, P.ErrorCode.TOKEN_EXPIRED):
                         raise
                     log.info("join token refused on rejoin (%s); reading the conversation again", exc.code)
             info = await self._get_conversation(link.conversation_url)
             if info is None:
-                raise ProtocolError(P.ERR_NOT_FOUND, "The conversation no longer exists.")
+                raise ProtocolError(P.ErrorCode.NOT_FOUND, "The conversation no longer exists.")
             link.conversation = info["conversation"]
             await self._join(info)
         except WidgetError as exc:
@@ -286,12 +286,12 @@ class Connection:
             ctx.apply(core.transport_connected(now))
         elif event == transport_events.DISCONNECTED:
             ctx.apply(core.transport_disconnected(now))
-        elif event == P.EV_STATE:
+        elif event == P.Event.STATE:
             if self._state_waiter is not None and not self._state_waiter.done():
                 self._state_waiter.set_result(data if isinstance(data, dict) else {})
             else:
                 ctx.apply(core.state_received(data, now))
-        elif event in P.SEQUENCED_EVENTS or event in (P.EV_CLIENT_ROLE, P.EV_REPLAY_DONE, P.EV_FEEDBACK):
+        elif event in P.SEQUENCED_EVENTS or event in (P.Event.CLIENT_ROLE, P.Event.REPLAY_DONE, P.Event.FEEDBACK):
             ctx.apply(core.received(event, data, now))
         else:
             log.debug("unhandled relay event %r", event)

@@ -187,7 +187,7 @@ class History:
         status, body = await self._ctx.wire.http("GET", url)
         if status == 404:
             self._ctx.book.forget(cid)
-            raise ProtocolError(P.ERR_NOT_FOUND, "That conversation no longer exists.")
+            raise ProtocolError(P.ErrorCode.NOT_FOUND, "That conversation no longer exists.")
         if status != 200 or not isinstance(body, dict):
             raise http_error(status, body, "Reading the conversation failed")
         if isinstance(body.get("conversation"), dict) and body["conversation"].get("app_id") not in (None, app_id):

@@ -44,7 +44,7 @@ class Input:
             raise ConfigError("A message needs some text.")
         if len(text) > P.MAX_USER_MESSAGE_CHARS:
             raise ProtocolError(
-                P.ERR_MESSAGE_TOO_LONG,
+                P.ErrorCode.MESSAGE_TOO_LONG,
                 f"The message is {len(text)} characters; the limit is {P.MAX_USER_MESSAGE_CHARS}.",
             )
         flush = core.flush_before_message(ctx.now())
@@ -54,25 +54,25 @@ class Input:
                 await asyncio.wait_for(asyncio.shield(ctx.flush_now(flush)), timeout)
             except TimeoutError:
                 log.warning("state not acknowledged before the message; sending it anyway")
-        ack = await ctx.wire.emit_checked(P.EV_USER_MESSAGE, {"text": text, "idempotency_key": core.next_key("m")})
+        ack = await ctx.wire.emit_checked(P.Event.USER_MESSAGE, {"text": text, "idempotency_key": core.next_key("m")})
         return str(ack.get("message_id", ""))
 
     async def cancel(self) -> bool:
         """See ``AutopilotClient.cancel``."""
-        ack = await self._ctx.wire.emit_checked(P.EV_CANCEL, {"idempotency_key": self._ctx.core.next_key("c")})
+        ack = await self._ctx.wire.emit_checked(P.Event.CANCEL, {"idempotency_key": self._ctx.core.next_key("c")})
         return bool(ack.get("cancelled"))
 
     async def retry(self) -> None:
         """See ``AutopilotClient.retry``."""
-        await self._ctx.wire.emit_checked(P.EV_RETRY, {"idempotency_key": self._ctx.core.next_key("r")})
+        await self._ctx.wire.emit_checked(P.Event.RETRY, {"idempotency_key": self._ctx.core.next_key("r")})
 
     async def regenerate(self) -> None:
         """See ``AutopilotClient.regenerate``."""
-        await self._ctx.wire.emit_checked(P.EV_REGENERATE, {"idempotency_key": self._ctx.core.next_key("g")})
+        await self._ctx.wire.emit_checked(P.Event.REGENERATE, {"idempotency_key": self._ctx.core.next_key("g")})
 
     async def activate(self) -> None:
         """See ``AutopilotClient.activate``."""
-        ack = await self._ctx.wire.emit_checked(P.EV_ACTIVATE, {})
+        ack = await self._ctx.wire.emit_checked(P.Event.ACTIVATE, {})
         self._ctx.apply(self._ctx.core.activated(ack, self._ctx.now()))
 
     # ------------------------------------------------------------------ ask user

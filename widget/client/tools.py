@@ -120,18 +120,18 @@ class Tools:
         """Run a tool (or, with ``confirm``, an action once the reader allows it) with its arguments checked."""
         args, problem = check_tool_arguments(spec.parameters, request["arguments"])
         if problem is not None:
-            return P.STATUS_ERROR, None, f"Invalid arguments for {spec.name!r}: {problem}"
+            return P.CallStatus.ERROR, None, f"Invalid arguments for {spec.name!r}: {problem}"
         if confirm and await self._ctx.confirm({**request, "arguments": args}) != P.ConfirmationDecision.ALLOW:
-            return P.STATUS_ERROR, None, P.MSG_SENSITIVE_DENIED
+            return P.CallStatus.ERROR, None, P.MSG_SENSITIVE_DENIED
         signal = Signal()
         try:
             value = await asyncio.wait_for(self._run_tool(spec, args, signal), P.TOOL_CALL_TIMEOUT_S)
-            return P.STATUS_SUCCESS, to_json_value(value, f"The reply of {spec.name!r}"), None
+            return P.CallStatus.SUCCESS, to_json_value(value, f"The reply of {spec.name!r}"), None
         except TimeoutError:
             signal.abort("timeout")
-            return P.STATUS_ERROR, None, f"{spec.name!r} did not finish within {P.TOOL_CALL_TIMEOUT_S:g} s."
+            return P.CallStatus.ERROR, None, f"{spec.name!r} did not finish within {P.TOOL_CALL_TIMEOUT_S:g} s."
         except Exception as exc:  # noqa: BLE001 - handlers, templates and fetches may fail in many ways
-            return P.STATUS_ERROR, None, str(exc) or type(exc).__name__
+            return P.CallStatus.ERROR, None, str(exc) or type(exc).__name__
 
     async def _run_tool(self, spec: ToolSpec, args: dict[str, Any], signal: Signal) -> Any:
         context = self._tool_context(signal)
@@ -171,7 +171,7 @@ class Tools:
         out = []
         for offer in self._ctx.core.offers.of(message_id):
             spec = self._specs.get(offer["name"])
-            if spec is None or spec.kind != P.KIND_ACTION:
+            if spec is None or spec.kind != P.Kind.ACTION:
                 continue
             out.append({
                 **offer,
@@ -192,7 +192,7 @@ class Tools:
         """
         offer = self._ctx.core.offers.get(message_id, action_id)
         spec = self._specs.get(offer["name"]) if offer else None
-        if offer is None or spec is None or spec.kind != P.KIND_ACTION:
+        if offer is None or spec is None or spec.kind != P.Kind.ACTION:
             raise ConfigError("That action is not on offer (a restored conversation has no live actions).")
         if offer["status"] in (P.OfferStatus.DONE, P.OfferStatus.RUNNING):
             raise ConfigError(f"{spec.label or spec.name} is already {offer['status']}.")
@@ -238,7 +238,7 @@ class Tools:
             "ok": ok, "outcome": outcome, "idempotency_key": self._ctx.core.next_key("o"),
         }
         try:
-            await self._ctx.emit_checked(P.EV_ACTION_OUTCOME, payload)
+            await self._ctx.emit_checked(P.Event.ACTION_OUTCOME, payload)
         except WidgetError as exc:
             log.warning("action outcome not recorded by the relay: %s", exc)
         if leave_to is not None and self._ctx.env is not None:

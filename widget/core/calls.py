@@ -21,7 +21,9 @@ log = logging.getLogger("widget")
 
 #: Error codes of a ``function_response`` ack after which the response is sent again later (the relay could not
 #: take it now); any other refusal is final.
-TRANSIENT_RESPONSE_ERRORS = frozenset({P.ERR_INTERNAL, P.ERR_UNAVAILABLE, P.ERR_RATE_LIMITED, P.ERR_BUSY})
+TRANSIENT_RESPONSE_ERRORS = frozenset(
+    {P.ErrorCode.INTERNAL, P.ErrorCode.UNAVAILABLE, P.ErrorCode.RATE_LIMITED, P.ErrorCode.BUSY}
+)
 #: Seconds between resends of a response refused as transient; the last value repeats.
 RESEND_DELAYS_S: tuple[float, ...] = (0.25, 0.5, 1.0, 2.0, 5.0)
 #: A response still refused as transient this long after its call was received is dropped (the relay timed the
@@ -126,7 +128,7 @@ class CallsPart:
             "idempotency_key": f"fr-{call_id}",
             "handler_ms": round(handler_ms, 3),
         }
-        if status == P.STATUS_SUCCESS:
+        if status == P.CallStatus.SUCCESS:
             payload["result"] = result
             note = Notify(ClientEvent.FUNCTION_SUCCESS,
                           {"request": call.request, "result": result, "durationMs": handler_ms})
@@ -174,7 +176,7 @@ class CallsPart:
         call.total_ms = (now - call.started) * 1000
         call.payload["total_ms"] = round(call.total_ms, 3)
         call.attempts += 1
-        return [Send(P.EV_FUNCTION_RESPONSE, dict(call.payload), f"fr:{call.attempts}:{call.payload['id']}")]
+        return [Send(P.Event.FUNCTION_RESPONSE, dict(call.payload), f"fr:{call.attempts}:{call.payload['id']}")]
 
     def _resend_all(self, now: float) -> list[Effect]:
         return [e for c in list(self._calls.values()) if c.payload is not None and not c.withheld
@@ -187,7 +189,7 @@ class CallsPart:
             return []  # a stale attempt: a later one decides
         refused = P.refusal_of(ack)
         code = None if refused is None else refused.code
-        if code == P.ERR_NOT_JOINED:
+        if code == P.ErrorCode.NOT_JOINED:
             return []  # kept: the rejoin resends it
         if code in TRANSIENT_RESPONSE_ERRORS:
             if now - call.started > RESEND_WINDOW_S:
@@ -201,7 +203,7 @@ class CallsPart:
         # Taken, or refused for good (the relay no longer waits for it): either way it leaves the outbox.
         del self._calls[call_id]
         if code is not None:
-            expected = code == P.ERR_CALL_NOT_PENDING and call.ended_by_relay
+            expected = code == P.ErrorCode.CALL_NOT_PENDING and call.ended_by_relay
             (log.info if expected else log.warning)("relay refused function response %s: %s", call_id, ack.get("error"))
         total_ms = call.total_ms
         # Both stamps count from the same start, so the wall time of the send that landed is exact.
@@ -233,7 +235,7 @@ class CallsPart:
         record["status"] = status
         record["settledAt"] = record["respondedAt"] = record["startedAt"] + handler_ms
         record["handlerMs"] = record["totalMs"] = handler_ms
-        if status == P.STATUS_SUCCESS:
+        if status == P.CallStatus.SUCCESS:
             return [Notify(ClientEvent.FUNCTION_SUCCESS,
                            {"request": call.request, "result": result, "durationMs": handler_ms})]
         return [Notify(ClientEvent.FUNCTION_ERROR, {"request": call.request, "error": error, "durationMs": handler_ms})]

@@ -7,7 +7,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from ..errors import StateLimitError
-from ..protocol import ERR_BAD_REQUEST, ERR_STATE_TOO_DEEP, ERR_STATE_TOO_LARGE, MAX_STATE_BYTES, MAX_STATE_DEPTH
+from ..protocol import MAX_STATE_BYTES, MAX_STATE_DEPTH, ErrorCode
 
 
 def encode_compact(doc: Any) -> bytes:
@@ -46,17 +46,18 @@ def check_state(doc: Any) -> int:
     d = depth(doc)
     if d > MAX_STATE_DEPTH:
         raise StateLimitError(
-            ERR_STATE_TOO_DEEP, f"State nesting depth exceeds {MAX_STATE_DEPTH} levels."
+            ErrorCode.STATE_TOO_DEEP, f"State nesting depth exceeds {MAX_STATE_DEPTH} levels."
         )
     try:
         size = len(encode_compact(doc))
     except UnicodeEncodeError:  # a lone surrogate (e.g. "\ud800" in the JSON): it has no UTF-8 form to store
         raise StateLimitError(
-            ERR_BAD_REQUEST, "State contains a string that is not valid Unicode (a lone surrogate); nothing stored."
+            ErrorCode.BAD_REQUEST,
+            "State contains a string that is not valid Unicode (a lone surrogate); nothing stored.",
         ) from None
     if size > MAX_STATE_BYTES:
         raise StateLimitError(
-            ERR_STATE_TOO_LARGE,
+            ErrorCode.STATE_TOO_LARGE,
             f"State is {size} bytes; the relay stores at most {MAX_STATE_BYTES} bytes (64 KB).",
         )
     return size

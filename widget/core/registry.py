@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import ConfigError
-from ..protocol import KIND_FUNCTION, Source, is_tool_name
+from ..protocol import Kind, Source, is_tool_name
 from .schema import DerivedSchema
 from .validation import checker_ready, prefetch_checker, schema_problem
 
@@ -31,7 +31,7 @@ class FunctionDefinition:
     description: str = ""
     parameters: dict[str, Any] = field(default_factory=lambda: {"type": "object", "properties": {}})
     sensitive: bool = False
-    kind: str = KIND_FUNCTION
+    kind: str = Kind.FUNCTION
     #: Extra descriptor fields (tools and actions: ``handler``, ``confirm``, ``label``, ``title``).
     extra: dict[str, Any] = field(default_factory=dict)
     #: Published to in-browser agents when the page opts in to WebMCP (``widget.webmcp``); never sent to the relay.
@@ -97,7 +97,7 @@ class FunctionRegistry:
             definition.sensitive,
         )
         self.unchecked.pop(definition.name, None)
-        if definition.kind == KIND_FUNCTION and not isinstance(definition.parameters, DerivedSchema) \
+        if definition.kind == Kind.FUNCTION and not isinstance(definition.parameters, DerivedSchema) \
                 and definition.parameters not in ({"type": "object", "properties": {}}, {}):
             if checker_ready():
                 check_schema(definition.name, definition.parameters)

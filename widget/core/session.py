@@ -65,7 +65,7 @@ ERROR = ConnectionState.ERROR.value
 #: A rejoin refused with one of these codes (many tabs rejoining a restarted relay at once, a relay still starting)
 #: is tried again after the next delay; the last value repeats. Any other refusal ends in the ``error`` state.
 RETRYABLE_REJOIN_ERRORS = frozenset(
-    {P.ERR_RATE_LIMITED, P.ERR_INTERNAL, P.ERR_BUSY, P.ERR_UNAVAILABLE, "connection_failed"}
+    {P.ErrorCode.RATE_LIMITED, P.ErrorCode.INTERNAL, P.ErrorCode.BUSY, P.ErrorCode.UNAVAILABLE, "connection_failed"}
 )
 REJOIN_DELAYS_S: tuple[float, ...] = (1.0, 2.0, 4.0, 8.0, 15.0)
 #: A join token this young is used again for a rejoin without reading the conversation first: after a relay
@@ -267,7 +267,7 @@ class ClientSession(CallsPart):
     # ------------------------------------------------------------------ incoming relay events
     def received(self, event: str, data: Any, now: float) -> list[Effect]:
         """A relay event other than the join's ``state``."""
-        if event == P.EV_CLIENT_ROLE:
+        if event == P.Event.CLIENT_ROLE:
             named = data.get("conversation_id") if isinstance(data, dict) else None
             if isinstance(named, str) and self.conversation_id is not None and named != self.conversation_id:
                 log.warning(
@@ -278,13 +278,13 @@ class ClientSession(CallsPart):
             return [Notify(ClientEvent.ROLE_CHANGED, {"active": self.active})]
         if event in P.SEQUENCED_EVENTS:
             return self._sequenced(event, data, now)
-        if event == P.EV_REPLAY_DONE:
+        if event == P.Event.REPLAY_DONE:
             # The join's replay ended at ``last_seq``: an event of it this client did not take (dropped as a gap)
             # is asked for again now, not only when a later event happens to arrive.
             last = data.get("last_seq") if isinstance(data, dict) else None
             if isinstance(last, int) and not isinstance(last, bool) and last > self.seq.last_seq:
                 return self._ask_replay()
-        if event == P.EV_FEEDBACK and isinstance(data, dict):  # a rating of an answer changed (any tab)
+        if event == P.Event.FEEDBACK and isinstance(data, dict):  # a rating of an answer changed (any tab)
             return [Notify(ClientEvent.FEEDBACK, data)]
         return []
 
@@ -292,7 +292,7 @@ class ClientSession(CallsPart):
         if self._replay_pending or not self.transport_up:
             return []
         self._replay_pending = True
-        return [Send(P.EV_REPLAY, {"last_seq": self.seq.last_seq}, "replay")]
+        return [Send(P.Event.REPLAY, {"last_seq": self.seq.last_seq}, "replay")]
 
     def _sequenced(self, event: str, data: Any, now: float) -> list[Effect]:
         if not isinstance(data, dict):
@@ -304,26 +304,26 @@ class ClientSession(CallsPart):
         if verdict == GAP:
             return self._ask_replay()
         effects: list[Effect] = []
-        if event == P.EV_MESSAGE:
+        if event == P.Event.MESSAGE:
             message = data.get("message")
             if isinstance(message, dict):
                 self.stream.add_message(message)
                 self.offers.outcome_recorded(message)
-        elif event == P.EV_MESSAGES_WITHDRAWN:
+        elif event == P.Event.MESSAGES_WITHDRAWN:
             ids = data.get("message_ids")
             self.stream.withdraw(ids if isinstance(ids, list) else [])
-        elif event == P.EV_ASK_USER_REQUEST:
+        elif event == P.Event.ASK_USER_REQUEST:
             prompts = data.get("prompts")
             effects += self.set_pending_ask_user(prompts if isinstance(prompts, list) else [])
-        elif event != P.EV_USER_INPUT:
+        elif event != P.Event.USER_INPUT:
             self.stream.handle(event, data)
-            if event == P.EV_COMPLETION_ENDED:
+            if event == P.Event.COMPLETION_ENDED:
                 offered = self.offers.record(data.get("message"))
                 if offered is not None:
                     effects.append(Notify(ClientEvent.ACTIONS_OFFERED, {"message_id": offered}))
-        if event == P.EV_FUNCTION_CALL_BEGIN and data.get("run") is True and self.active:
+        if event == P.Event.FUNCTION_CALL_BEGIN and data.get("run") is True and self.active:
             effects += self._run(data)
-        elif event == P.EV_FUNCTION_CALL_END:
+        elif event == P.Event.FUNCTION_CALL_END:
             call_id = data.get("id")
             if isinstance(call_id, str) and call_id in self._running:
                 effects.append(EndCall(call_id))
@@ -419,7 +419,7 @@ class ClientSession(CallsPart):
             return [], None, True
         effects: list[Effect] = [_state_error(outgoing.skipped)] if outgoing.skipped is not None else []
         tag = f"patch:{outgoing.key}"
-        effects.append(Send(P.EV_STATE_PATCH, {"patch": outgoing.patch, "idempotency_key": outgoing.key}, tag))
+        effects.append(Send(P.Event.STATE_PATCH, {"patch": outgoing.patch, "idempotency_key": outgoing.key}, tag))
         return effects, tag, outgoing.skipped is None
 
     def patches_in_flight(self) -> list[str]:

@@ -24,7 +24,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from ..errors import ConfigError
-from ..protocol import KIND_ACTION, KIND_TOOL, MAX_TOOLS_ADVISED, is_tool_name
+from ..protocol import MAX_TOOLS_ADVISED, Kind, is_tool_name
 from .problems import Problem, ProblemCode
 from .templates import placeholders
 
@@ -66,7 +66,7 @@ class ToolSpec:
             "sensitive": False,
             "source": "client",
         }
-        if self.kind == KIND_TOOL:
+        if self.kind == Kind.TOOL:
             d["handler"] = "page" if has_page_handler else "run"
         else:
             d.update(confirm=self.confirm, label=self.label or self.title or self.name, title=self.title)
@@ -126,7 +126,7 @@ def _check_run(name: str, run: Any, kind: str) -> dict[str, Any] | None:
         if method not in ("GET", "POST"):
             raise ConfigError(f"Tool {name!r}: run.method must be GET or POST.")
         placeholders(run["fetch"])
-        if kind == KIND_TOOL and method != "GET":
+        if kind == Kind.TOOL and method != "GET":
             raise ConfigError(
                 f"Tool {name!r} would POST: a function tool must only read. "
                 "Make it an action (confirm: true or 'form')."
@@ -134,13 +134,13 @@ def _check_run(name: str, run: Any, kind: str) -> dict[str, Any] | None:
         return {"fetch": run["fetch"], "method": method}
     if "href" in run:
         placeholders(run["href"])
-        if kind == KIND_TOOL:
+        if kind == Kind.TOOL:
             raise ConfigError(f"Tool {name!r} would navigate: a function tool must only read. Make it an action.")
         return {"href": run["href"]}
     event = run["event"]
     if not isinstance(event, str) or not event:
         raise ConfigError(f"Tool {name!r}: run.event must be a non-empty event name.")
-    if kind == KIND_TOOL:
+    if kind == Kind.TOOL:
         raise ConfigError(f"Tool {name!r} would fire an event: a function tool must only read. Make it an action.")
     return {"event": event}
 
@@ -160,11 +160,11 @@ def parse_tool(name: str, config: Any) -> ToolSpec:
         raise ConfigError(f"Tool {name!r}: a description is required (the model chooses tools by it).")
     confirm = config.get("confirm")
     if confirm is None:
-        kind, confirm_kind = KIND_TOOL, None
+        kind, confirm_kind = Kind.TOOL, None
     elif confirm is True:
-        kind, confirm_kind = KIND_ACTION, "button"
+        kind, confirm_kind = Kind.ACTION, "button"
     elif confirm == "form":
-        kind, confirm_kind = KIND_ACTION, "form"
+        kind, confirm_kind = Kind.ACTION, "form"
     else:
         raise ConfigError(f"Tool {name!r}: confirm must be absent, true or 'form'.")
     for key in ("title", "label"):
@@ -180,7 +180,7 @@ def parse_tool(name: str, config: Any) -> ToolSpec:
         label=config.get("label"),
         title=config.get("title"),
     )
-    if kind == KIND_ACTION and spec.run is None:
+    if kind == Kind.ACTION and spec.run is None:
         raise ConfigError(f"Action {name!r} needs a run ({{fetch}}, {{href}} or {{event}}).")
     return spec
 

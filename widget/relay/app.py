@@ -113,7 +113,7 @@ def create_app(
         return JSONResponse(body, status_code=200 if ok else 503, headers={"Cache-Control": "no-store"})
 
     async def api_not_found(_request: Any) -> JSONResponse:
-        return JSONResponse(P.error(P.ERR_NOT_FOUND, "No such API endpoint."), status_code=404)
+        return JSONResponse(P.error(P.ErrorCode.NOT_FOUND, "No such API endpoint."), status_code=404)
 
     routes = [
         Route("/healthz", healthz, methods=["GET"]),
@@ -156,7 +156,7 @@ class RelayApp:
 async def _json_500(request: Any, exc: Exception) -> Response:
     """An unexpected failure outside the API's own handling: JSON under /api/, plain text elsewhere."""
     if request.url.path.startswith("/api/") or "/api/" in request.url.path:
-        return JSONResponse(P.error(P.ERR_INTERNAL, "The relay failed to handle this request."), status_code=500)
+        return JSONResponse(P.error(P.ErrorCode.INTERNAL, "The relay failed to handle this request."), status_code=500)
     return PlainTextResponse("Internal Server Error", status_code=500)
 
 

@@ -10,7 +10,7 @@ import secrets
 import time
 
 from ..errors import ProtocolError
-from ..protocol import ERR_INVALID_TOKEN, ERR_TOKEN_EXPIRED, JOIN_TOKEN_TTL_S
+from ..protocol import JOIN_TOKEN_TTL_S, ErrorCode
 
 
 def _b64(data: bytes) -> str:
@@ -41,17 +41,19 @@ class TokenSigner:
     def verify(self, token: object, now: float | None = None) -> str:
         """Return the conversation id, or raise ProtocolError(invalid_token | token_expired)."""
         if not isinstance(token, str) or len(token) > 1024 or token.count(".") != 1:
-            raise ProtocolError(ERR_INVALID_TOKEN, "The join token is malformed.")
+            raise ProtocolError(ErrorCode.INVALID_TOKEN, "The join token is malformed.")
         payload, signature = token.split(".")
         if not hmac.compare_digest(self._sign(payload), signature):
-            raise ProtocolError(ERR_INVALID_TOKEN, "The join token was not issued by this relay.")
+            raise ProtocolError(ErrorCode.INVALID_TOKEN, "The join token was not issued by this relay.")
         try:
             data = json.loads(_unb64(payload))
             conversation_id, expires_at = data["c"], float(data["e"])
             if not isinstance(conversation_id, str):
                 raise TypeError
         except (ValueError, KeyError, TypeError):
-            raise ProtocolError(ERR_INVALID_TOKEN, "The join token is malformed.") from None
+            raise ProtocolError(ErrorCode.INVALID_TOKEN, "The join token is malformed.") from None
         if (time.time() if now is None else now) >= expires_at:
-            raise ProtocolError(ERR_TOKEN_EXPIRED, "The join token has expired; GET the conversation for a new one.")
+            raise ProtocolError(
+                ErrorCode.TOKEN_EXPIRED, "The join token has expired; GET the conversation for a new one."
+            )
         return conversation_id

@@ -75,17 +75,17 @@ class Tracing:
         from opentelemetry import trace
 
         turn = self._turns.get(cid)
-        message = (payload.get("message") or {}) if name == P.EV_MESSAGE else {}
+        message = (payload.get("message") or {}) if name == P.Event.MESSAGE else {}
         if message.get("role") == P.Role.USER:  # the reader's message starts a turn (its id comes later)
             turn = self._open(cid, None)
-        elif name in (P.EV_COMPLETION_STARTED, P.EV_MESSAGES_WITHDRAWN):  # retry/regenerate start with the latter
+        elif name in (P.Event.COMPLETION_STARTED, P.Event.MESSAGES_WITHDRAWN):  # retry/regenerate start with the latter
             turn_id = str(payload.get("turn_id"))
             if turn is None or (turn.turn_id is not None and turn.turn_id != turn_id):
                 turn = self._open(cid, turn_id)
             elif turn.turn_id is None:
                 turn.turn_id = turn_id
                 turn.span.set_attribute("autopilot.turn_id", turn_id)
-            if turn is not None and name == P.EV_COMPLETION_STARTED:
+            if turn is not None and name == P.Event.COMPLETION_STARTED:
                 if turn.round is not None:
                     turn.round.end()
                 turn.round = self.tracer.start_span(
@@ -94,28 +94,28 @@ class Tracing:
             return
         if turn is None:
             return
-        if name == P.EV_COMPLETION_ENDED:
+        if name == P.Event.COMPLETION_ENDED:
             if turn.round is not None:
                 calls = (payload.get("message") or {}).get("function_calls") or []
                 turn.round.set_attribute("autopilot.calls_requested", len(calls))
                 turn.round.end()
                 turn.round = None
-        elif name == P.EV_FUNCTION_CALL_BEGIN:
+        elif name == P.Event.FUNCTION_CALL_BEGIN:
             call_id = str(payload.get("id"))
             turn.calls[call_id] = self.tracer.start_span(
                 "autopilot.call",
                 context=trace.set_span_in_context(turn.span),
                 attributes={
                     "autopilot.call.name": str(payload.get("name")),
-                    "autopilot.call.kind": str(payload.get("kind") or P.KIND_FUNCTION),
+                    "autopilot.call.kind": str(payload.get("kind") or P.Kind.FUNCTION),
                 },
             )
-        elif name == P.EV_FUNCTION_CALL_END:
+        elif name == P.Event.FUNCTION_CALL_END:
             self._end_call(turn, payload)
-        elif name == P.EV_MESSAGE:
+        elif name == P.Event.MESSAGE:
             if message.get("role") == P.Role.ERROR:
                 turn.span.set_attribute("autopilot.error_code", str(message.get("code")))
-        elif name == P.EV_COMPLETION_FINISHED:
+        elif name == P.Event.COMPLETION_FINISHED:
             if turn.turn_id is None:  # a turn that failed before its first round had no id yet
                 turn.span.set_attribute("autopilot.turn_id", str(payload.get("turn_id")))
             self._end_turn(cid, str(payload.get("status")))
@@ -151,7 +151,7 @@ class Tracing:
             value = payload.get(key)
             if isinstance(value, (int, float)):
                 span.set_attribute(f"autopilot.call.{key}", float(value))
-        if status != P.STATUS_SUCCESS:
+        if status != P.CallStatus.SUCCESS:
             span.set_status(Status(StatusCode.ERROR))
         span.end()
 

@@ -15,7 +15,7 @@ import re
 from collections.abc import Callable
 from typing import Any, TypedDict
 
-from ...protocol import SEARCH_DOCS_TOOL, TOOL_REPLY_MAX_CHARS
+from ...protocol import TOOL_REPLY_MAX_CHARS, RelayTool
 from .query import terms
 from .search import DocHit
 
@@ -37,7 +37,7 @@ class ReplySection(TypedDict):
 def search_docs_spec() -> dict[str, Any]:
     """The ``search_docs`` tool as the model sees it (strict, one ``query`` parameter)."""
     return {
-        "name": SEARCH_DOCS_TOOL,
+        "name": RelayTool.SEARCH_DOCS,
         "description": (
             "Search this site's documentation. Use it before answering any question about the product, its "
             "features, settings, limits, errors or how to do something, and answer from the sections it returns, "

@@ -131,7 +131,7 @@ class Api:
             # (a limiter without retry_after, e.g. a test's stand-in: a whole window)
             after = getattr(limiter, "retry_after", None)
             wait = max(1, math.ceil(after(key) if after is not None else limiter.window_s))
-            raise HttpError(P.ERR_RATE_LIMITED, f"Too many {what} from this address; retry in {wait} s.",
+            raise HttpError(P.ErrorCode.RATE_LIMITED, f"Too many {what} from this address; retry in {wait} s.",
                             headers={"Retry-After": str(wait)})
 
     def refuse_origin(self, origin: str, app_id: str, allowed: list[str]) -> HttpError:
@@ -139,26 +139,31 @@ class Api:
         text = origin_refusal(origin, app_id, allowed)
         if self._origin_notes.allow(f"{origin}|{app_id}"):
             log.warning("%s", origin_refusal(origin, app_id, allowed, for_log=True))
-        return HttpError(P.ERR_FORBIDDEN_ORIGIN, text[0].upper() + text[1:] + ".")
+        return HttpError(P.ErrorCode.FORBIDDEN_ORIGIN, text[0].upper() + text[1:] + ".")
 
     def refuse_if_draining(self) -> None:
         """A write while the relay shuts down: 503 ``unavailable``, retry soon (another process answers)."""
         if self.hub.draining or self.hub.closing:
-            raise HttpError(P.ERR_UNAVAILABLE, "The relay is shutting down; retry (another relay process answers).",
-                            headers={"Retry-After": "1"})
+            raise HttpError(
+                P.ErrorCode.UNAVAILABLE,
+                "The relay is shutting down; retry (another relay process answers).",
+                headers={"Retry-After": "1"},
+            )
 
     async def read_json(self, request: Request, *, require_json: bool = False) -> Any:
         """The JSON body, read in chunks and refused past ``max_body_bytes`` (never held whole beyond it)."""
         ctype = request.headers.get("content-type", "").split(";")[0].strip().lower()
         if require_json and ctype != "application/json":
-            raise HttpError(P.ERR_BAD_REQUEST, "Send the body as JSON with Content-Type: application/json.", status=415)
+            raise HttpError(
+                P.ErrorCode.BAD_REQUEST, "Send the body as JSON with Content-Type: application/json.", status=415
+            )
         limit = self.config.max_body_bytes
         chunks: list[bytes] = []
         size = 0
         async for chunk in request.stream():
             size += len(chunk)
             if size > limit:
-                raise HttpError(P.ERR_BODY_TOO_LARGE, f"The request body is over {limit} bytes.")
+                raise HttpError(P.ErrorCode.BODY_TOO_LARGE, f"The request body is over {limit} bytes.")
             chunks.append(chunk)
         raw = b"".join(chunks)
         if not raw.strip():
@@ -166,9 +171,9 @@ class Api:
         try:
             return json.loads(raw)
         except ValueError as exc:
-            raise ProtocolError(P.ERR_BAD_REQUEST, f"The body is not valid JSON: {exc}") from None
+            raise ProtocolError(P.ErrorCode.BAD_REQUEST, f"The body is not valid JSON: {exc}") from None
         except RecursionError:
-            raise ProtocolError(P.ERR_BAD_REQUEST, "The body is nested too deeply.") from None
+            raise ProtocolError(P.ErrorCode.BAD_REQUEST, "The body is nested too deeply.") from None
 
     def base_url(self, request: Request) -> str:
         """The relay's public base URL (``public_url``, else the request's)."""
@@ -185,7 +190,7 @@ class Api:
             # deleted chat) must see the 404 to start a new one; a CORS failure looks like a relay that is down.
             request.state.cors = self.cors_headers(request, {o for a in self.config.apps.values()
                                                              for o in a.allowed_origins})
-            raise ProtocolError(P.ERR_NOT_FOUND, "No such conversation.")
+            raise ProtocolError(P.ErrorCode.NOT_FOUND, "No such conversation.")
         request.state.cors = self.cors_headers(request, self.origins_of(conv))
         return conv
 
@@ -207,11 +212,11 @@ class Api:
         """A conversation GET's body: the conversation, its messages, a fresh join token and the features' parts."""
         snap = await self.store.snapshot(cid)
         if snap is None:
-            raise ProtocolError(P.ERR_NOT_FOUND, "No such conversation.")
+            raise ProtocolError(P.ErrorCode.NOT_FOUND, "No such conversation.")
         if await self.hub.recover(snap[0]):
             snap = await self.store.snapshot(cid)
             if snap is None:
-                raise ProtocolError(P.ERR_NOT_FOUND, "No such conversation.")
+                raise ProtocolError(P.ErrorCode.NOT_FOUND, "No such conversation.")
         conv, messages = snap
         token, expires_at = self.hub.signer.issue(cid)
         body: dict[str, Any] = {
@@ -254,25 +259,25 @@ class Api:
         origin = request.headers.get("origin")
         request.state.cors = self.cors_headers(request, app.allowed_origins if app else [origin] if origin else [])
         if app is None:  # readable by the page (a wrong data-app), which can then say so
-            raise ProtocolError(P.ERR_NOT_FOUND, f"No app {app_id!r} on this relay; check the page's data-app.")
+            raise ProtocolError(P.ErrorCode.NOT_FOUND, f"No app {app_id!r} on this relay; check the page's data-app.")
         self.refuse_if_draining()
         auth = request.headers.get("authorization")
         if auth is not None:
             scheme, _, secret = auth.partition(" ")
             if (scheme.lower() != "bearer" or not app.secret
                 or not hmac.compare_digest(secret.strip().encode(), app.secret.encode())):
-                raise ProtocolError(P.ERR_UNAUTHORIZED, "The app secret is wrong.")
+                raise ProtocolError(P.ErrorCode.UNAUTHORIZED, "The app secret is wrong.")
         elif origin is not None and origin in app.allowed_origins:
             self.limit(self.create_limiter, f"{app_id}|{self.client_address(request)}", "conversations created")
         elif origin is not None:
             raise self.refuse_origin(origin, app_id, app.allowed_origins)
         else:
-            raise ProtocolError(P.ERR_FORBIDDEN_ORIGIN,
+            raise ProtocolError(P.ErrorCode.FORBIDDEN_ORIGIN,
                                 "A browser request needs an allowed Origin; a backend needs Authorization: Bearer "
                                 "<app secret>.")
         body = await self.read_json(request)
         if not isinstance(body, dict):
-            raise ProtocolError(P.ERR_BAD_REQUEST, "The body must be a JSON object (or empty).")
+            raise ProtocolError(P.ErrorCode.BAD_REQUEST, "The body must be a JSON object (or empty).")
         cid = new_conversation_id()
         await self.store.create_conversation(cid, app_id, empty_state())
         url = f"{self.base_url(request)}{P.HTTP_CONVERSATION.format(conversation_id=cid)}"
@@ -287,10 +292,10 @@ class Api:
         origin = request.headers.get("origin")
         request.state.cors = {"Access-Control-Allow-Origin": origin or "*", "Vary": "Origin"}
         if app is None:
-            raise ProtocolError(P.ERR_NOT_FOUND, f"No app {app_id!r} on this relay.")
+            raise ProtocolError(P.ErrorCode.NOT_FOUND, f"No app {app_id!r} on this relay.")
         self.limit(self.get_limiter, self.client_address(request), "requests")
         if origin is None:
-            raise ProtocolError(P.ERR_BAD_REQUEST, "Send this request from the page (with its Origin).")
+            raise ProtocolError(P.ErrorCode.BAD_REQUEST, "Send this request from the page (with its Origin).")
         if origin not in app.allowed_origins:
             raise self.refuse_origin(origin, app_id, app.allowed_origins)
         return self.respond(200, {"ok": True, "app_id": app_id, "origin": origin},
@@ -333,19 +338,21 @@ class Api:
         body = await self.read_json(request, require_json=True)
         self.refuse_if_draining()
         if not isinstance(body, dict):
-            raise ProtocolError(P.ERR_BAD_REQUEST, "The body must be a JSON object {answers, idempotency_key}.")
+            raise ProtocolError(P.ErrorCode.BAD_REQUEST, "The body must be a JSON object {answers, idempotency_key}.")
         answers = body.get("answers")
         if isinstance(answers, dict):
             answers = [answers]
         if not isinstance(answers, list) or not answers:
-            raise ProtocolError(P.ERR_BAD_REQUEST,
+            raise ProtocolError(P.ErrorCode.BAD_REQUEST,
                                 "answers must be an {id, result} object or a non-empty list of them.")
         for a in answers:
             if not isinstance(a, dict) or not isinstance(a.get("id"), str) or "result" not in a:
-                raise ProtocolError(P.ERR_BAD_REQUEST, "each answer must be an object with a string id and a result.")
+                raise ProtocolError(
+                    P.ErrorCode.BAD_REQUEST, "each answer must be an object with a string id and a result."
+                )
         key = body.get("idempotency_key")
         if key is not None and (not isinstance(key, str) or not key or len(key) > P.MAX_IDEMPOTENCY_KEY_CHARS):
-            raise ProtocolError(P.ERR_BAD_REQUEST,
+            raise ProtocolError(P.ErrorCode.BAD_REQUEST,
                                 f"idempotency_key must be a string of 1-{P.MAX_IDEMPOTENCY_KEY_CHARS} characters.")
         await self.hub.answer_prompts(cid, answers, (key, P.ok()) if key is not None else None)
         out = await self.conversation_body(request, cid)

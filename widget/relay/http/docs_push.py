@@ -78,13 +78,13 @@ def read_archive(raw: Any, base_url: str, url_style: Any) -> tuple[list[PushedPa
             for member in tar:
                 unpacked += max(member.size, 0)
                 if unpacked > MAX_PUSH_UNPACKED_BYTES:
-                    raise ProtocolError(P.ERR_BAD_REQUEST, f"The archive unpacks to more than "
+                    raise ProtocolError(P.ErrorCode.BAD_REQUEST, f"The archive unpacks to more than "
                                         f"{MAX_PUSH_UNPACKED_BYTES} bytes; nothing was changed.")
                 if not member.isfile():
                     continue
                 name = posixpath.normpath(member.name.removeprefix("./"))
                 if name.startswith(("/", "../")) or name == "..":
-                    raise ProtocolError(P.ERR_BAD_REQUEST, f"The archive names a file outside itself: "
+                    raise ProtocolError(P.ErrorCode.BAD_REQUEST, f"The archive names a file outside itself: "
                                         f"{member.name!r}; nothing was changed.")
                 parts = name.split("/")
                 kind = _KINDS.get(posixpath.splitext(name)[1].lower())
@@ -96,13 +96,13 @@ def read_archive(raw: Any, base_url: str, url_style: Any) -> tuple[list[PushedPa
                                     f"{MAX_PAGE_BYTES / 1e6:.1f} MB; skipped")
                     continue
                 if len(pages) >= MAX_PAGES:
-                    raise ProtocolError(P.ERR_BAD_REQUEST, f"The archive has more than {MAX_PAGES} pages; "
+                    raise ProtocolError(P.ErrorCode.BAD_REQUEST, f"The archive has more than {MAX_PAGES} pages; "
                                         "nothing was changed.")
                 fh = tar.extractfile(member)
                 data = fh.read() if fh is not None else b""
                 pages.append(PushedPage(name, kind, page_url(name, kind, base_url, url_style), data))
     except (tarfile.TarError, EOFError, OSError) as exc:
-        raise ProtocolError(P.ERR_BAD_REQUEST, f"The body is not a tar archive (plain or gzip): {exc}") from None
+        raise ProtocolError(P.ErrorCode.BAD_REQUEST, f"The body is not a tar archive (plain or gzip): {exc}") from None
     pages.sort(key=lambda p: p.rel)
     return pages, warnings
 
@@ -111,14 +111,14 @@ async def spool_body(request: Request) -> Any:
     """The body in a temporary file (memory up to 8 MB), refused past ``MAX_PUSH_BYTES``."""
     declared = request.headers.get("content-length")
     if declared is not None and declared.isdigit() and int(declared) > MAX_PUSH_BYTES:
-        raise HttpError(P.ERR_BODY_TOO_LARGE, f"The request body is over {MAX_PUSH_BYTES} bytes.")
+        raise HttpError(P.ErrorCode.BODY_TOO_LARGE, f"The request body is over {MAX_PUSH_BYTES} bytes.")
     spool = tempfile.SpooledTemporaryFile(max_size=8 * 1024 * 1024)  # the caller closes it
     size = 0
     async for chunk in request.stream():
         size += len(chunk)
         if size > MAX_PUSH_BYTES:
             spool.close()
-            raise HttpError(P.ERR_BODY_TOO_LARGE, f"The request body is over {MAX_PUSH_BYTES} bytes.")
+            raise HttpError(P.ErrorCode.BODY_TOO_LARGE, f"The request body is over {MAX_PUSH_BYTES} bytes.")
         spool.write(chunk)
     spool.seek(0)
     return spool
@@ -133,25 +133,25 @@ async def push_docs(api: Api, request: Request) -> Response:
     expected = app.secret if app is not None and app.secret else None
     matches = hmac.compare_digest(secret.strip().encode(), (expected or "\0" * 32).encode())
     if expected is None or scheme.lower() != "bearer" or not matches:
-        raise ProtocolError(P.ERR_UNAUTHORIZED, "Send Authorization: Bearer <app secret> to push this app's docs "
+        raise ProtocolError(P.ErrorCode.UNAUTHORIZED, "Send Authorization: Bearer <app secret> to push this app's docs "
                             "(an app without a secret cannot be pushed to).")
     docs: Any = api.hub.docs
     if docs is None:
-        raise ProtocolError(P.ERR_NOT_FOUND, "This relay has no docs index.")
+        raise ProtocolError(P.ErrorCode.NOT_FOUND, "This relay has no docs index.")
     try:
         base_url = normalize_base(request.query_params.get("base_url", "/"))
     except ValueError as exc:
-        raise ProtocolError(P.ERR_BAD_REQUEST, str(exc)) from None
+        raise ProtocolError(P.ErrorCode.BAD_REQUEST, str(exc)) from None
     url_style = request.query_params.get("url_style", "directory")
     if url_style not in URL_STYLES:
-        raise ProtocolError(P.ERR_BAD_REQUEST, f"url_style must be one of {', '.join(URL_STYLES)}.")
+        raise ProtocolError(P.ErrorCode.BAD_REQUEST, f"url_style must be one of {', '.join(URL_STYLES)}.")
     spool = await spool_body(request)
     try:
         pages, warnings = await asyncio.to_thread(read_archive, spool, base_url, url_style)
     finally:
         spool.close()
     if not pages:
-        raise ProtocolError(P.ERR_BAD_REQUEST, "The archive has no pages (.html, .htm, .md, .markdown); nothing "
+        raise ProtocolError(P.ErrorCode.BAD_REQUEST, "The archive has no pages (.html, .htm, .md, .markdown); nothing "
                             "was changed (autopilot-relay index --drop removes an index).")
     settings: dict[str, Any] = {"sources": [], "pushed": {"base_url": base_url, "url_style": url_style},
                                 "selector": None, "excludes": []}
@@ -159,9 +159,9 @@ async def push_docs(api: Api, request: Request) -> Response:
         summary = await run_index(docs, app_id, pages, options=IndexOptions(), settings=settings,
                                   warn=warnings.append)
     except IndexBusy as exc:
-        raise HttpError(P.ERR_BUSY, str(exc), status=409) from None
+        raise HttpError(P.ErrorCode.BUSY, str(exc), status=409) from None
     except IndexRunError as exc:
-        raise ProtocolError(P.ERR_BAD_REQUEST, f"{exc}; nothing was changed.") from None
+        raise ProtocolError(P.ErrorCode.BAD_REQUEST, f"{exc}; nothing was changed.") from None
     body = {"ok": True, **summary, "warnings": len(warnings), "warning_lines": warnings[:MAX_WARNING_LINES]}
     return api.respond(200, body, {"Cache-Control": "no-store"})
 

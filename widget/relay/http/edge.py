@@ -38,15 +38,15 @@ def respond(status: int, body: Any, headers: dict[str, str] | None = None) -> JS
     return JSONResponse(body, status_code=status, headers=headers)
 
 
-STATUS = {
-    P.ERR_BAD_REQUEST: 400,
-    P.ERR_UNAUTHORIZED: 401,
-    P.ERR_FORBIDDEN_ORIGIN: 403,
-    P.ERR_NOT_FOUND: 404,
-    P.ERR_BODY_TOO_LARGE: 413,
-    P.ERR_RATE_LIMITED: 429,
-    P.ERR_INTERNAL: 500,
-    P.ERR_UNAVAILABLE: 503,
+STATUS: dict[str, int] = {
+    P.ErrorCode.BAD_REQUEST: 400,
+    P.ErrorCode.UNAUTHORIZED: 401,
+    P.ErrorCode.FORBIDDEN_ORIGIN: 403,
+    P.ErrorCode.NOT_FOUND: 404,
+    P.ErrorCode.BODY_TOO_LARGE: 413,
+    P.ErrorCode.RATE_LIMITED: 429,
+    P.ErrorCode.INTERNAL: 500,
+    P.ErrorCode.UNAVAILABLE: 503,
 }
 #: Retry-After of a 503 ``unavailable``, seconds.
 UNAVAILABLE_RETRY_S = 5
@@ -93,8 +93,11 @@ def endpoint(fn: Handler[R]) -> Handler[R]:
         try:
             return await fn(self, request)
         except HttpError as exc:
-            return respond(exc.status or STATUS.get(exc.code, 400), P.error(exc.code, exc.message),
-                           {**request.state.cors, **exc.headers})
+            return respond(
+                exc.status or STATUS.get(exc.code, 400),
+                P.error(exc.code, exc.message),
+                {**request.state.cors, **exc.headers},
+            )
         except ProtocolError as exc:
             return respond(STATUS.get(exc.code, 400), P.error(exc.code, exc.message), request.state.cors)
         except ClientDisconnect:
@@ -104,12 +107,18 @@ def endpoint(fn: Handler[R]) -> Handler[R]:
         except Exception as exc:
             if is_store_failure(exc):
                 self.store_failure = (time.monotonic(), f"{type(exc).__name__}: {exc}"[:160])
-                log.warning("%s %s: the store failed: %s: %s", request.method, request.url.path,
-                            type(exc).__name__, exc)
-                return respond(503, P.error(P.ERR_UNAVAILABLE, "The relay's storage is not answering; retry shortly."),
-                               {**request.state.cors, "Retry-After": str(UNAVAILABLE_RETRY_S)})
+                log.warning(
+                    "%s %s: the store failed: %s: %s", request.method, request.url.path, type(exc).__name__, exc
+                )
+                return respond(
+                    503,
+                    P.error(P.ErrorCode.UNAVAILABLE, "The relay's storage is not answering; retry shortly."),
+                    {**request.state.cors, "Retry-After": str(UNAVAILABLE_RETRY_S)},
+                )
             log.exception("%s %s failed", request.method, request.url.path)
-            return respond(500, P.error(P.ERR_INTERNAL, "The relay failed to handle this request."), request.state.cors)
+            return respond(
+                500, P.error(P.ErrorCode.INTERNAL, "The relay failed to handle this request."), request.state.cors
+            )
 
     return run
 

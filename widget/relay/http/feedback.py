@@ -61,7 +61,7 @@ async def turn_of(store: Store, conversation_id: str, message_id: str) -> str | 
         rows = yield fetch(
             "SELECT payload FROM events WHERE conversation_id = ? AND name = ?",
             conversation_id,
-            P.EV_COMPLETION_STARTED,
+            P.Event.COMPLETION_STARTED,
         )
         for (payload,) in rows:
             data = json.loads(payload)
@@ -145,27 +145,31 @@ async def put_feedback(
 def parse_body(body: Any) -> tuple[str, P.FeedbackRating | None, str | None]:
     """``(message_id, rating, comment)`` of a feedback body, or a ``bad_request`` saying what is wrong."""
     if not isinstance(body, dict):
-        raise ProtocolError(P.ERR_BAD_REQUEST, "The body must be a JSON object {message_id, rating, comment}.")
+        raise ProtocolError(P.ErrorCode.BAD_REQUEST, "The body must be a JSON object {message_id, rating, comment}.")
     message_id = body.get("message_id")
     if not isinstance(message_id, str) or not message_id or len(message_id) > 128:
-        raise ProtocolError(P.ERR_BAD_REQUEST, "message_id must be the id of an answer (a string of 1-128 characters).")
+        raise ProtocolError(
+            P.ErrorCode.BAD_REQUEST, "message_id must be the id of an answer (a string of 1-128 characters)."
+        )
     if "rating" not in body:
-        raise ProtocolError(P.ERR_BAD_REQUEST, 'rating is required: "up", "down" or null (to take the rating back).')
+        raise ProtocolError(
+            P.ErrorCode.BAD_REQUEST, 'rating is required: "up", "down" or null (to take the rating back).'
+        )
     raw = body["rating"]
     if raw is not None and raw not in (P.FeedbackRating.UP, P.FeedbackRating.DOWN):
-        raise ProtocolError(P.ERR_BAD_REQUEST, 'rating must be "up", "down" or null.')
+        raise ProtocolError(P.ErrorCode.BAD_REQUEST, 'rating must be "up", "down" or null.')
     comment = body.get("comment")
     if comment is not None and not isinstance(comment, str):
-        raise ProtocolError(P.ERR_BAD_REQUEST, "comment must be a string or null.")
+        raise ProtocolError(P.ErrorCode.BAD_REQUEST, "comment must be a string or null.")
     if comment is not None:
         comment = comment.strip() or None
     if comment is not None and len(comment) > P.MAX_FEEDBACK_COMMENT_CHARS:
-        raise ProtocolError(P.ERR_BAD_REQUEST, f"comment is over {P.MAX_FEEDBACK_COMMENT_CHARS} characters.")
+        raise ProtocolError(P.ErrorCode.BAD_REQUEST, f"comment is over {P.MAX_FEEDBACK_COMMENT_CHARS} characters.")
     if comment is not None:
         try:
             comment.encode("utf-8")
         except UnicodeEncodeError:  # as every other endpoint answers it: nothing of the request is stored
-            raise ProtocolError(P.ERR_BAD_REQUEST, "comment contains a lone surrogate (not valid Unicode); "
+            raise ProtocolError(P.ErrorCode.BAD_REQUEST, "comment contains a lone surrogate (not valid Unicode); "
                                 "nothing was stored.") from None
     if raw is None:
         comment = None
@@ -183,11 +187,11 @@ async def rate_answer(api: Api, request: Request) -> Response:
     snap = await api.store.snapshot(cid)
     messages = snap[1] if snap is not None else []
     if not any(m.get("id") == message_id and m.get("role") == P.Role.ASSISTANT for m in messages):
-        raise ProtocolError(P.ERR_NOT_FOUND, "No such answer in this conversation.")
+        raise ProtocolError(P.ErrorCode.NOT_FOUND, "No such answer in this conversation.")
     turn_id = await turn_of(api.store, cid, message_id)
     record, changed = await put_feedback(api.store, cid, message_id, turn_id, rating, comment)
     if changed:
-        await api.hub.sio.emit(P.EV_FEEDBACK, dict(record), room=cid)
+        await api.hub.sio.emit(P.Event.FEEDBACK, dict(record), room=cid)
     return api.respond(200, {"ok": True, "feedback": record}, {**request.state.cors, "Cache-Control": "no-store"})
 
 

@@ -42,7 +42,7 @@ if TYPE_CHECKING:
 #: Comments returned at most (the newest), so an answer stays small whatever the period.
 MAX_COMMENTS = 200
 #: Call kinds reported (relay tools are ``tool`` calls too).
-CALL_KINDS = (P.KIND_FUNCTION, P.KIND_TOOL)
+CALL_KINDS = (P.Kind.FUNCTION, P.Kind.TOOL)
 
 
 def parse_time(text: str, what: str) -> float:
@@ -199,7 +199,7 @@ def _period(request: Request) -> tuple[float | None, float | None]:
         until = request.query_params.get("until")
         return (parse_time(since, "since") if since else None, parse_time(until, "until") if until else None)
     except ConfigError as exc:
-        raise ProtocolError(P.ERR_BAD_REQUEST, str(exc)) from None
+        raise ProtocolError(P.ErrorCode.BAD_REQUEST, str(exc)) from None
 
 
 async def stats(api: Api, request: Request) -> Response:
@@ -214,11 +214,13 @@ async def stats(api: Api, request: Request) -> Response:
     given = secret.strip().encode()
     matches = hmac.compare_digest(given, (expected or "\0" * 32).encode())
     if expected is None or scheme.lower() != "bearer" or not matches:
-        raise ProtocolError(P.ERR_UNAUTHORIZED, "Send Authorization: Bearer <app secret> to read this app's stats "
-                            "(an app without a secret has none).")
+        raise ProtocolError(
+            P.ErrorCode.UNAUTHORIZED,
+            "Send Authorization: Bearer <app secret> to read this app's stats (an app without a secret has none).",
+        )
     since, until = _period(request)
     if since is not None and until is not None and since >= until:
-        raise ProtocolError(P.ERR_BAD_REQUEST, "since must be before until.")
+        raise ProtocolError(P.ErrorCode.BAD_REQUEST, "since must be before until.")
     body = await app_stats(api.store, app_id, since, until)
     return api.respond(200, body, {"Cache-Control": "no-store"})
 

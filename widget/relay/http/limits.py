@@ -104,7 +104,7 @@ def _content_length(scope: Scope) -> int | None:
 
 async def _send_too_large(send: Send, limit: int, declared: int | None) -> None:
     size = f"{declared} bytes" if declared is not None else "more"
-    body = json_error_bytes(P.ERR_BODY_TOO_LARGE,
+    body = json_error_bytes(P.ErrorCode.BODY_TOO_LARGE,
                             f"The request body is {size}; at most {limit} bytes are accepted here.")
     await send({"type": "http.response.start", "status": 413, "headers": [
         (b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
@@ -182,7 +182,7 @@ class GuardedH11Protocol(H11Protocol):
         self._counted = refused is None
         if refused is not None:
             log.warning("refusing a connection: %s", refused)
-            body = json_error_bytes(P.ERR_TOO_MANY_CONNECTIONS,
+            body = json_error_bytes(P.ErrorCode.TOO_MANY_CONNECTIONS,
                                     f"Too many connections: {refused}. Close some and retry.")
             transport.write(b"HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\n"
                             b"retry-after: 5\r\nconnection: close\r\ncontent-length: " + str(len(body)).encode()

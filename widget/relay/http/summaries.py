@@ -87,14 +87,16 @@ async def summaries(store: Store, app_id: str, ids: list[str]) -> list[Conversat
 def parse_ids(body: Any) -> list[str]:
     """The ids of a summaries body, or a ``bad_request`` saying what is wrong."""
     if not isinstance(body, dict) or not isinstance(body.get("ids"), list):
-        raise ProtocolError(P.ERR_BAD_REQUEST, 'The body must be a JSON object {"ids": [conversation ids]}.')
+        raise ProtocolError(P.ErrorCode.BAD_REQUEST, 'The body must be a JSON object {"ids": [conversation ids]}.')
     ids = body["ids"]
     if len(ids) > P.MAX_SUMMARY_IDS:
         raise ProtocolError(
-            P.ERR_BAD_REQUEST, f"ids lists {len(ids)} conversations; at most {P.MAX_SUMMARY_IDS} are accepted."
+            P.ErrorCode.BAD_REQUEST, f"ids lists {len(ids)} conversations; at most {P.MAX_SUMMARY_IDS} are accepted."
         )
     if not all(isinstance(i, str) and 0 < len(i) <= 128 for i in ids):
-        raise ProtocolError(P.ERR_BAD_REQUEST, "Each of ids must be a conversation id (a string of 1-128 characters).")
+        raise ProtocolError(
+            P.ErrorCode.BAD_REQUEST, "Each of ids must be a conversation id (a string of 1-128 characters)."
+        )
     return list(ids)
 
 
@@ -103,20 +105,22 @@ async def read_body(api: Api, request: Request) -> Any:
     limit = P.MAX_SUMMARIES_BODY_BYTES
     declared = request.headers.get("content-length")
     if declared is not None and declared.isdigit() and int(declared) > limit:
-        raise HttpError(P.ERR_BODY_TOO_LARGE, f"The request body is over {limit} bytes.")
+        raise HttpError(P.ErrorCode.BODY_TOO_LARGE, f"The request body is over {limit} bytes.")
     ctype = request.headers.get("content-type", "").split(";")[0].strip().lower()
     if ctype != "application/json":
-        raise HttpError(P.ERR_BAD_REQUEST, "Send the body as JSON with Content-Type: application/json.", status=415)
+        raise HttpError(
+            P.ErrorCode.BAD_REQUEST, "Send the body as JSON with Content-Type: application/json.", status=415
+        )
     size, chunks = 0, []
     async for chunk in request.stream():
         size += len(chunk)
         if size > limit:
-            raise HttpError(P.ERR_BODY_TOO_LARGE, f"The request body is over {limit} bytes.")
+            raise HttpError(P.ErrorCode.BODY_TOO_LARGE, f"The request body is over {limit} bytes.")
         chunks.append(chunk)
     try:
         return json.loads(b"".join(chunks) or b"null")
     except (ValueError, RecursionError):
-        raise ProtocolError(P.ERR_BAD_REQUEST, "The body is not valid JSON.") from None
+        raise ProtocolError(P.ErrorCode.BAD_REQUEST, "The body is not valid JSON.") from None
 
 
 async def list_summaries(api: Api, request: Request) -> Response:
@@ -125,7 +129,7 @@ async def list_summaries(api: Api, request: Request) -> Response:
     app = api.config.apps.get(app_id)
     request.state.cors = api.cors_headers(request, app.allowed_origins if app else [])
     if app is None:
-        raise ProtocolError(P.ERR_NOT_FOUND, f"No app {app_id!r} on this relay.")
+        raise ProtocolError(P.ErrorCode.NOT_FOUND, f"No app {app_id!r} on this relay.")
     api.limit(api.get_limiter, api.client_address(request), "requests")
     origin = request.headers.get("origin")
     if origin is not None and origin not in app.allowed_origins:

@@ -89,7 +89,7 @@ def check_answer(prompt: dict[str, Any], result: Any) -> None:
     """Refuse an answer that does not fit its prompt (the client's own check, as ``bad_request``)."""
     problem = answer_problem(prompt, result)
     if problem is not None:
-        raise ProtocolError(P.ERR_BAD_REQUEST, problem)
+        raise ProtocolError(P.ErrorCode.BAD_REQUEST, problem)
 
 
 @dataclass(frozen=True)
@@ -112,7 +112,7 @@ async def answer_prompts(
     answered."""
     problem = unstorable([answers, idempotency[0] if idempotency is not None else None])
     if problem is not None:  # the HTTP entry point: the same check the socket handlers get
-        raise ProtocolError(P.ERR_BAD_REQUEST, problem)
+        raise ProtocolError(P.ErrorCode.BAD_REQUEST, problem)
     store = ctx.store
     if idempotency is not None:
         idempotency = (idempotency[0], idempotency[1], ASK_USER_WRITE)
@@ -123,19 +123,19 @@ async def answer_prompts(
                     return  # a repeat of a POST already applied
             except S.IdempotencyConflict as exc:
                 raise ProtocolError(
-                    P.ERR_IDEMPOTENCY_KEY_REUSED, key_reused_message(exc.kind, ASK_USER_WRITE)
+                    P.ErrorCode.IDEMPOTENCY_KEY_REUSED, key_reused_message(exc.kind, ASK_USER_WRITE)
                 ) from None
             conv = await store.get_conversation(cid)
             if conv is None:
-                raise ProtocolError(P.ERR_NOT_FOUND, "Unknown conversation.")
+                raise ProtocolError(P.ErrorCode.NOT_FOUND, "Unknown conversation.")
             pending = {p["id"]: p for p in await store.pending_prompts(cid)}
             if conv["status"] != ConversationStatus.WAITING_FOR_ASK_USER or not pending:
-                raise ProtocolError(P.ERR_BAD_REQUEST, "The conversation is not waiting for ask-user answers.")
+                raise ProtocolError(P.ErrorCode.BAD_REQUEST, "The conversation is not waiting for ask-user answers.")
             seen: set[str] = set()
             for a in answers:
                 if a["id"] in seen:
                     raise ProtocolError(
-                        P.ERR_BAD_REQUEST,
+                        P.ErrorCode.BAD_REQUEST,
                         f"Prompt {a['id']!r} is answered twice in this request; answer each prompt once.",
                     )
                 seen.add(a["id"])
@@ -145,15 +145,16 @@ async def answer_prompts(
                 pid = unknown[0]
                 if statuses.get(pid) in (CallState.ANSWERED, S.PROMPT_TAKEN):
                     raise ProtocolError(
-                        P.ERR_BAD_REQUEST, f"Prompt {pid!r} was already answered; each prompt is answered once."
+                        P.ErrorCode.BAD_REQUEST, f"Prompt {pid!r} was already answered; each prompt is answered once."
                     )
                 raise ProtocolError(
-                    P.ERR_BAD_REQUEST, f"No pending prompt has id {pid!r} (pending: {', '.join(sorted(pending))})."
+                    P.ErrorCode.BAD_REQUEST,
+                    f"No pending prompt has id {pid!r} (pending: {', '.join(sorted(pending))}).",
                 )
             for a in answers:
                 check_answer(pending[a["id"]], a["result"])
             if not await store.answer_prompts(cid, [(a["id"], a["result"]) for a in answers], idempotency):
-                raise ProtocolError(P.ERR_BAD_REQUEST, "Those prompts are no longer pending.")
+                raise ProtocolError(P.ErrorCode.BAD_REQUEST, "Those prompts are no longer pending.")
             if await store.pending_prompts(cid):
                 return
             # Conditional: when the last answers reach two processes at once, one of them resumes.

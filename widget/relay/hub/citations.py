@@ -76,9 +76,9 @@ class Citations:
             if m.get("role") != Role.TOOL:
                 continue
             name, kind, call_id = str(m.get("name") or ""), m.get("kind"), str(m.get("function_call_id") or "")
-            if name == P.SEARCH_DOCS_TOOL and kind == ToolMessageKind.RELAY:
+            if name == P.RelayTool.SEARCH_DOCS and kind == ToolMessageKind.RELAY:
                 reply = m.get("result")
-                if m.get("status") == P.STATUS_SUCCESS and isinstance(reply, dict):
+                if m.get("status") == P.CallStatus.SUCCESS and isinstance(reply, dict):
                     cites.add_reply(reply)
                     cites.searches.setdefault(search_key(args.get(call_id)), (call_id, reply))
             elif kind in (ToolMessageKind.FUNCTION, ToolMessageKind.TOOL):

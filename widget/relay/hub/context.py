@@ -50,7 +50,7 @@ class Switches:
         """While the relay drains for shutdown, a join or a new turn is refused ``unavailable``."""
         if self.draining:
             raise ProtocolError(
-                P.ERR_UNAVAILABLE, "The relay is shutting down; reconnect (another relay process answers)."
+                P.ErrorCode.UNAVAILABLE, "The relay is shutting down; reconnect (another relay process answers)."
             )
 
 

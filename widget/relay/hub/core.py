@@ -243,7 +243,7 @@ class Hub:
 
     async def emit_locked(self, rt: ConvRuntime, cid: str, name: str, payload: dict[str, Any], **store_kw: Any) -> int:
         """``emit_event`` for a caller that holds ``rt.lock``."""
-        if name == P.EV_FUNCTION_CALL_BEGIN:
+        if name == P.Event.FUNCTION_CALL_BEGIN:
             payload["run"] = False  # the stored (replayed) copy never runs anything
         seq = await self.store.append_event(cid, name, payload, **store_kw)
         if self.tracing is not None:
@@ -255,7 +255,7 @@ class Hub:
         """Emit a stored sequenced event live (caller holds ``rt.lock``)."""
         seq = payload.get("seq") or 0
         in_order = self.fanout.in_order(rt, seq)  # before the emit: another process's event may overtake it
-        if name == P.EV_FUNCTION_CALL_BEGIN:
+        if name == P.Event.FUNCTION_CALL_BEGIN:
             await self.dispatch.send_call(rt, cid, payload)
         else:
             await self.sio.emit(name, payload, room=cid)

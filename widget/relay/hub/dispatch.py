@@ -74,10 +74,10 @@ class CallDispatch:
         owner = await ctx.store.claim_call(cid, payload["id"])
         local = owner is not None and ctx.runtimes.clients.get(owner) == cid
         if owner is not None and (not local or owner in rt.ready):
-            await ctx.sio.emit(P.EV_FUNCTION_CALL_BEGIN, {**payload, "run": True}, to=owner, ignore_queue=local)
+            await ctx.sio.emit(P.Event.FUNCTION_CALL_BEGIN, {**payload, "run": True}, to=owner, ignore_queue=local)
         else:
             owner = None
-        await ctx.sio.emit(P.EV_FUNCTION_CALL_BEGIN, payload, room=cid, skip_sid=owner)
+        await ctx.sio.emit(P.Event.FUNCTION_CALL_BEGIN, payload, room=cid, skip_sid=owner)
 
     async def pending_for(self, rt: ConvRuntime, cid: str, sid: str) -> list[dict[str, Any]]:
         """Pending calls this (active) socket should run: not those already sent to another socket
@@ -136,7 +136,7 @@ class CallDispatch:
             if paced and limit and ctx.send_queues.queued(sid) > limit // 4 and not await ctx.send_queues.drained(sid):
                 return False
             if (
-                name == P.EV_FUNCTION_CALL_BEGIN
+                name == P.Event.FUNCTION_CALL_BEGIN
                 and not replayed
                 and seq > run_after
                 and await self.run_flag(cid, payload["id"], sid, active)
@@ -175,7 +175,7 @@ class CallDispatch:
         ``announce``: emit its ``function_call.end`` (an MCP tool's confirmation emits its own)."""
         ctx = self._ctx
         config = ctx.config
-        timeout = config.tool_call_timeout_s if c["kind"] == P.KIND_TOOL else config.function_call_timeout_s
+        timeout = config.tool_call_timeout_s if c["kind"] == P.Kind.TOOL else config.function_call_timeout_s
         t0 = time.monotonic()
         deadline = t0 + timeout
         ev = rt.call_events.setdefault(c["id"], asyncio.Event())
@@ -201,14 +201,14 @@ class CallDispatch:
         ms = round((time.monotonic() - t0) * 1000, 1)
         end: dict[str, Any] = {"id": c["id"], "name": c["name"]}
         if row["status"] == CallState.ANSWERED and row["error"] is None:
-            end.update(status=P.STATUS_SUCCESS, result=row["result"])
+            end.update(status=P.CallStatus.SUCCESS, result=row["result"])
         else:
-            end.update(status=P.STATUS_ERROR, error=row["error"] or "The function failed.")
+            end.update(status=P.CallStatus.ERROR, error=row["error"] or "The function failed.")
         end.update(duration_ms=row["handler_ms"], total_ms=row["total_ms"])
         if row["status"] == CallState.CANCELLED:
             raise asyncio.CancelledError  # the turn is being cancelled; its abort emits the end events
         if announce:
-            await ctx.emit_event(cid, P.EV_FUNCTION_CALL_END, end)
+            await ctx.emit_event(cid, P.Event.FUNCTION_CALL_END, end)
         return end, ms
 
     async def run_relay_tool(self, cid: str, c: dict[str, Any], info: RoundInfo) -> tuple[dict[str, Any], float]:
@@ -246,14 +246,16 @@ class CallDispatch:
                 result = json.loads(json.dumps(result, ensure_ascii=False))
             except (TypeError, ValueError):
                 raise ToolError("the tool returned a value that is not JSON") from None
-            end.update(status=P.STATUS_SUCCESS, result=result)
+            end.update(status=P.CallStatus.SUCCESS, result=result)
         except TimeoutError:
-            end.update(status=P.STATUS_ERROR, error=f"The tool did not answer within {timeout:g} s.", timed_out=True)
+            end.update(
+                status=P.CallStatus.ERROR, error=f"The tool did not answer within {timeout:g} s.", timed_out=True
+            )
         except ToolError as exc:
-            end.update(status=P.STATUS_ERROR, error=str(exc) or "The tool failed.")
+            end.update(status=P.CallStatus.ERROR, error=str(exc) or "The tool failed.")
         except Exception as exc:
             log.exception("relay tool %r of app %r failed", c["name"], info.app_id)
-            end.update(status=P.STATUS_ERROR, error=f"The tool failed on the server ({type(exc).__name__}).")
+            end.update(status=P.CallStatus.ERROR, error=f"The tool failed on the server ({type(exc).__name__}).")
         ms = round((time.monotonic() - t0) * 1000, 1)
         end.update(duration_ms=ms, total_ms=ms)
         return end, ms

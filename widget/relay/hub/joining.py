@@ -26,7 +26,7 @@ log = logging.getLogger("widget.relay")
 def _last_seq(value: Any, what: str) -> int:
     last_seq = value or 0
     if not isinstance(last_seq, int) or isinstance(last_seq, bool) or not 0 <= last_seq <= MAX_SEQ:
-        raise ProtocolError(P.ERR_BAD_REQUEST, what)
+        raise ProtocolError(P.ErrorCode.BAD_REQUEST, what)
     return last_seq
 
 
@@ -124,7 +124,7 @@ class Membership:
                 deps.leaving.pop(sid, None)
                 recorded.set()
 
-    @socket_event(P.EV_JOIN, joined=False)
+    @socket_event(P.Event.JOIN, joined=False)
     async def join(self, ctx: Ctx, data: Any) -> Ack:
         """Join a conversation: the ack (with the calls this socket is to run), then its state and the
         events after ``last_seq``, then live events."""
@@ -137,11 +137,11 @@ class Membership:
             "Too many joins from this address; wait a moment and join again.",
         )
         if not isinstance(data, dict):
-            raise ProtocolError(P.ERR_BAD_REQUEST, "join expects {token, version, last_seq}")
+            raise ProtocolError(P.ErrorCode.BAD_REQUEST, "join expects {token, version, last_seq}")
         version = data.get("version")
         if version != P.PROTOCOL_VERSION:
             raise ProtocolError(
-                P.ERR_VERSION_MISMATCH,
+                P.ErrorCode.VERSION_MISMATCH,
                 f"This relay speaks protocol version {P.PROTOCOL_VERSION}; the client sent version {version!r}. "
                 "Reload the page to update the widget.",
             )
@@ -149,7 +149,7 @@ class Membership:
         last_seq = _last_seq(data.get("last_seq"), "last_seq must be a non-negative integer or null")
         conv = await deps.store.get_conversation(cid)
         if conv is None:
-            raise ProtocolError(P.ERR_NOT_FOUND, "The conversation no longer exists.")
+            raise ProtocolError(P.ErrorCode.NOT_FOUND, "The conversation no longer exists.")
         await deps.recover(conv)
         old = deps.runtimes.clients.get(sid)
         if old is not None:  # a socket re-joining: it gets its replay before live events again
@@ -168,16 +168,16 @@ class Membership:
             try:
                 previous = await deps.store.set_active(cid, sid)
             except KeyError:
-                raise ProtocolError(P.ERR_NOT_FOUND, "The conversation no longer exists.") from None
+                raise ProtocolError(P.ErrorCode.NOT_FOUND, "The conversation no longer exists.") from None
             conv = await deps.store.get_conversation(cid)
             if conv is None:
-                raise ProtocolError(P.ERR_NOT_FOUND, "The conversation no longer exists.")
+                raise ProtocolError(P.ErrorCode.NOT_FOUND, "The conversation no longer exists.")
             seq = conv["seq"]
             if fresh:
                 rt.seen_seq = max(rt.seen_seq, seq)
             pending = await deps.dispatch.pending_for(rt, cid, sid)
         if previous is not None and previous != sid:
-            await deps.sio.emit(P.EV_CLIENT_ROLE, {"active": False, "conversation_id": cid}, to=previous)
+            await deps.sio.emit(P.Event.CLIENT_ROLE, {"active": False, "conversation_id": cid}, to=previous)
         timer = self._unjoined.pop(deps.sio.manager.eio_sid_from_sid(sid, "/") or "", None)
         if timer is not None:
             timer.cancel()
@@ -220,12 +220,12 @@ class Membership:
                     more = await deps.store.events_after(cid, sent)
                     await deps.dispatch.emit_stored(cid, sid, more, run_after=ack_seq)
                     sent = more[-1][0] if more else sent
-                await deps.sio.emit(P.EV_REPLAY_DONE, {"last_seq": sent}, to=sid, ignore_queue=True)
+                await deps.sio.emit(P.Event.REPLAY_DONE, {"last_seq": sent}, to=sid, ignore_queue=True)
 
     async def _emit_state(self, sid: str, doc: dict[str, Any]) -> None:
         root = doc.get(P.STATE_ROOT, {})
         await self._ctx.sio.emit(
-            P.EV_STATE,
+            P.Event.STATE,
             {"functions": root.get("functions", {}), "context": root.get("context", {})},
             to=sid,
             ignore_queue=True,
@@ -245,7 +245,7 @@ class Membership:
                     return
                 await self._emit_state(sid, doc)
 
-    @socket_event(P.EV_ACTIVATE)
+    @socket_event(P.Event.ACTIVATE)
     async def activate(self, ctx: Ctx, data: Any) -> Ack:
         """This socket becomes the conversation's active client (and gets the calls it is to run)."""
         deps = self._ctx
@@ -254,11 +254,11 @@ class Membership:
             previous = await deps.store.set_active(ctx.cid, ctx.sid)
             pending = await deps.dispatch.pending_for(rt, ctx.cid, ctx.sid)
         if previous is not None and previous != ctx.sid:
-            await deps.sio.emit(P.EV_CLIENT_ROLE, {"active": False, "conversation_id": ctx.cid}, to=previous)
+            await deps.sio.emit(P.Event.CLIENT_ROLE, {"active": False, "conversation_id": ctx.cid}, to=previous)
         deps.spawn(self.state_after_activate(ctx.sid, ctx.cid))  # runs after the ack is queued
         return P.ok(active=True, pending_calls=pending)
 
-    @socket_event(P.EV_REPLAY)
+    @socket_event(P.Event.REPLAY)
     async def replay(self, ctx: Ctx, data: Any) -> Ack:
         """Send the stored events after ``last_seq`` to this socket again (every ``function_call.begin``
         copy with ``run: false``), then ack with the current ``seq`` and the pending calls this socket

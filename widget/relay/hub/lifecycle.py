@@ -105,11 +105,11 @@ class Lifecycle:
             await ctx.emit_locked(
                 rt,
                 cid,
-                P.EV_COMPLETION_FINISHED,
+                P.Event.COMPLETION_FINISHED,
                 {"turn_id": conv["turn_id"], "status": TurnStatus.CANCELLED},
                 conversation={"status": ConversationStatus.IDLE},
             )
-            await ctx.emit_locked(rt, cid, P.EV_USER_INPUT, {"reason": UserInputReason.MESSAGE})
+            await ctx.emit_locked(rt, cid, P.Event.USER_INPUT, {"reason": UserInputReason.MESSAGE})
             return True
 
     async def close_leftover_calls(self, rt: ConvRuntime, cid: str) -> None:
@@ -121,12 +121,12 @@ class Lifecycle:
                 end = {
                     "id": c["id"],
                     "name": c["name"],
-                    "status": P.STATUS_ERROR,
+                    "status": P.CallStatus.ERROR,
                     "error": ABANDONED,
                     "duration_ms": None,
                     "total_ms": None,
                 }
-                await ctx.emit_locked(rt, cid, P.EV_FUNCTION_CALL_END, end)
+                await ctx.emit_locked(rt, cid, P.Event.FUNCTION_CALL_END, end)
 
     async def runner_alive(self, conv: dict[str, Any]) -> bool:
         """Whether the relay instance running the conversation's turn is alive (this process: its
@@ -171,13 +171,13 @@ class Lifecycle:
             calls: list[dict[str, Any]] = []
             ended: set[str] = set()
             for _s, name, p in events:
-                if name == P.EV_COMPLETION_STARTED:
+                if name == P.Event.COMPLETION_STARTED:
                     message_id, text, calls = p.get("message_id"), [], []
-                elif name == P.EV_COMPLETION_STREAM:
+                elif name == P.Event.COMPLETION_STREAM:
                     text.append(p.get("delta") or "")
-                elif name == P.EV_FUNCTION_CALL_BEGIN:
+                elif name == P.Event.FUNCTION_CALL_BEGIN:
                     calls.append({"id": p["id"], "name": p["name"], "arguments": p.get("arguments")})
-                elif name == P.EV_FUNCTION_CALL_END:
+                elif name == P.Event.FUNCTION_CALL_END:
                     ended.add(p["id"])
             # A call sent to the page stays pending: the page may have run it and will resend its answer
             # (stored, and used by a retry of the turn). One never sent cannot have run: it is cancelled.
@@ -190,26 +190,26 @@ class Lifecycle:
                     end = {
                         "id": c["id"],
                         "name": c["name"],
-                        "status": P.STATUS_ERROR,
+                        "status": P.CallStatus.ERROR,
                         "error": NEVER_SENT,
                         "duration_ms": None,
                         "total_ms": None,
                     }
-                    await ctx.emit_locked(rt, cid, P.EV_FUNCTION_CALL_END, end)
+                    await ctx.emit_locked(rt, cid, P.Event.FUNCTION_CALL_END, end)
                     tools.append(tool_message(c["id"], c["name"], c.get("kind", Kind.FUNCTION), end))
             # A call the relay ran itself (an MCP tool) is stored only when it ends: one begun and neither ended
             # nor stored was cut off with its relay. Its pill ends; Retry tells the model it did not run.
             for c in calls:
                 if c["id"] not in ended and await store.get_call(cid, c["id"]) is None:
-                    end = {"id": c["id"], "name": c["name"], "status": P.STATUS_ERROR, "error": CUT_OFF,
+                    end = {"id": c["id"], "name": c["name"], "status": P.CallStatus.ERROR, "error": CUT_OFF,
                            "duration_ms": None, "total_ms": None}
-                    await ctx.emit_locked(rt, cid, P.EV_FUNCTION_CALL_END, end)
+                    await ctx.emit_locked(rt, cid, P.Event.FUNCTION_CALL_END, end)
             if message_id is not None:
                 msg = {"id": message_id, "role": Role.ASSISTANT, "content": "".join(text), "created_at": time.time()}
                 if calls:
                     msg["function_calls"] = calls
                 await ctx.emit_locked(
-                    rt, cid, P.EV_COMPLETION_ENDED, {"message": msg, "tool_messages": tools}, messages=[msg, *tools]
+                    rt, cid, P.Event.COMPLETION_ENDED, {"message": msg, "tool_messages": tools}, messages=[msg, *tools]
                 )
             err = {
                 "id": new_id("m_"),
@@ -219,13 +219,13 @@ class Lifecycle:
                 "retryable": True,
                 "created_at": time.time(),
             }
-            await ctx.emit_locked(rt, cid, P.EV_MESSAGE, {"message": err}, messages=[err])
+            await ctx.emit_locked(rt, cid, P.Event.MESSAGE, {"message": err}, messages=[err])
             await ctx.emit_locked(
                 rt,
                 cid,
-                P.EV_COMPLETION_FINISHED,
+                P.Event.COMPLETION_FINISHED,
                 {"turn_id": turn_id, "status": TurnStatus.FAILED},
                 conversation={"status": ConversationStatus.FAILED},
             )
-            await ctx.emit_locked(rt, cid, P.EV_USER_INPUT, {"reason": UserInputReason.MESSAGE})
+            await ctx.emit_locked(rt, cid, P.Event.USER_INPUT, {"reason": UserInputReason.MESSAGE})
             return True

@@ -41,7 +41,7 @@ def apply_patch_atomic(doc: dict[str, Any], patch: Any) -> dict[str, Any]:
                 raise ValueError("an operation must be an object")
             if depth(op.get("value"), P.MAX_STATE_DEPTH) > P.MAX_STATE_DEPTH:  # refused before any library recurses
                 raise StateLimitError(
-                    P.ERR_STATE_TOO_DEEP, f"{desc}: State nesting depth exceeds {P.MAX_STATE_DEPTH} levels."
+                    P.ErrorCode.STATE_TOO_DEEP, f"{desc}: State nesting depth exceeds {P.MAX_STATE_DEPTH} levels."
                 )
             if op.get("op") == "copy" and isinstance(op.get("from"), str):
                 if bound < 0:

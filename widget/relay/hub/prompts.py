@@ -62,7 +62,7 @@ SEARCH_RULE = "Search the documentation with search_docs before you answer a que
 
 def result_text(msg: dict[str, Any], cut: int | None) -> str:
     """How the model reads a tool message: its result (JSON unless a string) or its error, cut to ``cut``."""
-    if msg.get("status") == P.STATUS_ERROR:
+    if msg.get("status") == P.CallStatus.ERROR:
         text = f"Error: {msg.get('error') or 'the function failed'}"
     else:
         r = msg.get("result")
@@ -106,7 +106,7 @@ def catalogue(
     actions: dict[str, dict[str, Any]] = {}
 
     def relay_tool(name: str, t: ToolConfig) -> None:
-        catalogue[name] = {"kind": P.KIND_TOOL, "parameters": t.parameters, "relay": t}
+        catalogue[name] = {"kind": P.Kind.TOOL, "parameters": t.parameters, "relay": t}
         tools.append(
             {
                 "name": name,
@@ -119,24 +119,24 @@ def catalogue(
     for name, d in functions.items():
         if not isinstance(d, dict) or not isinstance(name, str) or name in set(P.RelayTool):
             continue
-        kind = d.get("kind") or P.KIND_FUNCTION
-        if kind == P.KIND_FUNCTION:
+        kind = d.get("kind") or P.Kind.FUNCTION
+        if kind == P.Kind.FUNCTION:
             params = (
                 d.get("parameters") if isinstance(d.get("parameters"), dict) else {"type": "object", "properties": {}}
             )
             catalogue[name] = {"kind": kind, "title": d.get("title")}
             tools.append({"name": name, "description": str(d.get("description") or ""), "parameters": params})
             continue
-        if kind not in (P.KIND_TOOL, P.KIND_ACTION):
+        if kind not in (P.Kind.TOOL, P.Kind.ACTION):
             continue
-        if kind == P.KIND_TOOL and d.get("handler") == ToolHandler.RUN and name in app.tools:
+        if kind == P.Kind.TOOL and d.get("handler") == ToolHandler.RUN and name in app.tools:
             relay_tool(name, app.tools[name])
             continue
         params, problem = flat_parameters(name, d.get("parameters"))
         if params is None:
             log.info("page %s %r left out: %s", kind, name, problem)
             continue
-        if kind == P.KIND_TOOL:
+        if kind == P.Kind.TOOL:
             catalogue[name] = {"kind": kind, "parameters": params, "title": d.get("title")}
             tools.append(
                 {
@@ -209,7 +209,7 @@ def history(
                         "id": offer["call_id"],
                         "type": "function",
                         "function": {
-                            "name": P.OFFER_ACTIONS_TOOL,
+                            "name": P.RelayTool.OFFER_ACTIONS,
                             "arguments": json.dumps(offered, ensure_ascii=False),
                         },
                     }
@@ -232,7 +232,7 @@ def history(
                         )
                     )
         elif role == "tool":
-            cut = cut_for.get(m.get("kind") or P.KIND_FUNCTION)
+            cut = cut_for.get(m.get("kind") or P.Kind.FUNCTION)
             content = result_text(m, cut)
             rid = (reply_ids or {}).get(str(m.get("function_call_id")))
             if rid is not None:
@@ -279,9 +279,9 @@ async def build_request(
         app.loop == "auto" and docs is not None and not entries and not app.mcp and not app.ask_user
     )
     if one_shot:  # one answer: no function tools; actions and suggestions ride on it
-        tools = [t for t in tools if t["name"] in (P.OFFER_ACTIONS_TOOL, P.SUGGEST_FOLLOWUPS_TOOL)]
+        tools = [t for t in tools if t["name"] in (P.RelayTool.OFFER_ACTIONS, P.RelayTool.SUGGEST_FOLLOWUPS)]
     elif not with_tools:  # the last round answers; actions still ride on the answer
-        tools = [t for t in tools if t["name"] == P.OFFER_ACTIONS_TOOL]
+        tools = [t for t in tools if t["name"] == P.RelayTool.OFFER_ACTIONS]
     elif docs is not None:  # search_docs beside the function tools, before the relay's other tools
         at = next((i for i, t in enumerate(tools) if t["name"] in set(P.RelayTool)), len(tools))
         tools.insert(at, search_docs_spec())
@@ -318,7 +318,7 @@ async def build_request(
             }
         )
     past = history(
-        messages, {P.KIND_TOOL: P.TOOL_REPLY_MAX_CHARS, P.KIND_FUNCTION: None}, offers, config.max_history_chars,
+        messages, {P.Kind.TOOL: P.TOOL_REPLY_MAX_CHARS, P.Kind.FUNCTION: None}, offers, config.max_history_chars,
         info.cites.call_ids if info.cites is not None else None,
     )
     return ModelRequest(messages=system + past, tools=tools, conversation_id=cid, turn_id=turn_id), info

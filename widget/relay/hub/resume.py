@@ -69,9 +69,9 @@ async def resume_round(
     """Stream the interrupted round again as a new message with the same text and calls; each call's
     result is its stored one (waited for while pending). Returns the round, ready to commit."""
     cur = Round(message_id=new_id("m_"), text=[plan.text] if plan.text else [], calls=plan.calls, started=True)
-    await ctx.emit_event(cid, P.EV_COMPLETION_STARTED, {"turn_id": turn_id, "message_id": cur.message_id})
+    await ctx.emit_event(cid, P.Event.COMPLETION_STARTED, {"turn_id": turn_id, "message_id": cur.message_id})
     if plan.text:
-        await ctx.emit_event(cid, P.EV_COMPLETION_STREAM, {"message_id": cur.message_id, "delta": plan.text})
+        await ctx.emit_event(cid, P.Event.COMPLETION_STREAM, {"message_id": cur.message_id, "delta": plan.text})
     # Calls sent to the page that ran or may still answer: their results, with a function_call.end. (A pending
     # one was sent: recovery cancels those never sent. An answered one without a seq was run by the relay,
     # or its seq was not written before the relay died: its result is used without an end event.)
@@ -88,10 +88,12 @@ async def resume_round(
         if c["id"] in waiting:
             assert row is not None
             end, ms = await ctx.await_call(cid, rt, {"id": c["id"], "name": c["name"], "kind": row["kind"]})
-            log_calls.append({"tool": c["name"], "ok": end["status"] == P.STATUS_SUCCESS, "ms": ms, "resumed": True})
+            log_calls.append(
+                {"tool": c["name"], "ok": end["status"] == P.CallStatus.SUCCESS, "ms": ms, "resumed": True}
+            )
             cur.tools.append(tool_message(c["id"], c["name"], row["kind"], end))
         elif row is None:
-            not_run = {"status": P.STATUS_ERROR, "error": NOT_RUN}
+            not_run = {"status": P.CallStatus.ERROR, "error": NOT_RUN}
             cur.tools.append(tool_message(c["id"], c["name"], ToolMessageKind.RELAY, not_run))
         elif row["status"] == CallState.ANSWERED and row["error"] is None:  # run by the relay itself
             cur.tools.append(
@@ -100,7 +102,7 @@ async def resume_round(
                     c["name"],
                     row["kind"],
                     {
-                        "status": P.STATUS_SUCCESS,
+                        "status": P.CallStatus.SUCCESS,
                         "result": row["result"],
                         "duration_ms": row["handler_ms"],
                         "total_ms": row["total_ms"],
@@ -114,7 +116,7 @@ async def resume_round(
                     c["name"],
                     row["kind"],
                     {
-                        "status": P.STATUS_ERROR,
+                        "status": P.CallStatus.ERROR,
                         "error": row["error"] or NOT_RUN,
                         "duration_ms": row["handler_ms"],
                         "total_ms": row["total_ms"],

@@ -102,7 +102,7 @@ class Runtimes:
         """The conversation a socket joined, or ``not_joined``."""
         cid = self.clients.get(sid)
         if cid is None:
-            raise ProtocolError(P.ERR_NOT_JOINED, "Join a conversation first.")
+            raise ProtocolError(P.ErrorCode.NOT_JOINED, "Join a conversation first.")
         return cid, self.rt(cid)
 
     @contextmanager

@@ -46,7 +46,7 @@ def key_of(data: dict[str, Any]) -> str:
     key = data.get("idempotency_key")
     if not isinstance(key, str) or not key or len(key) > P.MAX_IDEMPOTENCY_KEY_CHARS:
         raise ProtocolError(
-            P.ERR_BAD_REQUEST,
+            P.ErrorCode.BAD_REQUEST,
             f"idempotency_key must be a non-empty string of at most {P.MAX_IDEMPOTENCY_KEY_CHARS} characters",
         )
     return key
@@ -56,7 +56,7 @@ class RateLimited(ProtocolError):
     """``rate_limited``, with how long to wait (the ack's ``error.retry_after``, seconds)."""
 
     def __init__(self, message: str, retry_after: float) -> None:
-        super().__init__(P.ERR_RATE_LIMITED, message)
+        super().__init__(P.ErrorCode.RATE_LIMITED, message)
         self.retry_after = retry_after
 
 
@@ -152,16 +152,16 @@ def wrap(
 
     async def handle(sid: str, data: Any = None, *extra: Any) -> Ack:
         if extra:
-            return P.error(P.ERR_BAD_REQUEST, "An event carries one argument (an object).")
+            return P.error(P.ErrorCode.BAD_REQUEST, "An event carries one argument (an object).")
         problem = unstorable(data)
         if problem is not None:
-            return P.error(P.ERR_BAD_REQUEST, problem)
+            return P.error(P.ErrorCode.BAD_REQUEST, problem)
         try:
             ctx = Ctx(spec.event, sid)
             if spec.joined:
                 ctx.cid, ctx.rt = runtimes.joined(sid)
             if spec.shape is not None and not isinstance(data, dict):
-                raise ProtocolError(P.ERR_BAD_REQUEST, spec.shape)
+                raise ProtocolError(P.ErrorCode.BAD_REQUEST, spec.shape)
             if spec.idempotent:
                 ctx.key = key_of(data)
             if refused := refusal(spec.event, data):  # the payload's schema (widget.relay.http.contract)
@@ -187,13 +187,13 @@ def wrap(
         except ProtocolError as exc:
             return P.error(exc.code, exc.message)
         except S.IdempotencyConflict as exc:
-            return P.error(P.ERR_IDEMPOTENCY_KEY_REUSED, key_reused_message(exc.kind, spec.event))
+            return P.error(P.ErrorCode.IDEMPOTENCY_KEY_REUSED, key_reused_message(exc.kind, spec.event))
         except Exception as exc:
             if is_store_failure(exc):  # as the HTTP API answers it (503 unavailable): the client tries again
                 log.warning("the store failed during %s: %s: %s", spec.event, type(exc).__name__, str(exc)[:160])
-                return P.error(P.ERR_UNAVAILABLE, "The relay's store did not answer; try again in a moment.")
+                return P.error(P.ErrorCode.UNAVAILABLE, "The relay's store did not answer; try again in a moment.")
             log.exception("relay handler failed")
-            return P.error(P.ERR_INTERNAL, "The relay failed to handle this event.")
+            return P.error(P.ErrorCode.INTERNAL, "The relay failed to handle this event.")
 
     handle.__name__ = f"on_{spec.event}"
     return handle

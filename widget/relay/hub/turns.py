@@ -63,7 +63,7 @@ async def answers_withdrawn(store: Any, cid: str) -> int:
     if not users:
         return 0
     events = await store.events_after(cid, int(users[-1].get("seq") or 0))
-    return sum(1 for _seq, name, _payload in events if name == P.EV_MESSAGES_WITHDRAWN)
+    return sum(1 for _seq, name, _payload in events if name == P.Event.MESSAGES_WITHDRAWN)
 
 
 def release(rt: ConvRuntime) -> None:
@@ -129,9 +129,9 @@ class TurnRunner:
             if resume:
                 answers = await ctx.store.take_answers(cid)
                 for prompt, answer in answers:
-                    end = {"status": P.STATUS_SUCCESS, "result": answer}
+                    end = {"status": P.CallStatus.SUCCESS, "result": answer}
                     tm = tool_message(prompt["id"], ASK_USER_TOOL, ToolMessageKind.RELAY, end)
-                    await ctx.emit_event(cid, P.EV_MESSAGE, {"message": tm}, messages=[tm])
+                    await ctx.emit_event(cid, P.Event.MESSAGE, {"message": tm}, messages=[tm])
             first = True
             if resume_from is not None:
                 again = ResumeContext(ctx.store, ctx.emit_event, ctx.await_call)
@@ -141,7 +141,7 @@ class TurnRunner:
                 first = False  # the next round is announced
             while True:
                 if iteration > 0 and (announce or not first):
-                    await ctx.emit_event(cid, P.EV_FUNCTION_CALL_ITERATION,
+                    await ctx.emit_event(cid, P.Event.FUNCTION_CALL_ITERATION,
                                          {"turn_id": turn_id, "iteration": iteration},
                                          conversation={"iteration": iteration, "status": ConversationStatus.RUNNING})
                 last_round = iteration >= ctx.config.max_iterations - 1
@@ -156,7 +156,7 @@ class TurnRunner:
                 async def start(cur: Round = cur) -> None:  # this round's (a closure would see the next one)
                     if not cur.started:
                         cur.started = True
-                        await ctx.emit_event(cid, P.EV_COMPLETION_STARTED,
+                        await ctx.emit_event(cid, P.Event.COMPLETION_STARTED,
                                              {"turn_id": turn_id, "message_id": cur.message_id})
 
                 # MCP servers that must start first: the round starts (the turn shows as running) before that wait.
@@ -168,7 +168,7 @@ class TurnRunner:
                     if isinstance(chunk, TextDelta):
                         if chunk.text:
                             cur.text.append(chunk.text)
-                            await ctx.emit_event(cid, P.EV_COMPLETION_STREAM,
+                            await ctx.emit_event(cid, P.Event.COMPLETION_STREAM,
                                                  {"message_id": cur.message_id, "delta": chunk.text})
                     elif isinstance(chunk, ToolCall):
                         raw_calls.append(chunk)
@@ -177,11 +177,11 @@ class TurnRunner:
                 await self.end_message(cid, cur, info)
                 if suspended:
                     status = "suspended"
-                    await ctx.emit_event(cid, P.EV_ASK_USER_REQUEST, {"prompts": suspended},
+                    await ctx.emit_event(cid, P.Event.ASK_USER_REQUEST, {"prompts": suspended},
                                          conversation={"status": ConversationStatus.WAITING_FOR_ASK_USER,
                                                        "iteration": iteration})
                     release(rt)
-                    await ctx.emit_event(cid, P.EV_USER_INPUT, {"reason": UserInputReason.ASK_USER})
+                    await ctx.emit_event(cid, P.Event.USER_INPUT, {"reason": UserInputReason.ASK_USER})
                     return
                 # An offer or accepted suggestions are answered by the relay within the round: alone they end the turn.
                 if info.one_shot or all(self.answered_in_round(c, info, app, cur) for c in raw_calls):
@@ -189,10 +189,10 @@ class TurnRunner:
                 iteration += 1
             if docs is not None and app.docs.require_citations and info is not None and cur.ended is not None:
                 cur = await self.withdraw_uncited(cid, turn_id, cur, info, app, after_prompt=resume and rounds == 1)
-            await ctx.emit_event(cid, P.EV_COMPLETION_FINISHED, {"turn_id": turn_id, "status": TurnStatus.DONE},
+            await ctx.emit_event(cid, P.Event.COMPLETION_FINISHED, {"turn_id": turn_id, "status": TurnStatus.DONE},
                                  conversation={"status": ConversationStatus.IDLE})
             release(rt)
-            await ctx.emit_event(cid, P.EV_USER_INPUT, {"reason": UserInputReason.MESSAGE})
+            await ctx.emit_event(cid, P.Event.USER_INPUT, {"reason": UserInputReason.MESSAGE})
         except asyncio.CancelledError:
             if ctx.switches.closing:
                 # The relay is shutting down: leave the turn as it is; the next open of the
@@ -254,14 +254,14 @@ class TurnRunner:
             return cur
         ctx = self._ctx
         ids = [msg["id"], *(t["id"] for t in tools)]
-        await ctx.emit_event(cid, P.EV_MESSAGES_WITHDRAWN,
+        await ctx.emit_event(cid, P.Event.MESSAGES_WITHDRAWN,
                              {"message_ids": ids, "reason": WithdrawReason.UNCITED, "turn_id": turn_id}, withdraw=ids)
         log.info(json.dumps({"event": "answer_withdrawn", "reason": WithdrawReason.UNCITED.value, "conversation": cid,
                              "turn_id": turn_id, "message_id": msg["id"]}))
         new = Round(message_id=new_id("m_"), text=[app.docs.not_found_text])
-        await ctx.emit_event(cid, P.EV_COMPLETION_STARTED, {"turn_id": turn_id, "message_id": new.message_id})
+        await ctx.emit_event(cid, P.Event.COMPLETION_STARTED, {"turn_id": turn_id, "message_id": new.message_id})
         new.started = True
-        await ctx.emit_event(cid, P.EV_COMPLETION_STREAM,
+        await ctx.emit_event(cid, P.Event.COMPLETION_STREAM,
                              {"message_id": new.message_id, "delta": app.docs.not_found_text})
         fallback = [{"name": n, "arguments": {}} for n in app.docs.fallback_actions if n in info.actions]
         if fallback:
@@ -273,9 +273,9 @@ class TurnRunner:
     @staticmethod
     def answered_in_round(call: ToolCall, info: RoundInfo, app: AppConfig, cur: Round) -> bool:
         """Whether a call needs no further model round: an offer of actions, or follow-up suggestions shown."""
-        if call.name == P.OFFER_ACTIONS_TOOL:
+        if call.name == P.RelayTool.OFFER_ACTIONS:
             return bool(info.actions)
-        return call.name == P.SUGGEST_FOLLOWUPS_TOOL and app.suggestions and not cur.suggestions_failed
+        return call.name == P.RelayTool.SUGGEST_FOLLOWUPS and app.suggestions and not cur.suggestions_failed
 
     async def pack_stream(self, cid: str) -> None:
         """The turn's answers are complete: pack their streamed chunks into one stored row each (replay unchanged)."""
@@ -314,7 +314,7 @@ class TurnRunner:
             if offer["actions"]:
                 shown = {**msg, "actions": [{"id": a["id"], "name": a["name"], "arguments": a["arguments"]}
                                             for a in offer["actions"]]}
-        await self._ctx.emit_event(cid, P.EV_COMPLETION_ENDED,
+        await self._ctx.emit_event(cid, P.Event.COMPLETION_ENDED,
                                    {"message": shown, "tool_messages": tools}, messages=[msg, *tools], **kw)
 
     async def abort(self, cid: str, turn_id: str, cur: Round, status: TurnStatus, error: dict[str, Any] | None) -> None:
@@ -325,9 +325,9 @@ class TurnRunner:
             rt = ctx.runtimes.rt(cid)
             for c in await ctx.store.pending_calls(cid):
                 if await ctx.store.finish_call(cid, c["id"], CallState.CANCELLED, error=MSG_CALL_CANCELLED):
-                    end = {"id": c["id"], "name": c["name"], "status": P.STATUS_ERROR,
+                    end = {"id": c["id"], "name": c["name"], "status": P.CallStatus.ERROR,
                            "error": MSG_CALL_CANCELLED, "duration_ms": None, "total_ms": None}
-                    await ctx.emit_event(cid, P.EV_FUNCTION_CALL_END, end)
+                    await ctx.emit_event(cid, P.Event.FUNCTION_CALL_END, end)
                     cur.tools.append(tool_message(c["id"], c["name"], c["kind"], end))
                     ev = rt.call_events.get(c["id"])
                     if ev:
@@ -338,12 +338,12 @@ class TurnRunner:
                 await self.end_message(cid, cur)
             if error is not None:
                 msg = {"id": new_id("m_"), "role": Role.ERROR, "created_at": time.time(), **error}
-                await ctx.emit_event(cid, P.EV_MESSAGE, {"message": msg}, messages=[msg])
-            await ctx.emit_event(cid, P.EV_COMPLETION_FINISHED, {"turn_id": turn_id, "status": status},
+                await ctx.emit_event(cid, P.Event.MESSAGE, {"message": msg}, messages=[msg])
+            await ctx.emit_event(cid, P.Event.COMPLETION_FINISHED, {"turn_id": turn_id, "status": status},
                                  conversation={"status": ConversationStatus.FAILED if status == TurnStatus.FAILED
                                                else ConversationStatus.IDLE})
             release(rt)
-            await ctx.emit_event(cid, P.EV_USER_INPUT, {"reason": UserInputReason.MESSAGE})
+            await ctx.emit_event(cid, P.Event.USER_INPUT, {"reason": UserInputReason.MESSAGE})
         except KeyError:
             pass  # the conversation was deleted meanwhile
         except Exception:
@@ -372,7 +372,7 @@ class TurnRunner:
         dupes: list[tuple[dict[str, Any], dict[str, Any]]] = []
         earlier: dict[str, dict[str, Any]] | None = None  # cache key -> an earlier round's successful call
         for tc in raw_calls:
-            if tc.name == P.OFFER_ACTIONS_TOOL and info.actions:
+            if tc.name == P.RelayTool.OFFER_ACTIONS and info.actions:
                 offered.append(tc.arguments)
                 continue
             call = {"id": new_id("call_"), "name": tc.name, "arguments": tc.arguments}
@@ -381,34 +381,40 @@ class TurnRunner:
                 prompt, wrong = prompt_from(call)
                 if prompt is None:
                     cur.tools.append(tool_message(call["id"], tc.name, ToolMessageKind.RELAY,
-                                                  {"status": P.STATUS_ERROR,
+                                                  {"status": P.CallStatus.ERROR,
                                                    "error": f"Invalid ask_user call: {wrong}. Nothing was shown to "
                                                             "the reader; fix the arguments and call again."}))
                 else:
                     prompts.append(prompt)
-            elif tc.name == P.SUGGEST_FOLLOWUPS_TOOL and app.suggestions:
+            elif tc.name == P.RelayTool.SUGGEST_FOLLOWUPS and app.suggestions:
                 cur.tools.append(self.suggest(cid, cur, call))
-            elif tc.name == P.SEARCH_DOCS_TOOL and info.cites is not None and not info.one_shot:
+            elif tc.name == P.RelayTool.SEARCH_DOCS and info.cites is not None and not info.one_shot:
                 cur.tools.append(await self.search_docs(call, info, log_calls))
             elif tc.name not in catalogue:
-                cur.tools.append(tool_message(call["id"], tc.name, ToolMessageKind.RELAY,
-                                              {"status": P.STATUS_ERROR, "error": f"Unknown function {tc.name!r}."}))
+                cur.tools.append(
+                    tool_message(
+                        call["id"],
+                        tc.name,
+                        ToolMessageKind.RELAY,
+                        {"status": P.CallStatus.ERROR, "error": f"Unknown function {tc.name!r}."},
+                    )
+                )
             elif info.one_shot:  # a one-shot answer calls nothing (the model was given no function tools)
                 cur.tools.append(tool_message(call["id"], tc.name, ToolMessageKind.RELAY, {
-                    "status": P.STATUS_ERROR,
+                    "status": P.CallStatus.ERROR,
                     "error": f"{tc.name!r} cannot be called in a one-shot answer; nothing ran."}))
             elif not isinstance(tc.arguments, dict):
                 cur.tools.append(tool_message(call["id"], tc.name, catalogue[tc.name]["kind"],
-                                              {"status": P.STATUS_ERROR,
+                                              {"status": P.CallStatus.ERROR,
                                                "error": "The arguments were not a JSON object."}))
             else:
                 entry = catalogue[tc.name]
                 kind = entry["kind"]
-                if kind == P.KIND_TOOL:
+                if kind == P.Kind.TOOL:
                     clean, problem = check_tool_arguments(entry["parameters"], tc.arguments)
                     if problem is not None:
                         cur.tools.append(tool_message(call["id"], tc.name, kind, {
-                            "status": P.STATUS_ERROR,
+                            "status": P.CallStatus.ERROR,
                             "error": f"Invalid arguments: {problem}. The call did not run; fix the arguments and call "
                                      "again."}))
                         continue
@@ -421,11 +427,11 @@ class TurnRunner:
                         earlier = {
                             cache_key(c["name"], c["arguments"]): c
                             for c in reversed(await ctx.store.turn_calls(cid, turn_id))
-                            if c["kind"] == P.KIND_TOOL and c["status"] == CallState.ANSWERED and c["error"] is None
+                            if c["kind"] == P.Kind.TOOL and c["status"] == CallState.ANSWERED and c["error"] is None
                         }
                     prior = earlier.get(key)
                     if prior is not None:
-                        end = {"status": P.STATUS_SUCCESS, "result": prior["result"],
+                        end = {"status": P.CallStatus.SUCCESS, "result": prior["result"],
                                "duration_ms": prior["handler_ms"], "total_ms": prior["total_ms"]}
                         cur.tools.append({**tool_message(call["id"], tc.name, kind, end), "answered_from": prior["id"]})
                         continue
@@ -444,7 +450,7 @@ class TurnRunner:
                 for c in client_calls:
                     rt.call_events[c["id"]] = asyncio.Event()
                 for c in client_calls:
-                    seq = await ctx.emit_event(cid, P.EV_FUNCTION_CALL_BEGIN,
+                    seq = await ctx.emit_event(cid, P.Event.FUNCTION_CALL_BEGIN,
                                                {"id": c["id"], "name": c["name"], "arguments": c["arguments"],
                                                 "message_id": cur.message_id,
                                                 "kind": c["kind"]},
@@ -466,7 +472,7 @@ class TurnRunner:
                 tm = tool_message(c["id"], c["name"], c["kind"], end)
                 by_id[c["id"]] = tm
                 cur.tools.append(tm)
-                log_calls.append({"tool": c["name"], "ok": end["status"] == P.STATUS_SUCCESS, "ms": ms})
+                log_calls.append({"tool": c["name"], "ok": end["status"] == P.CallStatus.SUCCESS, "ms": ms})
             for call, first in dupes:
                 cur.tools.append({**by_id[first["id"]], "id": new_id("m_"), "function_call_id": call["id"],
                                   "created_at": time.time(), "answered_from": first["id"]})
@@ -486,28 +492,28 @@ class TurnRunner:
         query, problem = docs_query(call["arguments"])
         if query is None:
             return tool_message(call["id"], call["name"], ToolMessageKind.RELAY, {
-                "status": P.STATUS_ERROR,
+                "status": P.CallStatus.ERROR,
                 "error": f"Invalid search_docs call: {problem}. Nothing was searched; fix the arguments and call "
                          "again."})
         key = search_key(call["arguments"])
         first = info.cites.searches.get(key)
         if first is not None:
             tm = tool_message(call["id"], call["name"], ToolMessageKind.RELAY,
-                              {"status": P.STATUS_SUCCESS, "result": first[1]})
+                              {"status": P.CallStatus.SUCCESS, "result": first[1]})
             return {**tm, "answered_from": first[0]}
         docs = self._ctx.docs()
         assert docs is not None
         t0 = time.monotonic()
         try:
             reply = await search_sections(docs, info, query)
-            end: dict[str, Any] = {"status": P.STATUS_SUCCESS, "result": reply}
+            end: dict[str, Any] = {"status": P.CallStatus.SUCCESS, "result": reply}
             info.cites.searches[key] = (call["id"], reply)
         except Exception:
             log.exception("searching the docs of app %r failed", info.app_id)
-            end = {"status": P.STATUS_ERROR, "error": "The documentation search failed. Answer from what you have, "
+            end = {"status": P.CallStatus.ERROR, "error": "The documentation search failed. Answer from what you have, "
                                                       "or say that you could not search the documentation."}
         ms = round((time.monotonic() - t0) * 1000, 1)
-        log_calls.append({"tool": call["name"], "ok": end["status"] == P.STATUS_SUCCESS, "ms": ms})
+        log_calls.append({"tool": call["name"], "ok": end["status"] == P.CallStatus.SUCCESS, "ms": ms})
         return tool_message(call["id"], call["name"], ToolMessageKind.RELAY, {**end, "duration_ms": ms, "total_ms": ms})
 
     @staticmethod
@@ -524,9 +530,9 @@ class TurnRunner:
         if not kept:
             cur.suggestions_failed = True
             return tool_message(call["id"], call["name"], ToolMessageKind.RELAY,
-                                {"status": P.STATUS_ERROR, "error": note})
+                                {"status": P.CallStatus.ERROR, "error": note})
         return tool_message(call["id"], call["name"], ToolMessageKind.RELAY,
-                            {"status": P.STATUS_SUCCESS, "result": note})
+                            {"status": P.CallStatus.SUCCESS, "result": note})
 
     def offer(self, cid: str, message_id: str, offered: list[Any], info: RoundInfo) -> dict[str, Any]:
         """The offer of a round's ``offer_actions`` call(s): at most ``MAX_ACTIONS`` declared actions

@@ -34,7 +34,8 @@ def _check_room(config: RelayConfig, conv: dict[str, Any]) -> None:
     cap = config.max_events_per_conversation
     if cap and conv["seq"] >= cap:
         raise ProtocolError(
-            P.ERR_CONVERSATION_FULL, f"This conversation holds its maximum of {cap} events; start a new conversation."
+            P.ErrorCode.CONVERSATION_FULL,
+            f"This conversation holds its maximum of {cap} events; start a new conversation.",
         )
 
 
@@ -62,7 +63,9 @@ class Writes:
     def __init__(self, ctx: WritesContext) -> None:
         self._ctx = ctx
 
-    @socket_event(P.EV_STATE_PATCH, shape="state_patch expects {patch, idempotency_key}", idempotent=True, locked=True)
+    @socket_event(
+        P.Event.STATE_PATCH, shape="state_patch expects {patch, idempotency_key}", idempotent=True, locked=True
+    )
     async def state_patch(self, ctx: Ctx, data: dict[str, Any]) -> Ack:
         """Apply an RFC 6902 patch to the state, all or nothing (active client only)."""
         check_rate(self._ctx.limiters.patch, ctx.cid, "Too many state patches in this conversation; wait a moment.")
@@ -73,7 +76,7 @@ class Writes:
                 new = apply_patch_atomic(doc, patch)
                 check_state(new)
             except PatchFailed as exc:
-                raise ProtocolError(P.ERR_PATCH_FAILED, str(exc)) from None
+                raise ProtocolError(P.ErrorCode.PATCH_FAILED, str(exc)) from None
             except StateLimitError as exc:
                 raise ProtocolError(exc.code, str(exc)) from None
             return new
@@ -83,11 +86,13 @@ class Writes:
             stored = await self._ctx.store.update_state(ctx.cid, patched, ctx.idempotency(ack), active_sid=ctx.sid)
         except S.NotActive:
             raise ProtocolError(
-                P.ERR_NOT_ACTIVE, "Another tab is the active client; send activate to use this one."
+                P.ErrorCode.NOT_ACTIVE, "Another tab is the active client; send activate to use this one."
             ) from None
         return stored if stored is not None else ack
 
-    @socket_event(P.EV_USER_MESSAGE, shape="user_message expects {text, idempotency_key}", idempotent=True, locked=True)
+    @socket_event(
+        P.Event.USER_MESSAGE, shape="user_message expects {text, idempotency_key}", idempotent=True, locked=True
+    )
     async def user_message(self, ctx: Ctx, data: dict[str, Any]) -> Ack:
         """Store the reader's message and start a turn answering it."""
         deps = self._ctx
@@ -95,17 +100,17 @@ class Writes:
         cid, rt = ctx.cid, ctx.conv_rt
         text = data.get("text")
         if not isinstance(text, str) or not text.strip():
-            raise ProtocolError(P.ERR_BAD_REQUEST, "text must be a non-empty string")
+            raise ProtocolError(P.ErrorCode.BAD_REQUEST, "text must be a non-empty string")
         if len(text) > P.MAX_USER_MESSAGE_CHARS:
             raise ProtocolError(
-                P.ERR_MESSAGE_TOO_LONG,
+                P.ErrorCode.MESSAGE_TOO_LONG,
                 f"A message may have at most {P.MAX_USER_MESSAGE_CHARS} characters; this one has {len(text)}.",
             )
         conv = await deps.store.get_conversation(cid)
         if conv is None:
-            raise ProtocolError(P.ERR_NOT_FOUND, "The conversation no longer exists.")
+            raise ProtocolError(P.ErrorCode.NOT_FOUND, "The conversation no longer exists.")
         if _busy(conv, rt):
-            raise ProtocolError(P.ERR_BUSY, BUSY_MESSAGE)
+            raise ProtocolError(P.ErrorCode.BUSY, BUSY_MESSAGE)
         _check_room(deps.config, conv)
         check_rate(deps.limiters.message, cid, "Too many messages; wait a moment.")
         if conv["status"] == ConversationStatus.FAILED:
@@ -117,7 +122,7 @@ class Writes:
             await deps.emit_locked(
                 rt,
                 cid,
-                P.EV_MESSAGE,
+                P.Event.MESSAGE,
                 {"message": message},
                 messages=[message],
                 conversation={
@@ -130,7 +135,7 @@ class Writes:
                 require_status=IDLE_STATUSES,
             )
         except S.StatusConflict:
-            raise ProtocolError(P.ERR_BUSY, BUSY_MESSAGE) from None
+            raise ProtocolError(P.ErrorCode.BUSY, BUSY_MESSAGE) from None
         rt.turn = deps.spawn(deps.turns.run_turn(cid, turn_id, 0))
         return ack
 
@@ -141,14 +146,14 @@ class Writes:
             await self._ctx.recovery.recover(conv)
 
     @socket_event(
-        P.EV_RETRY, shape="retry expects {idempotency_key}", idempotent=True, locked=True, before=_recover_first
+        P.Event.RETRY, shape="retry expects {idempotency_key}", idempotent=True, locked=True, before=_recover_first
     )
     async def retry(self, ctx: Ctx, data: dict[str, Any]) -> Ack:
         """The failed turn goes on from its last completed round."""
         return await self._redo(ctx, regenerate=False)
 
     @socket_event(
-        P.EV_REGENERATE,
+        P.Event.REGENERATE,
         shape="regenerate expects {idempotency_key}",
         idempotent=True,
         locked=True,
@@ -164,17 +169,17 @@ class Writes:
         deps = self._ctx
         deps.switches.refuse_new_work()
         cid, rt = ctx.cid, ctx.conv_rt
-        op = P.EV_REGENERATE if regenerate else P.EV_RETRY
+        op = P.Event.REGENERATE if regenerate else P.Event.RETRY
         snap = await deps.store.snapshot(cid)
         if snap is None:
-            raise ProtocolError(P.ERR_NOT_FOUND, "The conversation no longer exists.")
+            raise ProtocolError(P.ErrorCode.NOT_FOUND, "The conversation no longer exists.")
         conv, messages = snap
         if _busy(conv, rt):
-            raise ProtocolError(P.ERR_BUSY, BUSY_MESSAGE)
+            raise ProtocolError(P.ErrorCode.BUSY, BUSY_MESSAGE)
         _check_room(deps.config, conv)
         users = [i for i, m in enumerate(messages) if m.get("role") == "user"]
         if not users:
-            raise ProtocolError(P.ERR_NOTHING_TO_RETRY, "There is no user message to answer yet.")
+            raise ProtocolError(P.ErrorCode.NOTHING_TO_RETRY, "There is no user message to answer yet.")
         after = messages[users[-1] + 1 :]
         plan: ResumePlan | None = None
         if regenerate:
@@ -183,14 +188,14 @@ class Writes:
         else:
             if conv["status"] != ConversationStatus.FAILED or not conv["turn_id"]:
                 raise ProtocolError(
-                    P.ERR_NOTHING_TO_RETRY, "The last turn did not fail; send regenerate for a new answer."
+                    P.ErrorCode.NOTHING_TO_RETRY, "The last turn did not fail; send regenerate for a new answer."
                 )
             # Keep the rounds the failed turn completed (their calls ran: a call runs at most once);
             # withdraw what the failing round stored, and the error message.
             turn_id, iteration = conv["turn_id"], 0
             boundary = messages[users[-1]]["seq"]
             for seq, name, payload in await deps.store.events_after(cid, boundary):
-                if name == P.EV_FUNCTION_CALL_ITERATION and payload.get("turn_id") == turn_id:
+                if name == P.Event.FUNCTION_CALL_ITERATION and payload.get("turn_id") == turn_id:
                     boundary, iteration = seq, int(payload.get("iteration") or 0)
             withdraw = [m for m in after if m.get("seq", 0) > boundary]
             plan = await resume_plan(deps.store, cid, turn_id, withdraw)
@@ -201,7 +206,7 @@ class Writes:
             await deps.emit_locked(
                 rt,
                 cid,
-                P.EV_MESSAGES_WITHDRAWN,
+                P.Event.MESSAGES_WITHDRAWN,
                 {"message_ids": ids, "reason": op, "turn_id": turn_id},
                 withdraw=ids,
                 idempotency=ctx.idempotency(ack),
@@ -214,14 +219,14 @@ class Writes:
                 },
             )
         except S.StatusConflict:
-            raise ProtocolError(P.ERR_BUSY, BUSY_MESSAGE) from None
+            raise ProtocolError(P.ErrorCode.BUSY, BUSY_MESSAGE) from None
         if regenerate and conv["status"] == ConversationStatus.FAILED:
             await deps.recovery.close_leftover_calls(rt, cid)
         rt.turn = deps.spawn(deps.turns.run_turn(cid, turn_id, iteration, announce=False, resume_from=plan))
         return ack
 
     @socket_event(
-        P.EV_FUNCTION_RESPONSE,
+        P.Event.FUNCTION_RESPONSE,
         shape="function_response expects {id, status, result | error, idempotency_key}",
         idempotent=True,
         locked=True,
@@ -232,8 +237,10 @@ class Writes:
         cid, sid = ctx.cid, ctx.sid
         call_id = data.get("id")
         status = data.get("status")
-        if not isinstance(call_id, str) or status not in (P.STATUS_SUCCESS, P.STATUS_ERROR):
-            raise ProtocolError(P.ERR_BAD_REQUEST, "function_response needs an id and status 'success' or 'error'")
+        if not isinstance(call_id, str) or status not in (P.CallStatus.SUCCESS, P.CallStatus.ERROR):
+            raise ProtocolError(
+                P.ErrorCode.BAD_REQUEST, "function_response needs an id and status 'success' or 'error'"
+            )
 
         def timing(name: str) -> float | None:
             """A client timing as stored: a finite number from 0 to MAX_CLIENT_MS, else null (it feeds the stats)."""
@@ -247,9 +254,9 @@ class Writes:
         if conv is not None and conv["active_sid"] != sid:
             call = await store.get_call(cid, call_id)
             if call is None or call["dispatched_to"] != sid:
-                raise ProtocolError(P.ERR_NOT_ACTIVE, "Another tab is the active client.")
+                raise ProtocolError(P.ErrorCode.NOT_ACTIVE, "Another tab is the active client.")
         ack = P.ok()
-        if status == P.STATUS_ERROR:
+        if status == P.CallStatus.ERROR:
             err = data.get("error")
             err = err if isinstance(err, str) and err else "The function failed."
             done = await store.finish_call(
@@ -275,14 +282,16 @@ class Writes:
             call = await store.get_call(cid, call_id)
             reason = f"call is {call['status']}" if call else "unknown call"
             await self._record_refused(ctx, Event.FUNCTION_RESPONSE, data, reason)
-            raise ProtocolError(P.ERR_CALL_NOT_PENDING, f"The relay is not waiting for call {call_id!r} ({reason}).")
+            raise ProtocolError(
+                P.ErrorCode.CALL_NOT_PENDING, f"The relay is not waiting for call {call_id!r} ({reason})."
+            )
         ev = ctx.conv_rt.call_events.get(call_id)
         if ev is not None:
             ev.set()
         return ack
 
     @socket_event(
-        P.EV_ACTION_OUTCOME,
+        P.Event.ACTION_OUTCOME,
         idempotent=True,
         locked=True,
         shape="action_outcome expects {message_id, action_id, name, arguments, ok, outcome, idempotency_key}",
@@ -295,35 +304,37 @@ class Writes:
         message_id, action_id, name = data.get("message_id"), data.get("action_id"), data.get("name")
         for field_name, value in (("message_id", message_id), ("action_id", action_id), ("name", name)):
             if not isinstance(value, str) or not value:
-                raise ProtocolError(P.ERR_BAD_REQUEST, f"action_outcome needs {field_name}, a non-empty string")
+                raise ProtocolError(P.ErrorCode.BAD_REQUEST, f"action_outcome needs {field_name}, a non-empty string")
         ok = data.get("ok")
         if not isinstance(ok, bool):
-            raise ProtocolError(P.ERR_BAD_REQUEST, "ok must be true or false")
+            raise ProtocolError(P.ErrorCode.BAD_REQUEST, "ok must be true or false")
         outcome = data.get("outcome")
         if outcome is None:
             outcome = "Done." if ok else "The action failed."
         if not isinstance(outcome, str):
-            raise ProtocolError(P.ERR_BAD_REQUEST, "outcome must be a string")
+            raise ProtocolError(P.ErrorCode.BAD_REQUEST, "outcome must be a string")
         if len(outcome) > P.TOOL_REPLY_MAX_CHARS:
             outcome = outcome[: P.TOOL_REPLY_MAX_CHARS] + " [cut]"
         args = data.get("arguments")
         if args is None:
             args = {}
         if not isinstance(args, dict):
-            raise ProtocolError(P.ERR_BAD_REQUEST, "arguments must be an object")
+            raise ProtocolError(P.ErrorCode.BAD_REQUEST, "arguments must be an object")
         offer = await deps.store.get_offer(cid, str(message_id))
         action = next((a for a in offer["actions"] if a["id"] == action_id), None) if offer else None
         if action is None:
             await self._record_refused(ctx, Event.ACTION_OUTCOME, data, "not offered")
-            raise ProtocolError(P.ERR_NOT_FOUND, f"No action {action_id!r} was offered on message {message_id!r}.")
+            raise ProtocolError(
+                P.ErrorCode.NOT_FOUND, f"No action {action_id!r} was offered on message {message_id!r}."
+            )
         if action["name"] != name:
-            raise ProtocolError(P.ERR_BAD_REQUEST, f"Action {action_id!r} is {action['name']!r}, not {name!r}.")
+            raise ProtocolError(P.ErrorCode.BAD_REQUEST, f"Action {action_id!r} is {action['name']!r}, not {name!r}.")
         clean, problem = check_tool_arguments(action["parameters"], args)
         if problem is not None:
-            raise ProtocolError(P.ERR_BAD_REQUEST, f"The arguments of {name} do not pass its schema: {problem}")
+            raise ProtocolError(P.ErrorCode.BAD_REQUEST, f"The arguments of {name} do not pass its schema: {problem}")
         if await deps.store.action_succeeded(cid, str(action_id)):
             await self._record_refused(ctx, Event.ACTION_OUTCOME, data, "already succeeded")
-            raise ProtocolError(P.ERR_BAD_REQUEST, f"Action {action_id!r} already succeeded; it is done.")
+            raise ProtocolError(P.ErrorCode.BAD_REQUEST, f"Action {action_id!r} already succeeded; it is done.")
         check_rate(deps.limiters.message, cid, "Too many messages; wait a moment.")
         msg = {
             "id": new_id("m_"),
@@ -338,11 +349,11 @@ class Writes:
         }
         ack = P.ok(message_id=msg["id"])
         await deps.emit_locked(
-            ctx.conv_rt, cid, P.EV_MESSAGE, {"message": msg}, messages=[msg], idempotency=ctx.idempotency(ack)
+            ctx.conv_rt, cid, P.Event.MESSAGE, {"message": msg}, messages=[msg], idempotency=ctx.idempotency(ack)
         )
         return ack
 
-    @socket_event(P.EV_CANCEL, shape="cancel expects {idempotency_key}", idempotent=True)
+    @socket_event(P.Event.CANCEL, shape="cancel expects {idempotency_key}", idempotent=True)
     async def cancel(self, ctx: Ctx, data: dict[str, Any]) -> Ack:
         """Stop the running turn (or the wait for ask-user answers)."""
         deps = self._ctx

@@ -343,7 +343,7 @@ class McpTool:
             denied = await self._confirm(host, cid, c, begin)
             end["stored"] = True
         else:
-            await host.emit_event(cid, P.EV_FUNCTION_CALL_BEGIN, {**begin, "kind": P.KIND_TOOL})
+            await host.emit_event(cid, P.Event.FUNCTION_CALL_BEGIN, {**begin, "kind": P.Kind.TOOL})
             denied = None
         t1 = time.monotonic()
         if denied is not None:
@@ -358,41 +358,41 @@ class McpTool:
                 if not host.closing():
                     with contextlib.suppress(Exception):
                         if end.get("stored"):
-                            await host.emit_event(cid, P.EV_FUNCTION_CALL_END, {
-                                "id": c["id"], "name": c["name"], "status": P.STATUS_ERROR, "error": "Cancelled.",
+                            await host.emit_event(cid, P.Event.FUNCTION_CALL_END, {
+                                "id": c["id"], "name": c["name"], "status": P.CallStatus.ERROR, "error": "Cancelled.",
                                 "duration_ms": None, "total_ms": None})
                         else:
                             await host.store.add_calls(cid, c["turn_id"], [{
-                                "id": c["id"], "name": c["name"], "kind": P.KIND_TOOL, "arguments": c["arguments"]}])
+                                "id": c["id"], "name": c["name"], "kind": P.Kind.TOOL, "arguments": c["arguments"]}])
                 raise
         handler_ms = round((time.monotonic() - t1) * 1000, 1)
         ms = round((time.monotonic() - t0) * 1000, 1)
         if ok:
-            end.update(status=P.STATUS_SUCCESS, result=value)
+            end.update(status=P.CallStatus.SUCCESS, result=value)
         else:
-            end.update(status=P.STATUS_ERROR, error=value)
+            end.update(status=P.CallStatus.ERROR, error=value)
             if denied is None:  # the kind of failure only: a server's error text may echo the arguments
                 log.warning(json.dumps({"event": "mcp_call_failed", "app": self.link.app_id, "server": self.link.name,
                                         "tool": self.tool, "failure": self.link.failure_kind(value)}))
             if value.startswith("The tool did not answer"):
                 end["timed_out"] = True
         end.update(duration_ms=None if denied is not None else handler_ms, total_ms=ms)
-        await host.emit_event(cid, P.EV_FUNCTION_CALL_END,
+        await host.emit_event(cid, P.Event.FUNCTION_CALL_END,
                               {k: v for k, v in end.items() if k not in ("stored", "timed_out")})
         return end, ms
 
     async def _confirm(self, host: ToolHost, cid: str, c: dict[str, Any], begin: dict[str, Any]) -> str | None:
         """Send the call to the active page, whose client asks the reader (``widget.client_calls``); None when
         allowed, else the error the model gets (the page's denial, or its silence within the function limit)."""
-        await host.store.add_calls(cid, c["turn_id"], [{"id": c["id"], "name": c["name"], "kind": P.KIND_FUNCTION,
+        await host.store.add_calls(cid, c["turn_id"], [{"id": c["id"], "name": c["name"], "kind": P.Kind.FUNCTION,
                                                        "arguments": c["arguments"]}])
         host.expect_call(cid, c["id"])
-        seq = await host.emit_event(cid, P.EV_FUNCTION_CALL_BEGIN, {**begin, "kind": P.KIND_FUNCTION},
+        seq = await host.emit_event(cid, P.Event.FUNCTION_CALL_BEGIN, {**begin, "kind": P.Kind.FUNCTION},
                                    conversation={"status": ConversationStatus.WAITING_FOR_FUNCTION})
         await host.store.set_call_seq(cid, c["id"], seq)
-        answer, _ms = await host.await_call(cid, {**c, "kind": P.KIND_FUNCTION})
+        answer, _ms = await host.await_call(cid, {**c, "kind": P.Kind.FUNCTION})
         await host.store.update_conversation(cid, status=ConversationStatus.RUNNING)
-        if answer["status"] == P.STATUS_SUCCESS and answer.get("result") == "allow":
+        if answer["status"] == P.CallStatus.SUCCESS and answer.get("result") == "allow":
             return None
         return str(answer.get("error") or P.MSG_SENSITIVE_DENIED)
 
@@ -446,7 +446,7 @@ class McpTools:
                 hints = t.annotations
                 marked = bool(hints and hints.destructive_hint and not hints.read_only_hint)
                 sensitive = link.cfg.sensitive.get(t.name, marked)
-                info.catalogue[name] = {"kind": P.KIND_TOOL, "parameters": params,
+                info.catalogue[name] = {"kind": P.Kind.TOOL, "parameters": params,
                                         "relay": McpTool(link, t.name, sensitive)}
                 desc = " ".join(str(t.description or t.title or t.name).split())
                 specs.append({"name": name, "description": f"{desc} (a tool of the MCP server {link.name!r})",
