@@ -207,7 +207,7 @@ async def test_feedback_and_stats_match_a_scripted_set(
     assert (await stats(http, base, "site", None))[0] == 401
     assert (await stats(http, base, "site", OTHER_SECRET))[0] == 401
     status, out = await stats(http, base, "open", "anything")
-    assert status == 401 and "without a secret has none" in out["error"]["message"]
+    assert status == 401 and "without a secret in the relay config has none" in out["error"]["message"]
     # an unknown app is answered as a known one without credentials: nobody learns which app ids exist
     assert await stats(http, base, "nope", SITE_SECRET) == await stats(http, base, "site", None)
     assert (await stats(http, base, "site", SITE_SECRET, since="yesterday"))[0] == 400

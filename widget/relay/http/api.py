@@ -25,6 +25,7 @@ from starlette.routing import Route
 from ... import protocol as P
 from ...errors import ProtocolError
 from ...protocol import ConversationStatus
+from ..config import AppConfig
 from ..hub import Hub, empty_state
 from ..ratelimit import RateLimiter
 from ..storage import Store
@@ -140,6 +141,23 @@ class Api:
         if self._origin_notes.allow(f"{origin}|{app_id}"):
             log.warning("%s", origin_refusal(origin, app_id, allowed, for_log=True))
         return HttpError(P.ErrorCode.FORBIDDEN_ORIGIN, text[0].upper() + text[1:] + ".")
+
+    def require_app_secret(self, request: Request, app_id: str, what: str) -> AppConfig:
+        """The app whose secret the request carries (``Authorization: Bearer <secret>``); else 401 ``unauthorized``.
+
+        An unknown app, an app without a secret and a wrong secret get one answer (``what`` the request wanted to
+        do, "read this app's stats"): without the secret nobody learns which app ids exist."""
+        app = self.config.apps.get(app_id)
+        scheme, _, secret = (request.headers.get("authorization") or "").partition(" ")
+        expected = app.secret if app is not None and app.secret else None
+        matches = hmac.compare_digest(secret.strip().encode(), (expected or "\0" * 32).encode())
+        if app is None or expected is None or scheme.lower() != "bearer" or not matches:
+            raise ProtocolError(
+                P.ErrorCode.UNAUTHORIZED,
+                f"Send Authorization: Bearer <app secret> to {what} "
+                "(an app without a secret in the relay config has none).",
+            )
+        return app
 
     def refuse_if_draining(self) -> None:
         """A write while the relay shuts down: 503 ``unavailable``, retry soon (another process answers)."""

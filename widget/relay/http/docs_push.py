@@ -18,7 +18,6 @@ refused; the walk's exclusions (dotfiles, ``_static``, search and 404 pages) app
 from __future__ import annotations
 
 import asyncio
-import hmac
 import posixpath
 import tarfile
 import tempfile
@@ -128,13 +127,7 @@ async def push_docs(api: Api, request: Request) -> Response:
     """``PUT /api/apps/{app_id}/docs`` (see the module doc)."""
     api.limit(api.get_limiter, api.client_address(request), "requests")
     app_id = request.path_params["app_id"]
-    app = api.config.apps.get(app_id)
-    scheme, _, secret = (request.headers.get("authorization") or "").partition(" ")
-    expected = app.secret if app is not None and app.secret else None
-    matches = hmac.compare_digest(secret.strip().encode(), (expected or "\0" * 32).encode())
-    if expected is None or scheme.lower() != "bearer" or not matches:
-        raise ProtocolError(P.ErrorCode.UNAUTHORIZED, "Send Authorization: Bearer <app secret> to push this app's docs "
-                            "(an app without a secret cannot be pushed to).")
+    api.require_app_secret(request, app_id, "push this app's docs")
     docs: Any = api.hub.docs
     if docs is None:
         raise ProtocolError(P.ErrorCode.NOT_FOUND, "This relay has no docs index.")

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import hmac
 import json
 import math
 import secrets
@@ -206,18 +205,7 @@ async def stats(api: Api, request: Request) -> Response:
     """``GET /api/apps/{app_id}/stats?since=&until=`` with the app's secret (see the module doc)."""
     api.limit(api.get_limiter, api.client_address(request), "requests")
     app_id = request.path_params["app_id"]
-    app = api.config.apps.get(app_id)
-    scheme, _, secret = (request.headers.get("authorization") or "").partition(" ")
-    # An unknown app, an app without a secret and a wrong secret get one answer: without the secret nobody
-    # learns which app ids exist.
-    expected = app.secret if app is not None and app.secret else None
-    given = secret.strip().encode()
-    matches = hmac.compare_digest(given, (expected or "\0" * 32).encode())
-    if expected is None or scheme.lower() != "bearer" or not matches:
-        raise ProtocolError(
-            P.ErrorCode.UNAUTHORIZED,
-            "Send Authorization: Bearer <app secret> to read this app's stats (an app without a secret has none).",
-        )
+    api.require_app_secret(request, app_id, "read this app's stats")
     since, until = _period(request)
     if since is not None and until is not None and since >= until:
         raise ProtocolError(P.ErrorCode.BAD_REQUEST, "since must be before until.")
