@@ -43,10 +43,11 @@ def apply_patch_atomic(doc: dict[str, Any], patch: Any) -> dict[str, Any]:
                 raise StateLimitError(
                     P.ErrorCode.STATE_TOO_DEEP, f"{desc}: State nesting depth exceeds {P.MAX_STATE_DEPTH} levels."
                 )
-            if op.get("op") == "copy" and isinstance(op.get("from"), str):
+            source = op.get("from")
+            if op.get("op") == "copy" and isinstance(source, str):
                 if bound < 0:
                     bound = check_state(work)
-                grow = len(encode_compact(jsonpointer.resolve_pointer(work, op.get("from"))))
+                grow = len(encode_compact(jsonpointer.resolve_pointer(work, source)))
                 work = jsonpatch.JsonPatch([op]).apply(work, in_place=True)
                 bound += grow + len(str(op.get("path"))) + 4
                 if bound > P.MAX_STATE_BYTES:
@@ -58,7 +59,9 @@ def apply_patch_atomic(doc: dict[str, Any], patch: Any) -> dict[str, Any]:
             if op.get("op") == "test":  # RFC 6902 §4.6 equality (jsonpatch's is Python's ==: 1 equals true)
                 if "value" not in op:
                     raise ValueError("a test operation needs a value")
-                if not json_equal(jsonpointer.resolve_pointer(work, op.get("path")), op["value"]):
+                if not isinstance(op.get("path"), str):
+                    raise ValueError("a test operation needs a path")
+                if not json_equal(jsonpointer.resolve_pointer(work, op["path"]), op["value"]):
                     raise ValueError("the value at the path is not equal to the test value")
                 continue
             if op.get("op") == "replace" and isinstance(op.get("path"), str) and op["path"].endswith("/-"):
