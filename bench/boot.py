@@ -1,7 +1,8 @@
 """Boot benchmark (not a test): how fast the demo page gets its toggle, Python, bar and relay.
 
-Prints, for N fresh browser contexts (cold: empty HTTP cache) and N reloads in one context (warm disk cache; the
-reader hovers the toggle, since a later page view of a tab starts Python on intent only):
+Prints, for N fresh browser contexts (cold: empty HTTP cache) and N reloads in one context (warm disk cache); in
+both the reader hovers the toggle as soon as it is there, since the page takes Python over only on the reader's
+intent (a first view's pre-warm worker starts it on idle, a later view of a tab waits for intent):
 time to toggle painted, Pyodide booted, bar mounted and joined (ms from navigation start); bytes
 transferred; the longest main-thread task and total blocking time from a Chrome trace of the visit
 (``bench/chrome_trace.py``), and beside them what the Long Tasks API (PerformanceObserver ``longtask``) reported:
@@ -112,12 +113,12 @@ async def main() -> None:
                 ctx = await browser.new_context()
                 await ctx.add_init_script(LONGTASK_SCRIPT)
                 page = await ctx.new_page()
-                cold.append(await measure(page, url))
+                cold.append(await measure(page, url, intent=True))
                 await ctx.close()
             ctx = await browser.new_context()
             await ctx.add_init_script(LONGTASK_SCRIPT)
             page = await ctx.new_page()
-            await measure(page, url)  # fill the cache
+            await measure(page, url, intent=True)  # fill the cache
             warm = [await measure(page, url, intent=True) for _ in range(args.n)]
             await ctx.close()
             await browser.close()
