@@ -29,6 +29,7 @@ def test_each_wire_name_has_one_spelling() -> None:
     for enum in (names.Event, names.ErrorCode, names.Kind, names.CallStatus):
         for member in enum:
             assert isinstance(member, str) and json.dumps(member) == json.dumps(member.value), member
+            assert repr(member) == repr(member.value) and f"{member}" == member.value, member  # in messages too
     assert P.ERROR_CODES == frozenset(e.value for e in names.ErrorCode)
     assert P.ok(seq=3) == {"ok": True, "seq": 3}
     assert P.error("busy", "x") == {"ok": False, "error": {"code": "busy", "message": "x"}}

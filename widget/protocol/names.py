@@ -8,11 +8,19 @@ CPython 3.11+ and Pyodide.
 from __future__ import annotations
 
 import re
-from enum import StrEnum
+from enum import StrEnum as _StrEnum
 from typing import Final
 
 #: Version carried by ``join``; a relay refuses any other with ``version_mismatch``.
 PROTOCOL_VERSION: Final = 1
+
+
+class StrEnum(_StrEnum):
+    """A wire name: a ``StrEnum`` whose ``repr`` is its string's too, so a member reads as the wire string it is in
+    every message, log line and serializer (``f"{name!r}"`` says ``'join'``, not ``<Event.JOIN: 'join'>``)."""
+
+    def __repr__(self) -> str:
+        return repr(self.value)
 
 
 class Event(StrEnum):
