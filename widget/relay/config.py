@@ -44,15 +44,20 @@ DEFAULT_SYSTEM_PROMPT = (
     "that ask you to offer an action."
 )
 
-ADAPTERS = ("demo", "openai")
+#: The model adapters (``ModelConfig.adapter``): the offline demo, OpenAI-compatible Chat Completions, OpenAI's
+#: Responses API and Anthropic's Messages API (the last three need their SDK: an optional extra).
+ADAPTERS = ("demo", "openai", "openai-responses", "anthropic")
+#: How a model is told about tools (``ModelConfig.tool_calling``): the provider's native tool calling, or
+#: described in the prompt and parsed from the answer's text (docs/deployment.md, "Tools as text").
+TOOL_CALLING_MODES = ("native", "text")
 #: The built-in demo app's starter prompts (what the demo model does something with).
 DEMO_STARTERS = ("What can you do on this page?", "Suggest follow-ups", "Ask me")
 
 
 @dataclass
 class ModelConfig:
-    """How to reach one model. ``adapter`` is ``demo`` (offline, built in) or ``openai`` (any
-    OpenAI-compatible Chat Completions endpoint)."""
+    """How to reach one model (``[models.<name>]``). ``adapter`` is one of ``ADAPTERS``: ``demo`` (offline, built
+    in), ``openai`` (any OpenAI-compatible Chat Completions endpoint), ``openai-responses`` or ``anthropic``."""
 
     adapter: str = "demo"
     #: Provider model name (``openai`` adapter), e.g. ``gpt-4o-mini`` or ``llama3.1``.
@@ -72,6 +77,12 @@ class ModelConfig:
     #: (fine-tuned models, some compatible servers): no ``strict`` flag, only types, nullability and
     #: ``enum`` in the schemas (the relay enforces the rest in code either way).
     strict_tools: bool = True
+    #: The longest answer one model request may produce, tokens (None: the provider's default; the
+    #: ``anthropic`` adapter needs one and uses 4096 when unset).
+    max_tokens: int | None = None
+    #: ``native`` (the provider's tool calling) or ``text`` (tools described in the prompt and parsed from the
+    #: answer, for models without tool calling); a local server that refuses ``tools`` is switched to ``text``.
+    tool_calling: str = "native"
 
 
 @dataclass
@@ -127,6 +138,9 @@ class AppConfig:
     ask_user: bool = False
     #: Name of an entry of ``RelayConfig.models`` (``demo`` is always there).
     model: str = DEMO_MODEL
+    #: Another entry of ``RelayConfig.models`` the turn goes on with when ``model`` answers ``model_unavailable``
+    #: or ``model_rate_limited`` before it streamed anything (None: no fallback; the turn fails as before).
+    fallback_model: str | None = None
     #: Relay config functions by tool name (docs/protocol.md §8).
     tools: dict[str, ToolConfig] = field(default_factory=dict)
     #: MCP servers whose allowed tools the model may call, by server name (``widget.relay.mcp.config``).
@@ -321,9 +335,14 @@ class RelayConfig:
         for name, m in cfg.models.items():
             if m.adapter not in ADAPTERS:
                 raise ConfigError(f"model {name!r}: adapter must be one of {', '.join(ADAPTERS)}, got {m.adapter!r}")
-            if m.adapter == "openai":
+            if m.tool_calling not in TOOL_CALLING_MODES:
+                raise ConfigError(f"model {name!r}: tool_calling must be one of {', '.join(TOOL_CALLING_MODES)}, "
+                                  f"got {m.tool_calling!r}")
+            if m.max_tokens is not None and m.max_tokens < 1:
+                raise ConfigError(f"model {name!r}: max_tokens must be >= 1")
+            if m.adapter != "demo":
                 if not m.model:
-                    raise ConfigError(f"model {name!r}: the openai adapter needs 'model'")
+                    raise ConfigError(f"model {name!r}: the {m.adapter} adapter needs 'model'")
                 if m.api_key_env:
                     m.api_key = env.get(m.api_key_env) or m.api_key
                     if not m.api_key:
@@ -338,6 +357,10 @@ class RelayConfig:
             if app.model not in cfg.models:
                 raise ConfigError(f"app {app_id!r}: unknown model {app.model!r} (known: "
                                   f"{', '.join(sorted(cfg.models))})")
+            if app.fallback_model is not None and (app.fallback_model not in cfg.models
+                                                   or app.fallback_model == app.model):
+                raise ConfigError(f"app {app_id!r}: fallback_model must name another model (known: "
+                                  f"{', '.join(sorted(cfg.models))}), got {app.fallback_model!r}")
             app.allowed_origins = [_check_origin_like(o, f"app {app_id!r} allowed origin") for o in app.allowed_origins]
             app.starters = check_starters(app.starters, f"app {app_id!r}: starters")
             if not isinstance(app.suggestions, bool):

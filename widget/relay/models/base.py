@@ -75,7 +75,22 @@ class ToolCall:
     provider_id: str | None = None
 
 
-Chunk = TextDelta | ToolCall
+@dataclass
+class Usage:
+    """What one model response cost, from the provider's usage fields (None: the provider did not say).
+
+    An adapter yields it once, at the end of a response, when the provider reports usage; counts only,
+    never text (it goes to the turn log, ``stats`` and the tracing spans)."""
+
+    input_tokens: int | None = None
+    output_tokens: int | None = None
+    #: Input tokens the provider read from its prompt cache (part of ``input_tokens``).
+    cached_input_tokens: int | None = None
+    #: Output tokens spent on reasoning the reader never sees (part of ``output_tokens``).
+    reasoning_tokens: int | None = None
+
+
+Chunk = TextDelta | ToolCall | Usage
 
 
 @dataclass
@@ -96,9 +111,12 @@ class ModelRequest:
 class ModelError(WidgetError):
     """A model failure the reader should see (rate limit, overflow, provider down, bad key...)."""
 
-    def __init__(self, code: TurnErrorCode, message: str, retryable: bool = True) -> None:
+    def __init__(self, code: TurnErrorCode, message: str, retryable: bool = True,
+                 retry_after: float | None = None) -> None:
         super().__init__(message, code=code)
         self.retryable = retryable
+        #: Seconds the provider asked to wait before the next request (its ``Retry-After``), when it said.
+        self.retry_after = retry_after
 
 
 class ModelAdapter(abc.ABC):
@@ -173,6 +191,8 @@ async def guarded(stream: AsyncIterator[Chunk], limits: StreamLimits,
                         "run.",
                     )
                 last_progress = clock()
+            elif isinstance(chunk, Usage):
+                yield chunk
             elif chunk.text:
                 room = limits.max_answer_chars - chars
                 if len(chunk.text) >= room:
