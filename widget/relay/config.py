@@ -50,6 +50,8 @@ ADAPTERS = ("demo", "openai", "openai-responses", "anthropic")
 #: How a model is told about tools (``ModelConfig.tool_calling``): the provider's native tool calling, or
 #: described in the prompt and parsed from the answer's text (docs/deployment.md, "Tools as text").
 TOOL_CALLING_MODES = ("native", "text")
+#: ``ModelConfig.reasoning_effort`` values (OpenAI's ``reasoning.effort``).
+REASONING_EFFORTS = ("none", "minimal", "low", "medium", "high", "xhigh", "max")
 #: The built-in demo app's starter prompts (what the demo model does something with).
 DEMO_STARTERS = ("What can you do on this page?", "Suggest follow-ups", "Ask me")
 
@@ -83,6 +85,10 @@ class ModelConfig:
     #: ``native`` (the provider's tool calling) or ``text`` (tools described in the prompt and parsed from the
     #: answer, for models without tool calling); a local server that refuses ``tools`` is switched to ``text``.
     tool_calling: str = "native"
+    #: ``openai-responses`` adapter, reasoning models only (o-series, gpt-5...): the reasoning effort to ask for
+    #: (one of ``REASONING_EFFORTS``). Set, the adapter also asks for the encrypted reasoning and passes it back
+    #: between the tool-call rounds of a turn; unset, it sends neither (models without reasoning refuse them).
+    reasoning_effort: str | None = None
 
 
 @dataclass
@@ -340,6 +346,10 @@ class RelayConfig:
                                   f"got {m.tool_calling!r}")
             if m.max_tokens is not None and m.max_tokens < 1:
                 raise ConfigError(f"model {name!r}: max_tokens must be >= 1")
+            if m.reasoning_effort is not None and (m.adapter != "openai-responses"
+                                                   or m.reasoning_effort not in REASONING_EFFORTS):
+                raise ConfigError(f"model {name!r}: reasoning_effort is for the openai-responses adapter, one of "
+                                  f"{', '.join(REASONING_EFFORTS)}; got {m.reasoning_effort!r}")
             if m.adapter != "demo":
                 if not m.model:
                     raise ConfigError(f"model {name!r}: the {m.adapter} adapter needs 'model'")
