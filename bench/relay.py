@@ -128,7 +128,7 @@ class Client:
         if not data.get("run"):
             return
         payload = {"id": data["id"], "status": "success", "result": {"echo": data["arguments"]},
-                   "idempotency_key": "fr-" + data["id"], "handler_ms": 0.0, "total_ms": 0.0}
+                   "idempotency_key": "fr-" + data["id"], "duration_ms": 0.0, "total_ms": 0.0}
         handler = time.perf_counter() - t0
         self.begins[data["id"]] = (t0, handler)
         await self.sio.emit(P.Event.FUNCTION_RESPONSE, payload)  # the ack is not awaited: the end event is what counts
@@ -140,7 +140,7 @@ class Client:
             return
         t0, handler = got
         self.bench.overhead_ms.append(((t1 - t0) - handler) * 1000)
-        self.bench.handler_ms.append(handler * 1000)
+        self.bench.duration_ms.append(handler * 1000)
         if data.get("status") != "success":
             self.bench.errors.append(f"call {data.get('id')} ended {data.get('status')}: {data.get('error')}")
 
@@ -195,7 +195,7 @@ class Bench:
         self.args = args
         self.base = ""
         self.overhead_ms: list[float] = []
-        self.handler_ms: list[float] = []
+        self.duration_ms: list[float] = []
         self.patch_ms: list[float] = []
         self.errors: list[str] = []
         self.relay: subprocess.Popen[bytes] | None = None
@@ -280,7 +280,7 @@ class Bench:
             await warm.register()
             await warm.round(0)
             await warm.sio.disconnect()
-            self.overhead_ms.clear(), self.handler_ms.clear(), self.patch_ms.clear()
+            self.overhead_ms.clear(), self.duration_ms.clear(), self.patch_ms.clear()
 
             clients = [Client(self, i) for i in range(n)]
             t = time.perf_counter()
@@ -320,7 +320,7 @@ class Bench:
         self.say(f"   state patch ack round trip:       {self.stats(self.patch_ms)}")
         self.figures["one_active"] = {"idle_clients": len(connected) - 1, "overhead_ms": stats(self.overhead_ms),
                                       "patch_ack_ms": stats(self.patch_ms)}
-        self.overhead_ms.clear(), self.handler_ms.clear(), self.patch_ms.clear()
+        self.overhead_ms.clear(), self.duration_ms.clear(), self.patch_ms.clear()
 
         # 4. everyone at once
         cpu0, t = cpu_s(pid), time.perf_counter()
@@ -338,7 +338,7 @@ class Bench:
                  + (f" ({bad} clients failed)" if bad else ""))
         self.say(f"   relay overhead per function call: {self.stats(self.overhead_ms)}")
         self.say(f"   state patch ack round trip:       {self.stats(self.patch_ms)}")
-        self.say(f"   client handler time (excluded):   p50 {pct(self.handler_ms, 50) * 1000:.1f} µs")
+        self.say(f"   client handler time (excluded):   p50 {pct(self.duration_ms, 50) * 1000:.1f} µs")
         self.say(f"   relay CPU {cpu:.1f} s over {dt:.1f} s wall ({cpu / dt * 100:.0f} % of one core): "
                  f"{cpu / max(1, calls) * 1000:.1f} ms of relay CPU per turn (patch + message + call + answer, ~20 "
                  "sequenced events) — the load-independent number; "

@@ -145,7 +145,7 @@ class Recorder:
             result = self.auto_answer(data)
             await self.sio.call("function_response", {
                 "id": data["id"], "status": "success", "result": result,
-                "idempotency_key": "fr-" + data["id"], "handler_ms": 1.25, "total_ms": 1.5,
+                "idempotency_key": "fr-" + data["id"], "duration_ms": 1.25, "total_ms": 1.5,
             })
 
     async def connect(self) -> Recorder:

@@ -98,7 +98,7 @@ async def test_the_relay_refuses_what_the_schemas_refuse(relay: Any, http: aioht
 
 
 async def test_client_timings_out_of_range_are_not_stored(relay: Any, http: aiohttp.ClientSession) -> None:
-    """``total_ms: -5``, ``handler_ms: 1e308`` or infinity are stored (and shown, and counted in the stats) as null."""
+    """``total_ms: -5``, ``duration_ms: 1e308`` or infinity are stored (and shown, and counted in the stats) as null."""
     rec, data, _ = await joined(http, relay.url)
     cid = data["conversation"]["id"]
     cases = [((-5, 1e308), (None, None)), ((float("inf"), 3.5), (None, 3.5)), ((2.5, 3.5), (2.5, 3.5))]
@@ -109,13 +109,13 @@ async def test_client_timings_out_of_range_are_not_stored(relay: Any, http: aioh
             assert (await rec.call("user_message", {"text": "get_selection", "idempotency_key": f"m{i}"}))["ok"]
             begin = await rec.wait("function_call.begin", lambda d: d.get("run") is True, start=mark)
             ack = await rec.call("function_response", {"id": begin["id"], "status": "success", "result": "ok",
-                                                       "total_ms": total, "handler_ms": handler,
+                                                       "total_ms": total, "duration_ms": handler,
                                                        "idempotency_key": f"r{i}"})
             assert ack == {"ok": True}
             end = await rec.wait("function_call.end", start=mark)
             assert (end["total_ms"], end["duration_ms"]) == expected
             stored = await relay.hub.store.get_call(cid, begin["id"])
-            assert (stored["total_ms"], stored["handler_ms"]) == expected
+            assert (stored["total_ms"], stored["duration_ms"]) == expected
             await rec.wait("user_input", start=mark)
     finally:
         await rec.disconnect()

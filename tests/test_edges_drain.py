@@ -52,7 +52,7 @@ async def test_a_call_pending_at_the_end_of_the_drain_stays_pending_across_the_r
             ack = await rec2.join(body["token"], body["conversation"]["seq"])
             assert ack["ok"] and [c["id"] for c in ack["pending_calls"]] == [begin["id"]], ack
             late = {"id": begin["id"], "status": "success", "result": "the selection", "idempotency_key": "r1",
-                    "handler_ms": 2.0, "total_ms": 3.0}
+                    "duration_ms": 2.0, "total_ms": 3.0}
             assert await rec2.call("function_response", late) == {"ok": True}  # the late answer is kept
             mark = len(rec2.events)
             assert (await rec2.call("retry", {"idempotency_key": "t1"}))["ok"]

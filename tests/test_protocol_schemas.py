@@ -237,7 +237,7 @@ _json = st.recursive(
                     "result",
                     "error",
                     "idempotency_key",
-                    "handler_ms",
+                    "duration_ms",
                     "message",
                     "role",
                     "content",

@@ -283,7 +283,7 @@ FIELDS = {
     P.Event.STATE_PATCH: {"patch": [{"op": "add", "path": "/autopilot/context/x", "value": 1}], "idempotency_key": "k"},
     P.Event.USER_MESSAGE: {"text": "hi", "idempotency_key": "k"},
     P.Event.FUNCTION_RESPONSE: {"id": "call_nope", "status": "success", "result": 1, "idempotency_key": "k",
-                             "handler_ms": 1.0, "total_ms": 1.0, "error": "e"},
+                             "duration_ms": 1.0, "total_ms": 1.0, "error": "e"},
     P.Event.CANCEL: {"idempotency_key": "k"},
     P.Event.REPLAY: {"last_seq": 0},
     P.Event.ACTIVATE: {},

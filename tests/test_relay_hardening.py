@@ -287,7 +287,7 @@ async def test_retry_after_a_restart_mid_call_uses_the_result_of_the_call_that_r
         await rec.disconnect()
         await relay.stop()  # the turn is left as it was, like a relay that died
     response = {"id": begin["id"], "status": "success", "result": "the selection", "idempotency_key": "r1",
-                "handler_ms": 2.0, "total_ms": 3.0}
+                "duration_ms": 2.0, "total_ms": 3.0}
     model.reset()
     model.script([TextDelta("It says: the selection.")])
     old_base = relay.url
@@ -297,7 +297,7 @@ async def test_retry_after_a_restart_mid_call_uses_the_result_of_the_call_that_r
     try:
         if answered_before_restart:  # the answer was stored, then the relay died before the turn went on
             assert await relay.hub.store.finish_call(cid, begin["id"], "answered", result="the selection",
-                                                     handler_ms=2.0, total_ms=3.0)
+                                                     duration_ms=2.0, total_ms=3.0)
         body = await info(http, url)  # the GET recovers the turn: failed, with Retry
         assert body["conversation"]["status"] == "failed"
         call = await relay.hub.store.get_call(cid, begin["id"])

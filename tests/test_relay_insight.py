@@ -229,8 +229,8 @@ async def test_feedback_and_stats_match_a_scripted_set(
     fn = out["calls"]["function"]
     assert (fn["calls"], fn["succeeded"], fn["failed"], fn["success_rate"]) == (2, 1, 1, 0.5)
     assert fn["by_name"]["get_selection"]["success_rate"] == 1.0 and fn["by_name"]["slow_fn"]["success_rate"] == 0.0
-    # the recorder answers with handler_ms 1.25 and total_ms 1.5; a timed-out call has no times
-    assert fn["handler_ms"] == {"p50_ms": 1.25, "p95_ms": 1.25}
+    # the recorder answers with duration_ms 1.25 and total_ms 1.5; a timed-out call has no times
+    assert fn["duration_ms"] == {"p50_ms": 1.25, "p95_ms": 1.25}
     assert fn["total_ms"] == {"p50_ms": 1.5, "p95_ms": 1.5}
     assert out["calls"]["tool"]["calls"] == 0 and out["calls"]["tool"]["success_rate"] is None
     text = json.dumps(out)

@@ -232,11 +232,11 @@ async def test_calls_offers_refusals_and_delete(store: Store) -> None:
     await store.add_calls("c", "t1", [{"id": "k1", "name": "f", "kind": "tool", "arguments": {"q": 1}},
                                       {"id": "k2", "name": "g", "arguments": {}, "status": CallState.ANSWERED,
                                        "result": {"r": [1]},
-                                       "handler_ms": 1.5, "total_ms": 2.0}])
+                                       "duration_ms": 1.5, "total_ms": 2.0}])
     assert [c["id"] for c in await store.turn_calls("c", "t1")] == ["k1", "k2"]
     await store.set_call_seq("c", "k1", 7)
     assert [c["id"] for c in await store.pending_calls("c")] == ["k1"]
-    assert await store.finish_call("c", "k1", CallState.ANSWERED, error="no", handler_ms=3.0, total_ms=4.0,
+    assert await store.finish_call("c", "k1", CallState.ANSWERED, error="no", duration_ms=3.0, total_ms=4.0,
                                    idempotency=("fr", {"ok": True}))
     assert not await store.finish_call("c", "k1", CallState.ANSWERED, result=2)
     k1 = await store.get_call("c", "k1")
@@ -324,6 +324,9 @@ async def test_sqlite_migrates_an_old_database(tmp_path: Path) -> None:
     db.executescript(sqlite_engine._SCHEMA)
     db.execute("INSERT INTO conversations (id, app_id, status, created_at, updated_at, state) VALUES "
                "('c','demo','idle',0,0,'{}')")
+    # a call answered before the handler's time had one name (it was handler_ms in the store)
+    db.execute("INSERT INTO calls (conversation_id, id, turn_id, name, kind, arguments, status, handler_ms, total_ms,"
+               " created_at) VALUES ('c','k','t','f','function','{}','answered',2.5,3.0,0)")
     db.commit()
     db.close()
     store = SQLiteStore(tmp_path / "old.sqlite3")
@@ -331,6 +334,8 @@ async def test_sqlite_migrates_an_old_database(tmp_path: Path) -> None:
     try:
         assert (await store.get_conversation("c"))["active_sid"] is None  # type: ignore[index]
         await store.add_member("c", "s", "i")
+        call = await store.get_call("c", "k")
+        assert call is not None and (call["duration_ms"], call["total_ms"]) == (2.5, 3.0)
     finally:
         await store.close()
 

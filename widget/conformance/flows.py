@@ -512,7 +512,7 @@ async def function_success_flow(r: Relay, o: Options) -> None:
             "status": "success",
             "result": {"text": "hi"},
             "idempotency_key": key("fr"),
-            "handler_ms": 3.5,
+            "duration_ms": 3.5,
             "total_ms": 4.25,
         }
         ack = await peer.call(Event.FUNCTION_RESPONSE, response)

@@ -49,7 +49,7 @@ async def rolling_deploy_flow(r: Relay, o: Options) -> None:
             "status": "success",
             "result": {"text": "ran once"},
             "idempotency_key": key("fr"),
-            "handler_ms": 5.0,
+            "duration_ms": 5.0,
             "total_ms": 6.0,
         }
         check(await peer.call(Event.FUNCTION_RESPONSE, answer) == {"ok": True}, "the page's late answer is accepted")

@@ -118,24 +118,24 @@ class CallsPart:
         """The handler settled: notify at once; the response is withheld by resolutions and the state-sync gate."""
         self._running.discard(call_id)
         call = self._calls[call_id]
-        handler_ms = (now - call.started) * 1000
+        duration_ms = (now - call.started) * 1000
         call.record["status"] = status
-        call.record["settledAt"] = call.record["startedAt"] + handler_ms
-        call.record["handlerMs"] = handler_ms
+        call.record["settledAt"] = call.record["startedAt"] + duration_ms
+        call.record["handlerMs"] = duration_ms
         payload: FunctionResponsePayload = {
             "id": call_id,
             "status": CallStatus(status),
             "idempotency_key": f"fr-{call_id}",
-            "handler_ms": round(handler_ms, 3),
+            "duration_ms": round(duration_ms, 3),
         }
         if status == P.CallStatus.SUCCESS:
             payload["result"] = result
             note = Notify(ClientEvent.FUNCTION_SUCCESS,
-                          {"request": call.request, "result": result, "durationMs": handler_ms})
+                          {"request": call.request, "result": result, "durationMs": duration_ms})
         else:
             payload["error"] = error
             note = Notify(ClientEvent.FUNCTION_ERROR,
-                          {"request": call.request, "error": error, "durationMs": handler_ms})
+                          {"request": call.request, "error": error, "durationMs": duration_ms})
         call.payload = payload
         call.withheld = True
         if self._resolutions:
@@ -230,15 +230,16 @@ class CallsPart:
         any call, answered at once to its caller, never sent to the relay."""
         self._running.discard(call_id)
         call = self._calls.pop(call_id)
-        handler_ms = (now - call.started) * 1000
+        duration_ms = (now - call.started) * 1000
         record = call.record
         record["status"] = status
-        record["settledAt"] = record["respondedAt"] = record["startedAt"] + handler_ms
-        record["handlerMs"] = record["totalMs"] = handler_ms
+        record["settledAt"] = record["respondedAt"] = record["startedAt"] + duration_ms
+        record["handlerMs"] = record["totalMs"] = duration_ms
         if status == P.CallStatus.SUCCESS:
             return [Notify(ClientEvent.FUNCTION_SUCCESS,
-                           {"request": call.request, "result": result, "durationMs": handler_ms})]
-        return [Notify(ClientEvent.FUNCTION_ERROR, {"request": call.request, "error": error, "durationMs": handler_ms})]
+                           {"request": call.request, "result": result, "durationMs": duration_ms})]
+        return [Notify(ClientEvent.FUNCTION_ERROR,
+                       {"request": call.request, "error": error, "durationMs": duration_ms})]
 
     def call_running(self, call_id: str) -> bool:
         """Whether the call's handler (or its confirmation) is still running here."""

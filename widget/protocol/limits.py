@@ -37,7 +37,7 @@ MAX_ACTIONS: Final = 3
 MAX_TOOLS_ADVISED: Final = 12
 JOIN_TOKEN_TTL_S: Final = 300
 MAX_IDEMPOTENCY_KEY_CHARS: Final = 128
-#: The largest client timing (``handler_ms``, ``total_ms``) the relay stores, ms (an hour); a timing that is not a
+#: The largest client timing (``duration_ms``, ``total_ms``) the relay stores, ms (an hour); a timing that is not a
 #: number from 0 to this is stored as null.
 MAX_CLIENT_MS: Final = 3_600_000
 #: Characters of the comment a reader may add to a thumbs up/down.

@@ -5,10 +5,10 @@ generates them), so a field added here is a field documented and validated there
 generator relies on: ``NotRequired`` marks an optional key; ``X | None`` a key that may be ``null``;
 ``JSON`` any JSON value. Extra keys are allowed (a newer peer may send more).
 
-Timings have one name each: ``duration_ms`` is the handler's time (the client measures it and sends it
-as ``handler_ms`` in ``function_response``, the one place the wire spells it so; the relay stores and shows
-it as ``duration_ms``) and ``total_ms`` the time until the response left the client. The client API's
-``FunctionCallRecord`` keeps its own camelCase names (``handlerMs``, ``totalMs``) for the same numbers.
+Timings have one name each on the wire, in the store, in events and in the stats: ``duration_ms`` is the
+handler's time (the client measures it and sends it in ``function_response``) and ``total_ms`` the time until
+the response left the client. The client API's ``FunctionCallRecord`` keeps the camelCase names its contract
+fixes (``handlerMs``, ``totalMs``; events say ``durationMs``) for the same numbers.
 """
 
 # No ``from __future__ import annotations`` here: under Python 3.11 it hides ``NotRequired`` from TypedDict,
@@ -182,7 +182,7 @@ class UserMessagePayload(TypedDict):
 
 
 class FunctionResponsePayload(TypedDict):
-    """``function_response``: the outcome of a call the client ran (``handler_ms`` is stored as ``duration_ms``)."""
+    """``function_response``: the outcome of a call the client ran, with its two timings."""
 
     id: str
     status: CallStatus
@@ -191,7 +191,7 @@ class FunctionResponsePayload(TypedDict):
     error: NotRequired[JSON]
     idempotency_key: IdempotencyKey
     #: Numbers; anything else is stored as null.
-    handler_ms: NotRequired[JSON]
+    duration_ms: NotRequired[JSON]
     total_ms: NotRequired[JSON]
 
 
@@ -619,7 +619,7 @@ class CallStats(TypedDict):
     #: Until the page's answer reached the relay.
     total_ms: StatsTiming
     #: The handler's own time as the page measured it.
-    handler_ms: StatsTiming
+    duration_ms: StatsTiming
 
 
 class KindStats(CallStats):

@@ -85,7 +85,7 @@ def _call_stats(rows: list[tuple[bool, float | None, float | None]]) -> CallStat
         "failed": len(rows) - ok,
         "success_rate": round(ok / len(rows), 4) if rows else None,
         "total_ms": _timing([r[1] for r in rows if r[1] is not None]),
-        "handler_ms": _timing([r[2] for r in rows if r[2] is not None]),
+        "duration_ms": _timing([r[2] for r in rows if r[2] is not None]),
     }
 
 
@@ -122,7 +122,7 @@ async def app_stats(store: Store, app_id: str, since: float | None = None, until
             end,
         )
         calls = yield fetch(
-            "SELECT k.kind, k.name, k.status, k.error, k.total_ms, k.handler_ms FROM calls k"
+            "SELECT k.kind, k.name, k.status, k.error, k.total_ms, k.duration_ms FROM calls k"
             " JOIN conversations c ON c.id = k.conversation_id"
             " WHERE c.app_id = ? AND k.created_at >= ? AND k.created_at < ?",
             app_id,

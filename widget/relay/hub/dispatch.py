@@ -204,7 +204,7 @@ class CallDispatch:
             end.update(status=P.CallStatus.SUCCESS, result=row["result"])
         else:
             end.update(status=P.CallStatus.ERROR, error=row["error"] or "The function failed.")
-        end.update(duration_ms=row["handler_ms"], total_ms=row["total_ms"])
+        end.update(duration_ms=row["duration_ms"], total_ms=row["total_ms"])
         if row["status"] == CallState.CANCELLED:
             raise asyncio.CancelledError  # the turn is being cancelled; its abort emits the end events
         if announce:

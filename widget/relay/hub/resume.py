@@ -104,7 +104,7 @@ async def resume_round(
                     {
                         "status": P.CallStatus.SUCCESS,
                         "result": row["result"],
-                        "duration_ms": row["handler_ms"],
+                        "duration_ms": row["duration_ms"],
                         "total_ms": row["total_ms"],
                     },
                 )
@@ -118,7 +118,7 @@ async def resume_round(
                     {
                         "status": P.CallStatus.ERROR,
                         "error": row["error"] or NOT_RUN,
-                        "duration_ms": row["handler_ms"],
+                        "duration_ms": row["duration_ms"],
                         "total_ms": row["total_ms"],
                     },
                 )

@@ -432,7 +432,7 @@ class TurnRunner:
                     prior = earlier.get(key)
                     if prior is not None:
                         end = {"status": P.CallStatus.SUCCESS, "result": prior["result"],
-                               "duration_ms": prior["handler_ms"], "total_ms": prior["total_ms"]}
+                               "duration_ms": prior["duration_ms"], "total_ms": prior["total_ms"]}
                         cur.tools.append({**tool_message(call["id"], tc.name, kind, end), "answered_from": prior["id"]})
                         continue
                     in_round[key] = call
@@ -463,7 +463,7 @@ class TurnRunner:
                     {"id": c["id"], "name": c["name"], "kind": c["kind"], "arguments": c["arguments"],
                      "status": CallState.TIMED_OUT if end.get("timed_out") else CallState.ANSWERED,
                      "result": end.get("result"), "error": end.get("error"),
-                     "handler_ms": end["duration_ms"], "total_ms": end["total_ms"]}
+                     "duration_ms": end["duration_ms"], "total_ms": end["total_ms"]}
                     for c, (end, _ms) in zip(relay_calls, results[len(client_calls):], strict=True)
                     if not end.get("stored")
                 ])

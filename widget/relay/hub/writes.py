@@ -249,7 +249,7 @@ class Writes:
                 return None  # (NaN fails the comparison too)
             return float(v)
 
-        handler_ms, total_ms = timing("handler_ms"), timing("total_ms")
+        duration_ms, total_ms = timing("duration_ms"), timing("total_ms")
         conv = await store.get_conversation(cid)
         if conv is not None and conv["active_sid"] != sid:
             call = await store.get_call(cid, call_id)
@@ -265,7 +265,7 @@ class Writes:
                 CallState.ANSWERED,
                 error=err,
                 idempotency=ctx.idempotency(ack),
-                handler_ms=handler_ms,
+                duration_ms=duration_ms,
                 total_ms=total_ms,
             )
         else:
@@ -275,7 +275,7 @@ class Writes:
                 CallState.ANSWERED,
                 result=data.get("result"),
                 idempotency=ctx.idempotency(ack),
-                handler_ms=handler_ms,
+                duration_ms=duration_ms,
                 total_ms=total_ms,
             )
         if not done:

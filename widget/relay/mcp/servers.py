@@ -365,7 +365,7 @@ class McpTool:
                             await host.store.add_calls(cid, c["turn_id"], [{
                                 "id": c["id"], "name": c["name"], "kind": P.Kind.TOOL, "arguments": c["arguments"]}])
                 raise
-        handler_ms = round((time.monotonic() - t1) * 1000, 1)
+        duration_ms = round((time.monotonic() - t1) * 1000, 1)
         ms = round((time.monotonic() - t0) * 1000, 1)
         if ok:
             end.update(status=P.CallStatus.SUCCESS, result=value)
@@ -376,7 +376,7 @@ class McpTool:
                                         "tool": self.tool, "failure": self.link.failure_kind(value)}))
             if value.startswith("The tool did not answer"):
                 end["timed_out"] = True
-        end.update(duration_ms=None if denied is not None else handler_ms, total_ms=ms)
+        end.update(duration_ms=None if denied is not None else duration_ms, total_ms=ms)
         await host.emit_event(cid, P.Event.FUNCTION_CALL_END,
                               {k: v for k, v in end.items() if k not in ("stored", "timed_out")})
         return end, ms

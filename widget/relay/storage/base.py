@@ -114,7 +114,7 @@ _CONV_COLUMNS = ("id", "app_id", "status", "created_at", "updated_at", "seq", "m
                  "active_sid")
 _UPDATABLE = {"status", "turn_id", "iteration", "runner"}
 _CALL_COLUMNS = ("id", "turn_id", "name", "kind", "arguments", "seq", "status", "result", "error",
-                 "handler_ms", "total_ms", "created_at", "finished_at", "dispatched_to")
+                 "duration_ms", "total_ms", "created_at", "finished_at", "dispatched_to")
 _TABLES = ("messages", "events", "idempotency", "calls", "refused", "prompts", "offers", "members", "feedback")
 
 _CONV_SQL = f"SELECT {', '.join(_CONV_COLUMNS)} FROM conversations WHERE id = ?"

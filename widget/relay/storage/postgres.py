@@ -166,6 +166,10 @@ CREATE TABLE feedback (
     PRIMARY KEY (conversation_id, message_id)
 );
 """),
+    # one name per timing: the handler's time is duration_ms on the wire, in events and here
+    (5, """
+ALTER TABLE calls RENAME COLUMN handler_ms TO duration_ms;
+"""),
 ]
 SCHEMA_VERSION = MIGRATIONS[-1][0]
 _MIGRATION_LOCK = 0x6175746F  # pg_advisory_xact_lock key while migrating ("auto")

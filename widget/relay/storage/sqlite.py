@@ -143,6 +143,10 @@ CREATE TABLE IF NOT EXISTS feedback (
     (5, """
 CREATE INDEX IF NOT EXISTS refused_conv ON refused(conversation_id);
 """),
+    # one name per timing: the handler's time is duration_ms on the wire, in events and here
+    (6, """
+ALTER TABLE calls RENAME COLUMN handler_ms TO duration_ms;
+"""),
 ]
 SCHEMA_VERSION = _MIGRATIONS[-1][0]
 

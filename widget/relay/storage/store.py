@@ -323,7 +323,7 @@ class Store(_Presence, _Prompts):
     # -- function calls -----------------------------------------------------------------------
     async def add_calls(self, conversation_id: str, turn_id: str, calls: list[dict[str, Any]]) -> None:
         """Store calls ``{id, name, kind, arguments}``, pending — or already finished when a call has a
-        ``status`` (with ``result``/``error``/``handler_ms``/``total_ms``): a call the relay ran itself."""
+        ``status`` (with ``result``/``error``/``duration_ms``/``total_ms``): a call the relay ran itself."""
         now = time.time()
         rows = []
         for c in calls:
@@ -331,10 +331,10 @@ class Store(_Presence, _Prompts):
             rows.append((conversation_id, c["id"], turn_id, c["name"], c.get("kind", "function"),
                          _dumps(c["arguments"]),
                          c.get("seq", 0), status, _json_or_none(c.get("result")), c.get("error"),
-                         c.get("handler_ms"), c.get("total_ms"), now, None if status == CallState.PENDING else now))
+                         c.get("duration_ms"), c.get("total_ms"), now, None if status == CallState.PENDING else now))
         await self._one(executemany(
             "INSERT INTO calls (conversation_id, id, turn_id, name, kind, arguments, seq, status, result, error,"
-            " handler_ms, total_ms, created_at, finished_at) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)", rows))
+            " duration_ms, total_ms, created_at, finished_at) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)", rows))
 
     async def set_call_seq(self, conversation_id: str, call_id: str, seq: int) -> None:
         """Record the seq of the event that announced a call."""
@@ -368,7 +368,7 @@ class Store(_Presence, _Prompts):
         *,
         result: Any = None,
         error: str | None = None,
-        handler_ms: float | None = None,
+        duration_ms: float | None = None,
         total_ms: float | None = None,
         idempotency: Ack | None = None,
     ) -> bool:
@@ -378,9 +378,9 @@ class Store(_Presence, _Prompts):
 
         def go() -> Body[bool]:
             changed = yield execute(
-                "UPDATE calls SET status = ?, result = ?, error = ?, handler_ms = ?, total_ms = ?, finished_at = ?"
+                "UPDATE calls SET status = ?, result = ?, error = ?, duration_ms = ?, total_ms = ?, finished_at = ?"
                 " WHERE conversation_id = ? AND id = ? AND status = ?",
-                status, _json_or_none(result), error, handler_ms, total_ms, now,
+                status, _json_or_none(result), error, duration_ms, total_ms, now,
                 conversation_id, call_id, CallState.PENDING)
             if not changed:
                 return False
