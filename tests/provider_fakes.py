@@ -1,0 +1,468 @@
+"""Scripted fake model providers: one aiohttp server on 127.0.0.1 that answers each provider's streaming API in
+the provider's documented wire format, so a relay with a REAL adapter (the provider's own SDK) can be driven
+through the same scenarios whatever the provider (tests/test_model_scenarios.py).
+
+A test scripts what "the model" does next as a :class:`Reply` (text pieces, tool calls, usage, or a failure) and
+the provider's :class:`Encoder` writes it as that provider's HTTP answer: Server-Sent Events for a reply, the
+provider's error status, headers and JSON body for a failure.
+
+Registering another provider (the registration API)
+--------------------------------------------------------
+Write a subclass of :class:`Encoder` in a module of its own named ``tests/provider_fake_<something>.py`` and call
+:func:`register` with an instance at import time::
+
+    # tests/provider_fake_responses.py
+    from provider_fakes import Encoder, Reply, register
+
+    class ResponsesEncoder(Encoder):
+        name = "openai-responses"          # the registry key: test ids, app and model names derive from it
+        path = "/v1/responses"             # the POST route the SDK calls, below the encoder's mount
+        base_suffix = "/v1"                # what the SDK's base_url adds to the mount URL
+        adapter = "openai-responses"       # ModelConfig.adapter of the relay's model
+        def frames(self, reply, body): ...         # the SSE of a reply, as bytes (and Pause items)
+        def error(self, kind, reply): ...          # (status, headers, JSON body) of a failure
+        def garbage(self): ...                     # one frame the SDK cannot read
+        def tool_names(self, body): ...            # what a request carried, provider-neutral
+        def tool_results(self, body): ...
+        def tool_calls(self, body): ...
+        def user_texts(self, body): ...
+
+    register(ResponsesEncoder())
+
+:func:`encoders` imports every ``tests/provider_fake_*.py`` once and returns the registry, so the scenario module
+picks a new provider up with no edit. An encoder may override :meth:`Encoder.model_config` (e.g. ``tool_calling =
+"text"`` for a tools-as-text model, whose encoder writes the calls as text) and list scenarios that do not apply
+to it in ``skip`` (scenario name -> reason, shown as the skip reason). Helpers every encoder shares:
+:func:`sse` (one event), :func:`pieces` (a string cut into streamed pieces), :class:`Pause`.
+
+The server (:class:`FakeProviders`) mounts every registered encoder under ``/<name>``, keeps one queue of scripted
+replies and one list of received requests per encoder, and counts the responses still being written and those
+whose client went away before their end (``open`` / ``ended_early``: what Stop and a stall must cause). A request
+with nothing scripted gets the text "(unscripted)".
+"""
+
+from __future__ import annotations
+
+import abc
+import asyncio
+import importlib
+import itertools
+import json
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, ClassVar, Literal
+
+from aiohttp import web
+
+from widget.relay.config import ModelConfig
+
+#: What a scripted failure is. ``rate_limit`` (429 with ``retry-after``), ``auth`` (401), ``context_overflow``
+#: (400 with the provider's "too long" wording), ``provider_down`` (the provider's overloaded / unavailable
+#: status), ``drop`` (the connection closed without an answer), ``garbage`` (a frame the SDK cannot read, after a
+#: first text piece). A stall or an endless stream is scripted with :class:`Pause` items in ``Reply.text``.
+FailKind = Literal["rate_limit", "auth", "context_overflow", "provider_down", "drop", "garbage"]
+
+
+@dataclass(frozen=True)
+class Pause:
+    """In ``Reply.text``: the server writes nothing for ``seconds`` (it stops early when the client goes away)."""
+
+    seconds: float
+
+
+@dataclass
+class Call:
+    """One tool call the model makes (``arguments`` a dict, or a raw string for arguments that do not parse)."""
+
+    name: str
+    arguments: Any = field(default_factory=dict)
+    id: str = ""
+
+
+@dataclass
+class Reply:
+    """What the model answers to one request: ``text`` pieces (``Pause`` items between them), then ``calls`` (two
+    or more: parallel calls), with ``usage`` (input, output tokens); or a failure ``fail``."""
+
+    text: Iterable[str | Pause] = ()
+    calls: list[Call] = field(default_factory=list)
+    usage: tuple[int, int] | None = (21, 7)
+    fail: FailKind | None = None
+    #: Seconds a ``rate_limit`` failure asks to wait (its ``retry-after`` header).
+    retry_after: int = 7
+
+
+def endless(piece: str = "tok ", every_s: float = 0.02) -> Iterator[str | Pause]:
+    """``Reply.text`` of a stream that never ends: a piece every ``every_s`` until the client goes away."""
+    for _ in itertools.count():
+        yield piece
+        yield Pause(every_s)
+
+
+def sse(data: Any, event: str | None = None) -> bytes:
+    """One Server-Sent Event: ``event:`` line when named, ``data:`` the JSON of ``data`` (a str as it is)."""
+    text = data if isinstance(data, str) else json.dumps(data)
+    head = f"event: {event}\n" if event else ""
+    return f"{head}data: {text}\n\n".encode()
+
+
+def pieces(text: str, size: int = 7) -> list[str]:
+    """``text`` cut into pieces of ``size`` characters (how providers stream tool-call arguments)."""
+    return [text[i:i + size] for i in range(0, len(text), size)] or [""]
+
+
+def arguments_text(call: Call) -> str:
+    """A call's arguments as the JSON text the model streams."""
+    return call.arguments if isinstance(call.arguments, str) else json.dumps(call.arguments)
+
+
+class Encoder(abc.ABC):
+    """One provider's wire format: how a :class:`Reply` is written, and how a received request is read."""
+
+    #: The registry key (test ids, the fake's mount ``/<name>``, the relay's model and app names).
+    name: ClassVar[str]
+    #: The POST route the SDK calls, below the mount (``/v1/chat/completions``).
+    path: ClassVar[str]
+    #: What the SDK's ``base_url`` adds to the mount URL (``/v1`` for OpenAI's SDK, nothing for Anthropic's).
+    base_suffix: ClassVar[str] = ""
+    #: ``ModelConfig.adapter`` of the relay's model for this provider.
+    adapter: ClassVar[str]
+    #: Scenarios that do not apply to this provider: scenario name -> why.
+    skip: ClassVar[dict[str, str]] = {}
+
+    def model_config(self, base_url: str) -> ModelConfig:
+        """The relay's model for this provider, pointed at the fake (no SDK retries: a failure is seen at once)."""
+        return ModelConfig(adapter=self.adapter, model="fake-model", base_url=base_url, api_key="sk-test",
+                           max_retries=0, request_timeout_s=10)
+
+    @abc.abstractmethod
+    def frames(self, reply: Reply, body: dict[str, Any]) -> Iterator[bytes | Pause]:
+        """The SSE body of a reply to ``body`` (the request's JSON), frame by frame; ``Pause`` items pass through."""
+
+    @abc.abstractmethod
+    def error(self, kind: FailKind, reply: Reply) -> tuple[int, dict[str, str], dict[str, Any]]:
+        """The HTTP status, headers and JSON body of a failure (``rate_limit``, ``auth``, ``context_overflow``,
+        ``provider_down``)."""
+
+    @abc.abstractmethod
+    def garbage(self) -> bytes:
+        """One frame the provider's SDK cannot read (broken JSON where an event's data belongs)."""
+
+    @abc.abstractmethod
+    def tool_names(self, body: dict[str, Any]) -> list[str]:
+        """The names of the tools a request offered."""
+
+    @abc.abstractmethod
+    def tool_calls(self, body: dict[str, Any]) -> list[tuple[str, str, Any]]:
+        """The tool calls of the history a request carried: ``(id, name, arguments)``, in order."""
+
+    @abc.abstractmethod
+    def tool_results(self, body: dict[str, Any]) -> list[tuple[str, str]]:
+        """The tool results a request carried: ``(call id, text)``, in order."""
+
+    @abc.abstractmethod
+    def user_texts(self, body: dict[str, Any]) -> list[str]:
+        """The texts of the reader's messages a request carried (not tool results)."""
+
+
+ENCODERS: dict[str, Encoder] = {}
+
+
+def register(encoder: Encoder) -> Encoder:
+    """Add a provider to the scenarios (a second encoder of the same name is a mistake)."""
+    if encoder.name in ENCODERS and type(ENCODERS[encoder.name]) is not type(encoder):
+        raise ValueError(f"an encoder named {encoder.name!r} is registered already")
+    ENCODERS[encoder.name] = encoder
+    return encoder
+
+
+def encoders() -> dict[str, Encoder]:
+    """Every registered provider: this module's, and those of each ``tests/provider_fake_*.py`` (imported once)."""
+    for f in sorted(Path(__file__).parent.glob("provider_fake_*.py")):
+        importlib.import_module(f.stem)
+    return ENCODERS
+
+
+# ---------------------------------------------------------------------------------------------- OpenAI Chat
+
+
+class OpenAIChatEncoder(Encoder):
+    """OpenAI Chat Completions streaming (``chat.completion.chunk`` objects as ``data:`` lines, then ``data:
+    [DONE]``): text in ``delta.content``; tool calls in ``delta.tool_calls`` by ``index``, the first delta of each
+    with ``id`` and ``function.name``, the arguments in pieces after it; the last delta's ``finish_reason``
+    (``tool_calls`` or ``stop``); usage in a last chunk with empty ``choices`` when the request asked for it
+    (``stream_options.include_usage``)."""
+
+    name = "openai-chat"
+    path = "/v1/chat/completions"
+    base_suffix = "/v1"
+    adapter = "openai"
+
+    @staticmethod
+    def chunk(delta: dict[str, Any], finish: str | None = None) -> bytes:
+        return sse({"id": "chatcmpl-1", "object": "chat.completion.chunk", "created": 0, "model": "fake-model",
+                    "choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}]})
+
+    def frames(self, reply: Reply, body: dict[str, Any]) -> Iterator[bytes | Pause]:
+        yield self.chunk({"role": "assistant", "content": ""})
+        for piece in reply.text:
+            yield piece if isinstance(piece, Pause) else self.chunk({"content": piece})
+        yield from self.call_frames(reply.calls)
+        yield self.chunk({}, "tool_calls" if reply.calls else "stop")
+        if reply.usage is not None and (body.get("stream_options") or {}).get("include_usage"):
+            yield sse({"id": "chatcmpl-1", "object": "chat.completion.chunk", "created": 0, "model": "fake-model",
+                       "choices": [], "usage": {"prompt_tokens": reply.usage[0], "completion_tokens": reply.usage[1],
+                                                "total_tokens": sum(reply.usage)}})
+        yield b"data: [DONE]\n\n"
+
+    def call_frames(self, calls: list[Call]) -> Iterator[bytes]:
+        """The tool calls' deltas (one call after the other, as OpenAI streams parallel calls)."""
+        for i, call in enumerate(calls):
+            yield self.chunk({"tool_calls": [{"index": i, "id": call.id or f"call_{i}", "type": "function",
+                                              "function": {"name": call.name, "arguments": ""}}]})
+            for piece in pieces(arguments_text(call)):
+                yield self.chunk({"tool_calls": [{"index": i, "function": {"arguments": piece}}]})
+
+    def error(self, kind: FailKind, reply: Reply) -> tuple[int, dict[str, str], dict[str, Any]]:
+        def err(message: str, type_: str, code: str | None) -> dict[str, Any]:
+            return {"error": {"message": message, "type": type_, "param": None, "code": code}}
+
+        if kind == "rate_limit":
+            return 429, {"retry-after": str(reply.retry_after)}, err(
+                "Rate limit reached for fake-model on requests per min (RPM): Limit 3, Used 3, Requested 1.",
+                "requests", "rate_limit_exceeded")
+        if kind == "auth":
+            return 401, {}, err("Incorrect API key provided: sk-test.", "invalid_request_error", "invalid_api_key")
+        if kind == "context_overflow":
+            return 400, {}, err("This model's maximum context length is 8192 tokens. However, your messages "
+                                "resulted in 9120 tokens.", "invalid_request_error", "context_length_exceeded")
+        return 503, {}, err("The server is overloaded or not ready yet.", "server_error", None)
+
+    def garbage(self) -> bytes:
+        return b"data: {not json\n\n"
+
+    def tool_names(self, body: dict[str, Any]) -> list[str]:
+        return [t["function"]["name"] for t in body.get("tools") or []]
+
+    def tool_calls(self, body: dict[str, Any]) -> list[tuple[str, str, Any]]:
+        return [(c["id"], c["function"]["name"], json.loads(c["function"]["arguments"] or "{}"))
+                for m in body["messages"] if m["role"] == "assistant" for c in m.get("tool_calls") or []]
+
+    def tool_results(self, body: dict[str, Any]) -> list[tuple[str, str]]:
+        return [(m["tool_call_id"], m["content"]) for m in body["messages"] if m["role"] == "tool"]
+
+    def user_texts(self, body: dict[str, Any]) -> list[str]:
+        return [m["content"] for m in body["messages"] if m["role"] == "user"]
+
+
+# ---------------------------------------------------------------------------------------------- Anthropic
+
+
+class AnthropicEncoder(Encoder):
+    """Anthropic Messages streaming (named SSE events): ``message_start`` (with the input usage), per content
+    block ``content_block_start`` / ``content_block_delta`` (``text_delta``, or a ``tool_use`` block's
+    ``input_json_delta`` pieces) / ``content_block_stop``, a ``ping``, then ``message_delta`` (``stop_reason``
+    ``end_turn`` or ``tool_use``, the output usage) and ``message_stop``. Failures as Anthropic's error bodies
+    (``{"type": "error", "error": {"type", "message"}}``); overloaded is 529."""
+
+    name = "anthropic"
+    path = "/v1/messages"
+    adapter = "anthropic"
+
+    def frames(self, reply: Reply, body: dict[str, Any]) -> Iterator[bytes | Pause]:
+        usage_in, usage_out = reply.usage or (0, 0)
+        yield sse({"type": "message_start", "message": {
+            "id": "msg_fake_1", "type": "message", "role": "assistant", "content": [], "model": "fake-model",
+            "stop_reason": None, "stop_sequence": None,
+            "usage": {"input_tokens": usage_in, "output_tokens": 1, "cache_creation_input_tokens": 0,
+                      "cache_read_input_tokens": 0}}}, "message_start")
+        index = 0
+        text_open = False
+        for piece in reply.text:
+            if isinstance(piece, Pause):
+                yield piece
+                continue
+            if not text_open:
+                yield sse({"type": "content_block_start", "index": index, "content_block": {"type": "text",
+                                                                                           "text": ""}},
+                          "content_block_start")
+                yield sse({"type": "ping"}, "ping")
+                text_open = True
+            yield sse({"type": "content_block_delta", "index": index, "delta": {"type": "text_delta", "text": piece}},
+                      "content_block_delta")
+        if text_open:
+            yield sse({"type": "content_block_stop", "index": index}, "content_block_stop")
+            index += 1
+        for i, call in enumerate(reply.calls):
+            yield sse({"type": "content_block_start", "index": index, "content_block": {
+                "type": "tool_use", "id": call.id or f"toolu_fake_{i}", "name": call.name, "input": {}}},
+                "content_block_start")
+            for piece in ["", *pieces(arguments_text(call))]:
+                yield sse({"type": "content_block_delta", "index": index,
+                           "delta": {"type": "input_json_delta", "partial_json": piece}}, "content_block_delta")
+            yield sse({"type": "content_block_stop", "index": index}, "content_block_stop")
+            index += 1
+        yield sse({"type": "message_delta", "delta": {"stop_reason": "tool_use" if reply.calls else "end_turn",
+                                                      "stop_sequence": None},
+                   "usage": {"output_tokens": usage_out}}, "message_delta")
+        yield sse({"type": "message_stop"}, "message_stop")
+
+    def error(self, kind: FailKind, reply: Reply) -> tuple[int, dict[str, str], dict[str, Any]]:
+        def err(type_: str, message: str) -> dict[str, Any]:
+            return {"type": "error", "error": {"type": type_, "message": message}}
+
+        if kind == "rate_limit":
+            return 429, {"retry-after": str(reply.retry_after)}, err(
+                "rate_limit_error", "Number of request tokens has exceeded your per-minute rate limit.")
+        if kind == "auth":
+            return 401, {}, err("authentication_error", "invalid x-api-key")
+        if kind == "context_overflow":
+            return 400, {}, err("invalid_request_error", "prompt is too long: 208310 tokens > 200000 maximum")
+        return 529, {}, err("overloaded_error", "Overloaded")
+
+    def garbage(self) -> bytes:
+        return b"event: content_block_delta\ndata: {not json\n\n"
+
+    def tool_names(self, body: dict[str, Any]) -> list[str]:
+        return [t["name"] for t in body.get("tools") or []]
+
+    @staticmethod
+    def _blocks(body: dict[str, Any], role: str) -> Iterator[dict[str, Any]]:
+        for m in body["messages"]:
+            if m["role"] == role:
+                content = m["content"]
+                yield from ([{"type": "text", "text": content}] if isinstance(content, str) else content)
+
+    def tool_calls(self, body: dict[str, Any]) -> list[tuple[str, str, Any]]:
+        return [(b["id"], b["name"], b["input"]) for b in self._blocks(body, "assistant") if b["type"] == "tool_use"]
+
+    def tool_results(self, body: dict[str, Any]) -> list[tuple[str, str]]:
+        out = []
+        for b in self._blocks(body, "user"):
+            if b["type"] == "tool_result":
+                content = b.get("content") or ""
+                text = content if isinstance(content, str) else "".join(p.get("text", "") for p in content)
+                out.append((b["tool_use_id"], text))
+        return out
+
+    def user_texts(self, body: dict[str, Any]) -> list[str]:
+        return [b["text"] for b in self._blocks(body, "user") if b["type"] == "text"]
+
+
+register(OpenAIChatEncoder())
+register(AnthropicEncoder())
+
+
+# ---------------------------------------------------------------------------------------------- the server
+
+
+@dataclass
+class Received:
+    """One request the fake received: its JSON body and headers."""
+
+    body: dict[str, Any]
+    headers: dict[str, str]
+
+
+class FakeProviders:
+    """The fake providers' HTTP server: every registered encoder under ``/<name>`` (``base_url(name)`` is what
+    the relay's model config points at). ``script(name, *replies)`` queues what that provider answers next."""
+
+    def __init__(self, registry: dict[str, Encoder]) -> None:
+        self.registry = registry
+        self.replies: dict[str, list[Reply]] = {n: [] for n in registry}
+        self.requests: dict[str, list[Received]] = {n: [] for n in registry}
+        #: Responses being written now, per provider.
+        self.open: dict[str, int] = dict.fromkeys(registry, 0)
+        #: Responses whose client closed the connection before their end, per provider.
+        self.ended_early: dict[str, int] = dict.fromkeys(registry, 0)
+        self.url = ""
+        self._runner: web.AppRunner | None = None
+
+    async def start(self) -> FakeProviders:
+        app = web.Application()
+        for name, enc in self.registry.items():
+            app.router.add_post(f"/{name}{enc.path}", self._handler(name))
+        self._runner = web.AppRunner(app, handle_signals=False)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, "127.0.0.1", 0)
+        await site.start()
+        port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+        self.url = f"http://127.0.0.1:{port}"
+        return self
+
+    async def stop(self) -> None:
+        if self._runner is not None:
+            await self._runner.cleanup()
+
+    def base_url(self, name: str) -> str:
+        return f"{self.url}/{name}{self.registry[name].base_suffix}"
+
+    def script(self, name: str, *replies: Reply) -> None:
+        self.replies[name].extend(replies)
+
+    def reset(self) -> None:
+        for name in self.registry:
+            self.replies[name].clear()
+            self.requests[name].clear()
+
+    async def wait_closed(self, name: str, count: int = 1, timeout: float = 10.0) -> None:
+        """Wait until ``count`` responses of ``name`` were closed by their client and none is still open."""
+        deadline = asyncio.get_running_loop().time() + timeout
+        while self.ended_early[name] < count or self.open[name]:
+            if asyncio.get_running_loop().time() > deadline:
+                raise AssertionError(f"{name}: {self.ended_early[name]} responses closed early, {self.open[name]} "
+                                     f"open, after {timeout} s")
+            await asyncio.sleep(0.02)
+
+    def _handler(self, name: str) -> Any:
+        enc = self.registry[name]
+
+        async def handle(request: web.Request) -> web.StreamResponse:
+            body = await request.json()
+            self.requests[name].append(Received(body, dict(request.headers)))
+            reply = self.replies[name].pop(0) if self.replies[name] else Reply(text=["(unscripted)"])
+            if reply.fail == "drop":
+                assert request.transport is not None
+                request.transport.close()
+                return web.Response()
+            if reply.fail is not None and reply.fail != "garbage":
+                status, headers, payload = enc.error(reply.fail, reply)
+                return web.json_response(payload, status=status, headers=headers)
+            resp = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
+            await resp.prepare(request)
+            frames: Iterable[bytes | Pause] = enc.frames(reply, body)
+            if reply.fail == "garbage":  # the reply's first frames, then one the SDK cannot read
+                frames = [*itertools.islice(frames, 2), enc.garbage()]
+            self.open[name] += 1
+            try:
+                for frame in frames:
+                    if isinstance(frame, Pause):
+                        if not await self._pause(request, frame.seconds):
+                            self.ended_early[name] += 1
+                            return resp
+                        continue
+                    await resp.write(frame)
+                await resp.write_eof()
+            except (ConnectionError, RuntimeError):  # the client went away mid-stream
+                self.ended_early[name] += 1
+            finally:
+                self.open[name] -= 1
+            return resp
+
+        return handle
+
+    @staticmethod
+    async def _pause(request: web.Request, seconds: float) -> bool:
+        """Sleep ``seconds``; False as soon as the client closed the connection."""
+        loop = asyncio.get_running_loop()
+        end = loop.time() + seconds
+        while True:
+            transport = request.transport
+            if transport is None or transport.is_closing():
+                return False
+            left = end - loop.time()
+            if left <= 0:
+                return True
+            await asyncio.sleep(min(left, 0.02))

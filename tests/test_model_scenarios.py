@@ -1,0 +1,341 @@
+"""Every model provider through the same conversation scenarios (issue 34, "Checked by"): a REAL relay whose model
+is the provider's real adapter (the provider's own SDK) pointed at a scripted fake of the provider that speaks its
+documented streaming format (tests/provider_fakes.py; each registered provider in turn).
+
+Scenarios: a plain answer; a function call and its result fed back; a sensitive call that waits for the reader (who
+denies it); two parallel calls; an action offered with the answer; a cited documentation section; each provider
+failure reaching the client as its error code with ``retryable``; Stop mid-stream (the provider sees its
+connection closed); a stalled stream (``model_timeout``, and the connection closed).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator
+from typing import Any
+
+import aiohttp
+import pytest
+import pytest_asyncio
+from docs_double import SITE, MemoryDocs
+from provider_fakes import Call, Encoder, FakeProviders, Pause, Reply, encoders, endless
+from relay_helpers import Recorder, declare, info, joined, launch
+
+from widget import protocol as P
+from widget.relay.config import AppConfig, DocsConfig, ModelConfig
+from widget.relay.models.adapters import make_adapter
+from widget.relay.models.base import ModelError, ModelRequest
+
+pytestmark = pytest.mark.relay
+
+REGISTRY = encoders()
+PROVIDERS = sorted(REGISTRY)
+SECRET_APP = "shop-secret-0123456789abcdef"  # relay_helpers.SHOP_SECRET: create() uses it for every app but demo
+
+SELECTION = {"kind": "function", "description": "Returns the selected text.",
+             "parameters": {"type": "object", "properties": {"limit": {"type": "integer"}}}}
+DELETE = {"kind": "function", "description": "Delete the reader's account.", "sensitive": True,
+          "parameters": {"type": "object", "properties": {}}}
+WEATHER = {"kind": "function", "description": "The weather in one city.",
+           "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}
+OPEN_PRICING = {"kind": "action", "description": "Open the pricing page for one plan.", "confirm": "button",
+                "label": "Open pricing",
+                "parameters": {"type": "object", "properties": {"plan": {"type": "string", "enum": ["free", "pro"]}},
+                               "required": ["plan"], "additionalProperties": False}}
+
+
+@pytest_asyncio.fixture(scope="module")
+async def http() -> AsyncIterator[aiohttp.ClientSession]:
+    async with aiohttp.ClientSession() as s:
+        yield s
+
+
+@pytest_asyncio.fixture(scope="module")
+async def world(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[tuple[Any, FakeProviders]]:
+    """The fake providers and one relay with a model per provider, an app ``p-<provider>`` on it and a docs app
+    ``d-<provider>`` (sections about theming and plans)."""
+    fake = await FakeProviders(REGISTRY).start()
+    models = {"demo": ModelConfig(chunk_delay_ms=0)}
+    apps = {"demo": AppConfig(model="demo")}
+    for name, enc in REGISTRY.items():
+        models[name] = enc.model_config(fake.base_url(name))
+        apps[f"p-{name}"] = AppConfig(model=name, secret=SECRET_APP)
+        apps[f"d-{name}"] = AppConfig(model=name, secret=SECRET_APP, docs=DocsConfig(not_found_text="Not in the docs."))
+    h = await launch(tmp_path_factory.mktemp("scenarios"), apps=apps, models=models)
+    h.hub.docs = MemoryDocs({f"d-{name}": list(SITE) for name in REGISTRY})
+    try:
+        yield h, fake
+    finally:
+        await h.stop()
+        await fake.stop()
+
+
+@pytest.fixture(params=PROVIDERS)
+def provider(request: pytest.FixtureRequest, world: tuple[Any, FakeProviders]) -> str:
+    """Each registered provider in turn (the fake's queues emptied, the relay's stall bound as configured)."""
+    name: str = request.param
+    reason = REGISTRY[name].skip.get(request.node.originalname.removeprefix("test_"))
+    if reason:
+        pytest.skip(reason)
+    world[1].reset()
+    return name
+
+
+def relay(world: tuple[Any, FakeProviders]) -> Any:
+    return world[0]
+
+
+async def turn(rec: Recorder, text: str, key: str = "m1") -> tuple[dict[str, Any], list[tuple[str, Any]]]:
+    """Send a user message; its turn's ``completion.finished`` and events once the reader may write again."""
+    mark = len(rec.events)
+    ack = await rec.call("user_message", {"text": text, "idempotency_key": key})
+    assert ack["ok"], ack
+    await rec.wait("user_input", start=mark)
+    events = rec.events[mark:]
+    (fin,) = [d for e, d in events if e == "completion.finished"]
+    return fin, events
+
+
+def named(events: list[tuple[str, Any]], name: str) -> list[Any]:
+    return [d for e, d in events if e == name]
+
+
+def streamed(events: list[tuple[str, Any]]) -> str:
+    return "".join(d["delta"] for d in named(events, "completion_stream"))
+
+
+# ---------------------------------------------------------------------------------------------- answers and calls
+
+
+async def test_plain_answer(world: tuple[Any, FakeProviders], provider: str, http: aiohttp.ClientSession) -> None:
+    h, fake = world
+    enc = REGISTRY[provider]
+    fake.script(provider, Reply(text=["Hello", ", reader", ". Nice to ", "see you."]))
+    rec, _, url = await joined(http, h.url, app=f"p-{provider}")
+    fin, events = await turn(rec, "hi there")
+    assert fin["status"] == "done"
+    (ended,) = named(events, "completion.ended")
+    assert ended["message"]["content"] == "Hello, reader. Nice to see you." == streamed(events)
+    (sent,) = fake.requests[provider]
+    assert enc.user_texts(sent.body) == ["hi there"] and enc.tool_results(sent.body) == []
+    body = await info(http, url)
+    assert [(m["role"], m["content"]) for m in body["messages"]] == [("user", "hi there"),
+                                                                     ("assistant", "Hello, reader. Nice to see you.")]
+    await rec.disconnect()
+
+
+async def test_function_call_and_result(world: tuple[Any, FakeProviders], provider: str,
+                                        http: aiohttp.ClientSession) -> None:
+    h, fake = world
+    enc = REGISTRY[provider]
+    fake.script(provider, Reply(text=["Let me look. "], calls=[Call("get_selection", {"limit": 3}, id="call_sel1")]),
+                Reply(text=["The page says: ", "selected 3"]))
+    rec, _, _ = await joined(http, h.url, app=f"p-{provider}")
+    await declare(rec, {"get_selection": SELECTION})
+    rec.auto_answer = lambda call: f"selected {call['arguments']['limit']}"
+    fin, events = await turn(rec, "what is selected?")
+    assert fin["status"] == "done"
+    (begin,) = named(events, "function_call.begin")
+    assert begin["name"] == "get_selection" and begin["arguments"] == {"limit": 3}
+    first, final = named(events, "completion.ended")
+    assert first["message"]["content"] == "Let me look. "
+    assert [c["name"] for c in first["message"]["function_calls"]] == ["get_selection"]
+    assert final["message"]["content"] == "The page says: selected 3"
+    one, two = fake.requests[provider]
+    assert "get_selection" in enc.tool_names(one.body) and enc.tool_results(one.body) == []
+    ((call_id, name, args),) = enc.tool_calls(two.body)
+    assert (name, args) == ("get_selection", {"limit": 3})
+    assert enc.tool_results(two.body) == [(call_id, "selected 3")]  # the result answers the call it belongs to
+    await rec.disconnect()
+
+
+async def test_sensitive_call_waits_for_the_reader(world: tuple[Any, FakeProviders], provider: str,
+                                                   http: aiohttp.ClientSession) -> None:
+    """A sensitive page function: the relay sends the call to the page and waits (the reader is asked there); the
+    model is asked again only with the reader's answer, here the denial."""
+    h, fake = world
+    enc = REGISTRY[provider]
+    fake.script(provider, Reply(calls=[Call("delete_account", {})]), Reply(text=["Alright, nothing was deleted."]))
+    rec, _, _ = await joined(http, h.url, app=f"p-{provider}")
+    await declare(rec, {"delete_account": DELETE})
+    mark = len(rec.events)
+    assert (await rec.call("user_message", {"text": "delete my account", "idempotency_key": "m1"}))["ok"]
+    begin = await rec.wait("function_call.begin", start=mark)
+    assert begin["name"] == "delete_account" and begin["run"] is True
+    await asyncio.sleep(0.4)  # the reader thinks: the turn waits, the provider is not asked again
+    assert len(fake.requests[provider]) == 1 and "completion.finished" not in rec.names()[mark:]
+    ack = await rec.call("function_response", {"id": begin["id"], "status": "error", "error": P.MSG_SENSITIVE_DENIED,
+                                               "idempotency_key": "fr1"})
+    assert ack["ok"], ack
+    fin = await rec.wait("completion.finished", start=mark)
+    assert fin["status"] == "done"
+    final = named(rec.events[mark:], "completion.ended")[-1]
+    assert final["message"]["content"] == "Alright, nothing was deleted."
+    ((call_id, text),) = enc.tool_results(fake.requests[provider][1].body)
+    assert P.MSG_SENSITIVE_DENIED in text and call_id == enc.tool_calls(fake.requests[provider][1].body)[0][0]
+    await rec.disconnect()
+
+
+async def test_two_parallel_calls(world: tuple[Any, FakeProviders], provider: str,
+                                  http: aiohttp.ClientSession) -> None:
+    h, fake = world
+    enc = REGISTRY[provider]
+    fake.script(provider, Reply(calls=[Call("get_weather", {"city": "Oslo"}, id="call_w1"),
+                                       Call("get_weather", {"city": "Lima"}, id="call_w2")]),
+                Reply(text=["Oslo is cold, Lima is warm."]))
+    rec, _, _ = await joined(http, h.url, app=f"p-{provider}")
+    await declare(rec, {"get_weather": WEATHER})
+    rec.auto_answer = lambda call: {"Oslo": "-3 C", "Lima": "24 C"}[call["arguments"]["city"]]
+    fin, events = await turn(rec, "weather in Oslo and Lima?")
+    assert fin["status"] == "done"
+    assert sorted(b["arguments"]["city"] for b in named(events, "function_call.begin")) == ["Lima", "Oslo"]
+    assert named(events, "completion.ended")[-1]["message"]["content"] == "Oslo is cold, Lima is warm."
+    one, two = fake.requests[provider]
+    calls = enc.tool_calls(two.body)
+    assert [(n, a) for _, n, a in calls] == [("get_weather", {"city": "Oslo"}), ("get_weather", {"city": "Lima"})]
+    results = dict(enc.tool_results(two.body))
+    assert results == {calls[0][0]: "-3 C", calls[1][0]: "24 C"}
+    assert len(fake.requests[provider]) == 2  # both results went back in one request
+    await rec.disconnect()
+
+
+async def test_action_offered(world: tuple[Any, FakeProviders], provider: str, http: aiohttp.ClientSession) -> None:
+    """``offer_actions`` beside the answer: the message shows the action, the turn ends without a second request."""
+    h, fake = world
+    enc = REGISTRY[provider]
+    offer = {"actions": [{"name": "open_pricing", "arguments": {"plan": "pro"}}]}
+    fake.script(provider, Reply(text=["Pro it is. "], calls=[Call(P.RelayTool.OFFER_ACTIONS.value, offer)]))
+    rec, _, url = await joined(http, h.url, app=f"p-{provider}")
+    await declare(rec, {"open_pricing": OPEN_PRICING})
+    fin, events = await turn(rec, "pricing for pro?")
+    assert fin["status"] == "done" and len(fake.requests[provider]) == 1
+    msg = named(events, "completion.ended")[-1]["message"]
+    assert msg["content"] == "Pro it is. "
+    assert [(a["name"], a["arguments"]) for a in msg["actions"]] == [("open_pricing", {"plan": "pro"})]
+    assert P.RelayTool.OFFER_ACTIONS in enc.tool_names(fake.requests[provider][0].body)
+    assert "actions" not in (await info(http, url))["messages"][1]
+    await rec.disconnect()
+
+
+async def test_citation(world: tuple[Any, FakeProviders], provider: str, http: aiohttp.ClientSession) -> None:
+    """An app with docs: the relay finds the sections for the question, the model cites one, the answer's
+    ``sources`` name it."""
+    h, fake = world
+    answer = "The bar's colours come from CSS custom properties on the host element [s1]."
+    fake.script(provider, Reply(text=pieces_of(answer)))
+    rec, _, url = await joined(http, h.url, app=f"d-{provider}")
+    fin, events = await turn(rec, "How do I change the colours?")
+    assert fin["status"] == "done" and "messages.withdrawn" not in [e for e, _ in events]
+    msg = named(events, "completion.ended")[-1]["message"]
+    assert msg["content"] == answer
+    assert [(s["id"], s["title"]) for s in msg["sources"]] == [("s1", "Theming › Colours")]
+    assert msg["sources"][0]["url"].startswith("/docs/theming.html#colours")
+    sent = json.dumps(fake.requests[provider][0].body)
+    assert "--ap-accent" in sent  # the section the model cites was in its request
+    assert (await info(http, url))["messages"][-1]["sources"] == msg["sources"]
+    await rec.disconnect()
+
+
+def pieces_of(text: str, words: int = 3) -> list[str]:
+    """``text`` as streamed pieces of a few words each."""
+    w = text.split(" ")
+    return [" ".join(w[i:i + words]) + (" " if i + words < len(w) else "") for i in range(0, len(w), words)]
+
+
+# ---------------------------------------------------------------------------------------------- failures
+
+FAILURES = [
+    ("rate_limit", P.TurnErrorCode.MODEL_RATE_LIMITED, True),
+    ("auth", P.TurnErrorCode.MODEL_AUTH, False),
+    ("context_overflow", P.TurnErrorCode.CONTEXT_OVERFLOW, True),
+    ("provider_down", P.TurnErrorCode.MODEL_UNAVAILABLE, True),
+    ("drop", P.TurnErrorCode.MODEL_UNAVAILABLE, True),
+    ("garbage", P.TurnErrorCode.MODEL_BAD_RESPONSE, True),
+]
+
+
+@pytest.mark.parametrize("kind, code, retryable", FAILURES, ids=[f[0] for f in FAILURES])
+async def test_each_failure_reaches_the_client(world: tuple[Any, FakeProviders], provider: str,
+                                               http: aiohttp.ClientSession, kind: Any, code: str,
+                                               retryable: bool) -> None:
+    """Each provider failure: an error message with its code and ``retryable`` (never the provider's wording), the
+    turn failed, and ``retry`` answering once the provider is back."""
+    h, fake = world
+    fake.script(provider, Reply(text=["Partial "], fail=kind, retry_after=7), Reply(text=["Back again."]))
+    rec, _, url = await joined(http, h.url, app=f"p-{provider}")
+    fin, events = await turn(rec, "hello")
+    assert fin["status"] == "failed"
+    (err,) = [d["message"] for d in named(events, "message") if d["message"]["role"] == "error"]
+    assert err["code"] == code and err["retryable"] is retryable, err
+    for leak in ("8192", "208310", "sk-test", "x-api-key", "Overloaded", "not json"):
+        assert leak not in err["content"]
+    body = await info(http, url)
+    assert body["conversation"]["status"] == "failed" and body["messages"][-1]["code"] == code
+    mark = len(rec.events)
+    assert (await rec.call("retry", {"idempotency_key": "t"}))["ok"]
+    fin = await rec.wait("completion.finished", start=mark)
+    assert fin["status"] == "done"
+    assert (await info(http, url))["messages"][-1]["content"] == "Back again."
+    await rec.disconnect()
+
+
+async def test_a_rate_limit_says_how_long_to_wait(world: tuple[Any, FakeProviders], provider: str) -> None:
+    """The provider's ``retry-after`` header becomes the adapter's ``ModelError.retry_after`` (the adapter as the
+    relay makes it from the model's config, through the provider's SDK)."""
+    _, fake = world
+    fake.script(provider, Reply(fail="rate_limit", retry_after=7))
+    adapter = make_adapter(REGISTRY[provider].model_config(fake.base_url(provider)))
+    try:
+        with pytest.raises(ModelError) as exc:
+            [c async for c in adapter.stream(ModelRequest(messages=[{"role": "user", "content": "hi"}]))]
+    finally:
+        await adapter.aclose()
+    assert exc.value.code == P.TurnErrorCode.MODEL_RATE_LIMITED and exc.value.retry_after == 7
+
+
+async def test_stop_mid_stream_closes_the_provider_connection(world: tuple[Any, FakeProviders], provider: str,
+                                                              http: aiohttp.ClientSession) -> None:
+    h, fake = world
+    before = fake.ended_early[provider]
+    fake.script(provider, Reply(text=endless()))
+    rec, _, url = await joined(http, h.url, app=f"p-{provider}")
+    mark = len(rec.events)
+    assert (await rec.call("user_message", {"text": "go on forever", "idempotency_key": "m1"}))["ok"]
+    await rec.wait("completion_stream", start=mark)
+    assert (await rec.call("cancel", {"idempotency_key": "c1"})) == {"ok": True, "cancelled": True}
+    fin = await rec.wait("completion.finished", start=mark)
+    assert fin["status"] == "cancelled"
+    await fake.wait_closed(provider, before + 1)  # the provider saw its connection closed, nothing is left open
+    assert (await info(http, url))["conversation"]["status"] == "idle"
+    await rec.disconnect()
+
+
+async def test_stalled_stream_times_out(world: tuple[Any, FakeProviders], provider: str,
+                                        http: aiohttp.ClientSession) -> None:
+    """The model sends a piece, then nothing: ``model_timeout`` after the stall bound, the connection closed."""
+    h, fake = world
+    before = fake.ended_early[provider]
+    fake.script(provider, Reply(text=["Thinking about it", Pause(30)]))
+    rec, _, _ = await joined(http, h.url, app=f"p-{provider}")
+    stall = h.config.model_stall_timeout_s
+    h.config.model_stall_timeout_s = 0.6
+    try:
+        fin, events = await turn(rec, "think hard")
+    finally:
+        h.config.model_stall_timeout_s = stall
+    assert fin["status"] == "failed" and streamed(events) == "Thinking about it"
+    (err,) = [d["message"] for d in named(events, "message") if d["message"]["role"] == "error"]
+    assert err["code"] == P.TurnErrorCode.MODEL_TIMEOUT and err["retryable"] is True
+    assert "0.6 s" in err["content"]
+    await fake.wait_closed(provider, before + 1)
+    await rec.disconnect()
+
+
+def test_every_provider_is_registered() -> None:
+    """The two encoders of provider_fakes.py are there, and each names an adapter the relay knows."""
+    from widget.relay.config import ADAPTERS
+
+    assert {"openai-chat", "anthropic"} <= set(REGISTRY)
+    for enc in REGISTRY.values():
+        assert isinstance(enc, Encoder) and enc.adapter in ADAPTERS and enc.path.startswith("/")
