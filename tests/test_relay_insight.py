@@ -24,7 +24,7 @@ from relay_helpers import FUNC, STORE_KINDS, Recorder, ScriptedModel, declare, i
 
 from widget.relay.config import AppConfig, ModelConfig
 from widget.relay.http.insight import percentile
-from widget.relay.models.base import ModelError, TextDelta, ToolCall
+from widget.relay.models.base import ModelError, TextDelta, ToolCall, Usage
 
 pytestmark = pytest.mark.relay
 
@@ -144,19 +144,21 @@ async def test_feedback_and_stats_match_a_scripted_set(
     )
     assert ack == {"ok": True}
     a.auto_answer = lambda call: "the selection"
-    model.script([TextDelta("hello")])
+    model.script([TextDelta("hello"), Usage(input_tokens=100, output_tokens=5)])
     await turn(a, USER_TEXT, "m1")
-    model.script([ToolCall("get_selection", {"token": ARG_SECRET})], [TextDelta("done")])
+    model.script([ToolCall("get_selection", {"passcode": ARG_SECRET}), Usage(120, 10, cached_input_tokens=64)],
+                 [TextDelta("done"), Usage(150, 3)])
     await turn(a, "second", "m2")
     mid = time.time()
     # Conversation B: a page function nobody answers (times out), then the model fails.
     b, url_b, cid_b = await new_conversation(http, base, "site", SITE_SECRET)
     await declare(b, {"slow_fn": {k: v for k, v in FUNC.items() if k != "name"}})
-    model.script([ToolCall("slow_fn", {"token": ARG_SECRET})], [ModelError("model_rate_limited", "The model is busy.")])
+    model.script([ToolCall("slow_fn", {"passcode": ARG_SECRET})],
+                 [ModelError("model_rate_limited", "The model is busy.")])
     await turn(b, "third", "m3")
     # Conversation C: another app, never counted for "site".
     c, url_c, _ = await new_conversation(http, base, "other", OTHER_SECRET)
-    model.script([TextDelta("elsewhere")])
+    model.script([TextDelta("elsewhere"), Usage(999, 999)])
     await turn(c, "fourth", "m4")
 
     body_a, body_b = await info(http, url_a), await info(http, url_b)
@@ -233,8 +235,11 @@ async def test_feedback_and_stats_match_a_scripted_set(
     assert fn["duration_ms"] == {"p50_ms": 1.25, "p95_ms": 1.25}
     assert fn["total_ms"] == {"p50_ms": 1.5, "p95_ms": 1.5}
     assert out["calls"]["tool"]["calls"] == 0 and out["calls"]["tool"]["success_rate"] is None
+    # tokens: A's three rounds as the model reported them (B's rounds reported none, C is another app)
+    counts = {"rounds": 3, "input_tokens": 370, "output_tokens": 18, "cached_input_tokens": 64, "reasoning_tokens": 0}
+    assert out["tokens"] == {**counts, "by_model": {"script": counts}}
     text = json.dumps(out)
-    for secret in (ARG_SECRET, CTX_SECRET, USER_TEXT, "the selection", "hello", cid_a, cid_b, "token"):
+    for secret in (ARG_SECRET, CTX_SECRET, USER_TEXT, "the selection", "hello", cid_a, cid_b, "passcode"):
         assert secret not in text, secret
     # the period: only conversation A was started before ``mid``; ratings came later
     status, early = await stats(http, base, "site", SITE_SECRET, until=mid)

@@ -20,7 +20,7 @@ from relay_helpers import FUNC, ScriptedModel, declare, joined, launch
 
 from widget.errors import ConfigError
 from widget.relay.config import AppConfig, ModelConfig, load_config
-from widget.relay.models.base import ModelError, TextDelta, ToolCall
+from widget.relay.models.base import ModelError, TextDelta, ToolCall, Usage
 
 pytest.importorskip("opentelemetry.sdk")
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
@@ -49,7 +49,8 @@ async def run_turns(relay: Any, model: ScriptedModel, http: aiohttp.ClientSessio
     patch = [{"op": "add", "path": "/autopilot/context/account", "value": CTX_SECRET}]
     assert (await rec.call("state_patch", {"patch": patch, "idempotency_key": "ctx"})) == {"ok": True}
     rec.auto_answer = lambda call: "the selection"
-    model.script([ToolCall("get_selection", {"token": ARG_SECRET})], [TextDelta("done")])
+    model.script([ToolCall("get_selection", {"token": ARG_SECRET}), Usage(100, 5)],
+                 [TextDelta("done"), Usage(140, 9, cached_input_tokens=64)])
     assert (await rec.call("user_message", {"text": USER_TEXT, "idempotency_key": "m1"}))["ok"]
     await rec.wait("completion.finished", timeout=15)
     start = len(rec.events)
@@ -92,6 +93,12 @@ async def test_spans_of_turns_rounds_and_calls(tmp_path: Path, http: aiohttp.Cli
     rounds = [s for s in under if s.name == "autopilot.model_round"]
     calls = [s for s in under if s.name == "autopilot.call"]
     assert len(rounds) == 2 and len(calls) == 1
+    # tokens as the OpenTelemetry GenAI conventions name them: per round, summed on the turn
+    assert sorted((r.attributes["gen_ai.usage.input_tokens"], r.attributes["gen_ai.usage.output_tokens"])
+                  for r in rounds) == [(100, 5), (140, 9)]
+    assert all(r.attributes["autopilot.model"] == "script" for r in rounds)
+    assert (ok_turn.attributes["gen_ai.usage.input_tokens"], ok_turn.attributes["gen_ai.usage.output_tokens"],
+            ok_turn.attributes["autopilot.usage.cached_input_tokens"]) == (240, 14, 64)
     call = calls[0]
     assert call.attributes["autopilot.call.name"] == "get_selection"
     assert call.attributes["autopilot.call.kind"] == "function"

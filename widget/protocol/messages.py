@@ -356,6 +356,8 @@ class ErrorMessage(TypedDict):
     content: str
     code: TurnErrorCode
     retryable: bool
+    #: ``model_rate_limited``: the seconds the model provider asked to wait, when it said.
+    retry_after: NotRequired[float]
     created_at: NotRequired[float]
     seq: NotRequired[int]
 
@@ -652,6 +654,26 @@ class StatsPeriod(TypedDict):
     until: float
 
 
+class TokenCounts(TypedDict):
+    """Tokens the model rounds of a period used, as the providers reported them (a count a provider does not
+    report adds nothing)."""
+
+    #: Model rounds that reported usage.
+    rounds: int
+    input_tokens: int
+    output_tokens: int
+    #: Part of ``input_tokens``: read from the provider's prompt cache.
+    cached_input_tokens: int
+    #: Part of ``output_tokens``: reasoning the reader never saw.
+    reasoning_tokens: int
+
+
+class TokenStats(TokenCounts):
+    """``stats``' ``tokens``: the period's usage, and the same per ``[models.<name>]`` entry."""
+
+    by_model: dict[str, TokenCounts]
+
+
 class StatsResponse(TypedDict):
     """``GET /api/apps/{app_id}/stats``: what an app's readers did in a period; never arguments or page context."""
 
@@ -666,6 +688,8 @@ class StatsResponse(TypedDict):
     calls: dict[str, KindStats]
     #: Failed turns by error code.
     model_errors: dict[str, int]
+    #: What the model rounds cost, in tokens.
+    tokens: TokenStats
 
 
 class OriginCheckResponse(TypedDict):

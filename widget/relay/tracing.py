@@ -26,6 +26,7 @@ if TYPE_CHECKING:
     from opentelemetry.trace import Span, Tracer
 
     from .config import RelayConfig
+    from .storage.base import UsageRow
 
 log = logging.getLogger("widget.relay")
 
@@ -43,6 +44,8 @@ class _Turn:
     span: Span
     round: Span | None = None
     calls: dict[str, Span] = field(default_factory=dict)
+    #: the turn's tokens so far, by attribute name
+    tokens: dict[str, int] = field(default_factory=dict)
 
 
 class Tracing:
@@ -119,6 +122,29 @@ class Tracing:
             if turn.turn_id is None:  # a turn that failed before its first round had no id yet
                 turn.span.set_attribute("autopilot.turn_id", str(payload.get("turn_id")))
             self._end_turn(cid, str(payload.get("status")))
+
+    def usage(self, cid: str, row: UsageRow) -> None:
+        """A model round's token counts (never text): on the round's span and summed on the turn's, as the
+        OpenTelemetry GenAI conventions name them (``gen_ai.usage.input_tokens``...); never raises."""
+        try:
+            turn = self._turns.get(cid)
+            if turn is None:
+                return
+            counts = {"gen_ai.usage.input_tokens": row["input_tokens"],
+                      "gen_ai.usage.output_tokens": row["output_tokens"],
+                      "autopilot.usage.cached_input_tokens": row["cached_input_tokens"],
+                      "autopilot.usage.reasoning_tokens": row["reasoning_tokens"]}
+            if turn.round is not None:
+                turn.round.set_attribute("autopilot.model", row["model"])
+            for key, value in counts.items():
+                if value is None:
+                    continue
+                if turn.round is not None:
+                    turn.round.set_attribute(key, value)
+                turn.tokens[key] = turn.tokens.get(key, 0) + value
+                turn.span.set_attribute(key, turn.tokens[key])
+        except Exception:
+            log.exception("tracing: usage not traced")
 
     def _open(self, cid: str, turn_id: str | None) -> _Turn | None:
         """A new turn span for ``cid`` (ending one still open); None past ``MAX_OPEN_TURNS``."""

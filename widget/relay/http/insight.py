@@ -30,7 +30,16 @@ from starlette.routing import Route
 from ... import protocol as P
 from ...errors import ConfigError, ProtocolError
 from ...protocol import CallState
-from ...protocol.messages import AnswerStats, CallStats, FeedbackComment, KindStats, StatsResponse, StatsTiming
+from ...protocol.messages import (
+    AnswerStats,
+    CallStats,
+    FeedbackComment,
+    KindStats,
+    StatsResponse,
+    StatsTiming,
+    TokenCounts,
+    TokenStats,
+)
 from ..storage.sql import SNAPSHOT, Body, fetch, fetchval
 from .api import Api
 from .edge import endpoint
@@ -100,6 +109,23 @@ def _kind_stats(rows: Iterable[tuple[str, bool, float | None, float | None]]) ->
     return out
 
 
+def _counts() -> TokenCounts:
+    return {"rounds": 0, "input_tokens": 0, "output_tokens": 0, "cached_input_tokens": 0, "reasoning_tokens": 0}
+
+
+def _token_stats(rows: Iterable[tuple[Any, ...]]) -> TokenStats:
+    """The ``usage`` rows summed, overall and per model."""
+    total, by_model = _counts(), dict[str, TokenCounts]()
+    for model, inp, out, cached, reasoning in rows:
+        for counts in (total, by_model.setdefault(str(model), _counts())):
+            counts["rounds"] += 1
+            counts["input_tokens"] += int(inp or 0)
+            counts["output_tokens"] += int(out or 0)
+            counts["cached_input_tokens"] += int(cached or 0)
+            counts["reasoning_tokens"] += int(reasoning or 0)
+    return {**total, "by_model": dict(sorted(by_model.items()))}
+
+
 async def app_stats(store: Store, app_id: str, since: float | None = None, until: float | None = None) -> StatsResponse:
     """An app's figures for ``[since, until)`` (see the module doc); ``until`` defaults to now."""
     end = time.time() if until is None else until
@@ -137,9 +163,17 @@ async def app_stats(store: Store, app_id: str, since: float | None = None, until
             lo,
             end,
         )
-        return convs, messages, calls, ratings
+        usage = yield fetch(
+            "SELECT u.model, u.input_tokens, u.output_tokens, u.cached_input_tokens, u.reasoning_tokens FROM usage u"
+            " JOIN conversations c ON c.id = u.conversation_id"
+            " WHERE c.app_id = ? AND u.created_at >= ? AND u.created_at < ?",
+            app_id,
+            lo,
+            end,
+        )
+        return convs, messages, calls, ratings, usage
 
-    convs, messages, calls, ratings = await store.perform(go, SNAPSHOT)
+    convs, messages, calls, ratings, usage = await store.perform(go, SNAPSHOT)
 
     by_role: dict[str, int] = {}
     errors: dict[str, int] = {}
@@ -188,6 +222,7 @@ async def app_stats(store: Store, app_id: str, since: float | None = None, until
         "answers": answers,
         "calls": {kind: _kind_stats(rows) for kind, rows in sorted(per_kind.items())},
         "model_errors": dict(sorted(errors.items())),
+        "tokens": _token_stats(usage),
     }
 
 

@@ -22,6 +22,7 @@ from ..models.base import ModelAdapter
 from ..ratelimit import RateLimiter
 from ..sio import RelaySocketServer
 from ..storage import store as S
+from ..storage.base import UsageRow
 from ..tokens import TokenSigner
 from ..tracing import Tracing, make_tracing
 from .ask_user import AnswersContext, answer_prompts
@@ -121,7 +122,7 @@ class Hub:
             self.redis.on_resync = self.fanout.on_redis_back
         self.turns = TurnRunner(TurnsContext(
             config, store, self.runtimes, self.models, self.emit_event, self.switches, self.mcp, lambda: self.docs,
-            self.dispatch.await_call, self.dispatch.run_relay_tool))
+            self.dispatch.await_call, self.dispatch.run_relay_tool, self.trace_usage))
         self._answers = AnswersContext(store, self.runtimes, self.instance, self.spawn,
                                        functools.partial(self.turns.run_turn, resume=True))
         self.membership = Membership(MembershipContext(
@@ -240,6 +241,11 @@ class Hub:
         rt = self.rt(cid)
         async with rt.lock:
             return await self.emit_locked(rt, cid, name, payload, **store_kw)
+
+    def trace_usage(self, cid: str, row: UsageRow) -> None:
+        """A model round's token counts, for the tracing spans (when tracing is on)."""
+        if self.tracing is not None:
+            self.tracing.usage(cid, row)
 
     async def emit_locked(self, rt: ConvRuntime, cid: str, name: str, payload: dict[str, Any], **store_kw: Any) -> int:
         """``emit_event`` for a caller that holds ``rt.lock``."""

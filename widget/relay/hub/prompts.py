@@ -10,9 +10,10 @@ from typing import Any
 
 from ... import protocol as P
 from ...protocol import ActionConfirm, Role, ToolHandler
-from ..config import AppConfig, RelayConfig, ToolConfig
+from ..config import AppConfig, DocsConfig, RelayConfig, ToolConfig
 from ..docs import DocsIndex
-from ..docs.tool import DEFAULT_HITS, build_reply, search_docs_spec
+from ..docs.query import compile_version_pattern, context_page_url, scope_plan
+from ..docs.tool import DEFAULT_HITS, build_reply, scoped_search, search_docs_spec
 from ..models.base import ASK_USER_SPEC, ModelAdapter, ModelRequest
 from ..storage import store as S
 from ..tools import (
@@ -46,6 +47,8 @@ class RoundInfo:
     cites: Citations | None = None
     #: the round answers once, without function tools (``loop = "one-shot"``): the turn ends after it
     one_shot: bool = False
+    #: the app's docs settings (the scopes of a versioned or translated site's searches)
+    docs: DocsConfig = field(default_factory=DocsConfig)
 
 
 #: What the model is told in an app with docs (a separate system message, so it holds with a site's own prompt).
@@ -296,6 +299,7 @@ async def build_request(
         page=context if isinstance(context, dict) else {},
         app_id=conv["app_id"],
         one_shot=one_shot,
+        docs=app.docs,
     )
     offers = await store.get_offers(cid) if any(m.get("role") == Role.ASSISTANT for m in messages) else {}
     system = [{"role": "system", "content": config.system_prompt}]
@@ -326,11 +330,17 @@ async def build_request(
 
 async def search_sections(docs: DocsIndex, info: RoundInfo, query: str) -> dict[str, Any]:
     """Search the app's docs for ``query``: the reply the model gets (``widget.relay.docs.tool.build_reply``), each
-    section under its citable id in this turn (a section found before keeps its id)."""
+    section under its citable id in this turn (a section found before keeps its id). On a versioned or translated
+    site, scoped to the reader's page's version and language or the version the question names
+    (``widget.relay.docs.query.scope_plan``), wider when that finds nothing (the reply's ``note`` says so)."""
     cites = info.cites
     assert cites is not None
-    hits = await docs.search(info.app_id, query, limit=DEFAULT_HITS)
-    reply = build_reply(hits, lambda hit: cites.doc(hit["url"]), query)
+    plan: list[str | None] = [None]
+    if info.docs.scopes:  # the version and language of the reader's page, or the version the question names
+        plan = scope_plan(context_page_url(info.page), [query, info.question], base=info.docs.scope_base,
+                          version_pattern=compile_version_pattern(info.docs.version_pattern))
+    hits, note = await scoped_search(docs, info.app_id, query, plan, DEFAULT_HITS)
+    reply = build_reply(hits, lambda hit: cites.doc(hit["url"]), query, note=note)
     cites.add_reply(reply)
     return reply
 

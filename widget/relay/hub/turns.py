@@ -11,6 +11,7 @@ then commits the message with its tool messages (``completion.ended``). The turn
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import logging
 import time
@@ -35,8 +36,9 @@ from ...protocol.messages import AskUserPrompt, CallRecord
 from ..config import AppConfig, RelayConfig
 from ..docs import DocsIndex
 from ..mcp.servers import McpTools
-from ..models.base import ASK_USER_TOOL, ModelAdapter, ModelError, StreamLimits, TextDelta, ToolCall, guarded
+from ..models.base import ASK_USER_TOOL, ModelAdapter, ModelError, ModelRequest, StreamLimits, TextDelta, ToolCall
 from ..storage import store as S
+from ..storage.base import UsageRow
 from ..tools import check_offer, check_suggestions, docs_query, suggestions_note
 from .ask_user import prompt_from
 from .citations import exempt_reason, search_key
@@ -45,6 +47,7 @@ from .prompts import RoundInfo, build_request, search_sections
 from .resume import AwaitCall, ResumeContext, ResumePlan, resume_round
 from .rounds import Round, tool_message
 from .runtime import ConvRuntime, Runtimes, new_id
+from .steps import ModelSteps
 
 log = logging.getLogger("widget.relay")
 turn_log = logging.getLogger("widget.relay.turns")
@@ -92,6 +95,8 @@ class TurnsContext:
     await_call: AwaitCall
     #: run a relay config function or an MCP tool (``CallDispatch.run_relay_tool``)
     run_relay_tool: Callable[[str, dict[str, Any], RoundInfo], Awaitable[tuple[dict[str, Any], float]]]
+    #: a round's usage as the model reported it, for the tracing spans (``Tracing.usage``; a no-op when off)
+    on_usage: Callable[[str, UsageRow], None] = lambda _cid, _row: None
 
 
 class TurnRunner:
@@ -113,12 +118,14 @@ class TurnRunner:
         log_calls: list[dict[str, Any]] = []
         status: str = TurnStatus.DONE  # the turn log also says suspended or interrupted
         cur = Round()
+        steps: ModelSteps | None = None
         try:
             conv = await ctx.store.get_conversation(cid)
             if conv is None:
                 return
             app = app_of(ctx.config, conv)
-            model = ctx.models[app.model]
+            steps = ModelSteps(app.model, ctx.models, app.fallback_model,
+                               on_usage=functools.partial(ctx.on_usage, cid))
             cfg = ctx.config
             limits = StreamLimits(deadline=t0 + cfg.turn_timeout_s, stall_s=cfg.model_stall_timeout_s,
                                   max_answer_chars=cfg.max_answer_chars, max_tool_calls=cfg.max_tool_calls_per_response)
@@ -145,13 +152,11 @@ class TurnRunner:
                                          {"turn_id": turn_id, "iteration": iteration},
                                          conversation={"iteration": iteration, "status": ConversationStatus.RUNNING})
                 last_round = iteration >= ctx.config.max_iterations - 1
-                request, info = await build_request(ctx.store, ctx.config, cid, conv, app, turn_id,
-                                                    with_tools=not last_round,
-                                                    model=model, docs=docs)
                 first = False
                 rounds += 1
                 cur = Round(message_id=new_id("m_"))
                 raw_calls: list[ToolCall] = []
+                built: list[RoundInfo] = []
 
                 async def start(cur: Round = cur) -> None:  # this round's (a closure would see the next one)
                     if not cur.started:
@@ -159,11 +164,20 @@ class TurnRunner:
                         await ctx.emit_event(cid, P.Event.COMPLETION_STARTED,
                                              {"turn_id": turn_id, "message_id": cur.message_id})
 
-                # MCP servers that must start first: the round starts (the turn shows as running) before that wait.
-                await ctx.mcp.extend(app, info, request, model, with_tools=not last_round, before_wait=start)
+                async def build(model: ModelAdapter, last_round: bool = last_round,
+                                start: Callable[[], Awaitable[None]] = start,
+                                built: list[RoundInfo] = built) -> ModelRequest:
+                    """The round's request for the model that answers it (again for a fallback model)."""
+                    request, round_info = await build_request(ctx.store, ctx.config, cid, conv, app, turn_id,
+                                                              with_tools=not last_round, model=model, docs=docs)
+                    # MCP servers that must start first: the round starts (the turn shows as running) before that wait.
+                    await ctx.mcp.extend(app, round_info, request, model, with_tools=not last_round,
+                                         before_wait=start)
+                    request.attempt = attempt
+                    built.append(round_info)
+                    return request
 
-                request.attempt = attempt
-                async for chunk in guarded(model.stream(request), limits):
+                async for chunk in steps.stream(build, limits):
                     await start()
                     if isinstance(chunk, TextDelta):
                         if chunk.text:
@@ -172,6 +186,7 @@ class TurnRunner:
                                                  {"message_id": cur.message_id, "delta": chunk.text})
                     elif isinstance(chunk, ToolCall):
                         raw_calls.append(chunk)
+                info = built[-1]
                 await start()
                 suspended = await self.run_calls(cid, rt, turn_id, cur, raw_calls, info, app, log_calls)
                 await self.end_message(cid, cur, info)
@@ -208,8 +223,10 @@ class TurnRunner:
                 await self.abort(cid, turn_id, cur, TurnStatus.CANCELLED, None)
         except ModelError as exc:
             status = TurnStatus.FAILED
-            await self.abort(cid, turn_id, cur, TurnStatus.FAILED,
-                             {"content": exc.message, "code": exc.code, "retryable": exc.retryable})
+            error: dict[str, Any] = {"content": exc.message, "code": exc.code, "retryable": exc.retryable}
+            if exc.retry_after is not None:
+                error["retry_after"] = exc.retry_after
+            await self.abort(cid, turn_id, cur, TurnStatus.FAILED, error)
         except Exception:
             status = TurnStatus.FAILED
             log.exception("turn %s of %s failed", turn_id, cid)
@@ -223,10 +240,24 @@ class TurnRunner:
                 await self.pack_stream(cid)
             rt.users -= 1
             ctx.runtimes.release(cid)
-            turn_log.info(json.dumps({
+            line: dict[str, Any] = {
                 "event": "turn", "conversation": cid, "turn_id": turn_id, "status": status,
                 "ms": round((time.monotonic() - t0) * 1000, 1), "calls": log_calls,
-            }))
+            }
+            if steps is not None:
+                line.update(model=steps.name, usage=steps.usage, tokens=steps.totals())
+                if steps.fallback_used is not None:
+                    line["fallback"] = steps.fallback_used
+                if steps.usage:
+                    await self.keep_usage(cid, turn_id, steps)
+            turn_log.info(json.dumps(line))
+
+    async def keep_usage(self, cid: str, turn_id: str, steps: ModelSteps) -> None:
+        """Store what the turn's rounds cost (for ``stats``); a store that fails loses the counts, not the turn."""
+        try:
+            await self._ctx.store.add_usage(cid, turn_id, steps.usage)
+        except Exception:
+            log.exception("usage of turn %s of %s not stored", turn_id, cid)
 
     async def docs_of(self, conv: dict[str, Any], app: AppConfig) -> DocsIndex | None:
         """The docs index when the conversation's app has docs this turn (``docs.enabled`` and sections in the

@@ -18,7 +18,7 @@ from typing import Any
 
 from ... import protocol as P
 from ..tools import DOCS_SECTIONS_HEAD, is_greeting, offer_names, parse_docs_reply
-from .base import ASK_USER_TOOL, Chunk, ModelAdapter, ModelError, ModelRequest, TextDelta, ToolCall
+from .base import ASK_USER_TOOL, Chunk, ModelAdapter, ModelError, ModelRequest, TextDelta, ToolCall, Usage
 
 #: The question "ask me" asks (a radiolist, answered in the bar).
 DEMO_QUESTION: dict[str, Any] = {
@@ -195,6 +195,20 @@ class DemoModel(ModelAdapter):
             yield TextDelta(piece)
 
     async def stream(self, request: ModelRequest) -> AsyncIterator[Chunk]:
+        """The answer (see the module doc), then its :class:`Usage`: estimated, a token per four characters of
+        the request (messages and tools) and of the answer, as the demo has no tokenizer."""
+        out = 0
+        async for chunk in self._respond(request):
+            if isinstance(chunk, TextDelta):
+                out += len(chunk.text)
+            elif isinstance(chunk, ToolCall):
+                out += len(json.dumps(chunk.arguments, ensure_ascii=False)) + len(chunk.name)
+            yield chunk
+        seen = len(json.dumps(request.messages, ensure_ascii=False))
+        seen += len(json.dumps(request.tools, ensure_ascii=False))
+        yield Usage(input_tokens=-(-seen // 4), output_tokens=-(-out // 4))
+
+    async def _respond(self, request: ModelRequest) -> AsyncIterator[Chunk]:
         msgs = request.messages
         tools = {t["name"]: t for t in request.tools}
         last = msgs[-1] if msgs else {"role": "user", "content": ""}

@@ -7,7 +7,7 @@ import abc
 import json
 import time
 from collections.abc import Callable, Iterable
-from typing import Any, ClassVar, TypeVar
+from typing import Any, ClassVar, TypedDict, TypeVar
 
 from ...protocol import CallState, Event
 from ...protocol.messages import AskUserPrompt
@@ -26,6 +26,21 @@ PROMPT_TAKEN = "taken"
 UNCOMMITTED_EVENTS = frozenset(
     {Event.COMPLETION_STARTED, Event.COMPLETION_STREAM, Event.FUNCTION_CALL_BEGIN, Event.FUNCTION_CALL_END}
 )
+
+
+class UsageRow(TypedDict):
+    """What one model round cost (the ``usage`` table, the turn log's ``usage``); ``None``: the provider did not say."""
+
+    #: The turn's round, from 0.
+    step: int
+    #: The ``[models.<name>]`` entry that answered.
+    model: str
+    input_tokens: int | None
+    output_tokens: int | None
+    #: Input tokens read from the provider's prompt cache (part of ``input_tokens``).
+    cached_input_tokens: int | None
+    #: Output tokens spent on reasoning the reader never sees (part of ``output_tokens``).
+    reasoning_tokens: int | None
 
 
 #: A relay process whose heartbeat is older than this is dead: its turns are failed when next
@@ -115,7 +130,7 @@ _CONV_COLUMNS = ("id", "app_id", "status", "created_at", "updated_at", "seq", "m
 _UPDATABLE = {"status", "turn_id", "iteration", "runner"}
 _CALL_COLUMNS = ("id", "turn_id", "name", "kind", "arguments", "seq", "status", "result", "error",
                  "duration_ms", "total_ms", "created_at", "finished_at", "dispatched_to")
-_TABLES = ("messages", "events", "idempotency", "calls", "refused", "prompts", "offers", "members", "feedback")
+_TABLES = ("messages", "events", "idempotency", "calls", "refused", "prompts", "offers", "members", "feedback", "usage")
 
 _CONV_SQL = f"SELECT {', '.join(_CONV_COLUMNS)} FROM conversations WHERE id = ?"
 _CALL_SQL = f"SELECT {', '.join(_CALL_COLUMNS)} FROM calls"

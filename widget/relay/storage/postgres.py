@@ -170,6 +170,21 @@ CREATE TABLE feedback (
     (5, """
 ALTER TABLE calls RENAME COLUMN handler_ms TO duration_ms;
 """),
+    # tokens of each model round (widget.relay.hub.steps), for the stats: counts, never text
+    (6, """
+CREATE TABLE usage (
+    conversation_id TEXT NOT NULL,
+    turn_id TEXT NOT NULL,
+    step INTEGER NOT NULL,
+    model TEXT NOT NULL,
+    input_tokens BIGINT,
+    output_tokens BIGINT,
+    cached_input_tokens BIGINT,
+    reasoning_tokens BIGINT,
+    created_at DOUBLE PRECISION NOT NULL
+);
+CREATE INDEX usage_conv ON usage(conversation_id);
+"""),
 ]
 SCHEMA_VERSION = MIGRATIONS[-1][0]
 _MIGRATION_LOCK = 0x6175746F  # pg_advisory_xact_lock key while migrating ("auto")

@@ -147,6 +147,21 @@ CREATE INDEX IF NOT EXISTS refused_conv ON refused(conversation_id);
     (6, """
 ALTER TABLE calls RENAME COLUMN handler_ms TO duration_ms;
 """),
+    # tokens of each model round (widget.relay.hub.steps), for the stats: counts, never text
+    (7, """
+CREATE TABLE IF NOT EXISTS usage (
+    conversation_id TEXT NOT NULL,
+    turn_id TEXT NOT NULL,
+    step INTEGER NOT NULL,
+    model TEXT NOT NULL,
+    input_tokens INTEGER,
+    output_tokens INTEGER,
+    cached_input_tokens INTEGER,
+    reasoning_tokens INTEGER,
+    created_at REAL NOT NULL
+);
+CREATE INDEX IF NOT EXISTS usage_conv ON usage(conversation_id);
+"""),
 ]
 SCHEMA_VERSION = _MIGRATIONS[-1][0]
 

@@ -33,6 +33,7 @@ from .base import (  # the shared names: import them from here
     IdempotencyConflict,
     NotActive,
     StatusConflict,
+    UsageRow,
     _ack_of,
     _call_row,
     _check_updatable,
@@ -319,6 +320,16 @@ class Store(_Presence, _Prompts):
         """Forget the acks stored before ``before`` (a timestamp); how many."""
         expired: int = await self._one(execute("DELETE FROM idempotency WHERE created_at < ?", before))
         return expired
+
+    # -- model usage --------------------------------------------------------------------------
+    async def add_usage(self, conversation_id: str, turn_id: str, rows: list[UsageRow]) -> None:
+        """Store what a turn's model rounds cost (token counts per round; ``stats`` sums them)."""
+        now = time.time()
+        await self._one(executemany(
+            "INSERT INTO usage (conversation_id, turn_id, step, model, input_tokens, output_tokens,"
+            " cached_input_tokens, reasoning_tokens, created_at) VALUES (?,?,?,?,?,?,?,?,?)",
+            [(conversation_id, turn_id, r["step"], r["model"], r["input_tokens"], r["output_tokens"],
+              r["cached_input_tokens"], r["reasoning_tokens"], now) for r in rows]))
 
     # -- function calls -----------------------------------------------------------------------
     async def add_calls(self, conversation_id: str, turn_id: str, calls: list[dict[str, Any]]) -> None:
