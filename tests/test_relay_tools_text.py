@@ -143,7 +143,7 @@ async def test_a_call_past_the_bound_ends_the_answer_and_closes_the_stream() -> 
 
 def test_the_history_for_a_text_model() -> None:
     bad = f'{OPEN}{{"name": "get_selection", "arguments": {{"limit": }}}}{CLOSE}'
-    messages = [
+    messages: list[dict[str, Any]] = [
         {"role": "system", "content": "You are the copilot."},
         {"role": "system", "content": "Page context: {}"},
         {"role": "user", "content": "What is selected?"},
