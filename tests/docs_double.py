@@ -7,6 +7,7 @@ import re
 from typing import Any
 
 from widget.relay.docs import DocHit
+from widget.relay.docs.query import url_path
 
 _WORD = re.compile(r"\w+")
 #: Words too common to count for a match.
@@ -28,14 +29,17 @@ class MemoryDocs:
         self.fail = False
         self.closed = False
 
-    async def search(self, app_id: str, query: str, *, limit: int = 5) -> list[DocHit]:
-        """The sections sharing the most words with the query (title and headings counted twice), best first."""
+    async def search(self, app_id: str, query: str, *, limit: int = 5, scope: str | None = None) -> list[DocHit]:
+        """The sections sharing the most words with the query (title and headings counted twice), best first; of
+        pages whose URL path starts with ``scope``, when given."""
         self.queries.append((app_id, query))
         if self.fail:
             raise RuntimeError("the index is down")
         q = _terms(query)
         scored = []
         for i, s in enumerate(self.sections.get(app_id, [])):
+            if scope and not url_path(s["url"]).startswith(scope):
+                continue
             head = _terms(" ".join([s["page_title"], *s["headings"]]))
             score = 2 * len(q & head) + len(q & _terms(s["text"]))
             if score:

@@ -116,6 +116,8 @@ DEFAULT_NOT_FOUND_TEXT = (
 )
 #: The longest ``not_found_text``, characters.
 MAX_NOT_FOUND_CHARS = 2000
+#: The longest ``docs.scope_base`` and ``docs.version_pattern``, characters.
+MAX_SCOPE_BASE_CHARS = 200
 
 
 @dataclass
@@ -131,6 +133,14 @@ class DocsConfig:
     not_found_text: str = DEFAULT_NOT_FOUND_TEXT
     #: Names of the page's actions offered with ``not_found_text`` (e.g. ``contact_support``), at most 3.
     fallback_actions: list[str] = field(default_factory=list)
+    #: Searches scoped to the version and language of the reader's page (its URL's leading path segments, like
+    #: ``/en/3.11/``) or to the version the question names; off: always the whole documentation.
+    scopes: bool = True
+    #: The URL path the language and version segments follow (``/docs/`` for ``/docs/en/3.11/...``).
+    scope_base: str = "/"
+    #: A regular expression a URL segment (and a word of a question) matches in full when it is a version, instead
+    #: of the built-in forms (``3.12``, ``v2``, ``2.x``, ``latest``, ``stable``, ``dev`` …).
+    version_pattern: str | None = None
 
 
 @dataclass
@@ -454,7 +464,7 @@ def _check_docs(where: str, app: AppConfig) -> None:
     docs = app.docs
     if not isinstance(docs, DocsConfig):
         raise ConfigError(f"{where}: docs must be a table (enabled, require_citations, not_found_text, "
-                          "fallback_actions)")
+                          "fallback_actions, scopes, scope_base, version_pattern)")
     for name in ("enabled", "require_citations"):
         if not isinstance(getattr(docs, name), bool):
             raise ConfigError(f"{where}: docs.{name} must be true or false")
@@ -468,6 +478,24 @@ def _check_docs(where: str, app: AppConfig) -> None:
                           f"got {names!r}")
     if len(set(names)) != len(names):
         raise ConfigError(f"{where}: docs.fallback_actions names an action twice: {names!r}")
+    if not isinstance(docs.scopes, bool):
+        raise ConfigError(f"{where}: docs.scopes must be true or false")
+    base = docs.scope_base
+    if not isinstance(base, str) or not base.startswith("/") or len(base) > MAX_SCOPE_BASE_CHARS or "?" in base \
+            or "#" in base:
+        raise ConfigError(f"{where}: docs.scope_base must be a URL path that starts with '/' (like /docs/), of at "
+                          f"most {MAX_SCOPE_BASE_CHARS} characters, got {base!r}")
+    pattern = docs.version_pattern
+    if pattern is not None:
+        from .docs.query import compile_version_pattern
+
+        if not isinstance(pattern, str) or not pattern or len(pattern) > MAX_SCOPE_BASE_CHARS:
+            raise ConfigError(f"{where}: docs.version_pattern must be a regular expression of at most "
+                              f"{MAX_SCOPE_BASE_CHARS} characters, got {pattern!r}")
+        try:
+            compile_version_pattern(pattern)
+        except ValueError as exc:
+            raise ConfigError(f"{where}: docs.version_pattern {pattern!r} {exc}") from None
 
 
 def _check_origin_like(value: Any, what: str, allow_path: bool = False) -> str:

@@ -74,6 +74,8 @@ def search_parser() -> argparse.ArgumentParser:
     _store_flags(p)
     p.add_argument("--limit", type=int, default=DEFAULT_HITS, help=f"sections (default {DEFAULT_HITS})")
     p.add_argument("--hits", action="store_true", help="print the raw hits with their scores instead")
+    p.add_argument("--scope", metavar="PATH", help="only sections of pages under this URL path (a site's version "
+                                                   "or language, like /en/3.11/)")
     return p
 
 
@@ -213,7 +215,7 @@ async def _search(args: argparse.Namespace, index: Any) -> int:
         print(f"autopilot relay search: app {args.app!r} has no index (autopilot-relay index --app {args.app} "
               "PATH ...)", file=sys.stderr)
         return 1
-    hits = await index.search(args.app, args.query, limit=args.limit)
+    hits = await index.search(args.app, args.query, limit=args.limit, scope=args.scope)
     if args.hits:
         print(json.dumps(hits, indent=2, ensure_ascii=False))
         return 0

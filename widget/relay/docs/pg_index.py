@@ -13,6 +13,11 @@ Bounded work, as on SQLite: lexemes are taken rarest first while the passages th
 ``MAX_SCORED_PASSAGES`` (the rarest always, but at most that many of its passages), the rest left out; the
 planner's statistics are refreshed (``ANALYZE``) by each run that changed something.
 
+Scopes (``query.py``: a site's versions and languages by URL path): each passage keeps its page's URL path
+(``path``), and a scoped search takes each lexeme's passages under the scope only (inside the bound). An index
+written before passages had a path gets the column, filled from the pages' URLs, when it is opened (same layout
+version: it keeps serving).
+
 An index run is one transaction (PostgreSQL's MVCC keeps readers on the old rows until it commits, and other
 writers are not blocked), under a transaction-scoped advisory lock per app (``IndexBusy`` for a second run).
 """
@@ -28,7 +33,7 @@ from typing import Any
 from .indexer import IndexBusy
 from .limits import MAX_SCORED_PASSAGES, MAX_SEARCH_LIMIT, SCHEMA_VERSION
 from .page import Page, chunks, ranked_fields
-from .query import terms
+from .query import check_scope, terms, url_path
 from .search import DocHit
 
 log = logging.getLogger("widget.relay.docs")
@@ -74,6 +79,7 @@ SCHEMA = [
         title TEXT NOT NULL,
         context TEXT NOT NULL,
         body TEXT NOT NULL,
+        path TEXT NOT NULL DEFAULT '',
         tsv tsvector GENERATED ALWAYS AS (
             setweight(to_tsvector('english', title), 'A') || setweight(to_tsvector('english', context), 'B')
             || setweight(to_tsvector('english', body), 'D')
@@ -104,7 +110,9 @@ kept AS (SELECT * FROM ranked WHERE running <= {MAX_SCORED_PASSAGES} OR nth = 1)
 scored AS (
     SELECT c.key, sum(k.idf * {_RANK}) AS r
     FROM kept AS k CROSS JOIN LATERAL (
-        SELECT id, key, tsv FROM docs_chunks WHERE app_id = $1 AND tsv @@ k.tq LIMIT {MAX_SCORED_PASSAGES}
+        SELECT id, key, tsv FROM docs_chunks
+        WHERE app_id = $1 AND tsv @@ k.tq AND ($4 = '' OR left(path, char_length($4)) = $4)
+        LIMIT {MAX_SCORED_PASSAGES}
     ) AS c
     GROUP BY c.id, c.key
 ),
@@ -114,7 +122,20 @@ FROM best JOIN docs_chunks AS c ON c.app_id = $1 AND c.key = best.key
 GROUP BY best.key, best.r, c.url, c.page_title, c.headings
 ORDER BY best.r DESC
 """
-_COLUMNS = ("app_id", "page_url", "key", "ord", "url", "page_title", "headings", "title", "context", "body")
+_COLUMNS = ("app_id", "page_url", "key", "ord", "url", "page_title", "headings", "title", "context", "body",
+            "path")
+
+
+async def _add_paths(con: Any) -> None:
+    """An index written before passages had their page's path gets it (inside the schema transaction)."""
+    if await con.fetchval("SELECT EXISTS (SELECT 1 FROM information_schema.columns WHERE table_schema = "
+                          "current_schema() AND table_name = 'docs_chunks' AND column_name = 'path')"):
+        return
+    log.info("the docs index gets its passages' URL paths (for searches scoped to a version or language)")
+    await con.execute("ALTER TABLE docs_chunks ADD COLUMN path TEXT NOT NULL DEFAULT ''")
+    pages = await con.fetch("SELECT DISTINCT app_id, page_url FROM docs_chunks")
+    await con.executemany("UPDATE docs_chunks SET path = $3 WHERE app_id = $1 AND page_url = $2",
+                          [(r["app_id"], r["page_url"], url_path(r["page_url"])) for r in pages])
 
 
 class PgDocsIndex:
@@ -146,6 +167,8 @@ class PgDocsIndex:
                             for table in ("docs_chunks", "docs_sections", "docs_pages", "docs_terms", "docs_apps",
                                           "docs_meta"):
                                 await con.execute(f"DROP TABLE IF EXISTS {table}")
+                        elif "docs_chunks" in tables:
+                            await _add_paths(con)
                         for stmt in SCHEMA:
                             await con.execute(stmt)
                         await con.execute("INSERT INTO docs_meta(one, version) VALUES (1, $1) ON CONFLICT (one) "
@@ -154,13 +177,14 @@ class PgDocsIndex:
         return self._pool
 
     # -- DocsIndex --------------------------------------------------------------------------
-    async def search(self, app_id: str, query: str, *, limit: int = 5) -> list[DocHit]:
-        """The best ``limit`` sections of the app for a reader's question."""
+    async def search(self, app_id: str, query: str, *, limit: int = 5, scope: str | None = None) -> list[DocHit]:
+        """The best ``limit`` sections of the app for a reader's question (of pages under ``scope``, when given)."""
+        prefix = check_scope(scope) or ""
         text = " ".join(terms(query))
         if not text or limit <= 0:
             return []
         pool = await self._get_pool()
-        rows = await pool.fetch(_SEARCH, app_id, text, min(limit, MAX_SEARCH_LIMIT))
+        rows = await pool.fetch(_SEARCH, app_id, text, min(limit, MAX_SEARCH_LIMIT), prefix)
         return [DocHit(key=r["key"], page_title=r["page_title"], headings=json.loads(r["headings"]), url=r["url"],
                        text=r["body"], score=float(r["r"])) for r in rows]
 
@@ -233,11 +257,12 @@ class PgJob:
             [(self.app_id, p.url, digest, p.title) for digest, p in pages])
         records: list[tuple[object, ...]] = []
         for _, page in pages:
+            path = url_path(page.url)
             for s in page.sections:
                 title, context = ranked_fields(page, s)
                 headings = json.dumps(s.headings, ensure_ascii=False)
-                records.extend((self.app_id, page.url, s.key, i, s.url, page.title, headings, title, context, part)
-                               for i, part in enumerate(chunks(s.text)))
+                records.extend((self.app_id, page.url, s.key, i, s.url, page.title, headings, title, context, part,
+                                path) for i, part in enumerate(chunks(s.text)))
         if records:
             await self.con.copy_records_to_table("docs_chunks", records=records, columns=_COLUMNS)
 

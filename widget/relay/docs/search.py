@@ -25,8 +25,12 @@ class DocHit(TypedDict):
 class DocsIndex(Protocol):
     """Search over one relay's docs index; every call names the app, and one app never sees another's sections."""
 
-    async def search(self, app_id: str, query: str, *, limit: int = 5) -> list[DocHit]:
-        """The best ``limit`` sections for a reader's question (never parsed as search syntax; cut, not refused)."""
+    async def search(self, app_id: str, query: str, *, limit: int = 5, scope: str | None = None) -> list[DocHit]:
+        """The best ``limit`` sections for a reader's question (never parsed as search syntax; cut, not refused).
+
+        ``scope``: a URL path prefix (``/en/3.11/``, a ``/`` is added at its end when missing): only sections of
+        pages whose URL path starts with it (a site's version or language, ``query.scope_plan``); None, ``""`` or
+        ``"/"``: all. ``ValueError`` for a scope that does not start with ``/`` or is over ``MAX_SCOPE_CHARS``."""
         ...
 
     async def has_index(self, app_id: str) -> bool:

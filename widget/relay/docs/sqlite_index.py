@@ -16,6 +16,12 @@ sees. A run writes generation G+1 in short transactions of ``SQLITE_BATCH_PAGES`
 transaction flips the app to G+1, then the replaced rows are deleted. A run that dies leaves rows of a generation
 nobody sees; the next run deletes them first. One run per app at a time: a lease in ``docs_apps`` (``IndexBusy``).
 
+Scopes (``query.py``: a site's versions and languages by URL path): each section keeps its page's URL path
+(``path``), and a scoped search keeps the passages FTS5 matched whose section's path starts with the scope. The
+terms' passage counts are over all of an app's versions, so with many versions a scoped search weighs fewer of a
+question's common words. An index written before sections had a path gets the column, filled from the pages'
+URLs, when it is opened (same layout version: it keeps serving).
+
 Every call runs sqlite3 in a worker thread (``asyncio.to_thread``), one statement at a time per connection; WAL
 lets the relay read while the CLI writes.
 """
@@ -44,7 +50,7 @@ from .limits import (
     SQLITE_BATCH_PAGES,
 )
 from .page import Page, chunks, ranked_fields
-from .query import fts5_match, terms
+from .query import check_scope, fts5_match, terms, url_path
 from .search import DocHit
 
 T = TypeVar("T")
@@ -87,11 +93,12 @@ CREATE TABLE IF NOT EXISTS docs_sections (
     headings TEXT NOT NULL,
     body TEXT NOT NULL,
     live_from INTEGER NOT NULL,
-    live_until INTEGER
+    live_until INTEGER,
+    path TEXT NOT NULL DEFAULT ''
 );
 CREATE INDEX IF NOT EXISTS docs_sections_page ON docs_sections(page_id);
 -- What a search reads of each candidate section, without its text.
-CREATE INDEX IF NOT EXISTS docs_sections_live ON docs_sections(id, app_id, live_from, live_until);
+CREATE INDEX IF NOT EXISTS docs_sections_live ON docs_sections(id, app_id, live_from, live_until, path);
 CREATE TABLE IF NOT EXISTS docs_chunks (
     id INTEGER PRIMARY KEY,
     section_id INTEGER NOT NULL,
@@ -121,6 +128,7 @@ best AS (
     SELECT m.sid, min(m.r) AS r
     FROM m CROSS JOIN g JOIN docs_sections AS s INDEXED BY docs_sections_live ON s.id = m.sid
     WHERE s.app_id = ?2 AND s.live_from <= g.gen AND (s.live_until IS NULL OR s.live_until > g.gen)
+        AND (?4 = '' OR substr(s.path, 1, ?5) = ?4)
     GROUP BY m.sid ORDER BY r LIMIT ?3
 )
 SELECT s.key, s.url, s.page_title, s.headings, s.body, best.r FROM best JOIN docs_sections AS s ON s.id = best.sid
@@ -152,6 +160,8 @@ def connect(path: str | Path) -> sqlite3.Connection:
             for table in ("docs_fts", "docs_chunks", "docs_sections", "docs_pages", "docs_terms", "docs_apps",
                           "docs_meta"):
                 db.execute(f"DROP TABLE IF EXISTS {table}")
+        elif "docs_sections" in tables:
+            _add_paths(db)
         for stmt in SCHEMA.split(";"):
             if stmt.strip():
                 db.execute(stmt)
@@ -166,6 +176,18 @@ def connect(path: str | Path) -> sqlite3.Connection:
         CREATE VIRTUAL TABLE IF NOT EXISTS temp.docs_qv USING fts5vocab(temp, docs_q, 'instance');
     """)
     return db
+
+
+def _add_paths(db: sqlite3.Connection) -> None:
+    """An index written before sections had their page's path gets it (inside ``connect``'s transaction): the
+    column, each page's path from its URL, and the search's covering index again with the path."""
+    if any(row[1] == "path" for row in db.execute("PRAGMA table_info(docs_sections)")):
+        return
+    log.info("the docs index gets its sections' URL paths (for searches scoped to a version or language)")
+    db.execute("ALTER TABLE docs_sections ADD COLUMN path TEXT NOT NULL DEFAULT ''")
+    pages = db.execute("SELECT id, url FROM docs_pages").fetchall()
+    db.executemany("UPDATE docs_sections SET path = ? WHERE page_id = ?", [(url_path(u), i) for i, u in pages])
+    db.execute("DROP INDEX IF EXISTS docs_sections_live")  # created again below, with the path
 
 
 def match_expression(db: sqlite3.Connection, words: list[str]) -> str:
@@ -220,13 +242,15 @@ class SqliteDocsIndex:
         return await asyncio.to_thread(self._call, fn)
 
     # -- DocsIndex --------------------------------------------------------------------------
-    async def search(self, app_id: str, query: str, *, limit: int = 5) -> list[DocHit]:
-        """The best ``limit`` sections of the app for a reader's question."""
+    async def search(self, app_id: str, query: str, *, limit: int = 5, scope: str | None = None) -> list[DocHit]:
+        """The best ``limit`` sections of the app for a reader's question (of pages under ``scope``, when given)."""
+        prefix = check_scope(scope) or ""
         words = terms(query)
         if not words or limit <= 0:
             return []
         n = min(limit, MAX_SEARCH_LIMIT)
-        rows = await self._run(lambda db: db.execute(_SEARCH, (match_expression(db, words), app_id, n)).fetchall())
+        rows = await self._run(lambda db: db.execute(
+            _SEARCH, (match_expression(db, words), app_id, n, prefix, len(prefix))).fetchall())
         return [DocHit(key=k, page_title=t, headings=json.loads(h), url=u, text=b, score=-float(r))
                 for k, u, t, h, b, r in rows]
 
@@ -336,13 +360,14 @@ class SqliteJob:
                     page_id = db.execute(
                         "INSERT INTO docs_pages(app_id, url, hash, title, live_from) VALUES (?, ?, ?, ?, ?)",
                         (self.app_id, page.url, digest, page.title, self.gen)).lastrowid
+                    path = url_path(page.url)
                     for s in page.sections:
                         title, context = ranked_fields(page, s)
                         sid = db.execute(
                             "INSERT INTO docs_sections(page_id, app_id, key, url, page_title, headings, body, "
-                            "live_from) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                            "live_from, path) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
                             (page_id, self.app_id, s.key, s.url, page.title, json.dumps(s.headings,
-                             ensure_ascii=False), s.text, self.gen)).lastrowid or 0
+                             ensure_ascii=False), s.text, self.gen, path)).lastrowid or 0
                         for i, part in enumerate(chunks(s.text)[: 1 << CHUNK_BITS]):
                             cid = (sid << CHUNK_BITS) | i  # the section is in the passage's id: no join to find it
                             db.execute("INSERT INTO docs_chunks(id, section_id, title, context, body) "

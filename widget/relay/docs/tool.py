@@ -6,6 +6,11 @@ ids, titles and URLs leave, a share a shorter section does not use goes to the o
 its share is cut to the passage with most of the question's terms (``…`` marks a cut). Ids come from the turn
 loop (``s1``, ``s2`` …), so an answer can cite a section and the relay can resolve the citation. With no hit the
 reply says the documentation has nothing on it, so the model does not make something up.
+
+On a versioned or translated site the search tries the scopes of ``query.scope_plan`` in turn (the version the
+question names, the reader's page's version and language, then everything); when the sections come from a later
+scope than the first, the reply's ``note`` says so (``SCOPE_FALLBACK_NOTE``), so the model does not present another
+version's text as the reader's.
 """
 
 from __future__ import annotations
@@ -17,12 +22,19 @@ from typing import Any, TypedDict
 
 from ...protocol import TOOL_REPLY_MAX_CHARS, RelayTool
 from .query import terms
-from .search import DocHit
+from .search import DocHit, DocsIndex
 
 #: Sections a search step gives the model.
 DEFAULT_HITS = 5
 NO_HITS_NOTE = ("The documentation has no section matching this query. Try other words once; if that finds "
                 "nothing either, say the documentation does not cover it.")
+
+#: The reply's ``note`` when its sections come from a wider scope than the first one tried.
+SCOPE_FALLBACK_NOTE = ("No section under {first} (the version or language of the reader's page, or the one the "
+                       "question names) matches; these sections are from {found}. Say which version or language "
+                       "they are about when you answer from them.")
+#: How ``SCOPE_FALLBACK_NOTE`` names the whole documentation.
+EVERY_SCOPE = "any version or language of the documentation"
 
 
 class ReplySection(TypedDict):
@@ -98,13 +110,16 @@ def best_passage(text: str, words: list[str], budget: int) -> str:
 
 
 def build_reply(hits: list[DocHit], assign_id: Callable[[DocHit], str], query: str = "",
-                max_chars: int = TOOL_REPLY_MAX_CHARS) -> dict[str, Any]:
+                max_chars: int = TOOL_REPLY_MAX_CHARS, note: str | None = None) -> dict[str, Any]:
     """The ``search_docs`` reply for ``hits`` (best first), within ``max_chars`` characters of compact JSON.
 
     ``assign_id`` gives each section its citable id (the turn loop's ``s1``, ``s2`` …); it is called once per
-    section that is in the reply, in order."""
+    section that is in the reply, in order. ``note``: said beside the sections (``scoped_search``'s)."""
     if not hits:
         return {"sections": [], "note": NO_HITS_NOTE}
+    if note:
+        reply = build_reply(hits, assign_id, query, max_chars - _size({"note": note}), None)
+        return {**reply, "note": note}
     words = terms(query)
     shells: list[ReplySection] = []
     chosen: list[DocHit] = []
@@ -129,3 +144,17 @@ def build_reply(hits: list[DocHit], assign_id: Callable[[DocHit], str], query: s
         shells[i]["text"] = piece
         left -= _size(piece) - 2
     return {"sections": shells}
+
+
+async def scoped_search(docs: DocsIndex, app_id: str, query: str, plan: list[str | None],
+                        limit: int = DEFAULT_HITS) -> tuple[list[DocHit], str | None]:
+    """Search the scopes of ``plan`` (``query.scope_plan``) in turn until one finds something: ``(hits, note)``,
+    the note set when the hits come from a later scope than the first (``SCOPE_FALLBACK_NOTE``)."""
+    hits: list[DocHit] = []
+    for n, scope in enumerate(plan or [None]):
+        hits = await docs.search(app_id, query, limit=limit, scope=scope)
+        if hits:
+            if n == 0:
+                return hits, None
+            return hits, SCOPE_FALLBACK_NOTE.format(first=plan[0], found=scope or EVERY_SCOPE)
+    return hits, None
