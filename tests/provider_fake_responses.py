@@ -4,17 +4,25 @@ server that plays them (or fails as the provider does: an HTTP error with its he
 failed or incomplete response, a dropped connection, an endless stream for Stop).
 
 The event shapes follow the SDK's types (openai/types/responses/: ResponseTextDeltaEvent,
-ResponseFunctionCallArgumentsDeltaEvent, ResponseOutputItemAddedEvent, ResponseCompletedEvent ...)."""
+ResponseFunctionCallArgumentsDeltaEvent, ResponseOutputItemAddedEvent, ResponseCompletedEvent ...).
+
+The same events drive the shared scenarios (tests/test_model_scenarios.py): :class:`ResponsesEncoder` is registered
+with tests/provider_fakes.py twice, as ``openai-responses`` (a model without reasoning) and as
+``openai-responses-reasoning`` (``reasoning_effort`` set: every reply starts with an encrypted reasoning item and a
+reasoning summary, which the adapter must keep out of the answer and put back before its calls)."""
 
 from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 from aiohttp import web
+from provider_fakes import Encoder, FailKind, Pause, Reply, arguments_text, pieces, register
+
+from widget.relay.config import ModelConfig
 
 
 @dataclass
@@ -26,7 +34,7 @@ class Text:
 
 
 @dataclass
-class Call:
+class FnCall:
     """A function call whose arguments stream in ``pieces``."""
 
     call_id: str
@@ -39,7 +47,7 @@ class Call:
 class Parallel:
     """Function calls in one response with their argument pieces interleaved (as a model streams them)."""
 
-    calls: list[Call]
+    calls: list[FnCall]
 
 
 @dataclass
@@ -51,13 +59,13 @@ class Reasoning:
     summary: list[str] = field(default_factory=list)
 
 
-Step = Text | Call | Parallel | Reasoning
+Step = Text | FnCall | Parallel | Reasoning
 
 USAGE = {"input_tokens": 12, "input_tokens_details": {"cached_tokens": 4},
          "output_tokens": 7, "output_tokens_details": {"reasoning_tokens": 3}, "total_tokens": 19}
 
 
-class Encoder:
+class ResponseEvents:
     """One response's events, numbered by ``sequence_number`` as the provider numbers them."""
 
     def __init__(self, response_id: str = "resp_1", model: str = "test-model") -> None:
@@ -83,7 +91,7 @@ class Encoder:
                 out += self.text(step)
             elif isinstance(step, Reasoning):
                 out += self.reasoning(step)
-            elif isinstance(step, Call):
+            elif isinstance(step, FnCall):
                 out += self.calls([step])
             else:
                 out += self.calls(step.calls)
@@ -127,7 +135,7 @@ class Encoder:
         out.append(self.event("response.output_item.done", output_index=index, item=item))
         return out
 
-    def calls(self, calls: list[Call]) -> list[bytes]:
+    def calls(self, calls: list[FnCall]) -> list[bytes]:
         out: list[bytes] = []
         items = []
         for call in calls:
@@ -167,7 +175,7 @@ class Encoder:
 
 def encode(steps: list[Step], usage: dict[str, Any] | None = USAGE) -> list[bytes]:
     """A whole successful response: created, in_progress, the steps' events, completed with ``usage``."""
-    enc = Encoder()
+    enc = ResponseEvents()
     return [*enc.start(), *enc.steps(steps), enc.completed(usage)]
 
 
@@ -206,7 +214,7 @@ class FakeResponses:
         resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
         await resp.prepare(request)
         if reply == "endless":
-            enc = Encoder()
+            enc = ResponseEvents()
             self.open += 1
             try:
                 for chunk in [*enc.start(), enc.event("response.output_item.added", output_index=0, item={
@@ -228,7 +236,7 @@ class FakeResponses:
     def default(self, body: dict[str, Any]) -> list[bytes]:
         last = body["input"][-1]
         if body.get("tools") and last.get("role") == "user":
-            return encode([Call("call_provider_1", body["tools"][0]["name"], ['{"li', 'mit": ', "3}"])])
+            return encode([FnCall("call_provider_1", body["tools"][0]["name"], ['{"li', 'mit": ', "3}"])])
         result = last["output"] if last.get("type") == "function_call_output" else "nothing"
         return encode([Text(["The page ", "says: ", result])])
 
@@ -246,3 +254,106 @@ async def serve(fake: FakeResponses) -> AsyncIterator[str]:
         yield f"http://127.0.0.1:{port}/v1"
     finally:
         await runner.cleanup()
+
+
+# ---------------------------------------------------------------------------------------------- the shared scenarios
+
+
+class ResponsesEncoder(Encoder):
+    """OpenAI's Responses API for tests/provider_fakes.py: a reply's text as a message item's ``output_text``
+    deltas, its calls as ``function_call`` items whose argument pieces interleave, ``response.completed`` with the
+    usage; failures as OpenAI's error bodies (``context_length_exceeded`` in the Responses API's wording)."""
+
+    name = "openai-responses"
+    path = "/v1/responses"
+    base_suffix = "/v1"
+    adapter = "openai-responses"
+    #: ``reasoning_effort`` of the relay's model (None: a model without reasoning).
+    effort: ClassVar[str | None] = None
+
+    def model_config(self, base_url: str) -> ModelConfig:
+        cfg = super().model_config(base_url)
+        cfg.reasoning_effort = self.effort
+        return cfg
+
+    def frames(self, reply: Reply, body: dict[str, Any]) -> Iterator[bytes | Pause]:
+        enc = ResponseEvents(model="fake-model")
+        yield from enc.start()
+        if self.effort is not None:
+            assert body.get("include") == ["reasoning.encrypted_content"] and body.get("store") is False
+            turn = sum(1 for i in body["input"] if i.get("type") == "function_call_output")
+            yield from enc.reasoning(Reasoning(f"rs_{turn}", f"ENC-{turn}", summary=["The reader wants ", "this."]))
+        index = -1
+        text = ""
+        for piece in reply.text:
+            if isinstance(piece, Pause):
+                yield piece
+                continue
+            if index < 0:
+                index = len(enc.output)
+                enc.output.append({"id": "msg_1", "type": "message", "role": "assistant", "status": "in_progress",
+                                   "content": []})
+                yield enc.event("response.output_item.added", output_index=index, item={**enc.output[index]})
+                yield enc.event("response.content_part.added", item_id="msg_1", output_index=index, content_index=0,
+                                part={"type": "output_text", "text": "", "annotations": []})
+            text += piece
+            yield enc.event("response.output_text.delta", item_id="msg_1", output_index=index, content_index=0,
+                            delta=piece, logprobs=[])
+        if index >= 0:
+            part = {"type": "output_text", "text": text, "annotations": []}
+            enc.output[index].update(status="completed", content=[part])
+            ids = {"item_id": "msg_1", "output_index": index, "content_index": 0}
+            yield enc.event("response.output_text.done", **ids, text=text, logprobs=[])
+            yield enc.event("response.content_part.done", **ids, part=part)
+            yield enc.event("response.output_item.done", output_index=index, item=enc.output[index])
+        if reply.calls:
+            yield from enc.calls([FnCall(c.id or f"call_{i}", c.name, pieces(arguments_text(c)))
+                                  for i, c in enumerate(reply.calls)])
+        usage = None
+        if reply.usage is not None:
+            usage = {"input_tokens": reply.usage[0], "input_tokens_details": {"cached_tokens": 0},
+                     "output_tokens": reply.usage[1], "output_tokens_details": {"reasoning_tokens": 0},
+                     "total_tokens": sum(reply.usage)}
+        yield enc.completed(usage)
+
+    def error(self, kind: FailKind, reply: Reply) -> tuple[int, dict[str, str], dict[str, Any]]:
+        def err(message: str, type_: str, code: str | None) -> dict[str, Any]:
+            return {"error": {"message": message, "type": type_, "param": None, "code": code}}
+
+        if kind == "rate_limit":
+            return 429, {"retry-after": str(reply.retry_after)}, err(
+                "Rate limit reached for fake-model on requests per min (RPM): Limit 3, Used 3, Requested 1.",
+                "requests", "rate_limit_exceeded")
+        if kind == "auth":
+            return 401, {}, err("Incorrect API key provided: sk-test.", "invalid_request_error", "invalid_api_key")
+        if kind == "context_overflow":
+            return 400, {}, err("Your input exceeds the context window of this model. Please adjust your input and "
+                                "try again.", "invalid_request_error", "context_length_exceeded")
+        return 503, {}, err("The server is overloaded or not ready yet.", "server_error", None)
+
+    def garbage(self) -> bytes:
+        return b"event: response.output_text.delta\ndata: {not json\n\n"
+
+    def tool_names(self, body: dict[str, Any]) -> list[str]:
+        return [t["name"] for t in body.get("tools") or []]
+
+    def tool_calls(self, body: dict[str, Any]) -> list[tuple[str, str, Any]]:
+        return [(i["call_id"], i["name"], json.loads(i["arguments"] or "{}"))
+                for i in body["input"] if i.get("type") == "function_call"]
+
+    def tool_results(self, body: dict[str, Any]) -> list[tuple[str, str]]:
+        return [(i["call_id"], i["output"]) for i in body["input"] if i.get("type") == "function_call_output"]
+
+    def user_texts(self, body: dict[str, Any]) -> list[str]:
+        return [i["content"] for i in body["input"] if i.get("role") == "user"]
+
+
+class ResponsesReasoningEncoder(ResponsesEncoder):
+    """The Responses API with a reasoning model: a reasoning item (encrypted, with a summary) before each reply."""
+
+    name = "openai-responses-reasoning"
+    effort = "low"
+
+
+register(ResponsesEncoder())
+register(ResponsesReasoningEncoder())

@@ -13,7 +13,17 @@ from typing import Any
 import aiohttp
 import pytest
 import pytest_asyncio
-from provider_fake_responses import Call, Encoder, Failure, FakeResponses, Parallel, Reasoning, Text, encode, serve
+from provider_fake_responses import (
+    Failure,
+    FakeResponses,
+    FnCall,
+    Parallel,
+    Reasoning,
+    ResponseEvents,
+    Text,
+    encode,
+    serve,
+)
 from relay_helpers import info, joined, launch, register
 
 from widget.errors import ConfigError
@@ -21,7 +31,7 @@ from widget.relay.config import AppConfig, ModelConfig, load_config
 from widget.relay.models import openai_responses
 from widget.relay.models.adapters import make_adapter
 from widget.relay.models.base import ModelError, ModelRequest, StreamLimits, TextDelta, ToolCall, Usage, guarded
-from widget.relay.models.openai_responses import OpenAIResponsesAdapter, retry_after
+from widget.relay.models.openai_responses import OpenAIResponsesAdapter
 
 pytestmark = pytest.mark.relay
 
@@ -89,8 +99,8 @@ async def test_parallel_calls_with_arguments_in_pieces(provider: tuple[FakeRespo
     own arguments and the provider's call id, after the text; then the usage."""
     adapter = OpenAIResponsesAdapter(_cfg(provider[1]))
     fake.replies.append(encode([Text(["Checking. "]), Parallel([
-        Call("call_a", "search_orders", ['{"q"', ': "sho', 'es"}']),
-        Call("call_b", "get_selection", ["{", "}"]),
+        FnCall("call_a", "search_orders", ['{"q"', ': "sho', 'es"}']),
+        FnCall("call_b", "get_selection", ["{", "}"]),
     ])]))
     out = await _run(adapter, ModelRequest(messages=HI, tools=[TOOL, STRICT]))
     assert out == [TextDelta("Checking. "), ToolCall("search_orders", {"q": "shoes"}, provider_id="call_a"),
@@ -159,7 +169,7 @@ async def test_http_errors(provider: tuple[FakeResponses, str], fake: FakeRespon
 
 
 def _stream_fail(kind: str) -> list[bytes]:
-    enc = Encoder()
+    enc = ResponseEvents()
     head = [*enc.start(), *enc.steps([Text(["Part"])])]
     return {
         "error-rate": [*head, enc.error("rate_limit_exceeded", "Rate limit reached for requests")],
@@ -198,7 +208,7 @@ async def test_an_incomplete_response_never_runs_a_cut_call(provider: tuple[Fake
                                                             fake: FakeResponses) -> None:
     """max_output_tokens reached inside a call's arguments: the text stays, the half call is left out."""
     adapter = OpenAIResponsesAdapter(_cfg(provider[1]))
-    enc = Encoder()
+    enc = ResponseEvents()
     events = [*enc.start(), *enc.steps([Text(["Let me see"])])]
     events.append(enc.event("response.output_item.added", output_index=1, item={
         "id": "fc_1", "type": "function_call", "status": "in_progress", "call_id": "call_1",
@@ -263,8 +273,8 @@ async def test_reasoning_goes_back_with_the_tool_results(provider: tuple[FakeRes
     are not that response's, get the plain items."""
     adapter = OpenAIResponsesAdapter(_cfg(provider[1], reasoning_effort="low"))
     fake.replies.append(encode([Reasoning("rs_1", "ENC-1", summary=["I should ", "search."]), Text(["Checking. "]),
-                                Parallel([Call("call_a", "search_orders", ['{"q": ', '"shoes"}']),
-                                          Call("call_b", "get_selection", ["{}"])])]))
+                                Parallel([FnCall("call_a", "search_orders", ['{"q": ', '"shoes"}']),
+                                          FnCall("call_b", "get_selection", ["{}"])])]))
     first = ModelRequest(messages=HI, tools=[TOOL, STRICT], conversation_id="c1", turn_id="t1")
     out = await _run(adapter, first)
     assert out == [TextDelta("Checking. "), ToolCall("search_orders", {"q": "shoes"}, provider_id="call_a"),
@@ -307,7 +317,7 @@ async def test_the_reasoning_cache_is_bounded(provider: tuple[FakeResponses, str
     adapter = OpenAIResponsesAdapter(_cfg(provider[1], reasoning_effort="medium"))
     for turn in ("t1", "t2", "t3"):
         fake.replies.append(encode([Reasoning("rs_" + turn, "ENC"), Parallel([
-            Call("call_a", "search_orders", ["{}"]), Call("call_b", "get_selection", ["{}"])])]))
+            FnCall("call_a", "search_orders", ["{}"]), FnCall("call_b", "get_selection", ["{}"])])]))
         await _run(adapter, ModelRequest(messages=HI, tools=[TOOL, STRICT], conversation_id="c1", turn_id=turn))
     assert list(adapter._rounds) == [("c1", "t2"), ("c1", "t3")]
     assert adapter._cached_chars == sum(r.chars for rs in adapter._rounds.values() for r in rs)
@@ -317,17 +327,10 @@ async def test_the_reasoning_cache_is_bounded(provider: tuple[FakeResponses, str
     assert fake.requests[-1]["input"][5]["id"] == "rs_t2"
     await adapter.aclose()
     plain = OpenAIResponsesAdapter(_cfg(provider[1]))
-    fake.replies.append(encode([Reasoning("rs_x", None), Call("call_a", "get_selection", ["{}"])]))
+    fake.replies.append(encode([Reasoning("rs_x", None), FnCall("call_a", "get_selection", ["{}"])]))
     await _run(plain, ModelRequest(messages=HI, tools=[TOOL], conversation_id="c1", turn_id="t1"))
     assert not plain._rounds
     await plain.aclose()
-
-
-def test_retry_after_header_forms() -> None:
-    assert retry_after({"retry-after": "3"}) == 3.0
-    assert retry_after({"retry-after-ms": "250", "retry-after": "9"}) == 0.25
-    assert retry_after({"retry-after": "Wed, 21 Oct 2015 07:28:00 GMT"}) == 0.0  # a date in the past
-    assert retry_after({"retry-after": "soon"}) is None and retry_after(None) is None
 
 
 @pytest.mark.parametrize("adapter, effort, error", [
@@ -360,7 +363,7 @@ async def test_relay_turn_with_reasoning_and_a_page_function(provider: tuple[Fak
             await register(rec, "get_selection")
             rec.auto_answer = lambda call: f"selected {call['arguments']['limit']}"
             fake.replies.append(encode([Reasoning("rs_9", "ENC-9", summary=["secret thoughts"]),
-                                        Call("call_p", "get_selection", ['{"limit"', ": 3}"])]))
+                                        FnCall("call_p", "get_selection", ['{"limit"', ": 3}"])]))
             await rec.call("user_message", {"text": "what is selected?", "idempotency_key": "m"})
             fin = await rec.wait("completion.finished")
             assert fin["status"] == "done"

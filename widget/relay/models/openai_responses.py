@@ -21,19 +21,17 @@ from __future__ import annotations
 
 import json
 import logging
-import math
 import re
-import time
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass, field
-from email.utils import parsedate_to_datetime
 from typing import Any
 
 from ...errors import ConfigError
 from ...protocol import TurnErrorCode
 from ..config import ModelConfig
 from .base import Chunk, ModelAdapter, ModelError, ModelRequest, TextDelta, ToolCall, Usage
+from .openai_chat import retry_after_s
 
 log = logging.getLogger("widget.relay")
 
@@ -106,29 +104,7 @@ def _int(value: Any) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
-def retry_after(headers: Any) -> float | None:
-    """Seconds a provider's ``retry-after-ms`` / ``Retry-After`` header (seconds or an HTTP date) asks to wait."""
-    if headers is None:
-        return None
-    for name, scale in (("retry-after-ms", 0.001), ("retry-after", 1.0)):
-        raw = headers.get(name)
-        if raw is None:
-            continue
-        try:
-            seconds = float(raw) * scale
-        except ValueError:
-            if scale != 1.0:
-                continue
-            try:
-                seconds = parsedate_to_datetime(raw).timestamp() - time.time()
-            except (TypeError, ValueError):
-                continue
-        if math.isfinite(seconds):
-            return max(0.0, seconds)
-    return None
-
-
-def error_for_code(code: str | None, message: str, retry_after_s: float | None = None) -> ModelError:
+def error_for_code(code: str | None, message: str, wait: float | None = None) -> ModelError:
     """Our error for an error the provider named by its ``code`` (an ``error`` event, a failed response, an
     error body); the provider's own text goes to the log, never to the reader."""
     code = (code or "").lower()
@@ -138,7 +114,7 @@ def error_for_code(code: str | None, message: str, retry_after_s: float | None =
                           retryable=False)
     if code in ("rate_limit_exceeded", "rate_limit_error") or "rate limit" in text:
         return ModelError(TurnErrorCode.MODEL_RATE_LIMITED,
-                          "The model provider is rate limiting requests; try again shortly.", retry_after=retry_after_s)
+                          "The model provider is rate limiting requests; try again shortly.", retry_after=wait)
     if code in ("invalid_api_key", "authentication_error", "permission_denied"):
         return ModelError(TurnErrorCode.MODEL_AUTH, "The relay's model API key was refused by the provider.",
                           retryable=False)
@@ -148,7 +124,7 @@ def error_for_code(code: str | None, message: str, retry_after_s: float | None =
                           "The conversation is too long for the model's context window.")
     if code in ("server_error", "server_is_overloaded", "overloaded", "service_unavailable"):
         return ModelError(TurnErrorCode.MODEL_UNAVAILABLE, "The model provider is down or overloaded.",
-                          retry_after=retry_after_s)
+                          retry_after=wait)
     return ModelError(TurnErrorCode.MODEL_ERROR, "The model provider could not answer.")
 
 
@@ -279,7 +255,7 @@ class OpenAIResponsesAdapter(ModelAdapter):
     def _error(self, exc: Exception) -> ModelError:
         o = self._openai
         response = getattr(exc, "response", None)
-        wait = retry_after(getattr(response, "headers", None))
+        wait = retry_after_s(getattr(response, "headers", None))
         code = getattr(exc, "code", None)
         if isinstance(exc, o.RateLimitError):
             if code == "insufficient_quota":
@@ -392,8 +368,8 @@ class OpenAIResponsesAdapter(ModelAdapter):
                 out.items[index] = _function_call_item(slot)
         elif done and kind == "reasoning":
             encrypted = _get(item, "encrypted_content")
-            if not encrypted:
-                out.opaque_reasoning = True
+            if not encrypted or not _get(item, "id"):
+                out.opaque_reasoning = True  # with ``store: false`` it can only go back whole
                 return
             out.items[index] = {"type": "reasoning", "id": _get(item, "id"), "encrypted_content": encrypted,
                                 "summary": [{"type": "summary_text", "text": str(_get(s, "text") or "")}
@@ -405,8 +381,12 @@ class OpenAIResponsesAdapter(ModelAdapter):
                     parts.append({"type": "output_text", "text": str(_get(part, "text") or ""), "annotations": []})
                 elif _get(part, "type") == "refusal":
                     parts.append({"type": "refusal", "refusal": str(_get(part, "refusal") or "")})
-            out.items[index] = {"type": "message", "role": "assistant", "id": _get(item, "id"),
-                                "status": "completed", "content": parts}
+            if _get(item, "id"):
+                out.items[index] = {"type": "message", "role": "assistant", "id": _get(item, "id"),
+                                    "status": "completed", "content": parts}
+            else:  # an input message without an id takes plain text
+                text = "".join(str(_get(p, "text") or _get(p, "refusal") or "") for p in parts)
+                out.items[index] = {"role": "assistant", "content": text}
 
     def _end(self, out: _Output, kind: str, response: Any) -> None:
         """The terminal event: usage; a failed response raised as our error; calls the events missed."""
