@@ -13,14 +13,25 @@ import asyncio
 import json
 import secrets
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any, TextIO
 
 from ...errors import ConfigError
 from . import open_docs_index
-from .indexer import DocsWriter, IndexBusy, IndexOptions, IndexRunError, run_index
-from .limits import MAX_PAGE_BYTES, MAX_PAGES, MAX_SEARCH_LIMIT
+from .crawl import CrawlError, CrawlOptions, CrawlStats, Site, crawl, looks_like_url, parse_site
+from .indexer import DocsWriter, IndexBusy, IndexOptions, IndexRunError, PageInput, run_index
+from .limits import (
+    CRAWL_CONCURRENCY,
+    CRAWL_MAX_DEPTH,
+    CRAWL_TIMEOUT_S,
+    MAX_CRAWL_CONCURRENCY,
+    MAX_CRAWL_DELAY_S,
+    MAX_PAGE_BYTES,
+    MAX_PAGES,
+    MAX_SEARCH_LIMIT,
+)
 from .tool import DEFAULT_HITS, build_reply
 from .walk import URL_STYLES, Source, UrlStyle, WalkError, collect, normalize_base
 
@@ -39,13 +50,16 @@ def index_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="autopilot-relay index",
         description="Index an app's documentation: folders of built HTML (mkdocs build, sphinx-build, VitePress, "
-                    "Docusaurus, hand-written) and of Markdown sources. Incremental (unchanged pages are not "
-                    "touched, pages no longer there leave the index) and atomic (searches see the old index "
-                    "until the new one is complete). Prints one JSON summary line.",
+                    "Docusaurus, hand-written), of Markdown sources, and sites that are online (crawled: their "
+                    "sitemap, else their links, same origin and folder, robots.txt honoured). Incremental "
+                    "(unchanged pages are not touched, pages no longer there leave the index) and atomic "
+                    "(searches see the old index until the new one is complete). Prints one JSON summary line.",
     )
-    p.add_argument("paths", nargs="*", metavar="PATH[=BASE_URL]",
+    p.add_argument("paths", nargs="*", metavar="PATH[=BASE_URL] | URL",
                    help="a folder (or page) to index, optionally with the URL its pages are served under "
-                        "(site=https://docs.example.com/); none: the folders of the app's last run")
+                        "(site=https://docs.example.com/), or the URL of a site to crawl "
+                        "(https://docs.example.com/docs/: that folder of that origin); none: the folders and sites "
+                        "of the app's last run")
     _store_flags(p)
     p.add_argument("--base-url", help='base URL of PATHs given without one (default "/", or what the last run '
                                       "stored for that folder)")
@@ -60,6 +74,17 @@ def index_parser() -> argparse.ArgumentParser:
                    help=f"stop before changing anything when there are more pages (default {MAX_PAGES})")
     p.add_argument("--max-page-bytes", type=int, default=None,
                    help=f"skip larger pages with a warning (default {MAX_PAGE_BYTES})")
+    crawling = p.add_argument_group("crawling a site (URL arguments)")
+    crawling.add_argument("--max-depth", type=int, default=None,
+                          help=f"link hops followed from the start page (default {CRAWL_MAX_DEPTH}, or what the "
+                               "last run stored); a sitemap's pages are all taken")
+    crawling.add_argument("--concurrency", type=int, default=CRAWL_CONCURRENCY,
+                          help=f"requests in flight at once, 1-{MAX_CRAWL_CONCURRENCY} (default {CRAWL_CONCURRENCY})")
+    crawling.add_argument("--timeout", type=float, default=CRAWL_TIMEOUT_S,
+                          help=f"seconds one request may take, body included (default {CRAWL_TIMEOUT_S:g})")
+    crawling.add_argument("--max-crawl-delay", type=float, default=MAX_CRAWL_DELAY_S,
+                          help="the longest robots.txt Crawl-delay honoured, in seconds; a longer one is shortened "
+                               f"to it with a warning (default {MAX_CRAWL_DELAY_S:g})")
     p.add_argument("--drop", action="store_true", help="remove the app's whole index instead")
     return p
 
@@ -110,27 +135,47 @@ class Progress:
             self.stream.flush()
 
 
-def _sources(args: argparse.Namespace, stored: dict[str, Any] | None) -> list[Source]:
+def _plan(args: argparse.Namespace, stored: dict[str, Any] | None) -> tuple[list[Source], list[Site]]:
+    """The folders and the sites to index: the arguments, else what the app's last run stored."""
     old = {s["path"]: s for s in (stored or {}).get("sources", [])}
-    if not args.paths:
-        if not old:
-            raise ConfigError(f"app {args.app!r} has no index yet: give the folders to index (PATH ...)")
-        return [Source(Path(s["path"]), s["base_url"], args.url_style or s.get("url_style", "directory"))
-                for s in old.values()]
-    out = []
-    for spec in args.paths:
-        path_text, base = spec, None
-        if "=" in spec and not Path(spec).exists():
-            path_text, base = spec.split("=", 1)
-        path = Path(path_text).expanduser().absolute()
-        prev = old.get(str(path), {})
-        base = base or args.base_url or prev.get("base_url") or "/"
-        style: UrlStyle = args.url_style or prev.get("url_style") or "directory"
-        try:
-            out.append(Source(path, normalize_base(base), style))
-        except ValueError as exc:
-            raise ConfigError(str(exc)) from None
-    return out
+    old_sites = [s["url"] for s in (stored or {}).get("sites", [])]
+    try:
+        if not args.paths:
+            if not old and not old_sites:
+                raise ConfigError(f"app {args.app!r} has no index yet: give the folders or site URLs to index "
+                                  "(PATH or URL ...)")
+            return ([Source(Path(s["path"]), s["base_url"], args.url_style or s.get("url_style", "directory"))
+                     for s in old.values()], [parse_site(url) for url in old_sites])
+        sources, sites = [], []
+        for spec in args.paths:
+            if looks_like_url(spec):
+                sites.append(parse_site(spec))
+                continue
+            path_text, base = spec, None
+            if "=" in spec and not Path(spec).exists():
+                path_text, base = spec.split("=", 1)
+            path = Path(path_text).expanduser().absolute()
+            prev = old.get(str(path), {})
+            base = base or args.base_url or prev.get("base_url") or "/"
+            style: UrlStyle = args.url_style or prev.get("url_style") or "directory"
+            sources.append(Source(path, normalize_base(base), style))
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
+    return sources, list({site.start: site for site in sites}.values())
+
+
+def _crawl_options(args: argparse.Namespace, opts: IndexOptions, max_depth: int) -> CrawlOptions:
+    if not 1 <= args.concurrency <= MAX_CRAWL_CONCURRENCY:
+        raise ConfigError(f"--concurrency must be 1-{MAX_CRAWL_CONCURRENCY}")
+    if max_depth < 0:
+        raise ConfigError("--max-depth must be 0 or more")
+    if not 0 < args.timeout <= 600:
+        raise ConfigError("--timeout must be more than 0 and at most 600 seconds")
+    if not 0 <= args.max_crawl_delay <= 600:
+        raise ConfigError("--max-crawl-delay must be 0-600 seconds")
+    return CrawlOptions(max_pages=opts.max_pages, max_depth=max_depth, concurrency=args.concurrency,
+                        timeout_s=args.timeout, max_page_bytes=opts.max_page_bytes,
+                        max_crawl_delay_s=args.max_crawl_delay, excludes=opts.excludes)
 
 
 async def _index(args: argparse.Namespace, writer: DocsWriter) -> int:
@@ -139,7 +184,7 @@ async def _index(args: argparse.Namespace, writer: DocsWriter) -> int:
         n = await writer.drop_index(args.app)
         print(json.dumps({"app": args.app, "dropped_sections": n}))
         return 0
-    sources = _sources(args, stored)
+    sources, sites = _plan(args, stored)
     prev = stored or {}
     selector = args.selector if args.selector is not None else prev.get("selector")
     excludes = tuple(args.exclude if args.exclude is not None else prev.get("excludes", []))
@@ -147,22 +192,48 @@ async def _index(args: argparse.Namespace, writer: DocsWriter) -> int:
                         selector=selector or None, excludes=excludes)
     if opts.max_pages < 1 or opts.max_page_bytes < 1:
         raise ConfigError("--max-pages and --max-page-bytes must be positive")
+    max_depth = args.max_depth if args.max_depth is not None else int(prev.get("max_depth", CRAWL_MAX_DEPTH))
+    crawl_opts = _crawl_options(args, opts, max_depth)
+    crawl_warnings = 0
 
     def warn(line: str) -> None:
         progress.end()
         print(f"autopilot relay index: warning: {line}", file=sys.stderr, flush=True)
 
+    def crawl_warn(line: str) -> None:
+        nonlocal crawl_warnings
+        crawl_warnings += 1
+        warn(line)
+
     progress = Progress(sys.stderr, f"indexing {args.app}")
     files, walk_warnings = collect(sources, max_pages=opts.max_pages, excludes=opts.excludes)
     for line in walk_warnings:
         warn(line)
-    settings = {"sources": [{"path": str(s.path), "base_url": s.base_url, "url_style": s.url_style}
-                            for s in sources],
-                "selector": opts.selector, "excludes": list(opts.excludes)}
-    summary = await run_index(writer, args.app, files, options=opts, settings=settings, warn=warn, progress=progress)
+    settings: dict[str, Any] = {
+        "sources": [{"path": str(s.path), "base_url": s.base_url, "url_style": s.url_style} for s in sources],
+        "sites": [{"url": site.start} for site in sites], "max_depth": max_depth,
+        "selector": opts.selector, "excludes": list(opts.excludes)}
+    pages: list[PageInput] = list(files)
+    crawled: list[CrawlStats] = []
+    # A crawl's pages wait on disk, not in memory, until the index run has read them.
+    with tempfile.TemporaryDirectory(prefix="autopilot-crawl-") as spool:
+        for n, site in enumerate(sites):
+            folder = Path(spool) / str(n)
+            folder.mkdir()
+            progress = Progress(sys.stderr, f"crawling {site.start}")
+            result = await crawl(site, folder, crawl_opts, warn=crawl_warn, progress=progress)
+            progress.end()
+            pages += result.pages
+            crawled.append(result.stats)
+        progress = Progress(sys.stderr, f"indexing {args.app}")
+        summary = await run_index(writer, args.app, pages, options=opts, settings=settings, warn=warn,
+                                  progress=progress)
     progress.end()
-    summary["warnings"] += len(walk_warnings)
-    print(json.dumps(summary), flush=True)
+    summary["warnings"] += len(walk_warnings) + crawl_warnings
+    out: dict[str, Any] = dict(summary)
+    if crawled:
+        out["crawl"] = crawled
+    print(json.dumps(out), flush=True)
     return 0
 
 
@@ -200,7 +271,7 @@ def _run(args: argparse.Namespace, config: Any, fn: Any, what: str) -> int:
     except ConfigError as exc:
         print(f"autopilot relay {what}: {exc}", file=sys.stderr)
         return 2
-    except (WalkError, IndexBusy, IndexRunError, ValueError) as exc:
+    except (WalkError, CrawlError, IndexBusy, IndexRunError, ValueError) as exc:
         print(f"autopilot relay {what}: {exc}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:

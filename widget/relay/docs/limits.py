@@ -41,3 +41,26 @@ LOCK_LEASE_S: Final = 120.0
 SCHEMA_VERSION: Final = 2
 #: Bumped when extraction changes, so the next run re-extracts every page instead of trusting old hashes.
 EXTRACTOR_VERSION: Final = "1"
+
+# -- crawling a site that is online (``autopilot-relay index URL``, widget/relay/docs/crawl.py) --
+#: Link hops from the start page a crawl follows (``--max-depth``); deeper pages are not fetched (counted).
+CRAWL_MAX_DEPTH: Final = 20
+#: Requests a crawl has in flight at once (``--concurrency``, 1 to ``MAX_CRAWL_CONCURRENCY``).
+CRAWL_CONCURRENCY: Final = 4
+MAX_CRAWL_CONCURRENCY: Final = 16
+#: One request, body included, fails after this many seconds (``--timeout``).
+CRAWL_TIMEOUT_S: Final = 30.0
+#: A robots.txt ``Crawl-delay`` (or ``Request-rate``) longer than this is shortened to it, with a warning
+#: (``--max-crawl-delay``): a site cannot make a run last for days.
+MAX_CRAWL_DELAY_S: Final = 10.0
+#: Redirects followed for one URL (a longer chain is a warning and the URL is not indexed).
+MAX_REDIRECTS: Final = 10
+#: robots.txt is read up to this size (RFC 9309 asks crawlers to read at least 500 KiB).
+MAX_ROBOTS_BYTES: Final = 512 * 1024
+#: One sitemap file, after gzip (the sitemap protocol's own limit), and sitemap files read per site.
+MAX_SITEMAP_BYTES: Final = 50 * 1024 * 1024
+MAX_SITEMAPS: Final = 100
+#: A link longer than this is not followed (an endless generated URL is not a page).
+MAX_URL_CHARS: Final = 2_048
+#: Bytes a crawl downloads in all (pages are kept in a temporary folder until the index run is done).
+MAX_CRAWL_BYTES: Final = 2 * 1024 * 1024 * 1024
