@@ -281,6 +281,13 @@ class ResponsesEncoder(Encoder):
         yield from enc.start()
         if self.effort is not None:
             assert body.get("include") == ["reasoning.encrypted_content"] and body.get("store") is False
+            # Within the turn (after the reader's last message) each call goes back after the reasoning before it.
+            users = [k for k, i in enumerate(body["input"]) if i.get("role") == "user"]
+            turn_items = body["input"][users[-1] + 1:] if users else body["input"]
+            for k, item in enumerate(turn_items):
+                if item.get("type") == "function_call":
+                    assert any(i.get("type") == "reasoning" and str(i.get("encrypted_content")).startswith("ENC-")
+                               for i in turn_items[:k]), f"call {item['call_id']} went back without its reasoning"
             turn = sum(1 for i in body["input"] if i.get("type") == "function_call_output")
             yield from enc.reasoning(Reasoning(f"rs_{turn}", f"ENC-{turn}", summary=["The reader wants ", "this."]))
         index = -1
