@@ -13,8 +13,14 @@ its own reasoning after a tool result (OpenAI's documented way for reasoning wit
 ``store: false``). A round is put back only when the relay's message has exactly the calls of the cached
 response (by name); otherwise, after a relay restart, or once the cache evicted the turn, the request carries
 the plain calls and results, which the API takes too (the model reasons again from them).
+The cache keeps at most ``CACHE_TURNS`` turns and ``CACHE_CHARS`` characters (least recently used turns go first).
 Reasoning summaries are not requested in this version: the wire protocol has no event that could show one to
-the reader, so the adapter never sends ``reasoning.summary`` and ignores reasoning and summary events.
+the reader, so the adapter never sends ``reasoning.summary`` and ignores reasoning and summary events. While a
+reasoning model thinks, the stream carries nothing for the reader: the relay's stall bound
+(``model_stall_timeout_s``) counts that silence, so a high effort may need a longer one.
+
+A response cut short (``response.incomplete``: ``max_output_tokens`` or the content filter) keeps its text; a
+call cut inside it never runs; with neither text nor calls it is a ``model_error``.
 """
 
 from __future__ import annotations
