@@ -310,9 +310,11 @@ def test_the_scope_settings(tmp_path: Path) -> None:
 
 @pytest_asyncio.fixture
 async def relay(tmp_path: Path) -> AsyncIterator[Any]:
-    """A relay whose own docs index (SQLite, in its database file) holds the site for the ``demo`` app and for
-    ``flat``, an app with ``scopes = false``; both answer with the demo model."""
+    """A relay whose own docs index (SQLite, in its database file) holds the site for the ``demo`` app (one-shot
+    turns: the relay searches the question), ``steps`` (agentic: the model calls ``search_docs``) and ``flat``, an
+    app with ``scopes = false``; all answer with the demo model."""
     apps = {"demo": AppConfig(model="demo"),
+            "steps": AppConfig(model="demo", secret=SHOP_SECRET, loop="agentic"),
             "flat": AppConfig(model="demo", secret=SHOP_SECRET, docs=DocsConfig(scopes=False))}
     h = await launch(tmp_path, apps=apps, models={"demo": ModelConfig(chunk_delay_ms=0)})
     try:
@@ -332,11 +334,16 @@ async def on_page(rec: Recorder, url: str) -> None:
 
 async def answer(rec: Recorder, text: str, key: str) -> dict[str, Any]:
     """The last assistant message of a turn."""
+    return (await turn(rec, text, key))[-1]["message"]
+
+
+async def turn(rec: Recorder, text: str, key: str) -> list[dict[str, Any]]:
+    """The ``completion.ended`` events of a turn."""
     mark = len(rec.events)
     ack = await rec.call("user_message", {"text": text, "idempotency_key": key})
     assert ack["ok"], ack
     await rec.wait("user_input", pred=lambda d: d["reason"] == "message", start=mark)
-    return [d for e, d in rec.events[mark:] if e == "completion.ended"][-1]["message"]
+    return [d for e, d in rec.events[mark:] if e == "completion.ended"]
 
 
 async def test_a_reader_on_a_311_page_gets_the_311_section(relay: Any) -> None:
@@ -362,4 +369,22 @@ async def test_a_reader_on_a_311_page_gets_the_311_section(relay: Any) -> None:
         await on_page(rec, "https://docs.example.com/en/3.11/library/taskgroup/")
         msg = await answer(rec, CANCEL, "m1")
         assert [s["url"].split(":~:")[0] for s in msg["sources"]] == [V12]
+        await rec.disconnect()
+
+
+async def test_search_steps_on_a_311_page_and_the_note_when_the_search_widened(relay: Any) -> None:
+    async with aiohttp.ClientSession() as http:
+        rec, _, _ = await joined(http, relay.url, app="steps")
+        await on_page(rec, "/en/3.11/library/taskgroup/")
+        search, final = await turn(rec, CANCEL, "m1")
+        assert [c["name"] for c in search["message"]["function_calls"]] == ["search_docs"]
+        (reply,) = [m["result"] for m in search["tool_messages"]]
+        assert [s["url"] for s in reply["sections"]] == [V11] and "note" not in reply
+        assert [s["url"].split(":~:")[0] for s in final["message"]["sources"]] == [V11]
+        # only 3.12 has it: the whole documentation is searched, and the reply tells the model so
+        search, final = await turn(rec, "What is the eager factory?", "m2")
+        (reply,) = [m["result"] for m in search["tool_messages"]]
+        assert [s["url"] for s in reply["sections"]] == ["/en/3.12/whatsnew/#eager"]
+        assert reply["note"] == SCOPE_FALLBACK_NOTE.format(first="/en/3.11/", found=EVERY_SCOPE)
+        assert [s["url"].split(":~:")[0] for s in final["message"]["sources"]] == ["/en/3.12/whatsnew/#eager"]
         await rec.disconnect()
