@@ -175,6 +175,9 @@ def _stream_fail(kind: str) -> list[bytes]:
         "error-rate": [*head, enc.error("rate_limit_exceeded", "Rate limit reached for requests")],
         "error-overflow": [*head, enc.error("context_length_exceeded", "too long for the context window")],
         "error-other": [*head, enc.error("invalid_prompt", "bad prompt")],
+        # the shape some streams use: the error object nested (the SDK raises it as an APIError)
+        "error-nested": [*head, b'event: error\ndata: {"type": "error", "sequence_number": 9, "error": '
+                                b'{"type": "server_error", "code": "server_error", "message": "oops"}}\n\n'],
         "failed-server": [*head, enc.failed("server_error", "The server had an error")],
         "failed-rate": [*head, enc.failed("rate_limit_exceeded", "Rate limit reached")],
         "failed-prompt": [*head, enc.failed("invalid_prompt", "Invalid prompt")],
@@ -186,6 +189,7 @@ def _stream_fail(kind: str) -> list[bytes]:
 
 @pytest.mark.parametrize("kind, code", [
     ("error-rate", "model_rate_limited"), ("error-overflow", "context_overflow"), ("error-other", "model_error"),
+    ("error-nested", "model_unavailable"),
     ("failed-server", "model_unavailable"), ("failed-rate", "model_rate_limited"), ("failed-prompt", "model_error"),
     ("garbage", "model_bad_response"), ("no-end", "model_bad_response"), ("incomplete-empty", "model_error"),
 ])
