@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import aiohttp
 import pytest
 import pytest_asyncio
 
@@ -125,6 +126,13 @@ def _build_tests_hold_the_build(request: pytest.FixtureRequest) -> Iterator[None
         return
     with build_lock:
         yield
+
+
+@pytest_asyncio.fixture
+async def http() -> AsyncIterator[aiohttp.ClientSession]:
+    """An HTTP client for one test (a module that shares one across its tests defines its own ``http``)."""
+    async with aiohttp.ClientSession() as session:
+        yield session
 
 
 @pytest_asyncio.fixture(scope="session")

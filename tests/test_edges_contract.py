@@ -38,11 +38,6 @@ async def relay(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Any]:
     await handle.stop()
 
 
-@pytest_asyncio.fixture
-async def http() -> AsyncIterator[aiohttp.ClientSession]:
-    async with aiohttp.ClientSession() as session:
-        yield session
-
 
 BAD = [
     ("user_message", {"text": "hi", "idempotency_key": ""}),

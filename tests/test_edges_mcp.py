@@ -91,11 +91,6 @@ async def both(tmp_path_factory: pytest.TempPathFactory,
     await h.stop()
 
 
-@pytest_asyncio.fixture
-async def http() -> AsyncIterator[aiohttp.ClientSession]:
-    async with aiohttp.ClientSession() as session:
-        yield session
-
 
 async def test_a_crashing_server_s_secret_reaches_only_the_masked_log(
         both: tuple[Any, ScriptedModel, Path], http: aiohttp.ClientSession, caplog: pytest.LogCaptureFixture) -> None:

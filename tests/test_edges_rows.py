@@ -35,11 +35,6 @@ async def relay(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPat
     await handle.stop()
 
 
-@pytest_asyncio.fixture
-async def http() -> AsyncIterator[aiohttp.ClientSession]:
-    async with aiohttp.ClientSession() as session:
-        yield session
-
 
 def code(ack: Any) -> str | None:
     return ack["error"]["code"] if isinstance(ack, dict) and not ack.get("ok") else None

@@ -36,11 +36,6 @@ async def relay(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Any]:
     await handle.stop()
 
 
-@pytest_asyncio.fixture
-async def http() -> AsyncIterator[aiohttp.ClientSession]:
-    async with aiohttp.ClientSession() as session:
-        yield session
-
 
 async def test_a_wrong_app_is_told_in_a_way_the_page_can_read(relay: Any, http: aiohttp.ClientSession) -> None:
     url = f"{relay.url}/api/apps/no-such-app/conversations"

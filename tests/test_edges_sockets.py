@@ -30,11 +30,6 @@ async def relay(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Any]:
     await handle.stop()
 
 
-@pytest_asyncio.fixture
-async def http() -> AsyncIterator[aiohttp.ClientSession]:
-    async with aiohttp.ClientSession() as session:
-        yield session
-
 
 async def stubborn(http: aiohttp.ClientSession, base: str, seen: list[str], stop_after_s: float) -> float | None:
     """A raw Engine.IO/Socket.IO client that never joins: it answers every ping and connects the namespace again

@@ -115,11 +115,6 @@ async def relay(request: Any, tmp_path_factory: pytest.TempPathFactory) -> Async
     await handle.stop()
 
 
-@pytest_asyncio.fixture
-async def http() -> AsyncIterator[aiohttp.ClientSession]:
-    async with aiohttp.ClientSession() as s:
-        yield s
-
 
 def err(ack: Any) -> str:
     assert isinstance(ack, dict) and ack.get("ok") is False, ack

@@ -40,11 +40,6 @@ async def edge(tmp_path: Path) -> AsyncIterator[Any]:
     await relay.stop()
 
 
-@pytest_asyncio.fixture
-async def http() -> AsyncIterator[aiohttp.ClientSession]:
-    async with aiohttp.ClientSession() as session:
-        yield session
-
 
 async def raw(relay: Any, source: str = "127.0.0.1") -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
     return await asyncio.open_connection("127.0.0.1", relay.port, local_addr=(source, 0))

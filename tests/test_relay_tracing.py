@@ -8,13 +8,11 @@ collector stand-in on shutdown.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import aiohttp
 import pytest
-import pytest_asyncio
 from aiohttp import web
 from relay_helpers import FUNC, ScriptedModel, declare, joined, launch
 
@@ -35,11 +33,6 @@ CTX_SECRET = "CTX-SECRET-0815"
 USER_TEXT = "USER-TEXT-1234"
 MODELS = {"demo": ModelConfig(chunk_delay_ms=0), "script": ModelConfig(chunk_delay_ms=0)}
 
-
-@pytest_asyncio.fixture
-async def http() -> AsyncIterator[aiohttp.ClientSession]:
-    async with aiohttp.ClientSession() as s:
-        yield s
 
 
 async def run_turns(relay: Any, model: ScriptedModel, http: aiohttp.ClientSession) -> str:

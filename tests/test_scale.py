@@ -19,13 +19,12 @@ import asyncio
 import json
 import time
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import aiohttp
 import pytest
-import pytest_asyncio
 from relay_helpers import Recorder, RelayProcess, info, joined, launch, pg_server, redis_server
 
 from widget import AutopilotClient
@@ -68,11 +67,6 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     yield c
     c.close()
 
-
-@pytest_asyncio.fixture
-async def http() -> AsyncIterator[aiohttp.ClientSession]:
-    async with aiohttp.ClientSession() as s:
-        yield s
 
 
 async def two_tabs(cluster: Cluster, http: aiohttp.ClientSession, client: AutopilotClient) -> tuple[str, Recorder]:
