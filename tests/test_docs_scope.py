@@ -124,6 +124,7 @@ def test_a_page_scope_is_its_leading_language_and_version() -> None:
         "/fr/guide/": "/fr/",
         "/docs/2.x/intro": "/docs/",  # "docs" is no language: nothing (below) unless scope_base says /docs/
         "/v1.29/tasks/": "/v1.29/",
+        "https://docs.python.org/3/library/asyncio.html": "/3/",
         "/en/3.12": "/en/",  # the last part is the page's own name, not a folder
     }
     for url, prefix in cases.items():

@@ -11,10 +11,10 @@ Scopes (versions and languages): a docs site that serves ``/en/3.12/...`` beside
 in ``/`` (``/en/3.11/``): only sections of pages under it. ``page_scope`` reads it off the reader's page URL: the
 path's leading segments under the app's ``scope_base`` (``/`` unless configured), an optional language code
 (``en``, ``pt-br``, ``zh_CN``: an ISO 639-1 code with an optional region or script) then an optional version
-(``3.12``, ``v2``, ``2.x``, ``1.0rc1``, ``latest``, ``stable``, ``dev`` …, or what the app's ``version_pattern``
+(``3.12``, ``v2``, ``2.x``, ``1.0rc1``, ``3``, ``latest``, ``stable``, ``dev`` …, or what the app's ``version_pattern``
 matches), at least one of the two, each followed by ``/``. Only leading segments count, so an unversioned site's
 ``/api/v1/`` folder is no scope. ``scope_plan`` lists the scopes a search tries in turn: the version the question
-names (``in 3.11``, ``version 3.11``, ``v2``) in the page's language, else the page's own scope, then the whole
+names (``in 3.11``, ``version 3.11``, ``v2``) in the page's language, then the page's own scope, then the whole
 documentation (``None``), so a scope that finds nothing never leaves the reader without an answer.
 """
 
@@ -82,9 +82,10 @@ _LANGUAGE = re.compile(r"([a-z]{2})(?:[-_](?:[a-z]{2}|[a-z]{4}|\d{3})){0,2}", re
 VERSION_NAMES: frozenset[str] = frozenset(
     "latest stable dev devel development main master next current nightly unstable edge preview trunk".split())
 #: A numbered version in a URL segment: dotted (``3.12``, ``1.0.x``, ``2.1.0rc1``), ``v``-prefixed (``v2``,
-#: ``v1.29``) or ``N.x``; a bare number (``/2024/``) is not one (a blog's year).
+#: ``v1.29``), ``N.x``, or a number of one or two digits (``/3/``, docs.python.org's current 3.x); a longer bare
+#: number (``/2024/``) is not one (a blog's year).
 _VERSION = re.compile(r"(?:v\d+(?:\.\d+){0,3}|\d+(?:\.\d+){1,3})(?:\.x)?(?:[-.]?(?:dev|rc|a|b|alpha|beta|pre|post)\d*)?"
-                      r"|\d+\.x", re.IGNORECASE)
+                      r"|\d+\.x|\d{1,2}", re.IGNORECASE)
 #: A version a question names: after "version" or as ``vN``, a dotted number not followed by a unit (``1.5 s``,
 #: ``2.0 GB``, ``10.5 %`` are amounts), or a name next to "version", "docs", "release" ….
 _NAMED = re.compile(
