@@ -207,7 +207,7 @@ async def test_link_driven_crawl_without_sitemap(site: DocsSite, tmp_path: Path)
     home = page("Home", ("welcome", "Welcome."), links=(
         "a/", "a/#top", "a/?utm=1", "./a/index.html", "../docs/b/", "b/?x=1#y", "%62/", "/outside/",
         f"http://localhost:{site.port}/docs/c/", "mailto:x@example.com", "javascript:void(0)", "logo.png",
-        "data", "missing/", "self/", "index.html"))
+        "data", "missing/", "self/", "index.html", "tagged/", "otherbot/", "nofollow/", "meta-nofollow/"))
     site.routes.update({
         "/docs/": Reply(home),
         "/docs/index.html": Reply(home),  # the same page under another URL: indexed once
@@ -218,15 +218,29 @@ async def test_link_driven_crawl_without_sitemap(site: DocsSite, tmp_path: Path)
         "/docs/data": Reply('{"not": "a page"}', content_type="application/json"),
         "/docs/logo.png": Reply(b"\x89PNG", content_type="image/png"),
         "/outside/": Reply(page("Outside", ("o", "Not docs."))),
+        # X-Robots-Tag for every crawler or ours is honoured, another crawler's is not; nofollow in a header,
+        # a meta tag or a link's rel keeps its links unfetched.
+        "/docs/tagged/": Reply(page("Tagged", ("t", "No index.")), headers={"X-Robots-Tag": "noindex"}),
+        "/docs/otherbot/": Reply(page("Other", ("o", "Indexed.")), headers={"X-Robots-Tag": "otherbot: noindex"}),
+        "/docs/nofollow/": Reply(page("Nofollow", ("n", "Kept."), links=("../behind-1/",)),
+                                 headers={"X-Robots-Tag": "autopilot-relay: nofollow"}),
+        "/docs/meta-nofollow/": Reply(page("Meta", ("m", "Kept."), links=("../behind-2/",)).replace(
+            "<head>", '<head><meta name="robots" content="nofollow">').replace(
+            "<main>", '<main><a rel="external nofollow" href="../behind-3/">x</a>')),
     })
+    for n in (1, 2, 3):
+        site.routes[f"/docs/behind-{n}/"] = Reply(page("Behind", ("b", "Never reached.")))
     result, warnings = await run_crawl(site, "/docs/", tmp_path)
-    assert crawled(result, site) == ["/docs/", "/docs/a/", "/docs/b/", "/docs/self/"]
+    assert crawled(result, site) == sorted(["/docs/", "/docs/a/", "/docs/b/", "/docs/self/", "/docs/nofollow/",
+                                            "/docs/otherbot/", "/docs/meta-nofollow/"])
+    assert not any(p.startswith("/docs/behind-") for p in site.paths())
     for path in ("/docs/", "/docs/a/", "/docs/b/", "/docs/self/", "/docs/index.html", "/docs/data"):
         assert site.hits(path) == 1, path
     assert site.hits("/outside/") == 0 and site.hits("/docs/logo.png") == 0 and site.hits("/docs/c/") == 0
     assert not any(host.startswith("localhost") for host, _, _ in site.log)
     stats = result.stats
     assert (stats["sitemap_pages"], stats["not_html"], stats["gone"], stats["duplicates"]) == (0, 1, 1, 2)
+    assert stats["noindex"] == 1
     assert any(w.endswith("/docs/missing/: HTTP 404; not indexed") for w in warnings)
 
 
@@ -332,7 +346,7 @@ async def test_bytes_timeouts_and_kinds(site: DocsSite, tmp_path: Path) -> None:
     """A page over the byte limit or slower than the timeout is handed over as skipped (the index keeps its
     previous version); only HTML is a page (by Content-Type, or by its bytes when there is none)."""
     async def slow(_request: web.Request) -> web.Response:
-        await asyncio.sleep(1.5)
+        await asyncio.sleep(4)
         return web.Response(text=page("Slow", ("s", "Late.")), content_type="text/html")
 
     async def endless(request: web.Request) -> web.StreamResponse:
@@ -353,11 +367,11 @@ async def test_bytes_timeouts_and_kinds(site: DocsSite, tmp_path: Path) -> None:
         "/docs/pdf/": Reply(b"%PDF-1.4", content_type="application/pdf"),
         "/docs/xhtml/": Reply(page("X", ("x", "XHTML.")), content_type="application/xhtml+xml"),
     })
-    result, _ = await run_crawl(site, "/docs/", tmp_path, max_page_bytes=5000, timeout_s=0.5)
+    result, _ = await run_crawl(site, "/docs/", tmp_path, max_page_bytes=5000, timeout_s=1.5)
     assert crawled(result, site) == ["/docs/", "/docs/bare/", "/docs/xhtml/"]
     problems = {p.url.removeprefix(site.origin): p.problem for p in result.pages if p.file is None}
     assert problems == {"/docs/big/": "over the page limit of 0.0 MB (--max-page-bytes)",
-                        "/docs/slow/": "no answer within 0.5 s (--timeout)",
+                        "/docs/slow/": "no answer within 1.5 s (--timeout)",
                         "/docs/stream/": "over the page limit of 0.0 MB (--max-page-bytes)"}
     with pytest.raises(PageSkipped, match="no answer within"):
         next(p for p in result.pages if p.url.endswith("/slow/")).read()

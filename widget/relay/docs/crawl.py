@@ -86,6 +86,8 @@ _REASONS: tuple[Literal["gone", "failed", "not_html", "robots_disallowed", "noin
                         "redirects_refused", "redirects_outside", "redirect_loops"], ...] = (
     "gone", "failed", "not_html", "robots_disallowed", "noindex", "excluded", "redirects_refused",
     "redirects_outside", "redirect_loops")
+#: ``X-Robots-Tag`` directives written ``name: value`` (any other ``name:`` names a crawler).
+_VALUED_DIRECTIVES = frozenset({"unavailable_after", "max-snippet", "max-image-preview", "max-video-preview"})
 _HTML_TYPES = frozenset({"text/html", "application/xhtml+xml"})
 _REDIRECTS = frozenset({301, 302, 303, 307, 308})
 _DEFAULT_PORTS = {"http": 80, "https": 443}
@@ -290,6 +292,7 @@ class _Crawl:
     first_problem: str = ""
     fatal: BaseException | None = None
     visited: int = 0
+    files: int = 0
     _next_at: float = 0.0
     _pace_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
 
@@ -319,6 +322,7 @@ class _Crawl:
         current = url
         for _hop in range(MAX_REDIRECTS + 1):
             await self._pace()
+            wait: float | None = None
             try:
                 async with self.http.get(current, allow_redirects=False) as resp:
                     self.stats["requests"] += 1
@@ -334,35 +338,41 @@ class _Crawl:
                         continue
                     if (resp.status == 429 or resp.status >= 500) and retry:
                         wait = _retry_after(resp.headers.get("Retry-After"), self.opts.max_crawl_delay_s)
-                        await asyncio.sleep(wait)
-                        return await self._get(current, cap, page=page, truncate=truncate, retry=False)
-                    if resp.status >= 400:
+                    elif resp.status >= 400:
                         kind: Outcome = "failed" if resp.status == 429 or resp.status >= 500 else "gone"
                         return _Answer(kind, current, reason=f"HTTP {resp.status}")
-                    tags = resp.headers.get("X-Robots-Tag", "").lower()
-                    if page and "noindex" in tags:
-                        self.stats["noindex"] += 1
-                        return _Answer("skip", current, reason="marked noindex by its X-Robots-Tag header")
-                    # No type, or the generic one some servers give files they cannot place: look at the bytes.
-                    declared = "Content-Type" in resp.headers and resp.content_type != "application/octet-stream"
-                    if page and declared and resp.content_type not in _HTML_TYPES:
-                        return _Answer("not_html", current, reason=f"not HTML ({resp.content_type})")
-                    data = await _body(resp, cap, truncate=truncate)
-                    if data is None:
-                        return _Answer("failed", current, reason=f"over the page limit of {cap / 1e6:.1f} MB "
-                                                                 "(--max-page-bytes)")
-                    self.stats["bytes"] += len(data)
-                    if self.stats["bytes"] > self.opts.max_bytes:
-                        raise CrawlError(f"{self.site.start}: more than {self.opts.max_bytes / 1e9:.1f} GB "
-                                         "downloaded; crawl a smaller folder or --exclude some")
-                    if page and not declared and not _sniff_html(data):
-                        return _Answer("not_html", current, reason="not HTML (by its bytes)")
-                    return _Answer("page", current, data=data, nofollow="nofollow" in tags)
+                    else:
+                        return await self._answer(resp, current, cap, page=page, truncate=truncate)
             except (aiohttp.ClientError, TimeoutError, OSError) as exc:
                 return _Answer("failed", current, reason=self._describe(exc))
+            await asyncio.sleep(wait)  # the connection is back in the pool meanwhile
+            return await self._get(current, cap, page=page, truncate=truncate, retry=False)
         self.stats["redirect_loops"] += 1
         self.warn(f"{url}: more than {MAX_REDIRECTS} redirects; not indexed")
         return _Answer("skip", current, reason="too many redirects")
+
+    async def _answer(self, resp: aiohttp.ClientResponse, url: str, cap: int, *, page: bool,
+                      truncate: bool) -> _Answer:
+        """A final answer (not an error, not a redirect): a page, or why it is not one."""
+        tags = _robots_tags(resp.headers.getall("X-Robots-Tag", []))
+        if page and "noindex" in tags:
+            self.stats["noindex"] += 1
+            return _Answer("skip", url, reason="marked noindex by its X-Robots-Tag header")
+        # No type, or the generic one some servers give files they cannot place: the bytes decide.
+        declared = "Content-Type" in resp.headers and resp.content_type != "application/octet-stream"
+        if page and declared and resp.content_type not in _HTML_TYPES:
+            return _Answer("not_html", url, reason=f"not HTML ({resp.content_type})")
+        data = await _body(resp, cap, truncate=truncate)
+        if data is None:
+            limit = f"the page limit of {cap / 1e6:.1f} MB (--max-page-bytes)" if page else f"{cap / 1e6:.1f} MB"
+            return _Answer("failed", url, reason=f"over {limit}")
+        self.stats["bytes"] += len(data)
+        if self.stats["bytes"] > self.opts.max_bytes:
+            raise CrawlError(f"{self.site.start}: more than {self.opts.max_bytes / 1e9:.1f} GB downloaded; crawl "
+                             "a smaller folder or --exclude some")
+        if page and not declared and not _sniff_html(data):
+            return _Answer("not_html", url, reason="not HTML (by its bytes)")
+        return _Answer("page", url, data=data, nofollow="nofollow" in tags)
 
     def _redirect(self, current: str, target: str, chain: list[str], *, page: bool) -> _Answer | None:
         """Whether a redirect may be followed (None) or what it ends in."""
@@ -559,7 +569,8 @@ class _Crawl:
         if answer.outcome != "page":
             return
         digest = hashlib.sha256(answer.data).hexdigest()
-        path = self.spool / f"{len(self.kept) + len(self.failed)}-{digest[:16]}.html"
+        self.files += 1
+        path = self.spool / f"{self.files}.html"
         await asyncio.to_thread(path.write_bytes, answer.data)
         self.kept.append(_Kept(answer.url, path, digest))
         if not follow or answer.nofollow:
@@ -668,6 +679,20 @@ async def _body(resp: aiohttp.ClientResponse, cap: int, *, truncate: bool) -> by
         if len(buf) > cap:
             return bytes(buf[:cap]) if truncate else None
     return bytes(buf)
+
+
+def _robots_tags(values: list[str]) -> set[str]:
+    """The ``X-Robots-Tag`` directives meant for every crawler or for ours (``otherbot: noindex`` is not)."""
+    out: set[str] = set()
+    for value in values:
+        head, sep, rest = value.partition(":")
+        agent = head.strip().lower()
+        if sep and agent not in _VALUED_DIRECTIVES and not any(c in agent for c in " ,"):
+            if agent != ROBOTS_AGENT:
+                continue
+            value = rest
+        out.update(d.strip().lower() for d in value.split(","))
+    return out
 
 
 def _sniff_html(data: bytes) -> bool:
