@@ -69,7 +69,8 @@ def index_parser() -> argparse.ArgumentParser:
     p.add_argument("--selector", help="CSS selector of the pages' main content (default: the generators' "
                                       "landmarks: [role=main], main article, article, main)")
     p.add_argument("--exclude", action="append", default=None, metavar="GLOB",
-                   help="leave out files or folders matching GLOB, relative to their PATH (repeatable)")
+                   help="leave out files or folders matching GLOB, relative to their PATH, or a site's pages by their "
+                        "path under its start URL (repeatable)")
     p.add_argument("--max-pages", type=int, default=None,
                    help=f"stop before changing anything when there are more pages (default {MAX_PAGES})")
     p.add_argument("--max-page-bytes", type=int, default=None,
@@ -260,7 +261,8 @@ def index_main(argv: list[str]) -> int:
 
 def _run(args: argparse.Namespace, config: Any, fn: Any, what: str) -> int:
     async def go() -> int:
-        index: Any = open_docs_index(config.database_url, config.db_path)
+        index: Any = open_docs_index(config.database_url, config.db_path, embeddings_model=config.embeddings_model,
+                                     embeddings_max_windows=config.embeddings_max_windows)
         try:
             return int(await fn(args, index))
         finally:

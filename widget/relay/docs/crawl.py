@@ -13,15 +13,17 @@ against the URL's path under the start folder) are not fetched.
 folder, else at the site's root (sitemap indexes followed, gzip read; parsed by ``defusedxml`` with DTDs and
 entities refused, so a hostile sitemap is a warning, never an entity expansion). When they list pages under the
 start URL, those are the pages. Otherwise links are followed from the start page (``<a>``/``<area>`` ``href``,
-``<base>`` honoured, ``rel="nofollow"`` and a page's ``nofollow`` not followed) breadth first, at most
-``--max-depth`` hops. URLs robots.txt disallows are never fetched; its ``Crawl-delay``/``Request-rate`` spaces
-requests out (at most ``--max-crawl-delay``).
+``<base>`` honoured; not a link with ``rel="nofollow"``, nor any of a page marked ``nofollow`` in its robots meta
+tag or ``X-Robots-Tag``) breadth first, at most ``--max-depth`` hops. URLs robots.txt disallows are never
+fetched; its ``Crawl-delay``/``Request-rate`` spaces requests out (at most ``--max-crawl-delay``). A page whose
+``X-Robots-Tag`` (for every crawler or for ours) says ``noindex`` is not indexed.
 
 **Fetching.** ``--concurrency`` requests at once, each within ``--timeout`` seconds and ``--max-page-bytes``;
 redirects are followed by hand: to another origin refused (counted, a warning each), out of the start folder
 not followed, at most ``MAX_REDIRECTS`` hops, and a chain that comes back on itself is a loop (a warning). Only
-``text/html`` (and XHTML) answers are pages; identical pages under two URLs are kept once (the shorter URL).
-A 429 or 5xx answer is tried once more after its ``Retry-After`` (bounded).
+``text/html`` (and XHTML) answers are pages (one with no type or ``application/octet-stream``: when its bytes
+are HTML); identical pages under two URLs are kept once (the shorter URL). A 429 or 5xx answer is tried once
+more after its ``Retry-After`` (at most ``--max-crawl-delay``). ``HTTP(S)_PROXY``/``NO_PROXY`` are honoured.
 
 **Into the index.** Pages are kept in a temporary folder and go through ``indexer.run_index`` like files
 (``CrawledPage`` is a ``PageInput``): the same extraction, hashing and atomic commit. A page that could not be
