@@ -15,8 +15,9 @@ entities refused, so a hostile sitemap is a warning, never an entity expansion).
 start URL, those are the pages. Otherwise links are followed from the start page (``<a>``/``<area>`` ``href``,
 ``<base>`` honoured; not a link with ``rel="nofollow"``, nor any of a page marked ``nofollow`` in its robots meta
 tag or ``X-Robots-Tag``) breadth first, at most ``--max-depth`` hops. URLs robots.txt disallows are never
-fetched; its ``Crawl-delay``/``Request-rate`` spaces requests out (at most ``--max-crawl-delay``). A page whose
-``X-Robots-Tag`` (for every crawler or for ours) says ``noindex`` is not indexed.
+fetched; its ``Crawl-delay`` (whole seconds: ``urllib.robotparser``) or ``Request-rate`` spaces requests out
+(at most ``--max-crawl-delay``). A page whose ``X-Robots-Tag`` (for every crawler or for ours) says ``noindex``
+is not indexed.
 
 **Fetching.** ``--concurrency`` requests at once, each within ``--timeout`` seconds and ``--max-page-bytes``;
 redirects are followed by hand: to another origin refused (counted, a warning each), out of the start folder
