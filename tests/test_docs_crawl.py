@@ -201,6 +201,26 @@ async def test_sitemap_named_by_robots_and_a_sitemap_outside_the_folder(site: Do
     assert site.hits("/blog/post/") == 0 and site.hits("/sitemap.xml") == 0
 
 
+async def test_sitemap_files_are_bounded(site: DocsSite, tmp_path: Path) -> None:
+    """A sitemap index naming 150 sitemaps: 100 files are read (the index counts), the rest warned about once."""
+    async def part(request: web.Request) -> web.Response:
+        n = request.path.removeprefix("/many/s").removesuffix(".xml")
+        return web.Response(text=sitemap(site.url(f"/many/p{n}/")), content_type="application/xml")
+
+    async def a_page(request: web.Request) -> web.Response:
+        return web.Response(text=page(request.path, ("p", "A page.")), content_type="text/html")
+
+    site.routes["/many/sitemap.xml"] = Reply(sitemap(*(site.url(f"/many/s{n}.xml") for n in range(150)), index=True))
+    for n in range(150):
+        site.routes[f"/many/s{n}.xml"] = part
+        site.routes[f"/many/p{n}/"] = a_page
+    result, warnings = await run_crawl(site, "/many/", tmp_path, concurrency=8)
+    assert result.stats["sitemap_pages"] == 99 and result.stats["pages"] == 99
+    assert sum(1 for p in site.paths() if p.startswith("/many/s")) == 100  # the index and 99 sitemaps
+    assert [w for w in warnings if "sitemap files" in w] == [
+        f"more than 100 sitemap files; 51 more from {site.url('/many/s99.xml')} on not read"]
+
+
 async def test_link_driven_crawl_without_sitemap(site: DocsSite, tmp_path: Path) -> None:
     """No robots.txt, no sitemap: links from the start page, each page fetched once whatever its spelling
     (fragment, query, dot segments, escapes); loops end; other hosts, folders and non-pages are not fetched."""

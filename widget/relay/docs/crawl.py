@@ -490,8 +490,9 @@ class _Crawl:
                 continue
             done.add(url)
             if budget[0] <= 0:
-                self.warn(f"{url}: more than {MAX_SITEMAPS} sitemap files; not read")
-                continue
+                left = len(set(queue) - done) + 1
+                self.warn(f"more than {MAX_SITEMAPS} sitemap files; {left} more from {url} on not read")
+                break
             budget[0] -= 1
             answer = await self._get(url, MAX_SITEMAP_BYTES, page=False)
             if answer.outcome != "page":
@@ -574,7 +575,10 @@ class _Crawl:
         digest = hashlib.sha256(answer.data).hexdigest()
         self.files += 1
         path = self.spool / f"{self.files}.html"
-        await asyncio.to_thread(path.write_bytes, answer.data)
+        try:
+            await asyncio.to_thread(path.write_bytes, answer.data)
+        except OSError as exc:
+            raise CrawlError(f"cannot keep the fetched pages in {self.spool} ({exc.strerror or exc})") from None
         self.kept.append(_Kept(answer.url, path, digest))
         if not follow or answer.nofollow:
             return
