@@ -1,22 +1,29 @@
 """The contract says what the relay enforces (issue 31, item 7).
 
-The schemas carry the limits the prose and the relay enforce (an idempotency key of 1-128 characters, a message
-text of 1-16,000, ``last_seq`` from 0 to 2**63 - 1 and never null in ``replay``, an ``activate`` payload that is an
-object); openapi.json has ``GET /api/protocol/{name}``; client timings are stored only when they are finite numbers
-from 0 to an hour; a store failure is ``unavailable`` on the socket as over HTTP; in the conformance suite a skipped
-flow is never a pass and ``function_timeout`` checks the figure it names."""
+The relay refuses what the schemas refuse (the schemas' limits themselves, and openapi.json's
+``GET /api/protocol/{name}``, are checked without a relay in tests/test_protocol_schemas.py); the relay serves the
+protocol documents, and asyncapi.json passes the AsyncAPI Initiative's schema (an npm tarball fetched into the build
+cache, hence not a unit test); client timings are stored only when they are finite numbers from 0 to an hour; a
+store failure is ``unavailable`` on the socket as over HTTP; in the conformance suite a skipped flow is never a pass
+and ``function_timeout`` checks the figure it names."""
 
 from __future__ import annotations
 
+import copy
+import hashlib
+import json
+import os
 import sqlite3
 import subprocess
 import sys
+import tarfile
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import aiohttp
+import jsonschema
 import pytest
 import pytest_asyncio
 from relay_helpers import joined, launch, register
@@ -24,7 +31,8 @@ from support import free_port, stop_process
 
 from widget import protocol as P
 from widget.conformance import Options, run_suite
-from widget.relay.http.contract import check_payload, jsonschema_validator, openapi
+from widget.protocol import names
+from widget.relay.http import contract as C
 
 pytestmark = pytest.mark.relay
 
@@ -36,42 +44,6 @@ async def relay(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Any]:
     handle = await launch(tmp_path_factory.mktemp("edges-contract"), function_call_timeout_s=1.0)
     yield handle
     await handle.stop()
-
-
-
-BAD = [
-    ("user_message", {"text": "hi", "idempotency_key": ""}),
-    ("user_message", {"text": "hi", "idempotency_key": "k" * 129}),
-    ("user_message", {"text": "", "idempotency_key": "k"}),
-    ("user_message", {"text": "x" * 16_001, "idempotency_key": "k"}),
-    ("join", {"token": "t", "version": 1, "last_seq": -1}),
-    ("join", {"token": "t", "version": 1, "last_seq": 2**63}),
-    ("replay", {"last_seq": None}),
-    ("replay", {"last_seq": -3}),
-    ("activate", []),
-    ("activate", "now"),
-    ("cancel", {"idempotency_key": "k" * 129}),
-]
-GOOD = [
-    ("user_message", {"text": "x" * 16_000, "idempotency_key": "k" * 128}),
-    ("join", {"token": "t", "version": 1, "last_seq": 2**63 - 1}),
-    ("join", {"token": "t", "version": 1, "last_seq": None}),
-    ("replay", {"last_seq": 0}),
-    ("activate", {}),
-]
-
-
-@pytest.mark.parametrize(("event", "payload"), BAD + GOOD)
-def test_the_schemas_carry_the_limits(event: str, payload: Any) -> None:
-    ours = check_payload(event, payload)
-    theirs = list(jsonschema_validator("event", event, "payload").iter_errors(payload))
-    assert bool(ours) == bool(theirs) == ((event, payload) in BAD), (ours, theirs)
-
-
-def test_openapi_has_the_protocol_documents() -> None:
-    op = openapi()["paths"]["/api/protocol/{name}"]["get"]
-    assert op["operationId"] == "protocolDocument"
-    assert [p["name"] for p in op["parameters"]] == ["name"] and set(op["responses"]) == {"200", "404"}
 
 
 async def test_the_relay_refuses_what_the_schemas_refuse(relay: Any, http: aiohttp.ClientSession) -> None:
@@ -156,3 +128,53 @@ def test_a_skipped_flow_is_not_a_pass(tmp_path: Path) -> None:
         assert out.returncode == 1 and "FAIL http" in out.stdout, out.stdout
     finally:
         stop_process(server)
+
+
+#: The AsyncAPI Initiative's JSON Schema of AsyncAPI documents (npm package), pinned by its tarball's hash.
+ASYNCAPI_SPECS = ("@asyncapi/specs", "6.11.1", "01af8744dc33c0c7eb2e908f6a955319ee58b70ecadc9387d1aeb16c0cd28928")
+
+
+def asyncapi_meta_schema() -> dict[str, Any]:
+    """The AsyncAPI 3.0.0 document schema, from the pinned npm tarball (fetched once into the build cache)."""
+    name, version, sha = ASYNCAPI_SPECS
+    cache = Path(os.environ.get("AUTOPILOT_BUILD_CACHE", ROOT / ".build-cache")) / "test-downloads"
+    cache.mkdir(parents=True, exist_ok=True)
+    tgz = cache / f"asyncapi-specs-{version}.tgz"
+    if not tgz.exists():
+        subprocess.run(
+            ["npm", "pack", f"{name}@{version}", "--pack-destination", str(cache)],
+            check=True,
+            capture_output=True,
+            timeout=300,
+        )
+    assert hashlib.sha256(tgz.read_bytes()).hexdigest() == sha, f"{tgz} is not the pinned {name}@{version}"
+    with tarfile.open(tgz) as tar:
+        member = tar.extractfile("package/schemas/3.0.0-without-$id.json")
+        assert member is not None
+        return json.load(member)
+
+
+def test_asyncapi_document_passes_its_validator() -> None:
+    validator = jsonschema.Draft7Validator(asyncapi_meta_schema())
+    doc = C.asyncapi()
+    assert [e.message for e in validator.iter_errors(doc)] == []
+    assert doc["asyncapi"] == "3.0.0"
+    assert set(doc["operations"]) == {e.value.replace(".", "_") for e in names.Event}
+    assert doc["operations"]["join"]["action"] == "receive" and "reply" in doc["operations"]["join"]
+    assert doc["operations"]["completion_ended"]["action"] == "send"
+    # The validator is not vacuous: a document without its required parts fails.
+    broken = copy.deepcopy(doc)
+    del broken["info"]
+    broken["operations"]["join"]["action"] = "publish"
+    assert len(list(validator.iter_errors(broken))) >= 2
+
+
+async def test_relay_serves_the_documents(relay: Any) -> None:
+    async with aiohttp.ClientSession() as http:
+        for name, doc in C.documents().items():
+            r = await http.get(f"{relay.url}{C.DOCS_PATH}/{name}")
+            assert r.status == 200 and r.headers["Content-Type"].startswith("application/json")
+            assert r.headers["Access-Control-Allow-Origin"] == "*"
+            assert await r.text() == C.dump(doc)
+        r = await http.get(f"{relay.url}{C.DOCS_PATH}/nope.json")
+        assert r.status == 404 and (await r.json())["error"]["code"] == "not_found"
