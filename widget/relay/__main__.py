@@ -98,6 +98,10 @@ def main(argv: list[str] | None = None) -> int:
         from .docs.cli import search_main
 
         return search_main(argv[1:])
+    if argv[:1] == ["embeddings"]:  # autopilot-relay embeddings fetch|check: hybrid docs search's model folder
+        from .docs.embeddings import embeddings_main
+
+        return embeddings_main(argv[1:])
     if argv[:1] == ["eval"]:  # autopilot-relay eval: the docs index measured on a probe file
         from .docs.eval import eval_main
 

@@ -199,6 +199,11 @@ class RelayConfig:
     #: A folder of Markdown the relay indexes for the ``demo`` app at start and serves at ``/docs/<name>.html``
     #: (``--demo-docs``; ``bash dev demo`` passes this project's docs/). None: no docs site.
     demo_docs: Path | None = None
+    #: Hybrid docs search: a folder with the embedding model (``autopilot-relay embeddings fetch DIR``); None:
+    #: BM25 alone (docs/deployment.md, "Hybrid search"). Needs the ``embeddings`` extra.
+    embeddings_model: str | None = None
+    #: Windows of one app's section vectors a relay holds in memory (1.5 KB each); past it, BM25 alone.
+    embeddings_max_windows: int = 100_000
     relay_path: str = DEFAULT_RELAY_PATH
     apps: dict[str, AppConfig] = field(default_factory=dict)
     models: dict[str, ModelConfig] = field(default_factory=dict)
@@ -323,6 +328,8 @@ class RelayConfig:
         cfg.trusted_proxies = list(cfg.trusted_proxies)
         if cfg.max_iterations < 1:
             raise ConfigError("max_iterations must be >= 1")
+        if not 1 <= cfg.embeddings_max_windows <= 10_000_000:
+            raise ConfigError(f"embeddings_max_windows must be 1-10000000, got {cfg.embeddings_max_windows}")
         for name in ("turn_timeout_s", "model_stall_timeout_s", "max_answer_chars", "max_tool_calls_per_response"):
             if getattr(cfg, name) <= 0:
                 raise ConfigError(f"{name} must be > 0")
@@ -526,6 +533,8 @@ _TOP_KEYS = {
     "db_path": str,
     "db": str,
     "database_url": str,
+    "embeddings_model": str,
+    "embeddings_max_windows": int,
     "redis_url": str,
     "redis_channel": str,
     "retention_days": (int, float),
@@ -658,6 +667,8 @@ _ENV: dict[str, tuple[str, Callable[[str], Any]]] = {
     "AUTOPILOT_SECRET": ("secret", str),
     "AUTOPILOT_DB": ("db_path", str),
     "AUTOPILOT_DATABASE_URL": ("database_url", str),
+    "AUTOPILOT_EMBEDDINGS_MODEL": ("embeddings_model", str),
+    "AUTOPILOT_EMBEDDINGS_MAX_WINDOWS": ("embeddings_max_windows", int),
     "AUTOPILOT_REDIS_URL": ("redis_url", str),
     "AUTOPILOT_REDIS_CHANNEL": ("redis_channel", str),
     "AUTOPILOT_RETENTION_DAYS": ("retention_days", float),

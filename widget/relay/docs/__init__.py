@@ -10,16 +10,31 @@ from __future__ import annotations
 from .search import DocHit, DocsIndex
 
 
-def open_docs_index(database_url: str | None, db_path: str) -> DocsIndex:
+def open_docs_index(database_url: str | None, db_path: str, *, embeddings_model: str | None = None,
+                    embeddings_max_windows: int | None = None) -> DocsIndex:
     """The relay's docs index: PostgreSQL full-text search when ``database_url`` is set, else SQLite FTS5 in the
-    relay's database file ``db_path``. Connects on first use; ``close()`` when done."""
+    relay's database file ``db_path``. Connects on first use; ``close()`` when done. With ``embeddings_model`` (a
+    folder made by ``autopilot-relay embeddings fetch``), hybrid search (``hybrid.py``); when the model cannot
+    be loaded (the ``embeddings`` extra missing, the folder wrong) a warning says why and BM25 alone serves."""
+    engine: DocsIndex
     if database_url:
         from .pg_index import PgDocsIndex
 
-        return PgDocsIndex(database_url)
-    from .sqlite_index import SqliteDocsIndex
+        engine = PgDocsIndex(database_url)
+    else:
+        from .sqlite_index import SqliteDocsIndex
 
-    return SqliteDocsIndex(db_path)
+        engine = SqliteDocsIndex(db_path)
+    if embeddings_model:
+        try:
+            from .hybrid import open_hybrid
+        except ImportError as exc:  # numpy, which the embeddings extra brings
+            from .embeddings_missing import warn_missing
+
+            warn_missing(exc)
+            return engine
+        return open_hybrid(engine, database_url, db_path, embeddings_model, embeddings_max_windows)
+    return engine
 
 
 __all__ = ["DocHit", "DocsIndex", "open_docs_index"]

