@@ -93,6 +93,28 @@ async def engine(request: Any, relay_server: Any, page_server: Any) -> AsyncIter
         await eng.stop()
 
 
+#: What tells one page from the next in the same tab (a reload or a navigation makes a new time origin), and whether
+#: Python's bar is mounted.
+PAGE_FACTS = ("() => ({origin: performance.timeOrigin, url: location.href, "
+              "bar: !!document.getElementById('autopilot-bar-host'), python: !!(window.Autopilot && "
+              "window.Autopilot.pyodide)})")
+
+
+@pytest_asyncio.fixture(autouse=True)
+async def one_page(request: Any, engine: Engine) -> AsyncIterator[None]:
+    """The tests go on with the page the fixture loaded: a test after which the page was reloaded or left, or lost
+    Python's bar, fails saying so (instead of the next tests failing on a missing bar)."""
+    before = await engine.call(PAGE_FACTS)
+    yield
+    if request.node.name.startswith("test_a_refused_origin_is_explained"):  # it opens a page of its own
+        return
+    after = await engine.call(PAGE_FACTS)
+    assert after["origin"] == before["origin"] and after["url"] == before["url"], (
+        f"{engine.name}: the page was reloaded or left during the test: {before} -> {after}")
+    if before["bar"]:
+        assert after["bar"], f"{engine.name}: the bar was removed during the test: {before} -> {after}"
+
+
 async def test_boots_and_joins(engine: Engine) -> None:
     await engine.wait("() => performance.getEntriesByName('autopilot:joined').length > 0", timeout=120)
     assert await engine.call("() => window.Autopilot.handle !== null && "
