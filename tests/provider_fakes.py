@@ -32,7 +32,9 @@ Write a subclass of :class:`Encoder` in a module of its own named ``tests/provid
 :func:`encoders` imports every ``tests/provider_fake_*.py`` once and returns the registry, so the scenario module
 picks a new provider up with no edit. An encoder may override :meth:`Encoder.model_config` (e.g. ``tool_calling =
 "text"`` for a tools-as-text model, whose encoder writes the calls as text) and list scenarios that do not apply
-to it in ``skip`` (scenario name -> reason, shown as the skip reason). Helpers every encoder shares:
+to it in ``skip`` (scenario name -> reason, shown as the skip reason; a scenario's name is its test's name in
+tests/test_model_scenarios.py without ``test_``, e.g. ``"two_parallel_calls": "the model makes one call at a
+time"``). Helpers every encoder shares:
 :func:`sse` (one event), :func:`pieces` (a string cut into streamed pieces), :class:`Pause`.
 
 The server (:class:`FakeProviders`) mounts every registered encoder under ``/<name>``, keeps one queue of scripted
@@ -83,7 +85,8 @@ class Call:
 @dataclass
 class Reply:
     """What the model answers to one request: ``text`` pieces (``Pause`` items between them), then ``calls`` (two
-    or more: parallel calls), with ``usage`` (input, output tokens); or a failure ``fail``."""
+    or more: parallel calls), with ``usage`` (input, output tokens); or a failure ``fail``. ``text`` may be a
+    generator (:func:`endless`): an encoder should iterate it once, lazily, as it writes."""
 
     text: Iterable[str | Pause] = ()
     calls: list[Call] = field(default_factory=list)
@@ -93,9 +96,11 @@ class Reply:
     retry_after: int = 7
 
 
-def endless(piece: str = "tok ", every_s: float = 0.02) -> Iterator[str | Pause]:
-    """``Reply.text`` of a stream that never ends: a piece every ``every_s`` until the client goes away."""
-    for _ in itertools.count():
+def endless(piece: str = "tok ", every_s: float = 0.02, for_s: float = 120.0) -> Iterator[str | Pause]:
+    """``Reply.text`` of a stream that does not end while a test runs: a piece every ``every_s`` for ``for_s``
+    seconds, or until the client goes away. Bounded (6,000 pieces by default), so an encoder that reads the whole
+    text before it writes stays finite."""
+    for _ in range(max(int(for_s / every_s), 1)):
         yield piece
         yield Pause(every_s)
 

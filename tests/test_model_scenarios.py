@@ -4,15 +4,17 @@ documented streaming format (tests/provider_fakes.py; each registered provider i
 
 Scenarios: a plain answer; a function call and its result fed back; a sensitive call that waits for the reader (who
 denies it); two parallel calls; an action offered with the answer; a cited documentation section; each provider
-failure reaching the client as its error code with ``retryable``; Stop mid-stream (the provider sees its
-connection closed); a stalled stream (``model_timeout``, and the connection closed).
+failure reaching the client as its error code with ``retryable`` (and the provider's ``retry-after`` as the
+adapter's ``retry_after``); Stop mid-stream (the provider sees its connection closed); a stalled stream and the
+turn's deadline (``model_timeout``, and the connection closed); the answer-length and tool-call bounds.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 import aiohttp
@@ -318,18 +320,73 @@ async def test_stalled_stream_times_out(world: tuple[Any, FakeProviders], provid
     before = fake.ended_early[provider]
     fake.script(provider, Reply(text=["Thinking about it", Pause(30)]))
     rec, _, _ = await joined(http, h.url, app=f"p-{provider}")
-    stall = h.config.model_stall_timeout_s
-    h.config.model_stall_timeout_s = 0.6
-    try:
+    with bounds(h, model_stall_timeout_s=0.6):
         fin, events = await turn(rec, "think hard")
-    finally:
-        h.config.model_stall_timeout_s = stall
     assert fin["status"] == "failed" and streamed(events) == "Thinking about it"
     (err,) = [d["message"] for d in named(events, "message") if d["message"]["role"] == "error"]
     assert err["code"] == P.TurnErrorCode.MODEL_TIMEOUT and err["retryable"] is True
     assert "0.6 s" in err["content"]
     await fake.wait_closed(provider, before + 1)
     await rec.disconnect()
+
+
+async def test_turn_deadline(world: tuple[Any, FakeProviders], provider: str, http: aiohttp.ClientSession) -> None:
+    """A stream that goes on past the turn's deadline: ``model_timeout``, the answer kept up to there, the provider's
+    connection closed."""
+    h, fake = world
+    before = fake.ended_early[provider]
+    fake.script(provider, Reply(text=endless()))
+    rec, _, _ = await joined(http, h.url, app=f"p-{provider}")
+    with bounds(h, turn_timeout_s=0.8):
+        fin, events = await turn(rec, "go on forever")
+    assert fin["status"] == "failed" and streamed(events).startswith("tok tok ")
+    (err,) = [d["message"] for d in named(events, "message") if d["message"]["role"] == "error"]
+    assert err["code"] == P.TurnErrorCode.MODEL_TIMEOUT and "longer than the relay allows" in err["content"]
+    await fake.wait_closed(provider, before + 1)
+    await rec.disconnect()
+
+
+async def test_answer_length_bound(world: tuple[Any, FakeProviders], provider: str,
+                                   http: aiohttp.ClientSession) -> None:
+    """An answer past ``max_answer_chars``: ``answer_too_long``, the text kept up to the bound."""
+    h, fake = world
+    fake.script(provider, Reply(text=["0123456789"] * 5))
+    rec, _, url = await joined(http, h.url, app=f"p-{provider}")
+    with bounds(h, max_answer_chars=25):
+        fin, events = await turn(rec, "count")
+    assert fin["status"] == "failed" and streamed(events) == "0123456789" * 2 + "01234"
+    (err,) = [d["message"] for d in named(events, "message") if d["message"]["role"] == "error"]
+    assert err["code"] == P.TurnErrorCode.ANSWER_TOO_LONG
+    assert [m["content"] for m in (await info(http, url))["messages"] if m["role"] == "assistant"] == [
+        "0123456789" * 2 + "01234"]
+    await rec.disconnect()
+
+
+async def test_tool_call_bound(world: tuple[Any, FakeProviders], provider: str, http: aiohttp.ClientSession) -> None:
+    """A response with more calls than ``max_tool_calls_per_response``: ``too_many_tool_calls``, none of them run."""
+    h, fake = world
+    fake.script(provider, Reply(calls=[Call("get_weather", {"city": c}, id=f"call_{c}") for c in ("Oslo", "Lima")]))
+    rec, _, _ = await joined(http, h.url, app=f"p-{provider}")
+    await declare(rec, {"get_weather": WEATHER})
+    with bounds(h, max_tool_calls_per_response=1):
+        fin, events = await turn(rec, "weather in Oslo and Lima?")
+    assert fin["status"] == "failed" and "function_call.begin" not in [e for e, _ in events]
+    (err,) = [d["message"] for d in named(events, "message") if d["message"]["role"] == "error"]
+    assert err["code"] == P.TurnErrorCode.TOO_MANY_TOOL_CALLS
+    await rec.disconnect()
+
+
+@contextlib.contextmanager
+def bounds(h: Any, **settings: Any) -> Iterator[None]:
+    """The relay's turn bounds changed for one test (a turn reads them from the config when it starts)."""
+    old = {k: getattr(h.config, k) for k in settings}
+    for k, v in settings.items():
+        setattr(h.config, k, v)
+    try:
+        yield
+    finally:
+        for k, v in old.items():
+            setattr(h.config, k, v)
 
 
 def test_every_provider_is_registered() -> None:

@@ -9,18 +9,22 @@ import email.utils
 import json
 import time
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any
 
+import aiohttp
 import pytest
 import pytest_asyncio
 from aiohttp import web
 from provider_fakes import sse
+from relay_helpers import declare, joined, launch
 
 from widget.errors import ConfigError
-from widget.relay.config import ModelConfig
+from widget.relay.config import AppConfig, ModelConfig
 from widget.relay.models.adapters import make_adapter
 from widget.relay.models.anthropic import CONTINUED, DEFAULT_MAX_TOKENS, AnthropicAdapter, safe_id, to_messages
 from widget.relay.models.base import ModelError, ModelRequest, TextDelta, ToolCall, Usage
+from widget.relay.models.tools_text import TextToolsAdapter
 
 pytestmark = pytest.mark.relay
 
@@ -67,7 +71,7 @@ def test_a_conversation_never_starts_with_the_assistant() -> None:
     assert safe_id("call/1 x") == "call_1_x" and safe_id(None) == "call"
 
 
-def test_the_request_carries_max_tokens_tools_and_strict() -> None:
+def test_the_request_carries_max_tokens_and_tools() -> None:
     tools = [{"name": "plan_limits", "description": "Limits.", "strict": True,
               "parameters": {"type": "object", "properties": {}, "required": [], "additionalProperties": False}},
              {"name": "bad name!", "description": "left out", "parameters": {"type": "object"}},
@@ -77,14 +81,15 @@ def test_the_request_carries_max_tokens_tools_and_strict() -> None:
     kw = a._request_kwargs(req)
     assert kw["max_tokens"] == DEFAULT_MAX_TOKENS and kw["system"] == "S" and kw["stream"] is True
     assert "temperature" not in kw
-    assert [(t["name"], t.get("strict")) for t in kw["tools"]] == [("plan_limits", True), ("get_selection", None)]
+    # no strict flag (not every Claude model or gateway takes it): the schemas keep their constraints as guidance
+    assert [(t["name"], "strict" in t) for t in kw["tools"]] == [("plan_limits", False), ("get_selection", False)]
     assert kw["tools"][0]["input_schema"]["additionalProperties"] is False
-    assert a.schema_keywords == {"enum", "format"} and "uri" in a.schema_formats
+    assert {"enum", "format", "minimum", "maxLength", "maxItems"} <= a.schema_keywords
+    assert a.schema_formats == {"email", "uri", "date", "date-time"}
     b = AnthropicAdapter(ModelConfig(adapter="anthropic", model="claude-x", api_key="k", max_tokens=300,
-                                     temperature=0.2, strict_tools=False))
+                                     temperature=0.2))
     kw = b._request_kwargs(req)
-    assert kw["max_tokens"] == 300 and kw["temperature"] == 0.2 and "strict" not in kw["tools"][0]
-    assert b.schema_keywords == {"enum"}
+    assert kw["max_tokens"] == 300 and kw["temperature"] == 0.2
     with pytest.raises(ConfigError, match="temperature from 0 to 1"):
         AnthropicAdapter(ModelConfig(adapter="anthropic", model="claude-x", temperature=1.5))
     assert isinstance(make_adapter(ModelConfig(adapter="anthropic", model="claude-x")), AnthropicAdapter)
@@ -288,3 +293,59 @@ async def test_a_tool_use_with_arguments_that_do_not_parse_stays_raw(server: tup
     out = await collect(base)
     assert out[-1] == ToolCall("get_weather", '{"city": ', provider_id="toolu_9")
     assert json.dumps(s.bodies[-1]["messages"]) == '[{"role": "user", "content": [{"type": "text", "text": "hi"}]}]'
+
+
+async def test_tools_as_text_around_the_adapter(server: tuple[Server, str]) -> None:
+    """``tool_calling = "text"``: the tools go in the system prompt, none natively, and a block in the answer's
+    text becomes a call (the text around it streams)."""
+    s, base = server
+    adapter = make_adapter(ModelConfig(adapter="anthropic", model="claude-x", base_url=base, max_retries=0,
+                                       tool_calling="text"))
+    assert isinstance(adapter, TextToolsAdapter) and isinstance(adapter.inner, AnthropicAdapter)
+    s.answers.append([start(), *text_block(0, "Checking. <tool_", 'call>{"name": "get_weather", "arguments": ',
+                                           '{"city": "Oslo"}}</tool_call>'), *end("end_turn")])
+    tool = {"name": "get_weather", "description": "The weather.",
+            "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}
+    try:
+        out = [c async for c in adapter.stream(ModelRequest(messages=[{"role": "user", "content": "Oslo?"}],
+                                                            tools=[tool]))]
+    finally:
+        await adapter.aclose()
+    assert "".join(c.text for c in out if isinstance(c, TextDelta)).strip() == "Checking."
+    assert [c for c in out if isinstance(c, ToolCall)] == [ToolCall("get_weather", {"city": "Oslo"})]
+    body = s.bodies[-1]
+    assert "tools" not in body and "<tool_call>" in body["system"] and "get_weather" in body["system"]
+
+
+async def test_a_relay_turn_sends_schemas_with_their_constraints(server: tuple[Server, str], tmp_path: Path) -> None:
+    """Through a relay: a page tool's schema reaches Anthropic with its constraint keywords (no strict mode to
+    refuse them), the relay's own ``multiline`` format said in words; the system prompt apart from the messages."""
+    s, base = server
+    h = await launch(tmp_path, apps={"demo": AppConfig(model="claude")},
+                     models={"demo": ModelConfig(chunk_delay_ms=0),
+                             "claude": ModelConfig(adapter="anthropic", model="claude-x", base_url=base,
+                                                   max_retries=0)})
+    search = {"kind": "tool", "description": "Search orders.", "handler": "page", "parameters": {
+        "type": "object", "properties": {
+            "email": {"type": "string", "format": "email"},
+            "note": {"type": "string", "format": "multiline", "maxLength": 200},
+            "limit": {"type": "integer", "minimum": 1, "maximum": 20}},
+        "required": ["email"], "additionalProperties": False}}
+    s.answers.append([start(), *text_block(0, "Hello."), *end("end_turn")])
+    try:
+        async with aiohttp.ClientSession() as http:
+            rec, _, _ = await joined(http, h.url)
+            await declare(rec, {"search_orders": search})
+            assert (await rec.call("user_message", {"text": "find my order", "idempotency_key": "m"}))["ok"]
+            assert (await rec.wait("completion.finished"))["status"] == "done"
+            await rec.disconnect()
+    finally:
+        await h.stop()
+    body = s.bodies[-1]
+    (tool,) = [t for t in body["tools"] if t["name"] == "search_orders"]
+    props = tool["input_schema"]["properties"]
+    assert props["email"] == {"type": "string", "format": "email"}
+    assert props["limit"] == {"type": ["integer", "null"], "minimum": 1, "maximum": 20}
+    assert props["note"] == {"type": ["string", "null"], "description": "May span several lines", "maxLength": 200}
+    assert "strict" not in tool and body["system"] and all(m["role"] != "system" for m in body["messages"])
+    assert body["messages"][-1] == {"role": "user", "content": [{"type": "text", "text": "find my order"}]}

@@ -1,4 +1,5 @@
-"""The model adapter a configuration names (``demo``, ``openai`` or ``anthropic``)."""
+"""The model adapter a configuration names (``demo``, ``openai``, ``openai-responses`` or ``anthropic``), with tools
+as text around it when the model's ``tool_calling`` is ``text``."""
 
 from __future__ import annotations
 
@@ -14,13 +15,20 @@ def make_adapter(cfg: ModelConfig) -> ModelAdapter:
     if cfg.adapter == "openai":
         from .openai_chat import OpenAIAdapter  # the openai package is an optional extra
 
-        return OpenAIAdapter(cfg)
+        return OpenAIAdapter(cfg)  # tools as text inside: it also switches to them when a server refuses tools
+    adapter: ModelAdapter
     if cfg.adapter == "anthropic":
         from .anthropic import AnthropicAdapter  # the anthropic package is an optional extra
 
-        return AnthropicAdapter(cfg)
-    if cfg.adapter == "openai-responses":
+        adapter = AnthropicAdapter(cfg)
+    elif cfg.adapter == "openai-responses":
         from .openai_responses import OpenAIResponsesAdapter  # the openai package is an optional extra
 
-        return OpenAIResponsesAdapter(cfg)
-    raise ValueError(cfg.adapter)  # config validation prevents this
+        adapter = OpenAIResponsesAdapter(cfg)
+    else:
+        raise ValueError(cfg.adapter)  # config validation prevents this
+    if cfg.tool_calling == "text":
+        from .tools_text import TextToolsAdapter
+
+        return TextToolsAdapter(adapter)
+    return adapter

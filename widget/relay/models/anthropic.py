@@ -5,9 +5,12 @@ Configuration (``[models.<name>]``): ``model`` (e.g. ``claude-sonnet-4-5``), ``a
 SDK sends it as the API's key header), ``base_url`` (default ``https://api.anthropic.com``; the SDK posts to
 ``{base_url}/v1/messages``),
 ``max_tokens`` (Anthropic requires one: 4096 when unset), ``temperature`` (0 to 1 here), ``request_timeout_s``,
-``max_retries`` (the SDK's own retries of 408/409/429/5xx/529 and dropped connections, before the turn fails),
-``strict_tools`` (tools the relay marks strict go with ``strict: true``; their schemas keep ``enum`` and the
-``format`` values Anthropic's strict mode takes).
+``max_retries`` (the SDK's own retries of 408/409/429/5xx/529 and dropped connections, before the turn fails; a
+429's wait is its ``retry-after``), ``tool_calling = "text"`` (tools as text, :mod:`.tools_text`, through
+:func:`.adapters.make_adapter`). ``strict_tools`` does not apply: tools go without Anthropic's ``strict`` flag (not
+every Claude model or gateway takes it), their schemas keep every constraint keyword the relay knows (``enum``,
+``format`` email / uri / date / date-time, bounds, lengths, ``maxItems``) as guidance, and the relay checks the
+arguments in code as for every provider.
 
 What the relay's OpenAI-style request becomes (:func:`to_messages`):
 
@@ -52,6 +55,7 @@ from typing import Any
 from ...errors import ConfigError
 from ...protocol import TurnErrorCode
 from ..config import ModelConfig
+from ..tools import BOUNDS
 from .base import Chunk, ModelAdapter, ModelError, ModelRequest, TextDelta, ToolCall, Usage
 
 log = logging.getLogger("widget.relay")
@@ -60,6 +64,10 @@ log = logging.getLogger("widget.relay")
 DEFAULT_MAX_TOKENS = 4096
 _TOOL_NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 _ID_UNSAFE = re.compile(r"[^A-Za-z0-9_-]")
+#: The constraint keywords a tool schema sent to Anthropic keeps (the relay's others are said in the description).
+SCHEMA_KEYWORDS: frozenset[str] = frozenset({"enum", "format", "maxItems", *BOUNDS})
+#: The ``format`` values kept (``multiline`` is the relay's own: said in the description).
+SCHEMA_FORMATS: frozenset[str] = frozenset({"email", "uri", "date", "date-time"})
 #: The user note a conversation that would start with the assistant starts with.
 CONTINUED = "(The conversation continues.)"
 #: Messages of a 400 that mean the conversation does not fit the model's context window.
@@ -187,10 +195,10 @@ class AnthropicAdapter(ModelAdapter):
             raise ConfigError(f"the anthropic adapter takes a temperature from 0 to 1, got {cfg.temperature}")
         self._anthropic = anthropic
         self.cfg = cfg
-        if cfg.strict_tools:
-            # Anthropic's strict tool use takes enum and these formats; not minimum/maximum, lengths or maxItems.
-            self.schema_keywords = frozenset({"enum", "format"})
-            self.schema_formats = frozenset({"email", "date", "date-time", "uri"})
+        # No strict mode here: Anthropic reads a tool's input_schema as JSON Schema guidance, so the model sees every
+        # constraint as a keyword (the relay's own checks enforce them).
+        self.schema_keywords = SCHEMA_KEYWORDS
+        self.schema_formats = SCHEMA_FORMATS
         self.client = anthropic.AsyncAnthropic(
             base_url=cfg.base_url,
             api_key=cfg.api_key or "unused",
@@ -243,8 +251,6 @@ class AnthropicAdapter(ModelAdapter):
                 "description": t.get("description") or "",
                 "input_schema": t.get("parameters") or {"type": "object", "properties": {}},
             }
-            if t.get("strict") and self.cfg.strict_tools:
-                spec["strict"] = True
             tools.append(spec)
         if tools:
             kwargs["tools"] = tools
@@ -268,7 +274,9 @@ class AnthropicAdapter(ModelAdapter):
                 elif kind == "content_block_start":
                     block = event.content_block
                     if block.type == "tool_use":
-                        blocks[event.index] = {"id": block.id, "name": block.name, "json": ""}
+                        # input comes in input_json_delta pieces; one given whole at the start is kept if none do
+                        blocks[event.index] = {"id": block.id, "name": block.name, "json": "",
+                                               "input": getattr(block, "input", None)}
                     elif block.type == "text" and block.text:
                         yield TextDelta(block.text)
                 elif kind == "content_block_delta":
@@ -338,6 +346,8 @@ def _add_usage(into: dict[str, int], usage: Any) -> None:
 def _call(slot: dict[str, Any]) -> ToolCall:
     """A finished ``tool_use`` block as a call: its input parsed (an empty input is ``{}``; JSON that does not parse
     stays the raw text, and the relay answers the model that its arguments were invalid)."""
+    if not slot["json"] and isinstance(slot.get("input"), dict):
+        return ToolCall(str(slot["name"]), slot["input"], provider_id=str(slot["id"]))
     raw = slot["json"] or "{}"
     try:
         args: Any = json.loads(raw)
