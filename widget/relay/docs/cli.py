@@ -36,7 +36,8 @@ from .tool import DEFAULT_HITS, build_reply
 from .walk import URL_STYLES, Source, UrlStyle, WalkError, collect, normalize_base
 
 
-def _store_flags(p: argparse.ArgumentParser) -> None:
+def store_flags(p: argparse.ArgumentParser) -> None:
+    """The flags naming the app and the relay's store, shared by ``index``, ``search`` and ``eval``."""
     p.add_argument("--app", required=True, metavar="ID", help="the app whose index this is")
     p.add_argument("--db", dest="db_path", help="the relay's SQLite database (default ./autopilot-relay.sqlite3; "
                                                 "env AUTOPILOT_DB)")
@@ -60,7 +61,7 @@ def index_parser() -> argparse.ArgumentParser:
                         "(site=https://docs.example.com/), or the URL of a site to crawl "
                         "(https://docs.example.com/docs/: that folder of that origin); none: the folders and sites "
                         "of the app's last run")
-    _store_flags(p)
+    store_flags(p)
     p.add_argument("--base-url", help='base URL of PATHs given without one (default "/", or what the last run '
                                       "stored for that folder)")
     p.add_argument("--url-style", choices=URL_STYLES,
@@ -97,7 +98,7 @@ def search_parser() -> argparse.ArgumentParser:
         description="Print, as JSON, what the model's search_docs gets for QUERY (sections with ids s1, s2 …).",
     )
     p.add_argument("query", metavar="QUERY")
-    _store_flags(p)
+    store_flags(p)
     p.add_argument("--limit", type=int, default=DEFAULT_HITS, help=f"sections (default {DEFAULT_HITS})")
     p.add_argument("--hits", action="store_true", help="print the raw hits with their scores instead")
     p.add_argument("--scope", metavar="PATH", help="only sections of pages under this URL path (a site's version "
@@ -105,7 +106,8 @@ def search_parser() -> argparse.ArgumentParser:
     return p
 
 
-def _config(args: argparse.Namespace) -> Any:
+def relay_config(args: argparse.Namespace) -> Any:
+    """The relay's configuration as the command's store flags and config file say (a ``ConfigError`` if not)."""
     from ..config import load_config
 
     # Only the store is used: no join token is issued here, so a PostgreSQL deployment's shared secret is not needed.
@@ -242,7 +244,7 @@ def index_main(argv: list[str]) -> int:
     """Run ``autopilot-relay index``."""
     args = index_parser().parse_args(argv)
     try:
-        config = _config(args)
+        config = relay_config(args)
         if args.selector:
             from .extract import compile_selector
 
@@ -256,10 +258,11 @@ def index_main(argv: list[str]) -> int:
     except ConfigError as exc:
         print(f"autopilot relay index: {exc}", file=sys.stderr)
         return 2
-    return _run(args, config, _index, "index")
+    return run_command(args, config, _index, "index")
 
 
-def _run(args: argparse.Namespace, config: Any, fn: Any, what: str) -> int:
+def run_command(args: argparse.Namespace, config: Any, fn: Any, what: str) -> int:
+    """Run ``fn`` (one of the commands) against the app's docs index; its exit code, errors said in one line."""
     async def go() -> int:
         index: Any = open_docs_index(config.database_url, config.db_path, embeddings_model=config.embeddings_model,
                                      embeddings_max_windows=config.embeddings_max_windows)
@@ -301,8 +304,8 @@ def search_main(argv: list[str]) -> int:
     """Run ``autopilot-relay search``."""
     args = search_parser().parse_args(argv)
     try:
-        config = _config(args)
+        config = relay_config(args)
     except ConfigError as exc:
         print(f"autopilot relay search: {exc}", file=sys.stderr)
         return 2
-    return _run(args, config, _search, "search")
+    return run_command(args, config, _search, "search")

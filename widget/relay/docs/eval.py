@@ -180,7 +180,7 @@ def score(probes: list[Probe], hits: list[list[dict[str, Any]]], seconds: list[f
 
 def eval_parser() -> argparse.ArgumentParser:
     """``autopilot-relay eval``'s options."""
-    from .cli import _store_flags
+    from .cli import store_flags
 
     p = argparse.ArgumentParser(
         prog="autopilot-relay eval",
@@ -188,7 +188,7 @@ def eval_parser() -> argparse.ArgumentParser:
                     "[section URLs] or \"unanswerable\"}): hit@1, hit@5 and MRR@10, per probe and overall.",
     )
     p.add_argument("probes", metavar="PROBES.jsonl", help="the probe file")
-    _store_flags(p)
+    store_flags(p)
     p.add_argument("--threshold", type=float, default=None,
                    help="a best score under this declines (unanswerable probes should fall under it)")
     p.add_argument("--json", action="store_true", help="print one JSON object (for CI)")
@@ -303,9 +303,9 @@ async def ask_all(args: argparse.Namespace, probes: list[Probe]) -> list[AnswerR
     store that is deleted afterwards (the relay's own store is not written)."""
     from ..server import start_relay
     from ..storage import make_store
-    from .cli import _config
+    from .cli import relay_config
 
-    config = _config(args)
+    config = relay_config(args)
     if args.app not in config.apps:
         raise ConfigError(f"--answers: app {args.app!r} is not in the relay's config (its model and settings)")
     if not 0 < args.answer_timeout <= 3600:
@@ -436,12 +436,12 @@ def _print_answers(figures: dict[str, Any]) -> None:
 
 def eval_main(argv: list[str]) -> int:
     """Run ``autopilot-relay eval``."""
-    from .cli import _config, _run
+    from .cli import relay_config, run_command
 
     args = eval_parser().parse_args(argv)
     try:
-        config = _config(args)
+        config = relay_config(args)
     except ConfigError as exc:
         print(f"autopilot relay eval: {exc}", file=sys.stderr)
         return 2
-    return int(_run(args, config, _eval, "eval"))
+    return int(run_command(args, config, _eval, "eval"))

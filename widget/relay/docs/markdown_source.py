@@ -20,7 +20,8 @@ from .page import Page, PageSkipped, SectionBuilder, one_line
 
 _FRONT_MATTER = re.compile(r"\A(?:\ufeff)?---[ \t]*\r?\n(.*?)(?:\r?\n)(?:---|\.\.\.)[ \t]*(?:\r?\n|\Z)", re.S)
 _FM_TITLE = re.compile(r"^title:[ \t]*(.+?)[ \t]*$", re.M)
-_ATTR_ID = re.compile(r"\s*\{\s*[^}]*?#([\w.:-]+)[^}]*\}\s*$")
+#: A heading's attribute list that sets its id (``## Colours {#colours}``): the built page's anchor.
+ATTR_ID = re.compile(r"\s*\{\s*[^}]*?#([\w.:-]+)[^}]*\}\s*$")
 _TAGS = re.compile(r"<[^>]*>")
 _MD = MarkdownIt("commonmark", {"html": True}).enable("table")
 
@@ -35,7 +36,8 @@ def split_front_matter(text: str) -> tuple[str, str | None]:
     return text[m.end():], title or None
 
 
-def _inline_text(token: Any) -> str:
+def inline_text(token: Any) -> str:
+    """The plain text of an inline markdown-it token (a heading's words, without their markup)."""
     out = []
     for child in token.children or []:
         if child.type in ("text", "code_inline"):
@@ -43,7 +45,7 @@ def _inline_text(token: Any) -> str:
         elif child.type in ("softbreak", "hardbreak"):
             out.append(" ")
         elif child.type == "image":
-            out.append(_inline_text(child))
+            out.append(inline_text(child))
     return "".join(out)
 
 
@@ -63,8 +65,8 @@ def extract_markdown(data: bytes, url: str, *, fallback_title: str = "") -> Page
         tok = tokens[i]
         if tok.type == "heading_open":
             inline = tokens[i + 1] if i + 1 < len(tokens) else None
-            raw = _inline_text(inline) if inline is not None else ""
-            m = _ATTR_ID.search(raw)
+            raw = inline_text(inline) if inline is not None else ""
+            m = ATTR_ID.search(raw)
             if m:
                 raw = raw[: m.start()]
                 anchor = m.group(1)
@@ -78,7 +80,7 @@ def extract_markdown(data: bytes, url: str, *, fallback_title: str = "") -> Page
             i += 3  # heading_open, inline, heading_close
             continue
         if tok.type == "inline":
-            out.text(_inline_text(tok))
+            out.text(inline_text(tok))
         elif tok.type in ("fence", "code_block"):
             out.text("\n")
             out.text(tok.content, verbatim=True)

@@ -30,8 +30,10 @@ Kind = Literal["html", "markdown"]
 UrlStyle = Literal["directory", "html"]
 URL_STYLES: tuple[UrlStyle, ...] = ("directory", "html")
 
-_KINDS: dict[str, Kind] = {".html": "html", ".htm": "html", ".md": "markdown", ".markdown": "markdown"}
-_SKIP_DIRS = frozenset({"node_modules", "_static", "_sources", "__pycache__"})
+#: The page files a source folder holds, by suffix.
+PAGE_KINDS: dict[str, Kind] = {".html": "html", ".htm": "html", ".md": "markdown", ".markdown": "markdown"}
+#: Folders that never hold documentation pages (assets, sources the generators copy, caches).
+SKIP_DIRS = frozenset({"node_modules", "_static", "_sources", "__pycache__"})
 #: Pages the generators write that are not documentation (search pages, generated indexes, not-found pages).
 DEFAULT_EXCLUDES: tuple[str, ...] = ("404.html", "search.html", "genindex.html", "py-modindex.html",
                                      "search/index.html", "404/index.html")
@@ -98,7 +100,7 @@ def collect(sources: list[Source], *, max_pages: int,
     """Every page of the sources in a stable order, and warning lines (``WalkError`` when a bound is passed)."""
     pages: list[SourceFile] = []
     warnings: list[str] = []
-    excluded = _exclusion(DEFAULT_EXCLUDES + tuple(excludes))
+    excluded = exclusion(DEFAULT_EXCLUDES + tuple(excludes))
 
     def too_many() -> WalkError:
         return WalkError(f"more than {max_pages} pages under {', '.join(str(s.path) for s in sources)} "
@@ -108,7 +110,7 @@ def collect(sources: list[Source], *, max_pages: int,
         if not root.exists():
             raise WalkError(f"{root}: no such file or folder")
         if root.is_file():
-            kind = _KINDS.get(root.suffix.lower())
+            kind = PAGE_KINDS.get(root.suffix.lower())
             if kind is None:
                 raise WalkError(f"{root}: not a page (.html, .htm, .md or .markdown)")
             url = page_url(root.name, kind, source.base_url, source.url_style)
@@ -136,10 +138,10 @@ def collect(sources: list[Source], *, max_pages: int,
                 except OSError:
                     continue
                 if is_dir:
-                    if name not in _SKIP_DIRS and not excluded(rel + "/"):
+                    if name not in SKIP_DIRS and not excluded(rel + "/"):
                         folders.append((entry, rel))
                     continue
-                kind = _KINDS.get(os.path.splitext(name)[1].lower())
+                kind = PAGE_KINDS.get(os.path.splitext(name)[1].lower())
                 if kind is None or excluded(rel):
                     continue
                 if len(pages) + len(files) >= max_pages:
@@ -172,7 +174,7 @@ def _dir_id(path: Path) -> tuple[int, int]:
     return st.st_dev, st.st_ino
 
 
-def _exclusion(patterns: tuple[str, ...]) -> Callable[[str], bool]:
+def exclusion(patterns: tuple[str, ...]) -> Callable[[str], bool]:
     """A test of a relative path (folders end with ``/``) against the globs: a glob with a ``/`` matches the
     path from the source folder, one without matches a file or folder name anywhere."""
     whole = [fnmatch.translate(p) for p in patterns if "/" in p]

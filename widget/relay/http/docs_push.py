@@ -32,7 +32,7 @@ from ... import protocol as P
 from ...errors import ProtocolError
 from ..docs.indexer import IndexBusy, IndexOptions, IndexRunError, run_index
 from ..docs.limits import MAX_PAGE_BYTES, MAX_PAGES
-from ..docs.walk import _KINDS, _SKIP_DIRS, DEFAULT_EXCLUDES, URL_STYLES, Kind, _exclusion, normalize_base, page_url
+from ..docs.walk import DEFAULT_EXCLUDES, PAGE_KINDS, SKIP_DIRS, URL_STYLES, Kind, exclusion, normalize_base, page_url
 from .api import Api
 from .edge import HttpError, endpoint
 
@@ -68,7 +68,7 @@ def is_push_path(path: str) -> bool:
 
 def read_archive(raw: Any, base_url: str, url_style: Any) -> tuple[list[PushedPage], list[str]]:
     """The pages of a tar archive (``ProtocolError`` for a bad one) and warning lines."""
-    excluded = _exclusion(DEFAULT_EXCLUDES)
+    excluded = exclusion(DEFAULT_EXCLUDES)
     pages: list[PushedPage] = []
     warnings: list[str] = []
     unpacked = 0
@@ -86,8 +86,8 @@ def read_archive(raw: Any, base_url: str, url_style: Any) -> tuple[list[PushedPa
                     raise ProtocolError(P.ErrorCode.BAD_REQUEST, f"The archive names a file outside itself: "
                                         f"{member.name!r}; nothing was changed.")
                 parts = name.split("/")
-                kind = _KINDS.get(posixpath.splitext(name)[1].lower())
-                if (kind is None or any(p.startswith(".") or p in _SKIP_DIRS for p in parts)
+                kind = PAGE_KINDS.get(posixpath.splitext(name)[1].lower())
+                if (kind is None or any(p.startswith(".") or p in SKIP_DIRS for p in parts)
                         or excluded(name) or any(excluded("/".join(parts[:i]) + "/") for i in range(1, len(parts)))):
                     continue
                 if member.size > MAX_PAGE_BYTES:

@@ -31,7 +31,7 @@ from starlette.routing import Route
 from ..docs import DocsIndex
 from ..docs.indexer import DocsWriter, run_index
 from ..docs.limits import MAX_PAGES
-from ..docs.markdown_source import _ATTR_ID, _inline_text, split_front_matter
+from ..docs.markdown_source import ATTR_ID, inline_text, split_front_matter
 from ..docs.page import one_line
 from ..docs.walk import Source, collect
 
@@ -77,8 +77,8 @@ def render(markdown_text: str) -> tuple[str, str]:
     for i, tok in enumerate(tokens):
         if tok.type == "heading_open" and i + 1 < len(tokens):
             inline = tokens[i + 1]
-            raw = _inline_text(inline)
-            m = _ATTR_ID.search(raw)
+            raw = inline_text(inline)
+            m = ATTR_ID.search(raw)
             if m:
                 anchor = m.group(1)
                 ids.add(anchor)
