@@ -330,7 +330,7 @@ async def test_a_server_that_refuses_tools_switches_the_model_to_tools_as_text(
     caplog.set_level(logging.WARNING, logger="widget.relay")
     try:
         out = await answer(adapter)
-        assert out[:2] == [TextDelta("I will check."), ToolCall("get_weather", {"city": "Oslo"})]
+        assert out[:2] == [TextDelta("I will check. "), ToolCall("get_weather", {"city": "Oslo"})]
         assert [bool(r.get("tools")) for r in s.requests] == [True, False]
         system = s.requests[1]["messages"][0]
         assert system["role"] == "system" and "## get_weather" in system["content"] and "<tool_call>" in system[

@@ -75,9 +75,9 @@ def test_a_good_call_cut_anywhere_never_shows() -> None:
 
 
 def test_text_that_only_looks_like_a_tag_is_shown_once_decided() -> None:
-    for text in ["a < b and <tool_ca", "x <tool_callx> y", "<tool", "<toolbox>", "2 <3"]:
+    for text in ["a < b and <tool_ca", "x <tool_callx> y", "<tool", "<toolbox>", "2 <3", "ends in blanks \n "]:
         for i in range(len(text) + 1):
-            assert shown(run(text, [i])) == text.rstrip(), (text, i)
+            assert shown(run(text, [i])) == text, (text, i)
             assert calls(run(text, [i])) == []
 
 
@@ -108,7 +108,7 @@ def test_a_malformed_call_is_never_run_and_says_why(body: str, name: str, proble
     [call] = calls(out)
     assert call.name == name and call.arguments == f"{OPEN}{body}{CLOSE}"
     assert problem in (block_problem(call.arguments) or "")
-    assert shown(out) == "Sure.\n\nThen more."
+    assert shown(out) == "Sure. \n\nThen more."
 
 
 def test_an_unclosed_call_at_the_end_is_not_run() -> None:
@@ -117,7 +117,7 @@ def test_an_unclosed_call_at_the_end_is_not_run() -> None:
     [call] = calls(out)
     assert call == ToolCall("search_docs", f"{OPEN}{body}")
     assert "not closed" in (block_problem(call.arguments) or "")
-    assert shown(out) == "One moment."
+    assert shown(out) == "One moment. "
 
 
 async def test_a_call_past_the_bound_ends_the_answer_and_closes_the_stream() -> None:
@@ -132,7 +132,7 @@ async def test_a_call_past_the_bound_ends_the_answer_and_closes_the_stream() -> 
             closed.set()
 
     out = [c async for c in parse_calls(source(), max_call_chars=500)]
-    assert shown(out) == "Hi" and closed.is_set()
+    assert shown(out) == "Hi " and closed.is_set()
     [call] = calls(out)
     assert call.name == "search_docs" and call.arguments.endswith("x[cut]") and len(call.arguments) == len(OPEN) + 505
     assert "longer than the relay reads (500 characters)" in (block_problem(call.arguments) or "")
@@ -177,7 +177,8 @@ async def test_the_wrapper_sends_no_native_tools_and_passes_usage() -> None:
                   TextDelta("</tool_call>"), Usage(input_tokens=5, output_tokens=2)])
     model = TextToolsAdapter(inner)
     out = [c async for c in model.stream(ModelRequest(messages=[{"role": "user", "content": "q"}], tools=TOOLS))]
-    assert out == [TextDelta("Hm."), ToolCall("search_docs", {"query": "x"}), Usage(input_tokens=5, output_tokens=2)]
+    assert shown(out) == "Hm. " and out[-2:] == [ToolCall("search_docs", {"query": "x"}),
+                                                 Usage(input_tokens=5, output_tokens=2)]
     sent = inner.requests[0]
     assert sent.tools == [] and "## get_selection" in sent.messages[0]["content"]
 
@@ -208,14 +209,14 @@ async def test_relay_turn_with_tools_as_text(tmp_path: Path) -> None:
             fin = await rec.wait("completion.finished")
             assert fin["status"] == "done"
             streamed = [d["delta"] for e, d in rec.events if e == "completion_stream"]
-            assert "".join(streamed) == "Let me check.It says: selected 3 and selected 4."
+            assert "".join(streamed) == "Let me check. It says: selected 3 and selected 4."
             assert not any("<" in s or "name" in s for s in streamed)
             begun = [d["arguments"] for e, d in rec.events if e == "function_call.begin"]
             assert begun == [{"limit": 3}, {"limit": 4}]  # the malformed call never ran
             second, third = inner.requests[1].messages, inner.requests[2].messages
             assert second[-1]["role"] == "user" and second[-1]["content"] == (
                 '<tool_result name="get_selection">\nselected 3\n</tool_result>')
-            assert second[-2] == {"role": "assistant", "content": "Let me check.\n" + OPEN + "\n" + json.dumps(
+            assert second[-2] == {"role": "assistant", "content": "Let me check. \n" + OPEN + "\n" + json.dumps(
                 {"name": "get_selection", "arguments": {"limit": 3}}) + "\n" + CLOSE}
             assert "could not be read: its content is not valid JSON" in third[-1]["content"]
             assert all(r.tools == [] for r in inner.requests)

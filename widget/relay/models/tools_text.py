@@ -68,6 +68,8 @@ The tools (name, what it does, its parameters as JSON Schema):"""
 #: What the model is told in a round without tools after earlier rounds with calls.
 NO_TOOLS = "No tools can be called in this answer: answer with what you have, without any tool_call block."
 
+#: The line breaks (and the blanks after them) that put a block on lines of its own: not answer text.
+_LAYOUT_BEFORE = re.compile(r"(?:\r?\n[ \t]*)+$")
 _NAME_IN_RAW = re.compile(r'"name"\s*:\s*"([A-Za-z0-9_.:-]{1,64})"')
 
 
@@ -184,7 +186,8 @@ class CallParser:
                         self._buf = "\n\n" + self._buf  # text on both sides of a block: keep them apart
                 i = self._buf.find(OPEN)
                 if i < 0:
-                    # hold back what may start a block, and trailing blanks (dropped if a block follows)
+                    # hold back what may start a block, and trailing blanks (their line breaks are the block's
+                    # layout if one follows)
                     keep = _held(self._buf)
                     head = self._buf[: len(self._buf) - keep]
                     stripped = head.rstrip()
@@ -193,7 +196,7 @@ class CallParser:
                         self._shown = True
                     self._buf = head[len(stripped):] + self._buf[len(head):]
                     return out
-                before = self._buf[:i].rstrip()
+                before = _LAYOUT_BEFORE.sub("", self._buf[:i])
                 if before:
                     out.append(TextDelta(before))
                     self._shown = True
@@ -221,7 +224,7 @@ class CallParser:
         if self._in_call:
             self._in_call = False
             return [unreadable(OPEN + buf)]
-        text = buf.rstrip()
+        text = buf
         if text and self._after_call and self._shown:
             text = "\n\n" + text
         return [TextDelta(text)] if text else []
