@@ -50,7 +50,7 @@ class TextToolsEncoder(OpenAIChatEncoder):
         return _TOOL.findall(system)
 
     def tool_calls(self, body: dict[str, Any]) -> list[tuple[str, str, Any]]:
-        out = []
+        out: list[tuple[str, str, Any]] = []
         for m in body["messages"]:
             if m["role"] == "assistant":
                 for raw in _BLOCK.findall(m["content"] or ""):
