@@ -2,11 +2,15 @@
 is the provider's real adapter (the provider's own SDK) pointed at a scripted fake of the provider that speaks its
 documented streaming format (tests/provider_fakes.py; each registered provider in turn).
 
-Scenarios: a plain answer; a function call and its result fed back; a sensitive call that waits for the reader (who
-denies it); two parallel calls; an action offered with the answer; a cited documentation section; each provider
-failure reaching the client as its error code with ``retryable`` (and the provider's ``retry-after`` as the
-adapter's ``retry_after``); Stop mid-stream (the provider sees its connection closed); a stalled stream and the
-turn's deadline (``model_timeout``, and the connection closed); the answer-length and tool-call bounds.
+Scenarios: a plain answer; a function call and its result fed back; the tokens each round reported, in the turn
+log; a sensitive call that waits for the reader (who denies it); two parallel calls; an action offered with the
+answer; a cited documentation section; each provider failure reaching the client as its error code with
+``retryable`` and, for a rate limit, the provider's ``retry-after`` as ``retry_after``; Stop mid-stream (the
+provider sees its connection closed); a stalled stream and the turn's deadline (``model_timeout``, and the
+connection closed); the answer-length and tool-call bounds.
+
+A provider registers its wire format in tests/provider_fakes.py (see its docstring); every scenario here then runs
+for it too.
 """
 
 from __future__ import annotations
@@ -14,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import logging
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
@@ -22,7 +27,7 @@ import pytest
 import pytest_asyncio
 from docs_double import SITE, MemoryDocs
 from provider_fakes import Call, Encoder, FakeProviders, Pause, Reply, encoders, endless
-from relay_helpers import Recorder, declare, info, joined, launch
+from relay_helpers import Recorder, declare, info, joined, launch, turn_log_line
 
 from widget import protocol as P
 from widget.relay.config import AppConfig, DocsConfig, ModelConfig
@@ -152,6 +157,26 @@ async def test_function_call_and_result(world: tuple[Any, FakeProviders], provid
     await rec.disconnect()
 
 
+async def test_usage_of_each_round_in_the_turn_log(world: tuple[Any, FakeProviders], provider: str,
+                                                  http: aiohttp.ClientSession,
+                                                  caplog: pytest.LogCaptureFixture) -> None:
+    """The tokens the provider reports for each round (its own usage fields) add up in the turn's log line."""
+    h, fake = world
+    fake.script(provider, Reply(calls=[Call("get_selection", {"limit": 1}, id="call_u1")], usage=(120, 9)),
+                Reply(text=["Done."], usage=(150, 4)))
+    caplog.set_level(logging.INFO, logger="widget.relay.turns")
+    rec, _, url = await joined(http, h.url, app=f"p-{provider}")
+    await declare(rec, {"get_selection": SELECTION})
+    rec.auto_answer = lambda call: "one"
+    fin, _ = await turn(rec, "what is selected?")
+    assert fin["status"] == "done"
+    line = await turn_log_line(caplog, url.rsplit("/", 1)[-1])
+    assert line["model"] == provider
+    assert (line["tokens"]["input_tokens"], line["tokens"]["output_tokens"]) == (270, 13), line
+    assert [(u["input_tokens"], u["output_tokens"]) for u in line["usage"]] == [(120, 9), (150, 4)]
+    await rec.disconnect()
+
+
 async def test_sensitive_call_waits_for_the_reader(world: tuple[Any, FakeProviders], provider: str,
                                                    http: aiohttp.ClientSession) -> None:
     """A sensitive page function: the relay sends the call to the page and waits (the reader is asked there); the
@@ -272,6 +297,8 @@ async def test_each_failure_reaches_the_client(world: tuple[Any, FakeProviders],
     assert err["code"] == code and err["retryable"] is retryable, err
     for leak in ("8192", "208310", "sk-test", "x-api-key", "Overloaded", "not json"):
         assert leak not in err["content"]
+    # the provider's retry-after reaches the reader's client (docs/protocol.md §5)
+    assert err.get("retry_after") == (7 if kind == "rate_limit" else None), err
     body = await info(http, url)
     assert body["conversation"]["status"] == "failed" and body["messages"][-1]["code"] == code
     mark = len(rec.events)
