@@ -78,7 +78,8 @@ class NotActive(Exception):
     """A state write from a socket that is not the conversation's active client."""
 
 
-def _dumps(value: Any) -> str:
+def compact_json(value: Any) -> str:
+    """``value`` as the store writes JSON: compact, UTF-8 as is."""
     return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
 
 
@@ -144,7 +145,7 @@ def _check_updatable(fields: Iterable[str]) -> None:
 
 
 def _json_or_none(value: Any) -> str | None:
-    return _dumps(value) if value is not None else None
+    return compact_json(value) if value is not None else None
 
 
 def _conv_row(row: Any) -> dict[str, Any] | None:
@@ -219,7 +220,7 @@ class _Engine(abc.ABC):
         return await self.perform(go, mode)
 
     def _put_ack(self, conversation_id: str, key: str, ack: dict[str, Any], kind: str | None = None) -> Q:
-        return execute(self.dialect.put_ack, conversation_id, key, _dumps(ack), time.time(), kind)
+        return execute(self.dialect.put_ack, conversation_id, key, compact_json(ack), time.time(), kind)
 
     # -- signals ------------------------------------------------------------------------------
     def add_listener(self, fn: Callable[[dict[str, Any]], None]) -> None:
@@ -269,7 +270,8 @@ class _Prompts(_Engine):
         """Store ask-user prompts, pending, in their order."""
         await self._one(executemany(
             "INSERT INTO prompts (conversation_id, id, turn_id, prompt, status, pos) VALUES (?,?,?,?,?,?)",
-            [(conversation_id, p["id"], turn_id, _dumps(p), CallState.PENDING, i) for i, p in enumerate(prompts)]))
+            [(conversation_id, p["id"], turn_id, compact_json(p), CallState.PENDING, i)
+             for i, p in enumerate(prompts)]))
 
     async def pending_prompts(self, conversation_id: str) -> list[dict[str, Any]]:
         """The pending prompts, in the order they were stored."""
@@ -295,7 +297,8 @@ class _Prompts(_Engine):
             for pid, answer in answers:
                 if not (yield execute("UPDATE prompts SET status = ?, answer = ?"
                                       " WHERE conversation_id = ? AND id = ? AND status = ?",
-                                      CallState.ANSWERED, _dumps(answer), conversation_id, pid, CallState.PENDING)):
+                                      CallState.ANSWERED, compact_json(answer), conversation_id, pid,
+                                      CallState.PENDING)):
                     raise _NotPending  # rolls the whole write back
             if idempotency:
                 yield self._put_ack(conversation_id, *idempotency)

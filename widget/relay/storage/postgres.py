@@ -35,8 +35,9 @@ import uuid
 from collections.abc import Awaitable, Callable, Iterable
 from typing import Any, TypeVar
 
+from .base import compact_json
 from .sql import READ, SNAPSHOT, WRITE, Body, Dialect, Q, drive_async, execute
-from .store import Store, _dumps
+from .store import Store
 
 try:  # an optional dependency: pip install autopilot-widget[scale]
     import asyncpg
@@ -439,7 +440,7 @@ class PostgresStore(Store):
         self._fire(message)
 
     def _notify(self, message: dict[str, Any]) -> Q:
-        return execute("SELECT pg_notify(?, ?)", self.channel, _dumps({**message, "o": self.origin}))
+        return execute("SELECT pg_notify(?, ?)", self.channel, compact_json({**message, "o": self.origin}))
 
     async def signal(self, message: dict[str, Any]) -> None:
         """Deliver ``message`` here at once and to the other processes by ``NOTIFY``."""
@@ -465,7 +466,7 @@ class PostgresStore(Store):
         # The common case (a streamed chunk, a call's end...): one statement, one round trip. The
         # stored payload gets its seq spliced in front (key order aside, the same JSON).
         payload.pop("seq", None)
-        body = _dumps(payload)
+        body = compact_json(payload)
         rest = "}" if body == "{}" else "," + body[1:]
         sets = "seq = seq + 1, updated_at = $2" + (", msg_seq = seq + 1" if committed else "")
         seq: int | None = await self._tx(lambda con: con.fetchval(

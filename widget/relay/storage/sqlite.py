@@ -18,8 +18,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
+from .base import compact_json
 from .sql import READ, WRITE, Body, Dialect, Q, drive
-from .store import Store, _dumps
+from .store import Store
 
 T = TypeVar("T")
 
@@ -297,7 +298,7 @@ SQLITE = Dialect(
     call_order="created_at, seq",
     same="IS",
     any_of="IN (SELECT value FROM json_each(?))",  # one parameter, however many values (no variable limit)
-    array=_dumps,
+    array=compact_json,
     put_ack="INSERT OR IGNORE INTO idempotency (conversation_id, key, ack, created_at, kind) VALUES (?,?,?,?,?)",
     put_offer="INSERT OR REPLACE INTO offers (conversation_id, message_id, call_id, actions, note) VALUES (?,?,?,?,?)",
     put_member="INSERT OR REPLACE INTO members (sid, conversation_id, instance, joined_at) VALUES (?,?,?,?)",

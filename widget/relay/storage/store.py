@@ -39,10 +39,10 @@ from .base import (  # the shared names: import them from here
     _check_updatable,
     _clean_text,
     _conv_row,
-    _dumps,
     _json_or_none,
     _Presence,
     _Prompts,
+    compact_json,
     refused_excerpt,
 )
 from .sql import READ, SNAPSHOT, Body, execute, executemany, fetch, fetchrow, fetchval
@@ -52,7 +52,8 @@ STREAM_EVENT: str = Event.COMPLETION_STREAM.value
 PACKED_STREAM = "completion_stream.packed"
 
 __all__ = ["Ack", "INSTANCE_TTL_S", "IdempotencyConflict", "NotActive", "PROMPT_TAKEN", "REFUSED_MAX_FIELDS",
-           "REFUSED_MAX_VALUE_CHARS", "StatusConflict", "Store", "UNCOMMITTED_EVENTS", "_dumps", "refused_excerpt"]
+           "REFUSED_MAX_VALUE_CHARS", "StatusConflict", "Store", "UNCOMMITTED_EVENTS", "compact_json",
+           "refused_excerpt"]
 
 
 class Store(_Presence, _Prompts):
@@ -67,7 +68,7 @@ class Store(_Presence, _Prompts):
         def go() -> Body[dict[str, Any]]:
             yield execute("INSERT INTO conversations (id, app_id, status, created_at, updated_at, state) VALUES "
                           "(?,?,?,?,?,?)",
-                          conversation_id, app_id, ConversationStatus.IDLE, now, now, _dumps(state))
+                          conversation_id, app_id, ConversationStatus.IDLE, now, now, compact_json(state))
             conv = _conv_row((yield fetchrow(_CONV_SQL, conversation_id)))
             assert conv is not None
             return conv
@@ -178,18 +179,18 @@ class Store(_Presence, _Prompts):
             if isinstance(pm, dict) and any(pm.get("id") == m["id"] for m in msgs):
                 pm["seq"] = seq  # an emitted copy of a stored message (e.g. with its live ``actions``)
             yield execute("INSERT INTO events (conversation_id, seq, name, payload) VALUES (?,?,?,?)",
-                          conversation_id, seq, name, _dumps(payload))
+                          conversation_id, seq, name, compact_json(payload))
             if gone:
                 yield execute(f"DELETE FROM messages WHERE conversation_id = ? AND id {d.any_of}", conversation_id,
                               d.array(gone))
             if msgs:
                 yield executemany("INSERT INTO messages (conversation_id, id, seq, data) VALUES (?,?,?,?)",
-                                  [(conversation_id, m["id"], seq, _dumps(m)) for m in msgs])
+                                  [(conversation_id, m["id"], seq, compact_json(m)) for m in msgs])
             if idempotency:
                 yield self._put_ack(conversation_id, *idempotency)
             if offer is not None:
                 yield execute(d.put_offer, conversation_id, offer["message_id"], offer["call_id"],
-                              _dumps(offer["actions"]),
+                              compact_json(offer["actions"]),
                               offer["note"])
             return seq
 
@@ -236,7 +237,8 @@ class Store(_Presence, _Prompts):
                               conversation_id, STREAM_EVENT, first, last)
                 yield execute("INSERT INTO events (conversation_id, seq, name, payload) VALUES (?,?,?,?)",
                               conversation_id, last, PACKED_STREAM,
-                              _dumps({"message_id": run[0][1].get("message_id"), "events": [[s, p] for s, p in run]}))
+                              compact_json({"message_id": run[0][1].get("message_id"),
+                                            "events": [[s, p] for s, p in run]}))
                 packed += len(run)
             return packed
 
@@ -253,7 +255,7 @@ class Store(_Presence, _Prompts):
 
     async def save_state(self, conversation_id: str, doc: dict[str, Any], idempotency: Ack | None = None) -> None:
         """Replace the state document (and store the ack) atomically."""
-        text = _dumps(doc)
+        text = compact_json(doc)
         now = time.time()
 
         def go() -> Body[None]:
@@ -287,7 +289,7 @@ class Store(_Presence, _Prompts):
             if active_sid is not None and row[1] != active_sid:
                 raise NotActive(conversation_id)
             new = fn(json.loads(row[0]))
-            yield execute("UPDATE conversations SET state = ?, updated_at = ? WHERE id = ?", _dumps(new), now,
+            yield execute("UPDATE conversations SET state = ?, updated_at = ? WHERE id = ?", compact_json(new), now,
                           conversation_id)
             yield self._put_ack(conversation_id, key, ack, kind)
             return None
@@ -340,7 +342,7 @@ class Store(_Presence, _Prompts):
         for c in calls:
             status = c.get("status", CallState.PENDING)
             rows.append((conversation_id, c["id"], turn_id, c["name"], c.get("kind", "function"),
-                         _dumps(c["arguments"]),
+                         compact_json(c["arguments"]),
                          c.get("seq", 0), status, _json_or_none(c.get("result")), c.get("error"),
                          c.get("duration_ms"), c.get("total_ms"), now, None if status == CallState.PENDING else now))
         await self._one(executemany(
@@ -414,7 +416,7 @@ class Store(_Presence, _Prompts):
         def go() -> Body[None]:
             yield execute("INSERT INTO refused (conversation_id, kind, payload, reason, created_at) VALUES (?,?,?,?,?)",
                           conversation_id, kind,
-                          _dumps(refused_excerpt(payload)), _clean_text(reason, 200), time.time())
+                          compact_json(refused_excerpt(payload)), _clean_text(reason, 200), time.time())
             if keep > 0:
                 yield execute(f"DELETE FROM refused WHERE conversation_id = ? AND {order} NOT IN (SELECT {order} FROM"
                               f" refused WHERE conversation_id = ? ORDER BY {order} DESC LIMIT ?)",
