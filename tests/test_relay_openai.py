@@ -17,7 +17,7 @@ from aiohttp import web
 from relay_helpers import declare, info, joined, launch, register
 
 from widget.relay.config import AppConfig, ModelConfig
-from widget.relay.models.base import ModelError, ModelRequest, StreamLimits, TextDelta, ToolCall, guarded
+from widget.relay.models.base import ModelError, ModelRequest, StreamLimits, TextDelta, ToolCall, Usage, guarded
 from widget.relay.models.openai_chat import OpenAIAdapter
 
 pytestmark = pytest.mark.relay
@@ -43,6 +43,8 @@ class FakeProvider:
         self.mode: str | None = None
         #: requests whose response is still being written
         self.open = 0
+        #: ``(prompt, completion, cached, reasoning)`` tokens: a usage chunk (no choices) ends the next stream
+        self.usage: tuple[int, int, int, int] | None = None
 
     async def handle(self, request: web.Request) -> web.StreamResponse:
         body = await request.json()
@@ -92,6 +94,14 @@ class FakeProvider:
             for piece in ["The page ", "says: ", result]:
                 await resp.write(_chunk({"content": piece}))
             await resp.write(_chunk({}, "stop"))
+        if self.usage is not None and (body.get("stream_options") or {}).get("include_usage"):
+            (p, c, cached, reasoning), self.usage = self.usage, None
+            usage = {"prompt_tokens": p, "completion_tokens": c, "total_tokens": p + c,
+                     "prompt_tokens_details": {"cached_tokens": cached},
+                     "completion_tokens_details": {"reasoning_tokens": reasoning}}
+            last = {"id": "chatcmpl-1", "object": "chat.completion.chunk", "created": 0, "model": "m", "choices": [],
+                    "usage": usage}
+            await resp.write(f"data: {json.dumps(last)}\n\n".encode())
         await resp.write(b"data: [DONE]\n\n")
         return resp
 
@@ -132,6 +142,25 @@ async def test_adapter_streams_tool_call_and_text(provider: tuple[FakeProvider, 
     out = [c async for c in adapter.stream(ModelRequest(messages=msgs, tools=[tool]))]
     assert out == [TextDelta("The page "), TextDelta("says: "), TextDelta("hello")]
     await adapter.aclose()
+
+
+async def test_adapter_asks_for_usage_and_yields_it_last(provider: tuple[FakeProvider, str]) -> None:
+    """OpenAI sends usage only when asked (``stream_options.include_usage``), in a last chunk without choices: one
+    Usage chunk after the answer's text and calls."""
+    fake, base = provider
+    fake.fail = None
+    fake.usage = (120, 30, 64, 12)
+    adapter = OpenAIAdapter(_cfg(base))
+    tool = {"name": "get_selection", "description": "d", "parameters": {"type": "object", "properties": {}}}
+    try:
+        out = [c async for c in adapter.stream(ModelRequest(messages=[{"role": "user", "content": "hi"}],
+                                                            tools=[tool]))]
+    finally:
+        fake.usage = None
+        await adapter.aclose()
+    assert fake.requests[-1]["stream_options"] == {"include_usage": True}
+    assert out == [ToolCall("get_selection", {"limit": 3}, provider_id="call_provider_1"),
+                   Usage(input_tokens=120, output_tokens=30, cached_input_tokens=64, reasoning_tokens=12)]
 
 
 @pytest.mark.parametrize("status, code, retryable", [(429, "model_rate_limited", True), (401, "model_auth", False),

@@ -225,3 +225,35 @@ async def test_relay_turn_with_tools_as_text(tmp_path: Path) -> None:
             await rec.disconnect()
     finally:
         await h.stop()
+
+
+async def test_relay_turn_ask_user_as_text(tmp_path: Path) -> None:
+    """The relay's own ``ask_user`` written as a block: the turn waits for the reader, whose answer goes back to
+    the model as that call's result; a block cut off by the end of the answer asked nothing."""
+    inner = ScriptedModel()
+    h = await launch(tmp_path, adapters={"script": TextToolsAdapter(inner)},
+                     apps={"demo": AppConfig(model="script", ask_user=True)},
+                     models={"demo": ModelConfig(chunk_delay_ms=0), "script": ModelConfig(tool_calling="text")})
+    try:
+        async with aiohttp.ClientSession() as http:
+            rec, _data, url = await joined(http, h.url)
+            ask = {"name": "ask_user", "arguments": {"type": "bool", "question": "Proceed?"}}
+            inner.script([TextDelta(f"{OPEN}{json.dumps(ask)[:-5]}")],  # unclosed: never asked
+                         [TextDelta(f"One question. {OPEN}{json.dumps(ask)}{CLOSE}")],
+                         [TextDelta("Done, as you wished.")])
+            await rec.call("user_message", {"text": "go", "idempotency_key": "m1"})
+            req = await rec.wait("ask_user.request")
+            assert [p["question"] for p in req["prompts"]] == ["Proceed?"]
+            assert len([e for e, _ in rec.events if e == "ask_user.request"]) == 1
+            assert "## ask_user" in inner.requests[0].messages[0]["content"]
+            told = inner.requests[1].messages[-1]["content"]
+            assert told.startswith('<tool_result name="ask_user">\nError: this <tool_call> block could not be read: '
+                                   "it was not closed with </tool_call>")
+            r = await http.post(f"{url}/ask_user", json={"answers": {"id": req["prompts"][0]["id"], "result": True}})
+            assert r.status == 200
+            fin = await rec.wait("completion.finished")
+            assert fin["status"] == "done"
+            assert inner.requests[2].messages[-1]["content"] == '<tool_result name="ask_user">\ntrue\n</tool_result>'
+            await rec.disconnect()
+    finally:
+        await h.stop()
