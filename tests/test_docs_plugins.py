@@ -17,7 +17,6 @@ from typing import Any
 import lxml.html
 import pytest
 
-from widget.integrations.common import IntegrationError, check_options, context_script, widget_tags
 from widget.relay.docs import open_docs_index
 
 pytestmark = pytest.mark.relay
@@ -215,14 +214,3 @@ def test_sphinx_other_builders_are_left_alone(tmp_path: Path) -> None:
     done = run([sys.executable, "-m", "sphinx", "-b", "text", str(tmp_path / "src"), str(tmp_path / "out")], tmp_path)
     assert done.returncode == 0, done.stderr
     assert not (tmp_path / "src" / "relay").exists()
-
-
-def test_tags_and_options() -> None:
-    options = check_options({"snapshot_cache": False, "python": ["/a.py", "/b.py"]})
-    tags = widget_tags("https://r.example", "a", options, {"title": "x", "url": "/p/"})
-    assert 'data-snapshot-cache="false"' in tags and 'data-python="/a.py,/b.py"' in tags
-    # A title cannot end or change the inline script.
-    script = context_script({"title": "</script><!-- & x", "url": "/p/"})
-    assert script.count("<") == 2 and "\\u003c/script\\u003e\\u003c!-- \\u0026 x" in script
-    with pytest.raises(IntegrationError, match="unknown loader option 'relay'"):
-        check_options({"relay": "https://elsewhere"})

@@ -4,18 +4,15 @@ with a bad archive or past the bounds it is refused with its error and the index
 
 from __future__ import annotations
 
-import io
-import tarfile
-from collections.abc import AsyncIterator, Mapping
-from pathlib import Path
-from typing import Any, Literal
+from collections.abc import AsyncIterator
+from typing import Any
 
 import aiohttp
 import pytest
 import pytest_asyncio
 from relay_helpers import SHOP_SECRET, launch
+from test_docs_units import archive
 
-from widget.errors import ProtocolError
 from widget.relay.http import docs_push
 
 pytestmark = pytest.mark.relay
@@ -29,17 +26,6 @@ SITE = {
     ".hidden/y.html": PAGE.format(t="Hidden", body="not a page"),
     "search.html": PAGE.format(t="Search", body="not a page"),
 }
-
-
-def archive(files: Mapping[str, str | bytes], mode: Literal["w:gz", "w"] = "w:gz") -> bytes:
-    buf = io.BytesIO()
-    with tarfile.open(fileobj=buf, mode=mode) as tar:
-        for name, text in files.items():
-            data = text.encode() if isinstance(text, str) else text
-            info = tarfile.TarInfo(name)
-            info.size = len(data)
-            tar.addfile(info, io.BytesIO(data))
-    return buf.getvalue()
 
 
 @pytest_asyncio.fixture(scope="module")
@@ -112,14 +98,3 @@ async def test_the_push_body_has_its_own_bound(relay: Any, http: aiohttp.ClientS
     monkeypatch.setattr(docs_push, "MAX_PUSH_BYTES", 100_000)
     status, body = await push(http, relay, raw)
     assert status == 413 and body["error"]["code"] == "body_too_large"
-
-
-def test_push_paths() -> None:
-    assert docs_push.is_push_path("/api/apps/shop/docs") and docs_push.is_push_path("/copilot/api/apps/x/docs")
-    assert not docs_push.is_push_path("/api/apps/shop/stats") and not docs_push.is_push_path("/docs")
-
-
-def test_archive_bounds(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    monkeypatch.setattr(docs_push, "MAX_PUSH_UNPACKED_BYTES", 1000)
-    with pytest.raises(ProtocolError, match="unpacks to more than 1000 bytes"):
-        docs_push.read_archive(io.BytesIO(archive({"a.html": "x" * 2000})), "/", "directory")

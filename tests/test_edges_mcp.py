@@ -26,7 +26,7 @@ from relay_helpers import SHOP_ORIGIN, SHOP_SECRET, ScriptedModel, info, joined,
 from support import free_port, stop_process
 
 from widget.relay.config import AppConfig, ModelConfig
-from widget.relay.mcp.bounded import LineCap, Oversize, error_response, request_id, too_large_message
+from widget.relay.mcp.bounded import too_large_message
 from widget.relay.mcp.config import McpServerConfig
 from widget.relay.models.base import TextDelta, ToolCall
 
@@ -89,7 +89,6 @@ async def both(tmp_path_factory: pytest.TempPathFactory,
         del os.environ[TOKEN_VAR]
     yield h, model, tmp
     await h.stop()
-
 
 
 async def test_a_crashing_server_s_secret_reaches_only_the_masked_log(
@@ -194,16 +193,3 @@ async def test_the_turn_runs_from_its_acceptance_while_a_server_starts(
         assert [(m["server"], m["tools"]) for m in missing] == [("slow", ["no_such_tool"])]
     finally:
         await rec.disconnect()
-
-
-def test_line_cap_keeps_at_most_the_limit() -> None:
-    cap = LineCap(10)
-    assert cap.feed(b'{"a":1}\n{"id":') == [b'{"a":1}']
-    out = cap.feed(b'7,"result":"' + b"z" * 100 + b'"}\nok\n')
-    assert isinstance(out[0], Oversize) and out[0].length == 120 and out[0].head.endswith(b'"}') and out[1:] == [b"ok"]
-    assert request_id(out[0].head) == 7 and len(cap._buf) == 0
-    for _ in range(1000):  # a line that never ends holds no more than the limit
-        assert cap.feed(b"x" * 65536) == []
-    assert len(cap._buf) <= 10
-    assert request_id(b'{"jsonrpc":"2.0","id":"r-1","result"') == "r-1" and request_id(b'{"result":') is None
-    assert json.loads(error_response(7, 10))["error"]["message"] == too_large_message(10)

@@ -1,4 +1,5 @@
-"""The protocol document stands alone, and every design decision the code cites is written down in the repo."""
+"""The protocol document stands alone, every design decision the code cites is written down in the repo, and every
+flow of the conformance suite has its summary."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from widget.conformance import FLOWS
 from widget.protocol import names
 
 pytestmark = pytest.mark.unit
@@ -38,3 +40,9 @@ def test_every_cited_decision_is_defined() -> None:
         if "_dist" not in path.parts:
             cited |= set(re.findall(r"\bD(?:1[0-3]|[1-9])\b", path.read_text(encoding="utf-8", errors="replace")))
     assert cited <= defined, cited - defined
+
+
+def test_every_flow_is_documented() -> None:
+    assert len(FLOWS) >= 14
+    for name, (_fn, summary) in FLOWS.items():
+        assert summary, name

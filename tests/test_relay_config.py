@@ -1,13 +1,28 @@
-"""Relay configuration: TOML / env / flags and one-line errors (the CLI that reads it: test_relay_cli.py)."""
+"""Relay configuration: TOML / env / flags and one-line errors, each part's settings (starters, config functions,
+fallback model, MCP servers, docs, socket bounds, demo docs) and the start-up banner (the CLI that reads it:
+test_relay_cli.py)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 import pytest
+from test_relay_tool_checks import SUGGEST
 
 from widget.errors import ConfigError
-from widget.relay.config import RelayConfig, load_config
+from widget.relay.__main__ import main as relay_main
+from widget.relay.__main__ import startup_banner
+from widget.relay.config import (
+    DEMO_STARTERS,
+    AppConfig,
+    DocsConfig,
+    ModelConfig,
+    RelayConfig,
+    ToolConfig,
+    load_config,
+    parse_app_flag,
+)
+from widget.relay.mcp.config import McpServerConfig, finalize_servers
 
 pytestmark = pytest.mark.unit
 
@@ -119,3 +134,204 @@ def test_edge_settings_from_toml_env_and_cli(tmp_path: Path) -> None:
     args = build_parser().parse_args(["--trusted-proxy", "10.1.1.1", "--trusted-proxy", "10.1.1.2", "--drain-timeout",
                                       "9"])
     assert args.trusted_proxies == ["10.1.1.1", "10.1.1.2"] and args.drain_timeout_s == 9.0
+
+
+def test_the_banner_offers_the_demo_only_when_there_is_one() -> None:
+    demo = startup_banner(load_config(env={}))
+    assert "for the demo" in demo and "http://127.0.0.1:8765/" in demo
+    mine = startup_banner(load_config(env={}, apps=dict([parse_app_flag("my-site=http://localhost:9150")])))
+    assert "demo" not in mine.replace("model: demo", "")
+    assert "app my-site: allowed origins http://localhost:9150" in mine
+    assert '<script src="http://127.0.0.1:8765/widget/autopilot.js" data-app="my-site"></script>' in mine
+
+
+def test_starters_from_toml_stripped(tmp_path: Path) -> None:
+    f = tmp_path / "relay.toml"
+    f.write_text('[apps.a]\nstarters = ["  How do I start?  ", "Pricing", "Plans", "Limits"]\nsuggestions = true\n'
+                 '[apps.b]\n')
+    cfg = load_config(f, env={})
+    assert cfg.apps["a"].starters == ["How do I start?", "Pricing", "Plans", "Limits"]
+    assert cfg.apps["a"].suggestions is True
+    assert cfg.apps["b"].starters == [] and cfg.apps["b"].suggestions is False
+    # the built-in demo app (no apps configured) has suggestions on and starters the demo model acts on
+    default = load_config(env={}).apps["demo"]
+    assert default.suggestions is True and default.starters == list(DEMO_STARTERS)
+
+
+@pytest.mark.parametrize(
+    "toml, needle",
+    [
+        ('starters = "Hello"', "starters must be a list of strings, got 'Hello'"),
+        ('starters = ["a", "b", "c", "d", "e"]', "starters has 5 entries; at most 4 are shown"),
+        ('starters = ["a", 3]', "starters[1] must be a string, got 3"),
+        ('starters = ["a", "   "]', "starters[1] is empty"),
+        (f'starters = ["{"x" * 201}"]', "starters[0] has 201 characters; the limit is 200"),
+        ('starters = ["Hi", " Hi"]', "starters[1] repeats entry 0"),
+        ('suggestions = "yes"', "suggestions must be true or false"),
+    ],
+)
+def test_bad_starters_are_one_line_config_errors(tmp_path: Path, toml: str, needle: str) -> None:
+    f = tmp_path / "relay.toml"
+    f.write_text("[apps.a]\n" + toml + "\n")
+    with pytest.raises(ConfigError) as exc:
+        load_config(f, env={})
+    assert needle in str(exc.value) and "apps.a" in str(exc.value) and "\n" not in str(exc.value)
+
+
+def test_starters_given_in_python_are_checked_too() -> None:
+    with pytest.raises(ConfigError, match=r"app 'x': starters has 5 entries"):
+        load_config(env={}, apps={"x": AppConfig(starters=["a", "b", "c", "d", "e"])})
+    with pytest.raises(ConfigError, match=r"app 'x': suggestions must be true or false"):
+        load_config(env={}, apps={"x": AppConfig(suggestions="on")})  # type: ignore[arg-type]
+    cfg = load_config(env={}, apps={"x": AppConfig(starters=(" a ", "b"))})  # type: ignore[arg-type]
+    assert cfg.apps["x"].starters == ["a", "b"]
+
+
+def test_the_tool_name_is_the_relays_own(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="'suggest_followups' is the relay's own tool"):
+        tool = ToolConfig(callable=lambda a, c: 1, description="d")
+        load_config(env={}, apps={"x": AppConfig(tools={SUGGEST: tool})})
+
+
+def test_config_functions_bound_at_start(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    (tmp_path / "site_tools.py").write_text("def limits(args, ctx):\n    return {'plan': args['plan']}\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    f = tmp_path / "relay.toml"
+    f.write_text('''
+[apps.shop]
+allowed_origins = ["https://shop.example"]
+
+[apps.shop.tools.plan_limits]
+callable = "site_tools:limits"
+description = "Live limits of one plan."
+
+[apps.shop.tools.plan_limits.parameters]
+type = "object"
+properties = { plan = { type = "string", enum = ["free", "pro"] } }
+required = ["plan"]
+''')
+    cfg = load_config(f, env={})
+    tool = cfg.apps["shop"].tools["plan_limits"]
+    assert tool.func is not None and tool.func({"plan": "pro"}, {}) == {"plan": "pro"}
+    assert tool.parameters["properties"]["plan"]["enum"] == ["free", "pro"]
+
+
+@pytest.mark.parametrize("table, needle", [
+    ('callable = "no_such_module_xyz:f"\ndescription = "d"',
+     "cannot import 'no_such_module_xyz:f': ModuleNotFoundError"),
+    ('callable = "json:no_such_function"\ndescription = "d"', "cannot import 'json:no_such_function': AttributeError"),
+    ('callable = "json.decoder:JSONDecodeError.nope"\ndescription = "d"', "AttributeError"),
+    ('callable = "json"\ndescription = "d"', 'callable must be "module:function"'),
+    ('callable = "json:__name__"\ndescription = "d"', "is not callable"),
+    ('callable = "json:dumps"', "needs a description"),
+    ('callable = "json:dumps"\ndescription = "d"\nparameters = { type = "object", properties = { a = { type = "array" '
+     '} } }', "type must be string, number, integer or boolean"),
+    ('callable = "json:dumps"\ndescription = "d"\ncolour = 1', "unknown key 'colour'"),
+])
+def test_bad_config_function_is_a_config_error(tmp_path: Path, table: str, needle: str) -> None:
+    f = tmp_path / "relay.toml"
+    f.write_text(f"[apps.shop.tools.plan_limits]\n{table}\n")
+    with pytest.raises(ConfigError) as exc:
+        load_config(f, env={})
+    assert needle in str(exc.value) and "\n" not in str(exc.value)
+    assert "app 'shop'" in str(exc.value) or "apps.shop" in str(exc.value)
+    f.write_text('[apps.shop.tools.offer_actions]\ncallable = "json:dumps"\ndescription = "d"\n')
+    with pytest.raises(ConfigError, match="the relay's own tool"):
+        load_config(f, env={})
+
+
+@pytest.mark.parametrize("fallback, message", [("nope", "fallback_model must name another model"),
+                                               ("primary", "fallback_model must name another model")])
+def test_a_fallback_must_name_another_configured_model(tmp_path: Path, fallback: str, message: str) -> None:
+    cfg = RelayConfig(db_path=str(tmp_path / "r.sqlite3"), models={"primary": ModelConfig()},
+                      apps={"a": AppConfig(model="primary", fallback_model=fallback)})
+    with pytest.raises(ConfigError, match=message):
+        cfg.finalized()
+
+
+def test_config_checks_and_secrets_from_the_environment(tmp_path: Path) -> None:
+    ok = McpServerConfig(command=["srv"], env={"TOKEN": "MY_TOKEN"}, tools=["a"])
+    got = finalize_servers("app 'x'", {"s1": ok}, {"MY_TOKEN": "t"})
+    assert got["s1"].resolved_env == {"TOKEN": "t"} and ok.resolved_env == {}
+    bad = [
+        ({"s1": McpServerConfig(command=["srv"], env={"TOKEN": "MY_TOKEN"}, tools=["a"])}, {},
+         "environment variable MY_TOKEN is not set"),
+        ({"s1": McpServerConfig(command=["srv"], env={"TOKEN": "sk-123 secret"}, tools=["a"])}, {},
+         "not an environment variable name"),
+        ({"s1": McpServerConfig(command=["srv"], tools=[])}, {}, "tools must list"),
+        ({"s 1": McpServerConfig(command=["srv"], tools=["a"])}, {}, "a server name is"),
+        ({"s1": McpServerConfig(transport="sse", command=["srv"], tools=["a"])}, {}, "transport must be"),
+        ({"s1": McpServerConfig(transport="http", url="ftp://x", tools=["a"])}, {}, "http needs url"),
+        ({"s1": McpServerConfig(command=[], tools=["a"])}, {}, "stdio needs command"),
+        ({"s1": McpServerConfig(command=["srv"], tools=["a"], timeout_s=0)}, {}, "timeout_s must be a number > 0"),
+    ]
+    for given, env, words in bad:
+        with pytest.raises(ConfigError, match=words):
+            finalize_servers("app 'x'", given, env)
+    toml = tmp_path / "relay.toml"
+    toml.write_text('[apps.shop]\nallowed_origins = ["https://shop.example"]\n'
+                    '[apps.shop.mcp.docs]\ntransport = "http"\nurl = "https://mcp.example/mcp"\n'
+                    'headers = { Authorization = "DOCS_AUTH" }\ntools = ["search"]\n')
+    cfg = load_config(toml, env={"DOCS_AUTH": "Bearer abc"})
+    assert cfg.apps["shop"].mcp["docs"].resolved_headers == {"Authorization": "Bearer abc"}
+    toml.write_text('[apps.shop.mcp.docs]\ntransport = "http"\nurl = "https://mcp.example/mcp"\ntools = '
+                    '["search"]\nretries = 3\n')
+    with pytest.raises(ConfigError, match="unknown key 'retries'"):
+        load_config(toml, env={})
+
+
+def test_config_docs_and_loop(tmp_path: Path) -> None:
+    f = tmp_path / "relay.toml"
+    f.write_text('[apps.a]\nloop = "one-shot"\n[apps.a.docs]\nnot_found_text = "Nope."\n'
+                 'fallback_actions = ["contact_support"]\nrequire_citations = false\n[apps.b]\n')
+    cfg = load_config(f, env={})
+    a, b = cfg.apps["a"], cfg.apps["b"]
+    assert a.loop == "one-shot" and a.docs == DocsConfig(True, False, "Nope.", ["contact_support"])
+    assert b.loop == "auto" and b.docs.enabled and b.docs.require_citations and b.docs.fallback_actions == []
+    for toml, needle in [
+        ('[apps.a]\nloop = "sometimes"', "loop must be one of auto, agentic, one-shot"),
+        ('[apps.a]\ndocs = 3', "apps.a.docs must be a table"),
+        ('[apps.a.docs]\nnot_found_text = ""', "docs.not_found_text must be a non-empty string"),
+        ('[apps.a.docs]\nfallback_actions = ["a", "b", "c", "d"]', "at most 3 action names"),
+        ('[apps.a.docs]\nfallback_actions = ["no spaces"]', "docs.fallback_actions must be a list"),
+        ('[apps.a.docs]\nrequire_citations = "yes"', "docs.require_citations must be true or false"),
+        ('[apps.a.docs]\nindex = "x"', "unknown key 'index'"),
+        ('[apps.a.tools.search_docs]\ncallable = "json:dumps"\ndescription = "x"',
+         "'search_docs' is the relay's own tool"),
+    ]:
+        f.write_text(toml + "\n")
+        with pytest.raises(ConfigError, match=needle.replace("(", r"\(")):
+            load_config(f, env={})
+
+
+def test_socket_bounds_are_settings(tmp_path: Path) -> None:
+    """Each bound is a TOML key and an environment variable, with its default, and a negative one is refused."""
+    from widget.errors import ConfigError
+    from widget.relay.config import load_config
+
+    cfg = load_config(env={})
+    assert (cfg.replay_rate_per_minute, cfg.state_patch_rate_per_minute, cfg.socket_send_queue_bytes,
+            cfg.unjoined_socket_timeout_s, cfg.idempotency_retention_s, cfg.max_events_per_conversation) == (
+        30, 1200, 4_000_000, 20.0, 86_400.0, 50_000)
+    toml = tmp_path / "relay.toml"
+    toml.write_text("replay_rate_per_minute = 5\nstate_patch_rate_per_minute = 7\nmax_events_per_conversation = 9\n")
+    env = {"AUTOPILOT_UNJOINED_SOCKET_TIMEOUT_S": "3", "AUTOPILOT_SOCKET_SEND_QUEUE_BYTES": "1000",
+           "AUTOPILOT_IDEMPOTENCY_RETENTION_S": "60"}
+    cfg = load_config(toml, env=env)
+    assert (cfg.replay_rate_per_minute, cfg.state_patch_rate_per_minute, cfg.max_events_per_conversation) == (5, 7, 9)
+    got = (cfg.unjoined_socket_timeout_s, cfg.socket_send_queue_bytes, cfg.idempotency_retention_s)
+    assert got == (3.0, 1000, 60.0)
+    with pytest.raises(ConfigError, match="replay_rate_per_minute must be >= 0"):
+        load_config(env={"AUTOPILOT_REPLAY_RATE_PER_MINUTE": "-1"})
+
+
+def test_demo_docs_settings(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(ConfigError, match="demo_docs must be a folder of Markdown pages"):
+        RelayConfig(demo_docs=tmp_path / "nope").finalized()
+    with pytest.raises(ConfigError, match="the relay has no 'demo' app"):
+        RelayConfig(demo_docs=tmp_path, apps={"shop": AppConfig()}).finalized()
+    assert relay_main(["--demo-docs", str(tmp_path / "nope"), "--port", "0"]) == 2
+    assert "demo_docs must be a folder" in capsys.readouterr().err
+    banner = startup_banner(load_config(env={}, demo_docs=tmp_path))
+    assert banner.splitlines()[1] == ("  the demo's docs: http://127.0.0.1:8765/docs/ "
+                                      "(ask the demo a question about them)")

@@ -5,7 +5,6 @@ not-found text."""
 
 from __future__ import annotations
 
-import re
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -15,34 +14,13 @@ import aiohttp
 import pytest
 import pytest_asyncio
 from relay_helpers import Recorder, joined, launch
+from test_docs_units import GUIDE
 
-from widget.errors import ConfigError
-from widget.relay.__main__ import main as relay_main
-from widget.relay.__main__ import startup_banner
-from widget.relay.config import DEFAULT_NOT_FOUND_TEXT, AppConfig, RelayConfig, load_config
-from widget.relay.docs.markdown_source import extract_markdown
-from widget.relay.http.docs_site import render
+from widget.relay.config import DEFAULT_NOT_FOUND_TEXT
 
 pytestmark = pytest.mark.relay
 
 ROOT = Path(__file__).resolve().parent.parent
-GUIDE = """---
-title: ignored when there is a heading
----
-# Guide
-
-Start here. See [the other page](other.md#setup-and-more) or [an outside link](https://example.com/x.md).
-
-## Setup and more
-
-Install the package with pip. Then run the relay on port 8765.
-
-<script>alert(1)</script>
-
-## Setup and more
-
-A second heading of the same name gets its own anchor.
-"""
 
 
 async def ask(rec: Recorder, text: str) -> list[tuple[str, Any]]:
@@ -73,23 +51,6 @@ async def small(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Any]:
     h = await launch(tmp_path_factory.mktemp("relay"), demo_docs=folder)
     yield h
     await h.stop()
-
-
-def test_heading_ids_are_the_index_anchors_on_every_page_of_the_docs() -> None:
-    for page in sorted((ROOT / "docs").glob("*.md")):
-        text = page.read_text(encoding="utf-8")
-        _, body = render(text)
-        ids = re.findall(r'<h[1-6] id="([^"]+)"', body)
-        anchors = [s.url.split("#", 1)[1] for s in extract_markdown(text.encode(), "/x.html").sections]
-        assert anchors and set(anchors) <= set(ids), page.name
-
-
-def test_render() -> None:
-    title, body = render(GUIDE)
-    assert title == "Guide"
-    assert re.findall(r'<h[12] id="([^"]+)"', body) == ["guide", "setup-and-more", "setup-and-more_1"]
-    assert 'href="other.html#setup-and-more"' in body and 'href="https://example.com/x.md"' in body
-    assert "<script>" not in body and "&lt;script&gt;alert(1)&lt;/script&gt;" in body
 
 
 async def test_the_small_site_is_indexed_served_and_answers(small: Any, http: aiohttp.ClientSession) -> None:
@@ -134,15 +95,3 @@ async def test_the_projects_own_docs_answer_the_colours_question(tmp_path: Path,
         await rec.disconnect()
     finally:
         await h.stop()
-
-
-def test_demo_docs_settings(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    with pytest.raises(ConfigError, match="demo_docs must be a folder of Markdown pages"):
-        RelayConfig(demo_docs=tmp_path / "nope").finalized()
-    with pytest.raises(ConfigError, match="the relay has no 'demo' app"):
-        RelayConfig(demo_docs=tmp_path, apps={"shop": AppConfig()}).finalized()
-    assert relay_main(["--demo-docs", str(tmp_path / "nope"), "--port", "0"]) == 2
-    assert "demo_docs must be a folder" in capsys.readouterr().err
-    banner = startup_banner(load_config(env={}, demo_docs=tmp_path))
-    assert banner.splitlines()[1] == ("  the demo's docs: http://127.0.0.1:8765/docs/ "
-                                      "(ask the demo a question about them)")

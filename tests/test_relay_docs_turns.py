@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 from collections.abc import AsyncIterator
-from pathlib import Path
 from typing import Any
 
 import aiohttp
@@ -23,15 +22,11 @@ from docs_double import SITE, MemoryDocs, section
 from relay_helpers import SHOP_SECRET, Recorder, ScriptedModel, declare, fold, info, joined, launch
 
 from widget import protocol as P
-from widget.errors import ConfigError
-from widget.relay.config import AppConfig, DocsConfig, ModelConfig, load_config
-from widget.relay.docs import DocHit
-from widget.relay.docs.tool import build_reply
-from widget.relay.hub.citations import Citations, exempt_reason, is_greeting, quoted_passage, text_fragment
+from widget.relay.config import AppConfig, DocsConfig, ModelConfig
 from widget.relay.hub.prompts import CITATION_RULES
 from widget.relay.models.base import TextDelta, ToolCall
 from widget.relay.models.demo import DEMO_GREETING, DEMO_NOT_FOUND, DEMO_THANKS
-from widget.relay.tools import DOCS_SECTIONS_HEAD, tool_title
+from widget.relay.tools import DOCS_SECTIONS_HEAD
 
 pytestmark = pytest.mark.relay
 
@@ -130,82 +125,6 @@ def tool_names(request: Any) -> list[str]:
 def fed(request: Any) -> list[str]:
     """The tool messages' contents a model request carried."""
     return [m["content"] for m in request.messages if m["role"] == "tool"]
-
-
-# ---------------------------------------------------------------------------------------------- units
-
-
-def test_passage_and_text_fragment() -> None:
-    text = SITE[1]["text"]
-    answer = "Colours come from CSS custom properties on the host element [s1]."
-    # the section's own words and case, from the first shared word to the last
-    assert quoted_passage(answer, text) == "colours come from CSS custom properties on the host element"
-    assert text_fragment(answer, text) == ("text=colours%20come%20from%20CSS%20custom%20properties"
-                                           "%20on%20the%20host%20element")
-    long = "As the docs say: Set --ap-accent for buttons and links, and --ap-surface for the panel's background."
-    # a long passage is named by its first and last words; '-' and ',' are encoded (they separate a directive's parts)
-    assert text_fragment(long, text) == ("text=Set%20%2D%2Dap%2Daccent%20for%20buttons%20and,"
-                                         "%2D%2Dap%2Dsurface%20for%20the%20panel%27s%20background")
-    assert quoted_passage("colours are custom", text) is None  # fewer than 4 words in a row
-    assert text_fragment("Nothing in common with that at all.", text) is None
-
-
-def test_greetings_and_exemptions() -> None:
-    for q in ("hi", "Hello!", "hey there", "Thanks!", "thank you so much", "ok", "Good morning", "merci",
-              "Thanks, that helped!", "bye for now", "great."):
-        assert is_greeting(q), q
-    for q in ("hi, how do I change the colours?", "thanks, and what about the pro plan?", "hello " * 10, "",
-              "hi what are the limits", "okay, the pro plan", "thanks! one more thing: the limits of pro",
-              "history of the project", "hike"):
-        assert not is_greeting(q), q
-    assert exempt_reason("hi", "Hello! Ask me about the docs.", offered=False) == "greeting"
-    assert exempt_reason("hi", "x" * 301, offered=False) is None
-    assert exempt_reason("how?", "You can write to support below.", offered=True) == "offer"
-    assert exempt_reason("how?", "It works like this.", offered=False) is None
-    assert exempt_reason("how?", "You answered: green.", offered=False, after_prompt=True) == "reader_answer"
-
-
-def test_tool_titles() -> None:
-    assert tool_title("plan_limits") == "Plan limits" and tool_title("x", "Live limits") == "Live limits"
-    assert tool_title("mcp__github__get_issue") == "Get issue"
-
-
-def test_citations_drop_unknown_ids_and_number_in_order() -> None:
-    cites = Citations()
-    s = SITE[1]
-    hit = DocHit(key=s["url"], page_title=s["page_title"], headings=s["headings"], url=s["url"], text=s["text"],
-                 score=1.0)
-    cites.add_reply(build_reply([hit], lambda h: "s1"))
-    cites.tool("call_1", "Plan limits")
-    assert cites.doc("/docs/theming.html#colours") == "s1" and cites.doc("/docs/x#y") == "s2"
-    out = cites.sources("Pro has 5 seats [t1]. Colours: see [s7] and [s1], again [t1].")
-    assert [(s["id"], s["n"], s["kind"], s["title"]) for s in out] == [("t1", 1, "tool", "Plan limits"),
-                                                                     ("s1", 2, "docs", "Theming › Colours")]
-    assert "url" not in out[0] and out[1]["url"] == "/docs/theming.html#colours"
-
-
-def test_config_docs_and_loop(tmp_path: Path) -> None:
-    f = tmp_path / "relay.toml"
-    f.write_text('[apps.a]\nloop = "one-shot"\n[apps.a.docs]\nnot_found_text = "Nope."\n'
-                 'fallback_actions = ["contact_support"]\nrequire_citations = false\n[apps.b]\n')
-    cfg = load_config(f, env={})
-    a, b = cfg.apps["a"], cfg.apps["b"]
-    assert a.loop == "one-shot" and a.docs == DocsConfig(True, False, "Nope.", ["contact_support"])
-    assert b.loop == "auto" and b.docs.enabled and b.docs.require_citations and b.docs.fallback_actions == []
-    for toml, needle in [
-        ('[apps.a]\nloop = "sometimes"', "loop must be one of auto, agentic, one-shot"),
-        ('[apps.a]\ndocs = 3', "apps.a.docs must be a table"),
-        ('[apps.a.docs]\nnot_found_text = ""', "docs.not_found_text must be a non-empty string"),
-        ('[apps.a.docs]\nfallback_actions = ["a", "b", "c", "d"]', "at most 3 action names"),
-        ('[apps.a.docs]\nfallback_actions = ["no spaces"]', "docs.fallback_actions must be a list"),
-        ('[apps.a.docs]\nrequire_citations = "yes"', "docs.require_citations must be true or false"),
-        ('[apps.a.docs]\nindex = "x"', "unknown key 'index'"),
-        ('[apps.a.tools.search_docs]\ncallable = "json:dumps"\ndescription = "x"',
-         "'search_docs' is the relay's own tool"),
-    ]:
-        f.write_text(toml + "\n")
-        with pytest.raises(ConfigError, match=needle.replace("(", r"\(")):
-            load_config(f, env={})
 
 
 # ---------------------------------------------------------------------------------------------- search steps

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import logging
 from collections.abc import AsyncIterator
-from pathlib import Path
 from typing import Any
 
 import aiohttp
@@ -14,9 +13,8 @@ import pytest
 import pytest_asyncio
 from relay_helpers import SHOP_SECRET, ScriptedModel, joined, launch, register, turn_log_line
 
-from widget.errors import ConfigError
 from widget.protocol import TurnErrorCode
-from widget.relay.config import AppConfig, ModelConfig, RelayConfig
+from widget.relay.config import AppConfig, ModelConfig
 from widget.relay.models.base import ModelError, TextDelta, ToolCall, Usage
 
 pytestmark = pytest.mark.relay
@@ -113,12 +111,3 @@ async def test_a_rate_limit_says_when_to_try_again(relay: tuple[Any, ScriptedMod
     events, _ = await ask(h, "hello", "alone")
     error = [d["message"] for e, d in events if e == "message" and d["message"]["role"] == "error"][-1]
     assert (error["code"], error["retryable"], error["retry_after"]) == ("model_rate_limited", True, 7)
-
-
-@pytest.mark.parametrize("fallback, message", [("nope", "fallback_model must name another model"),
-                                               ("primary", "fallback_model must name another model")])
-def test_a_fallback_must_name_another_configured_model(tmp_path: Path, fallback: str, message: str) -> None:
-    cfg = RelayConfig(db_path=str(tmp_path / "r.sqlite3"), models={"primary": ModelConfig()},
-                      apps={"a": AppConfig(model="primary", fallback_model=fallback)})
-    with pytest.raises(ConfigError, match=message):
-        cfg.finalized()

@@ -1,5 +1,6 @@
-"""Bounds on what an outsider can make the relay hold, and protocol rules the relay enforces: the rate
-limiter (pure, clock injected), then a real relay over HTTP and Socket.IO."""
+"""Bounds on what an outsider can make the relay hold, and protocol rules the relay enforces, on a real relay over
+HTTP and Socket.IO (the rate limiter itself, pure: tests/test_relay_limits.py; the bounds' settings:
+tests/test_relay_config.py)."""
 
 from __future__ import annotations
 
@@ -26,82 +27,9 @@ from relay_helpers import (
 
 from widget import protocol as P
 from widget.relay.models.base import ModelRequest, TextDelta, ToolCall
-from widget.relay.ratelimit import EXPIRE_PER_CHECK, RateLimiter
 from widget.relay.storage.sql import fetch as S_fetch
 
 pytestmark = pytest.mark.relay
-
-
-class Clock:
-    """A clock the test moves by hand."""
-
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
-def test_limiter_window_and_retry_after() -> None:
-    clock = Clock()
-    lim = RateLimiter(3, window_s=60, clock=clock)
-    assert [lim.allow("a") for _ in range(4)] == [True, True, True, False]
-    assert lim.allow("b")  # keys are independent
-    assert lim.retry_after("a") == 60
-    clock.now += 59.5
-    assert not lim.allow("a") and lim.retry_after("a") == 0.5
-    clock.now += 0.5  # the three hits leave the window together
-    assert lim.retry_after("a") == 0 and all(lim.allow("a") for _ in range(3)) and not lim.allow("a")
-
-
-def test_limiter_refused_hits_do_not_count() -> None:
-    clock = Clock()
-    lim = RateLimiter(1, window_s=10, clock=clock)
-    assert lim.allow("a")
-    for _ in range(100):
-        clock.now += 0.05
-        assert not lim.allow("a")
-    clock.now = 1010.0
-    assert lim.allow("a")
-
-
-def test_limiter_zero_is_unlimited() -> None:
-    lim = RateLimiter(0)
-    assert all(lim.allow("a") for _ in range(1000)) and len(lim) == 0 and lim.retry_after("a") == 0
-
-
-def test_limiter_100000_keys_expire_at_constant_cost() -> None:
-    """100,000 keys (one per address or conversation) are all forgotten once their window has passed,
-    by ordinary checks, each doing a bounded amount of work."""
-    clock = Clock()
-    lim = RateLimiter(5, window_s=60, clock=clock)
-    for i in range(100_000):
-        assert lim.allow(f"key-{i}")
-    assert len(lim) == 100_000
-    clock.now += 61
-    before = len(lim)
-    assert lim.allow("new")
-    assert before - len(lim) + 1 <= EXPIRE_PER_CHECK + 1  # one check did at most EXPIRE_PER_CHECK evictions
-    checks = 0
-    while len(lim) > 1:
-        lim.allow("new")
-        checks += 1
-    assert checks <= 100_000 // EXPIRE_PER_CHECK + 1
-    assert len(lim) == 1
-
-
-def test_limiter_keys_hit_again_are_kept() -> None:
-    clock = Clock()
-    lim = RateLimiter(100, window_s=60, clock=clock)
-    for i in range(100):
-        lim.allow(f"k{i}")
-    clock.now += 30
-    lim.allow("k0")  # k0 hit again: its window restarts from now
-    clock.now += 31
-    for _ in range(100):
-        lim.allow("other")
-    assert len(lim) == 2  # k0 and other; k1..k99 expired
-    assert lim.retry_after("k0") == 0
 
 
 # ------------------------------------------------------------------------------------------- the relay
@@ -113,7 +41,6 @@ async def relay(request: Any, tmp_path_factory: pytest.TempPathFactory) -> Async
     handle = await launch(tmp_path_factory.mktemp("hardening"), store=request.param)
     yield handle
     await handle.stop()
-
 
 
 def err(ack: Any) -> str:
@@ -569,27 +496,6 @@ async def test_hub_entries_of_conversations_are_dropped_when_unused(gated: tuple
         await asyncio.sleep(0.02)
     assert (await info(http, url))["conversation"]["status"] == "idle"
     assert set(hub.convs) <= before
-
-
-def test_socket_bounds_are_settings(tmp_path: Path) -> None:
-    """Each bound is a TOML key and an environment variable, with its default, and a negative one is refused."""
-    from widget.errors import ConfigError
-    from widget.relay.config import load_config
-
-    cfg = load_config(env={})
-    assert (cfg.replay_rate_per_minute, cfg.state_patch_rate_per_minute, cfg.socket_send_queue_bytes,
-            cfg.unjoined_socket_timeout_s, cfg.idempotency_retention_s, cfg.max_events_per_conversation) == (
-        30, 1200, 4_000_000, 20.0, 86_400.0, 50_000)
-    toml = tmp_path / "relay.toml"
-    toml.write_text("replay_rate_per_minute = 5\nstate_patch_rate_per_minute = 7\nmax_events_per_conversation = 9\n")
-    env = {"AUTOPILOT_UNJOINED_SOCKET_TIMEOUT_S": "3", "AUTOPILOT_SOCKET_SEND_QUEUE_BYTES": "1000",
-           "AUTOPILOT_IDEMPOTENCY_RETENTION_S": "60"}
-    cfg = load_config(toml, env=env)
-    assert (cfg.replay_rate_per_minute, cfg.state_patch_rate_per_minute, cfg.max_events_per_conversation) == (5, 7, 9)
-    got = (cfg.unjoined_socket_timeout_s, cfg.socket_send_queue_bytes, cfg.idempotency_retention_s)
-    assert got == (3.0, 1000, 60.0)
-    with pytest.raises(ConfigError, match="replay_rate_per_minute must be >= 0"):
-        load_config(env={"AUTOPILOT_REPLAY_RATE_PER_MINUTE": "-1"})
 
 
 @pytest.mark.parametrize("store_kind", STORE_KINDS)

@@ -23,7 +23,6 @@ import pytest_asyncio
 from relay_helpers import FUNC, STORE_KINDS, Recorder, ScriptedModel, declare, info, launch
 
 from widget.relay.config import AppConfig, ModelConfig
-from widget.relay.http.insight import percentile
 from widget.relay.models.base import ModelError, TextDelta, ToolCall, Usage
 
 pytestmark = pytest.mark.relay
@@ -119,14 +118,6 @@ def roles(*bodies: dict[str, Any]) -> dict[str, int]:
         for m in b["messages"]:
             out[m["role"]] = out.get(m["role"], 0) + 1
     return dict(sorted(out.items()))
-
-
-def test_percentile_is_nearest_rank() -> None:
-    assert percentile([], 50) is None
-    assert percentile([5.0], 95) == 5.0
-    values = [float(v) for v in range(1, 101)]
-    assert percentile(values, 50) == 50.0 and percentile(values, 95) == 95.0
-    assert percentile([3.0, 1.0, 2.0, 10.0], 50) == 2.0 and percentile([3.0, 1.0, 2.0, 10.0], 95) == 10.0
 
 
 async def test_feedback_and_stats_match_a_scripted_set(

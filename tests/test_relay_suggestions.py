@@ -1,6 +1,8 @@
 """Starters and follow-up suggestions on the relay: the ``starters`` of an app's config (checked at start, sent with
 the conversation) and the relay's own ``suggest_followups`` tool over real Socket.IO (the model's spec, the checks,
-what is stored on the answer and restored by a GET, what the model is told, the demo model's suggestions).
+what is stored on the answer and restored by a GET, what the model is told, the demo model's suggestions). The
+config's checks and the tool's spec and checks themselves, pure: tests/test_relay_config.py and
+tests/test_relay_tool_checks.py.
 
 Three apps share one relay: ``demo`` talks to the demo model (suggestions on, starters set), ``shop`` to a
 ScriptedModel with suggestions on, ``plain`` to the same model with suggestions off.
@@ -10,116 +12,22 @@ from __future__ import annotations
 
 import json
 from collections.abc import AsyncIterator
-from pathlib import Path
 from typing import Any
 
 import aiohttp
 import pytest
 import pytest_asyncio
 from relay_helpers import SHOP_SECRET, Recorder, ScriptedModel, declare, fold, info, joined, launch
+from test_relay_tool_checks import SUGGEST
 
-from widget import protocol as P
-from widget.errors import ConfigError
-from widget.relay.config import DEMO_STARTERS, AppConfig, ModelConfig, ToolConfig, load_config
+from widget.relay.config import AppConfig, ModelConfig
 from widget.relay.models.base import TextDelta, ToolCall
 from widget.relay.models.demo import DEMO_SUGGESTIONS
-from widget.relay.tools import check_suggestions, suggest_followups_spec, suggestions_note
+from widget.relay.tools import suggest_followups_spec
 
 pytestmark = pytest.mark.relay
 
-SUGGEST = P.RelayTool.SUGGEST_FOLLOWUPS
 STARTERS = ["What can you do?", "Suggest follow-ups"]
-
-
-# ---------------------------------------------------------------------------------------------- the app's starters
-
-
-def test_starters_from_toml_stripped(tmp_path: Path) -> None:
-    f = tmp_path / "relay.toml"
-    f.write_text('[apps.a]\nstarters = ["  How do I start?  ", "Pricing", "Plans", "Limits"]\nsuggestions = true\n'
-                 '[apps.b]\n')
-    cfg = load_config(f, env={})
-    assert cfg.apps["a"].starters == ["How do I start?", "Pricing", "Plans", "Limits"]
-    assert cfg.apps["a"].suggestions is True
-    assert cfg.apps["b"].starters == [] and cfg.apps["b"].suggestions is False
-    # the built-in demo app (no apps configured) has suggestions on and starters the demo model acts on
-    default = load_config(env={}).apps["demo"]
-    assert default.suggestions is True and default.starters == list(DEMO_STARTERS)
-
-
-@pytest.mark.parametrize(
-    "toml, needle",
-    [
-        ('starters = "Hello"', "starters must be a list of strings, got 'Hello'"),
-        ('starters = ["a", "b", "c", "d", "e"]', "starters has 5 entries; at most 4 are shown"),
-        ('starters = ["a", 3]', "starters[1] must be a string, got 3"),
-        ('starters = ["a", "   "]', "starters[1] is empty"),
-        (f'starters = ["{"x" * 201}"]', "starters[0] has 201 characters; the limit is 200"),
-        ('starters = ["Hi", " Hi"]', "starters[1] repeats entry 0"),
-        ('suggestions = "yes"', "suggestions must be true or false"),
-    ],
-)
-def test_bad_starters_are_one_line_config_errors(tmp_path: Path, toml: str, needle: str) -> None:
-    f = tmp_path / "relay.toml"
-    f.write_text("[apps.a]\n" + toml + "\n")
-    with pytest.raises(ConfigError) as exc:
-        load_config(f, env={})
-    assert needle in str(exc.value) and "apps.a" in str(exc.value) and "\n" not in str(exc.value)
-
-
-def test_starters_given_in_python_are_checked_too() -> None:
-    with pytest.raises(ConfigError, match=r"app 'x': starters has 5 entries"):
-        load_config(env={}, apps={"x": AppConfig(starters=["a", "b", "c", "d", "e"])})
-    with pytest.raises(ConfigError, match=r"app 'x': suggestions must be true or false"):
-        load_config(env={}, apps={"x": AppConfig(suggestions="on")})  # type: ignore[arg-type]
-    cfg = load_config(env={}, apps={"x": AppConfig(starters=(" a ", "b"))})  # type: ignore[arg-type]
-    assert cfg.apps["x"].starters == ["a", "b"]
-
-
-def test_the_tool_name_is_the_relays_own(tmp_path: Path) -> None:
-    with pytest.raises(ConfigError, match="'suggest_followups' is the relay's own tool"):
-        tool = ToolConfig(callable=lambda a, c: 1, description="d")
-        load_config(env={}, apps={"x": AppConfig(tools={SUGGEST: tool})})
-
-
-# ---------------------------------------------------------------------------------------------- the tool's checks
-
-
-def test_spec_is_strict_and_bounded() -> None:
-    spec = suggest_followups_spec()
-    assert spec["name"] == SUGGEST and spec["strict"] is True
-    params = spec["parameters"]
-    assert params["required"] == ["suggestions"] and params["additionalProperties"] is False
-    array = params["properties"]["suggestions"]
-    assert array["items"] == {"type": "string"} and "maxItems" not in array  # said in words instead
-    assert "At most 3 questions, each at most 150 characters." == array["description"]
-    assert "reader's own message" in spec["description"] and "never because page context" in spec["description"]
-    assert suggest_followups_spec({"enum", "maxItems"})["parameters"]["properties"]["suggestions"]["maxItems"] == 3
-
-
-def test_check_suggestions_keeps_the_good_and_says_why_for_the_rest() -> None:
-    listed = ["How?", "  How? ", 7, " ", "x" * 151, "Why\n  not?", "When?", "Who?"]
-    kept, problems = check_suggestions({"suggestions": listed})
-    assert kept == ["How?", "Why not?", "When?"]
-    assert problems == [
-        "suggestions[1] is a repeat", "suggestions[2] is not a string", "suggestions[3] is empty",
-        "suggestions[4] has 151 characters (at most 150)", "suggestions[7]: more than 3 suggestions",
-    ]
-    # a second call of the same response counts what the first kept
-    assert check_suggestions({"suggestions": ["A", "Where?", "Which?"]}, ["A", "B"]) == (
-        ["Where?"], ["suggestions[0] is a repeat", "suggestions[2]: more than 3 suggestions"])
-    assert check_suggestions({"suggestions": []}) == ([], ["the 'suggestions' list is empty"])
-    for bad in (None, [], {"suggestions": "How?"}, {"other": []}):
-        assert check_suggestions(bad) == ([], ["the arguments must be an object with a 'suggestions' list of strings"])
-
-
-def test_the_note_the_model_reads() -> None:
-    assert suggestions_note(["A?", "B?"], []) == 'Shown to the reader under your answer: "A?"; "B?".'
-    assert suggestions_note(["A?"], ["suggestions[1] is empty"]) == (
-        'Shown to the reader under your answer: "A?". Not shown: suggestions[1] is empty.')
-    assert suggestions_note([], ["suggestions[0] is not a string"]) == (
-        "Invalid suggest_followups call: suggestions[0] is not a string. Nothing was shown to the reader; "
-        "fix the arguments and call again, or answer without suggestions.")
 
 
 # ---------------------------------------------------------------------------------------------- over Socket.IO

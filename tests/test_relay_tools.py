@@ -1,6 +1,7 @@
 """Tools and actions on the relay (docs/protocol.md §8) over real Socket.IO: strict schemas to the
 model, arguments checked before anything runs, relay config functions, ``offer_actions`` (demo model and
-scripted), answers restored without actions, ``action_outcome`` and the note the model sees next turn.
+scripted), answers restored without actions, ``action_outcome`` and the note the model sees next turn (the pure
+parts: tests/test_relay_tool_checks.py, tests/test_relay_config.py).
 
 Two apps share one relay: ``demo`` talks to the demo model, ``shop`` to a ScriptedModel and has relay
 config functions.
@@ -13,7 +14,6 @@ import json
 import logging
 import time
 from collections.abc import AsyncIterator
-from pathlib import Path
 from typing import Any
 
 import aiohttp
@@ -32,36 +32,20 @@ from relay_helpers import (
     launch,
     turn_log_line,
 )
+from test_relay_tool_checks import CONTACT, PLAN, SEARCH
 
 from widget import protocol as P
-from widget.errors import ConfigError
-from widget.relay.config import DEFAULT_SYSTEM_PROMPT, AppConfig, ModelConfig, ToolConfig, load_config
+from widget.relay.config import AppConfig, ModelConfig, ToolConfig
 from widget.relay.models.base import TextDelta, ToolCall
-from widget.relay.tools import ToolError, check_offer, offer_actions_spec, strict_schema
+from widget.relay.tools import ToolError, strict_schema
 
 pytestmark = pytest.mark.relay
 
 # ---------------------------------------------------------------------------------------------- declarations
 
-PLAN = {"type": "object",
-        "properties": {"plan": {"type": "string", "enum": ["free", "pro", "team"], "description": "The plan"}},
-        "required": ["plan"], "additionalProperties": False}
 PLAN_LIMITS = {"kind": "tool", "description": "Live limits of one plan.", "parameters": PLAN, "handler": "page"}
-SEARCH = {"kind": "tool", "description": "Search orders.", "handler": "page", "parameters": {
-    "type": "object", "properties": {
-        "email": {"type": "string", "format": "email", "description": "Customer email"},
-        "limit": {"type": "integer", "minimum": 1, "maximum": 20},
-        "q": {"type": "string", "minLength": 2, "maxLength": 40},
-        "since": {"type": "string", "format": "date"},
-    }, "required": ["email"], "additionalProperties": False}}
 OPEN_PRICING = {"kind": "action", "description": "Open the pricing page for one plan.", "parameters": PLAN,
                 "confirm": "button", "label": "Open pricing", "title": None}
-CONTACT = {"kind": "action", "description": "Send the question to support.", "confirm": "form",
-           "label": "Write to support",
-           "parameters": {"type": "object", "properties": {
-               "email": {"type": "string", "format": "email", "description": "Where support replies"},
-               "message": {"type": "string", "format": "multiline", "description": "The problem"}},
-               "required": ["email", "message"], "additionalProperties": False}}
 FUNCTION = {"kind": "function", "description": "Returns the selected text.",
             "parameters": {"type": "object", "properties": {}}}
 
@@ -179,80 +163,6 @@ def named(events: list[tuple[str, Any]], name: str) -> list[Any]:
 
 def spec(request: Any, name: str) -> dict[str, Any]:
     return next(t for t in request.tools if t["name"] == name)
-
-
-# ---------------------------------------------------------------------------------------------- units
-
-
-def test_one_validation_module() -> None:
-    """The relay checks arguments with the client's own module (D6), so both give the model the same reasons."""
-    import widget.core.tools as core
-    import widget.relay.hub as hub
-    import widget.relay.tools as relay_tools
-
-    assert (hub.check_tool_arguments is core.check_tool_arguments
-            and relay_tools.check_tool_arguments is core.check_tool_arguments)
-    assert relay_tools.flat_parameters("t", {"type": "object", "properties": {"a": {"type": "array"}}})[1] is not None
-    assert relay_tools.flat_parameters("t", SEARCH["parameters"]) == (SEARCH["parameters"], None)
-
-
-def test_strict_schema_common_and_openai() -> None:
-    common = strict_schema(SEARCH["parameters"])
-    assert common == {"type": "object", "additionalProperties": False, "required": ["email", "limit", "q", "since"],
-                      "properties": {
-        "email": {"type": "string", "description": "Customer email (an email address)"},
-        "limit": {"type": ["integer", "null"], "description": "From 1 to 20"},
-        "q": {"type": ["string", "null"], "description": "2 to 40 characters"},
-        "since": {"type": ["string", "null"], "description": "A date YYYY-MM-DD"},
-    }}
-    plan = strict_schema(PLAN)["properties"]["plan"]
-    assert plan == {"type": "string", "description": "The plan", "enum": ["free", "pro", "team"]}
-    optional = strict_schema({"type": "object",
-                              "properties": {"p": {"type": "string", "enum": ["a"]}}})["properties"]["p"]
-    assert optional["enum"] == ["a", None] and optional["type"] == ["string", "null"]
-    openai = strict_schema(SEARCH["parameters"], {"enum", "format", "minimum", "maximum", "maxItems"},
-                           {"email", "date", "date-time"})
-    assert openai["properties"]["email"] == {"type": "string", "description": "Customer email", "format": "email"}
-    assert openai["properties"]["limit"] == {"type": ["integer", "null"], "minimum": 1, "maximum": 20}
-    # no minLength in OpenAI strict
-    assert openai["properties"]["q"] == {"type": ["string", "null"], "description": "2 to 40 characters"}
-    assert openai["properties"]["since"]["format"] == "date"
-
-
-def test_offer_spec_and_checks() -> None:
-    actions = {"open_pricing": {"description": "Open pricing.", "parameters": PLAN, "confirm": "button"},
-               "contact_support": {"description": "Write.", "parameters": CONTACT["parameters"], "confirm": "form"}}
-    s = offer_actions_spec(actions)
-    assert s["name"] == "offer_actions" and s["strict"] is True
-    items = s["parameters"]["properties"]["actions"]["items"]["anyOf"]
-    assert [i["properties"]["name"]["enum"] for i in items] == [["open_pricing"], ["contact_support"]]
-    assert items[0]["properties"]["arguments"]["properties"]["plan"]["type"] == "string"
-    # a form: all nullable
-    assert items[1]["properties"]["arguments"]["properties"]["email"]["type"] == ["string", "null"]
-    assert "maxItems" not in s["parameters"]["properties"]["actions"]
-    assert "obvious next step" in s["description"] and "- contact_support: Write. (a form" in s["description"]
-    kept, dropped = check_offer({"actions": [
-        {"name": "open_pricing", "arguments": {"plan": "premium"}},
-        {"name": "delete_account", "arguments": {}},
-        {"name": "open_pricing", "arguments": {"plan": "pro"}},
-        {"name": "open_pricing", "arguments": {"plan": "pro"}},
-        {"name": "contact_support", "arguments": {"email": "a@b.co", "message": None}},
-        {"name": "open_pricing", "arguments": {"plan": "team"}},
-        {"name": "open_pricing", "arguments": {"plan": "free"}},
-    ]}, actions)
-    assert kept == [{"name": "open_pricing", "arguments": {"plan": "pro"}},
-                    {"name": "contact_support", "arguments": {"email": "a@b.co"}},
-                    {"name": "open_pricing", "arguments": {"plan": "team"}}]
-    assert len(dropped) == 4 and "plan must be one of" in dropped[0] and "not one of the page's actions" in dropped[1]
-    assert "offered twice" in dropped[2] and "more than 3" in dropped[3]
-    assert check_offer("x", actions) == ([], ["the arguments must be an object with an 'actions' list"])
-
-
-def test_system_prompt_rules() -> None:
-    assert "only when it is the obvious next step" in DEFAULT_SYSTEM_PROMPT and "asked for it" in DEFAULT_SYSTEM_PROMPT
-    assert "never instructions" in DEFAULT_SYSTEM_PROMPT
-    for word in ("page context", "documents", "tool and function replies"):
-        assert word in DEFAULT_SYSTEM_PROMPT
 
 
 # ---------------------------------------------------------------------------------------------- what the model sees
@@ -427,53 +337,6 @@ async def test_handler_run_uses_the_config_function_and_its_schema(relay: Any, m
     fed = [m["content"] for m in model.requests[1].messages if m["role"] == "tool"]
     assert json.loads(fed[0]) == {"plan": "pro", "seats": 5} and "plan must be one of ['free', 'pro', 'team']" in fed[1]
     await rec.disconnect()
-
-
-def test_config_functions_bound_at_start(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    (tmp_path / "site_tools.py").write_text("def limits(args, ctx):\n    return {'plan': args['plan']}\n")
-    monkeypatch.syspath_prepend(str(tmp_path))
-    f = tmp_path / "relay.toml"
-    f.write_text('''
-[apps.shop]
-allowed_origins = ["https://shop.example"]
-
-[apps.shop.tools.plan_limits]
-callable = "site_tools:limits"
-description = "Live limits of one plan."
-
-[apps.shop.tools.plan_limits.parameters]
-type = "object"
-properties = { plan = { type = "string", enum = ["free", "pro"] } }
-required = ["plan"]
-''')
-    cfg = load_config(f, env={})
-    tool = cfg.apps["shop"].tools["plan_limits"]
-    assert tool.func is not None and tool.func({"plan": "pro"}, {}) == {"plan": "pro"}
-    assert tool.parameters["properties"]["plan"]["enum"] == ["free", "pro"]
-
-
-@pytest.mark.parametrize("table, needle", [
-    ('callable = "no_such_module_xyz:f"\ndescription = "d"',
-     "cannot import 'no_such_module_xyz:f': ModuleNotFoundError"),
-    ('callable = "json:no_such_function"\ndescription = "d"', "cannot import 'json:no_such_function': AttributeError"),
-    ('callable = "json.decoder:JSONDecodeError.nope"\ndescription = "d"', "AttributeError"),
-    ('callable = "json"\ndescription = "d"', 'callable must be "module:function"'),
-    ('callable = "json:__name__"\ndescription = "d"', "is not callable"),
-    ('callable = "json:dumps"', "needs a description"),
-    ('callable = "json:dumps"\ndescription = "d"\nparameters = { type = "object", properties = { a = { type = "array" '
-     '} } }', "type must be string, number, integer or boolean"),
-    ('callable = "json:dumps"\ndescription = "d"\ncolour = 1', "unknown key 'colour'"),
-])
-def test_bad_config_function_is_a_config_error(tmp_path: Path, table: str, needle: str) -> None:
-    f = tmp_path / "relay.toml"
-    f.write_text(f"[apps.shop.tools.plan_limits]\n{table}\n")
-    with pytest.raises(ConfigError) as exc:
-        load_config(f, env={})
-    assert needle in str(exc.value) and "\n" not in str(exc.value)
-    assert "app 'shop'" in str(exc.value) or "apps.shop" in str(exc.value)
-    f.write_text('[apps.shop.tools.offer_actions]\ncallable = "json:dumps"\ndescription = "d"\n')
-    with pytest.raises(ConfigError, match="the relay's own tool"):
-        load_config(f, env={})
 
 
 # ------------------------------------------------------------------------------------------- offer_actions (demo model)

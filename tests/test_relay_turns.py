@@ -33,7 +33,7 @@ from relay_helpers import (
 
 from widget import protocol as P
 from widget.relay.config import AppConfig, ModelConfig
-from widget.relay.hub import RateLimiter, _prompt_from
+from widget.relay.hub import RateLimiter
 from widget.relay.models.base import ModelError, ModelRequest, TextDelta, ToolCall
 
 pytestmark = pytest.mark.relay
@@ -400,45 +400,6 @@ async def test_tool_replies_cut_for_the_model_and_tool_timeout(relay: Any, model
 
 
 # ---------------------------------------------------------------------------------------------- ask user
-
-
-@pytest.mark.parametrize("args, problem", [
-    ("not json", "must be a JSON object"),
-    ({"type": "slider", "question": "How much?"}, "type must be one of text, bool, radiolist, checklist"),
-    ({"type": "text", "question": "  "}, "question must be a non-empty string"),
-    ({"type": "text"}, "question must be a non-empty string"),
-    ({"type": "text", "question": "q" * 2001}, "at most 2000"),
-    ({"type": "radiolist", "question": "Pick"}, "needs arguments.options"),
-    ({"type": "checklist", "question": "Pick", "arguments": {"options": []}}, "needs arguments.options"),
-    ({"type": "radiolist", "question": "Pick", "arguments": {"options": ["a", "b"]}}, "options[0] must be an object"),
-    ({"type": "radiolist", "question": "Pick", "arguments": {"options": [{"value": "", "label": "A"}]}},
-     "options[0].value"),
-    ({"type": "radiolist", "question": "Pick", "arguments": {"options": [{"value": "a"}]}}, "options[0].label"),
-    ({"type": "checklist", "question": "Pick",
-      "arguments": {"options": [{"value": "a", "label": "A"}, {"value": "a", "label": "B"}]}}, "appears twice"),
-    ({"type": "radiolist", "question": "Pick",
-      "arguments": {"options": [{"value": str(i), "label": "x"} for i in range(51)]}}, "at most 50 options"),
-    ({"type": "bool", "question": "OK?", "arguments": {"yes_label": 1}}, "yes_label must be a string"),
-    ({"type": "text", "question": "Name?", "arguments": {"multiline": "yes"}}, "multiline must be true or false"),
-    ({"type": "text", "question": "Name?", "arguments": "x"}, "arguments must be an object"),
-])
-def test_ask_user_arguments_checked(args: Any, problem: str) -> None:
-    prompt, why = _prompt_from({"id": "call_1", "name": "ask_user", "arguments": args})
-    assert prompt is None and problem in why
-
-
-def test_ask_user_prompt_keeps_known_fields_only() -> None:
-    prompt, _ = _prompt_from({"id": "call_1", "arguments": {
-        "type": "radiolist", "question": "Pick", "evil": "<script>",
-        "arguments": {"options": [{"value": "a", "label": "A", "onclick": "x"}], "yes_label": "Y"}}})
-    assert prompt == {"id": "call_1", "type": "radiolist", "question": "Pick",
-                      "arguments": {"options": [{"value": "a", "label": "A"}]}}
-    prompt, _ = _prompt_from({"id": "c",
-                              "arguments": {"type": "bool", "question": "OK?",
-                                            "arguments": {"yes_label": "Sure", "no_label": "No"}}})
-    assert prompt["arguments"] == {"yes_label": "Sure", "no_label": "No"}
-    prompt, _ = _prompt_from({"id": "c", "arguments": {"type": "text", "question": "Name?"}})
-    assert prompt == {"id": "c", "type": "text", "question": "Name?"}
 
 
 async def test_bad_ask_user_call_goes_back_to_the_model_not_the_reader(relay: Any, model: ScriptedModel,
