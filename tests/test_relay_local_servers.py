@@ -412,6 +412,26 @@ async def test_rate_limited_carries_retry_after(servers: str, headers: Any, expe
         assert exc.value.retry_after is not None and abs(exc.value.retry_after - expected) < 2
 
 
+async def test_the_leading_system_messages_go_as_one(servers: str) -> None:
+    """Local chat templates often take one system message: the relay's several (prompt, rules, page context) are
+    joined for any host but OpenAI, whose request keeps them apart."""
+    s = server("llamacpp")
+    s.turns.append(Turn(["ok"]))
+    messages = [{"role": "system", "content": "You are the copilot."}, {"role": "system", "content": "Cite [s1]."},
+                *ASK]
+    adapter = OpenAIAdapter(cfg(servers, "llamacpp"))
+    try:
+        await answer(adapter, messages=messages)
+    finally:
+        await adapter.aclose()
+    assert s.requests[-1]["messages"] == [{"role": "system", "content": "You are the copilot.\n\nCite [s1]."}, *ASK]
+    openai = OpenAIAdapter(ModelConfig(adapter="openai", model="gpt-4o-mini", api_key="sk-x"))
+    try:
+        assert openai._request_kwargs(ModelRequest(messages=messages))["messages"] == messages
+    finally:
+        await openai.aclose()
+
+
 async def test_max_tokens_goes_under_each_hosts_name(servers: str) -> None:
     s = server("llamacpp")
     s.turns.append(Turn(["ok"]))

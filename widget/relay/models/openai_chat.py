@@ -20,6 +20,8 @@ Besides OpenAI itself it talks to the local and self-hosted servers that speak t
   requires --jinja flag" or "Unsupported param: tools", vLLM's '"auto" tool choice requires
   --enable-auto-tool-choice') switches the model to tools as text (:mod:`.tools_text`) for the rest of the
   process, logged once, and the request is sent again that way.
+- The system messages a request starts with (the relay's prompt, citation rules, page context) go as one to any
+  host but OpenAI: many chat templates of local models take a single system message.
 - ``max_tokens`` goes as ``max_completion_tokens`` to OpenAI (its reasoning models refuse ``max_tokens``) and as
   ``max_tokens`` to any other host (what the local servers read).
 """
@@ -103,6 +105,18 @@ def usage_of(raw: Any) -> Usage | None:
         reasoning_tokens=_int(get(get(raw, "completion_tokens_details"), "reasoning_tokens")),
     )
     return None if usage == Usage() else usage
+
+
+def one_system_message(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """``messages`` with the system messages they start with joined into one (a blank line between): many local
+    servers' chat templates take one system message only, and refuse or drop the others."""
+    n = 0
+    while n < len(messages) and messages[n].get("role") == "system" and isinstance(messages[n].get("content"), str):
+        n += 1
+    if n < 2:
+        return messages
+    joined = "\n\n".join(m["content"] for m in messages[:n] if m["content"])
+    return [{"role": "system", "content": joined}, *messages[n:]]
 
 
 class ToolCallPieces:
@@ -218,7 +232,8 @@ class OpenAIAdapter(ModelAdapter):
         return ModelError(TurnErrorCode.MODEL_ERROR, "The model request failed.")
 
     def _request_kwargs(self, request: ModelRequest) -> dict[str, Any]:
-        kwargs: dict[str, Any] = {"model": self.cfg.model, "messages": request.messages, "stream": True}
+        messages = request.messages if self.official else one_system_message(request.messages)
+        kwargs: dict[str, Any] = {"model": self.cfg.model, "messages": messages, "stream": True}
         tools = []
         for t in request.tools:
             if not _TOOL_NAME.match(t["name"]):
