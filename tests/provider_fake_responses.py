@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
@@ -23,6 +24,8 @@ from aiohttp import web
 from provider_fakes import Encoder, FailKind, Pause, Reply, arguments_text, pieces, register
 
 from widget.relay.config import ModelConfig
+
+_TOOL_NAME = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
 
 
 @dataclass
@@ -340,6 +343,55 @@ class ResponsesEncoder(Encoder):
 
     def garbage(self) -> bytes:
         return b"event: response.output_text.delta\ndata: {not json\n\n"
+
+    def check(self, body: dict[str, Any]) -> list[str]:
+        """The Responses API's rules: ``input`` a list of messages (user / assistant / system / developer) and items;
+        a ``function_call`` with ``call_id``, ``name`` and string ``arguments``, answered by one
+        ``function_call_output`` of its ``call_id`` later in the input ("No tool output found for function call"),
+        no output for any other id ("No tool call found for function call output"); an item's ``id``, when given,
+        of its kind's prefix (``fc``, ``rs``, ``msg``); a reasoning item with ``store: false`` only with its
+        ``encrypted_content``; function tools ``{type, name, parameters, strict}`` with names
+        ``^[a-zA-Z0-9_-]{1,64}$``."""
+        problems = []
+        for t in body.get("tools") or []:
+            if t.get("type") != "function" or not _TOOL_NAME.match(str(t.get("name"))) or "parameters" not in t:
+                problems.append(f"tool {t.get('name')!r}: a function tool needs type, a name like "
+                                f"{_TOOL_NAME.pattern} and parameters")
+            if not isinstance(t.get("strict"), bool):
+                problems.append(f"tool {t.get('name')!r}: strict must be said (the API takes a missing one as true)")
+        items = body.get("input")
+        if not isinstance(items, list) or not items:
+            return [*problems, "input: a non-empty list of items"]
+        calls: dict[str, int] = {}
+        answered: set[str] = set()
+        prefixes = {"function_call": "fc", "reasoning": "rs", "message": "msg"}
+        for k, item in enumerate(items):
+            kind = item.get("type", "message")
+            if kind in prefixes and "id" in item and not str(item["id"]).startswith(prefixes[kind]):
+                problems.append(f"input[{k}].id: {item['id']!r}, expected an ID that begins with "
+                                f"{prefixes[kind]!r}")
+            if kind == "message":
+                if item.get("role") not in ("user", "assistant", "system", "developer"):
+                    problems.append(f"input[{k}]: role {item.get('role')!r}")
+            elif kind == "function_call":
+                if not item.get("call_id") or not item.get("name") or not isinstance(item.get("arguments"), str):
+                    problems.append(f"input[{k}]: a function_call needs call_id, name and string arguments")
+                calls[str(item.get("call_id"))] = k
+            elif kind == "function_call_output":
+                call_id = str(item.get("call_id"))
+                if call_id not in calls or call_id in answered:
+                    problems.append(f"input[{k}]: No tool call found for function call output with call_id {call_id}")
+                answered.add(call_id)
+                if not isinstance(item.get("output"), str):
+                    problems.append(f"input[{k}].output: a string")
+            elif kind == "reasoning":
+                if body.get("store") is False and not item.get("encrypted_content"):
+                    problems.append(f"input[{k}]: Item with id {item.get('id')!r} not found. Items are not persisted "
+                                    "when `store` is set to false.")
+            else:
+                problems.append(f"input[{k}].type: {kind!r}")
+        problems += [f"No tool output found for function call {c}." for c in calls if c not in answered]
+        return problems
 
     def tool_names(self, body: dict[str, Any]) -> list[str]:
         return [t["name"] for t in body.get("tools") or []]
