@@ -22,6 +22,7 @@ Write a subclass of :class:`Encoder` in a module of its own named ``tests/provid
         def frames(self, reply, body): ...         # the SSE of a reply, as bytes (and Pause items)
         def error(self, kind, reply): ...          # (status, headers, JSON body) of a failure
         def garbage(self): ...                     # one frame the SDK cannot read
+        def check(self, body): ...                 # optional: what the provider would refuse (400)
         def tool_names(self, body): ...            # what a request carried, provider-neutral
         def tool_results(self, body): ...
         def tool_calls(self, body): ...
@@ -40,7 +41,9 @@ time"``). Helpers every encoder shares:
 The server (:class:`FakeProviders`) mounts every registered encoder under ``/<name>``, keeps one queue of scripted
 replies and one list of received requests per encoder, and counts the responses still being written and those
 whose client went away before their end (``open`` / ``ended_early``: what Stop and a stall must cause). A request
-with nothing scripted gets the text "(unscripted)".
+with nothing scripted gets the text "(unscripted)". A request the encoder's :meth:`Encoder.check` finds fault with
+is answered 400 (``invalid_request_error``) and kept in ``refused``: an adapter that builds a request the real
+provider would refuse fails every scenario, not only in production.
 """
 
 from __future__ import annotations
@@ -50,6 +53,7 @@ import asyncio
 import importlib
 import itertools
 import json
+import re
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -154,6 +158,11 @@ class Encoder(abc.ABC):
     def garbage(self) -> bytes:
         """One frame the provider's SDK cannot read (broken JSON where an event's data belongs)."""
 
+    def check(self, body: dict[str, Any]) -> list[str]:
+        """What the real provider would refuse in this request (its documented rules), one line a problem; the
+        fake then answers 400 and records them (``FakeProviders.refused``), and the scenarios fail on any."""
+        return []
+
     @abc.abstractmethod
     def tool_names(self, body: dict[str, Any]) -> list[str]:
         """The names of the tools a request offered."""
@@ -172,6 +181,8 @@ class Encoder(abc.ABC):
 
 
 ENCODERS: dict[str, Encoder] = {}
+_TOOL_NAME = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
+_ID = re.compile(r"^[a-zA-Z0-9_-]+$")
 
 
 def register(encoder: Encoder) -> Encoder:
@@ -246,6 +257,25 @@ class OpenAIChatEncoder(Encoder):
 
     def garbage(self) -> bytes:
         return b"data: {not json\n\n"
+
+    def check(self, body: dict[str, Any]) -> list[str]:
+        """Chat Completions' rules: known roles; an assistant's ``tool_calls`` each answered by a ``tool`` message
+        right after it, and no ``tool`` message for any other id; tool names ``^[a-zA-Z0-9_-]{1,64}$``."""
+        problems = [f"tool name {n!r} is not allowed" for n in self.tool_names(body) if not _TOOL_NAME.match(n)]
+        pending: set[str] = set()
+        for i, m in enumerate(body.get("messages") or []):
+            role = m.get("role")
+            if role not in ("system", "developer", "user", "assistant", "tool"):
+                problems.append(f"messages[{i}]: unknown role {role!r}")
+            if role == "tool":
+                if m.get("tool_call_id") not in pending:
+                    problems.append(f"messages[{i}]: a tool message for no pending call ({m.get('tool_call_id')!r})")
+                pending.discard(m.get("tool_call_id"))
+                continue
+            if pending:
+                problems.append(f"messages[{i}]: tool calls {sorted(pending)} were not answered before it")
+            pending = {c["id"] for c in m.get("tool_calls") or []} if role == "assistant" else set()
+        return problems
 
     def tool_names(self, body: dict[str, Any]) -> list[str]:
         return [t["function"]["name"] for t in body.get("tools") or []]
@@ -329,6 +359,45 @@ class AnthropicEncoder(Encoder):
     def garbage(self) -> bytes:
         return b"event: content_block_delta\ndata: {not json\n\n"
 
+    def check(self, body: dict[str, Any]) -> list[str]:
+        """The Messages API's rules: ``max_tokens``; the system prompt apart; user first, then user and assistant
+        in turn; no empty text block; every ``tool_use`` answered by a ``tool_result`` in the next user message
+        (results first in it), no result for any other id; ids ``^[a-zA-Z0-9_-]+$``, tool names
+        ``^[a-zA-Z0-9_-]{1,64}$``."""
+        problems = [f"tool name {n!r} is not allowed" for n in self.tool_names(body) if not _TOOL_NAME.match(n)]
+        if not isinstance(body.get("max_tokens"), int) or body["max_tokens"] < 1:
+            problems.append("max_tokens: Field required")
+        messages = body.get("messages") or []
+        if not messages or messages[0].get("role") != "user":
+            problems.append("messages: the first message must use the user role")
+        asked: set[str] = set()
+        for i, m in enumerate(messages):
+            role, content = m.get("role"), m.get("content")
+            if role not in ("user", "assistant"):
+                problems.append(f"messages[{i}].role: {role!r} (the system prompt goes in the top-level system)")
+            if i and messages[i - 1].get("role") == role:
+                problems.append(f"messages[{i}]: roles must alternate between user and assistant")
+            blocks = [{"type": "text", "text": content}] if isinstance(content, str) else (content or [])
+            if not blocks:
+                problems.append(f"messages[{i}]: content must not be empty")
+            answered = {b.get("tool_use_id") for b in blocks if b.get("type") == "tool_result"}
+            if role == "user":
+                if answered != asked:
+                    problems.append(f"messages[{i}]: tool_use ids {sorted(asked)} need their tool_result blocks here "
+                                    f"(got {sorted(answered, key=str)})")
+                results = [b.get("type") == "tool_result" for b in blocks]
+                if results != sorted(results, reverse=True):  # a result after another block
+                    problems.append(f"messages[{i}]: tool_result blocks must come first")
+            asked = set()
+            for b in blocks:
+                if b.get("type") == "text" and not b.get("text"):
+                    problems.append(f"messages[{i}]: text content blocks must be non-empty")
+                if b.get("type") == "tool_use":
+                    asked.add(b.get("id"))
+                    if not _ID.match(str(b.get("id"))) or not isinstance(b.get("input"), dict):
+                        problems.append(f"messages[{i}]: a tool_use needs an id like {_ID.pattern} and an object input")
+        return problems
+
     def tool_names(self, body: dict[str, Any]) -> list[str]:
         return [t["name"] for t in body.get("tools") or []]
 
@@ -382,6 +451,8 @@ class FakeProviders:
         self.open: dict[str, int] = dict.fromkeys(registry, 0)
         #: Responses whose client closed the connection before their end, per provider.
         self.ended_early: dict[str, int] = dict.fromkeys(registry, 0)
+        #: Requests the provider would refuse (``Encoder.check``): their problems, per provider.
+        self.refused: dict[str, list[list[str]]] = {n: [] for n in registry}
         self.url = ""
         self._runner: web.AppRunner | None = None
 
@@ -411,6 +482,7 @@ class FakeProviders:
         for name in self.registry:
             self.replies[name].clear()
             self.requests[name].clear()
+            self.refused[name].clear()
 
     async def wait_closed(self, name: str, count: int = 1, timeout: float = 10.0) -> None:
         """Wait until ``count`` responses of ``name`` were closed by their client and none is still open."""
@@ -427,6 +499,11 @@ class FakeProviders:
         async def handle(request: web.Request) -> web.StreamResponse:
             body = await request.json()
             self.requests[name].append(Received(body, dict(request.headers)))
+            problems = enc.check(body)
+            if problems:
+                self.refused[name].append(problems)
+                return web.json_response({"type": "error", "error": {"type": "invalid_request_error",
+                                                                     "message": "; ".join(problems)}}, status=400)
             reply = self.replies[name].pop(0) if self.replies[name] else Reply(text=["(unscripted)"])
             if reply.fail == "drop":
                 assert request.transport is not None

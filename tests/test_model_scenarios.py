@@ -79,14 +79,17 @@ async def world(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[tuple
 
 
 @pytest.fixture(params=PROVIDERS)
-def provider(request: pytest.FixtureRequest, world: tuple[Any, FakeProviders]) -> str:
-    """Each registered provider in turn (the fake's queues emptied, the relay's stall bound as configured)."""
+def provider(request: pytest.FixtureRequest, world: tuple[Any, FakeProviders]) -> Iterator[str]:
+    """Each registered provider in turn (the fake's queues emptied); after the test, no request it made may be one
+    the real provider would refuse."""
     name: str = request.param
     reason = REGISTRY[name].skip.get(request.node.originalname.removeprefix("test_"))
     if reason:
         pytest.skip(reason)
     world[1].reset()
-    return name
+    yield name
+    # no request of the scenario was one the real provider would refuse (tests/provider_fakes.py Encoder.check)
+    assert world[1].refused[name] == [], world[1].refused[name]
 
 
 def relay(world: tuple[Any, FakeProviders]) -> Any:
@@ -414,6 +417,37 @@ def bounds(h: Any, **settings: Any) -> Iterator[None]:
     finally:
         for k, v in old.items():
             setattr(h.config, k, v)
+
+
+async def test_the_fakes_refuse_what_the_providers_refuse(world: tuple[Any, FakeProviders],
+                                                         http: aiohttp.ClientSession) -> None:
+    """The checks that keep the scenarios honest: a request the real provider would refuse gets a 400 and is kept."""
+    _, fake = world
+    fake.reset()
+    bad = {
+        "openai-chat": {"model": "m", "stream": True, "messages": [
+            {"role": "user", "content": "hi"},
+            {"role": "assistant", "content": None, "tool_calls": [{"id": "c1", "type": "function",
+                                                                   "function": {"name": "f", "arguments": "{}"}}]},
+            {"role": "user", "content": "no result in between"}]},
+        "anthropic": {"model": "m", "stream": True, "max_tokens": 10, "messages": [
+            {"role": "system", "content": "s"},
+            {"role": "user", "content": [{"type": "text", "text": ""}]},
+            {"role": "assistant", "content": [{"type": "tool_use", "id": "c.1", "name": "f", "input": {}}]},
+            {"role": "user", "content": [{"type": "text", "text": "x"},
+                                         {"type": "tool_result", "tool_use_id": "c2"}]}]},
+    }
+    expected = {"openai-chat": ["tool calls ['c1'] were not answered"],
+                "anthropic": ["first message must use the user role", "(the system prompt goes in",
+                              "text content blocks must be non-empty", "a tool_use needs an id",
+                              "need their tool_result blocks here", "tool_result blocks must come first"]}
+    for name, body in bad.items():
+        r = await http.post(fake.url + f"/{name}" + REGISTRY[name].path, json=body)
+        assert r.status == 400
+        (problems,) = fake.refused[name]
+        for needle in expected[name]:
+            assert any(needle in p for p in problems), (needle, problems)
+    fake.reset()
 
 
 def test_every_provider_is_registered() -> None:
