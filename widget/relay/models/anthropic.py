@@ -192,7 +192,8 @@ class AnthropicAdapter(ModelAdapter):
             raise ConfigError("the anthropic adapter needs the 'anthropic' package (pip install "
                               "autopilot-widget[anthropic])") from exc
         if cfg.temperature is not None and not 0 <= cfg.temperature <= 1:
-            raise ConfigError(f"the anthropic adapter takes a temperature from 0 to 1, got {cfg.temperature}")
+            raise ConfigError(f"model {cfg.model!r}: the anthropic adapter takes a temperature from 0 to 1, got "
+                              f"{cfg.temperature}")
         self._anthropic = anthropic
         self.cfg = cfg
         # No strict mode here: Anthropic reads a tool's input_schema as JSON Schema guidance, so the model sees every
