@@ -476,3 +476,44 @@ async def test_relay_turn_on_a_model_without_tools(servers: str, tmp_path: Path)
             await rec.disconnect()
     finally:
         await h.stop()
+
+
+# ---------------------------------------------------------------------------------------------- reasoning text
+
+
+@pytest.mark.parametrize("pieces, shown", [
+    (["<thi", "nk>The reader asks about ", "Oslo.</th", "ink>\n\nIt is ", "sunny."], "It is sunny."),
+    (["  <think>", "x" * 5000, "</think>", "Done."], "Done."),
+    (["<b>Bold</b> first."], "<b>Bold</b> first."),
+    (["<th", "is is text."], "<this is text."),
+    (["<"], "<"),
+    (["Plain, then <think>kept</think> mid-answer."], "Plain, then <think>kept</think> mid-answer."),
+], ids=["split-tags", "long-reasoning", "html-first", "tag-prefix-only", "lone-bracket", "not-leading"])
+async def test_a_local_reasoning_models_leading_think_block_is_never_shown(servers: str, pieces: list[str],
+                                                                           shown: str) -> None:
+    """DeepSeek-R1, Qwen3 and the like on a server without a reasoning parser put ``<think>...</think>`` first in
+    the answer: the adapter holds it back and the reader sees the answer after it; any other text is left alone."""
+    s = server("ollama")
+    s.turns.append(Turn(pieces, [], usage=(5, 7)))
+    adapter = OpenAIAdapter(cfg(servers, "ollama"))
+    try:
+        out = await answer(adapter)
+    finally:
+        await adapter.aclose()
+    assert "".join(c.text for c in out if isinstance(c, TextDelta)) == shown
+    assert out[-1] == Usage(input_tokens=5, output_tokens=7)
+
+
+async def test_endless_reasoning_is_cut(servers: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    import widget.relay.models.openai_chat as chat
+
+    monkeypatch.setattr(chat, "MAX_THINK_CHARS", 100)
+    s = server("ollama")
+    s.turns.append(Turn(["<think>", "y" * 60, "y" * 60, "</think>never"], []))
+    adapter = OpenAIAdapter(cfg(servers, "ollama"))
+    try:
+        with pytest.raises(ModelError) as err:
+            await answer(adapter)
+    finally:
+        await adapter.aclose()
+    assert err.value.code == "answer_too_long"

@@ -107,6 +107,56 @@ def usage_of(raw: Any) -> Usage | None:
     return None if usage == Usage() else usage
 
 
+#: How a local reasoning model whose server does not separate its reasoning starts its answer, and ends the reasoning.
+THINK_OPEN, THINK_CLOSE = "<think>", "</think>"
+#: The most reasoning text held back before the answer: past it the response is cut (``answer_too_long``).
+MAX_THINK_CHARS = 200_000
+
+
+async def without_reasoning(chunks: AsyncIterator[Chunk]) -> AsyncGenerator[Chunk, None]:
+    """``chunks`` without a leading ``<think>...</think>`` block (DeepSeek-R1, Qwen3 and the like on a server that
+    leaves their reasoning in the answer): it is held back, never shown, and the answer starts after it. Text that
+    does not start so streams as it comes (only what could still be the opening tag waits)."""
+    held, deciding, thinking = "", True, False
+    try:
+        async for chunk in chunks:
+            if not isinstance(chunk, TextDelta) or not (deciding or thinking):
+                if deciding and held:  # calls or usage: the text is over, and it was not the opening tag
+                    yield TextDelta(held)
+                    held, deciding = "", False
+                yield chunk
+                continue
+            held += chunk.text
+            if deciding:
+                start = held.lstrip()
+                if THINK_OPEN.startswith(start):
+                    continue  # still possibly the opening tag
+                deciding = False
+                if not start.startswith(THINK_OPEN):
+                    yield TextDelta(held)
+                    held = ""
+                    continue
+                thinking = True
+            end = held.find(THINK_CLOSE)
+            if end < 0:
+                if len(held) > MAX_THINK_CHARS:
+                    raise ModelError(TurnErrorCode.ANSWER_TOO_LONG,
+                                     f"The model reasoned for more than {MAX_THINK_CHARS} characters without "
+                                     "answering.")
+                continue
+            thinking = False
+            rest = held[end + len(THINK_CLOSE):].lstrip()
+            held = ""
+            if rest:
+                yield TextDelta(rest)
+        if deciding and held:  # the whole answer was a prefix of the tag
+            yield TextDelta(held)
+    finally:  # closing this closes the provider's stream under it (Stop, a bound)
+        aclose = getattr(chunks, "aclose", None)
+        if aclose is not None:
+            await aclose()
+
+
 def one_system_message(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """``messages`` with the system messages they start with joined into one (a blank line between): many local
     servers' chat templates take one system message only, and refuse or drop the others."""
@@ -284,7 +334,7 @@ class OpenAIAdapter(ModelAdapter):
 
     async def stream(self, request: ModelRequest) -> AsyncIterator[Chunk]:
         text, stream = await self._open(request)
-        chunks = self._read(stream)
+        chunks = without_reasoning(self._read(stream))
         if text:
             chunks = parse_calls(chunks)
         try:
