@@ -14,13 +14,13 @@ import sys
 import tempfile
 import threading
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
 import pytest_asyncio
 from relay_helpers import STORE_KINDS, database_for
+from test_sqlite_files import SITE, MemPage, html
 
 from widget.protocol import TOOL_REPLY_MAX_CHARS
 from widget.relay.docs import open_docs_index
@@ -29,36 +29,6 @@ from widget.relay.docs.indexer import IndexBusy, IndexOptions, run_index
 pytestmark = pytest.mark.relay
 
 REPO = Path(__file__).resolve().parent.parent
-
-
-@dataclass
-class MemPage:
-    """A page from memory (as a crawler or a push would bring it); ``gate`` makes its read wait or fail."""
-
-    url: str
-    data: bytes
-    kind: str = "html"
-    gate: Any = None
-
-    def read(self) -> bytes:
-        if self.gate is not None:
-            return bytes(self.gate(self))
-        return self.data
-
-
-def html(title: str, *sections: tuple[str, str]) -> bytes:
-    body = "".join(f'<h2 id="{a}">{a.replace("-", " ").title()}</h2><p>{text}</p>' for a, text in sections)
-    return (f"<html><head><title>{title} - Site</title></head><body><nav>Navigation Zebra</nav><main>"
-            f'<h1 id="top">{title}</h1><p>{title} introduction.</p>{body}</main></body></html>').encode()
-
-
-SITE = [
-    MemPage("/theming/", html("Theming", ("colours", "Set the accent colour with a custom property."),
-                              ("dark-mode", "The bar follows the page's dark scheme."))),
-    MemPage("/deploy/", html("Deployment", ("proxy", "Put nginx in front as a reverse proxy with websockets."),
-                             ("postgres", "Several relay processes share one PostgreSQL database."))),
-    MemPage("/api/", html("API", ("ask", "client.ask sends a question and streams the answer."))),
-]
 
 
 @pytest_asyncio.fixture(params=STORE_KINDS)
@@ -129,20 +99,6 @@ async def test_reindex_is_incremental(index: Any, tmp_path: Path) -> None:
     assert await urls(index, "site", "accent") == []  # the old text is gone
     assert await urls(index, "site", "client ask") == []  # the removed page is gone
     assert (await urls(index, "site", "palette hues"))[0] == "/theming/#colours"
-
-
-async def test_unchanged_pages_are_not_touched(tmp_path: Path) -> None:
-    idx: Any = open_docs_index(None, str(tmp_path / "r.sqlite3"))
-    await run_index(idx, "site", SITE)
-    db = sqlite3.connect(tmp_path / "r.sqlite3")
-    before = db.execute("SELECT url, id FROM docs_pages ORDER BY url").fetchall()
-    await run_index(idx, "site", [SITE[0], MemPage("/deploy/", html("Deployment", ("x", "new"))), SITE[2]])
-    after = dict(db.execute("SELECT url, id FROM docs_pages ORDER BY url").fetchall())
-    assert after["/theming/"] == dict(before)["/theming/"] and after["/api/"] == dict(before)["/api/"]
-    assert after["/deploy/"] != dict(before)["/deploy/"]
-    assert db.execute("SELECT count(*) FROM docs_pages").fetchone()[0] == 3  # the replaced row was deleted
-    db.close()
-    await idx.close()
 
 
 async def test_a_search_during_a_reindex_sees_the_old_index(index: Any) -> None:

@@ -7,7 +7,6 @@ The relay-level suites (test_relay.py, test_relay_turns.py, test_relay_tools.py)
 from __future__ import annotations
 
 import asyncio
-import sqlite3
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -19,7 +18,6 @@ from relay_helpers import STORE_KINDS, database_for, fixture_store_kind, pg_serv
 
 from widget.protocol import CallState, ConversationStatus
 from widget.relay.storage import SQLiteStore, Store
-from widget.relay.storage import sqlite as sqlite_engine
 from widget.relay.storage import store as S
 
 pytestmark = pytest.mark.relay
@@ -74,20 +72,6 @@ async def test_batched_writes_stay_atomic_each(store: Store) -> None:
         conv, msgs = await store.snapshot(cid)  # type: ignore[misc]
         assert conv["seq"] == 20 and len(msgs) == 20
         assert sorted(m["seq"] for m in msgs) == list(range(1, 21))
-
-
-async def test_sqlite_batch_is_committed(tmp_path: Path) -> None:
-    store = SQLiteStore(tmp_path / "s.sqlite3")
-    await store.open()
-    try:
-        await store.create_conversation("c", "demo", {"autopilot": {}})
-        await asyncio.gather(*(store.append_event("c", "message", {}) for _ in range(30)))
-    finally:
-        await store.close()
-    db = sqlite3.connect(tmp_path / "s.sqlite3")
-    assert db.execute("SELECT COUNT(*) FROM events").fetchone()[0] == 30
-    assert db.execute("PRAGMA user_version").fetchone()[0] == sqlite_engine.SCHEMA_VERSION
-    db.close()
 
 
 async def test_seq_allocation_across_processes(two: tuple[Store, Store]) -> None:
@@ -316,28 +300,6 @@ async def test_closed_store_refuses(tmp_path: Path, store_kind: str) -> None:
     await store.close()
     with pytest.raises(RuntimeError):
         await store.append_event("c", "message", {})
-
-
-async def test_sqlite_migrates_an_old_database(tmp_path: Path) -> None:
-    """A file written by the relay before the scale-out columns gets them (PRAGMA user_version)."""
-    db = sqlite3.connect(tmp_path / "old.sqlite3")
-    db.executescript(sqlite_engine._SCHEMA)
-    db.execute("INSERT INTO conversations (id, app_id, status, created_at, updated_at, state) VALUES "
-               "('c','demo','idle',0,0,'{}')")
-    # a call answered before the handler's time had one name (it was handler_ms in the store)
-    db.execute("INSERT INTO calls (conversation_id, id, turn_id, name, kind, arguments, status, handler_ms, total_ms,"
-               " created_at) VALUES ('c','k','t','f','function','{}','answered',2.5,3.0,0)")
-    db.commit()
-    db.close()
-    store = SQLiteStore(tmp_path / "old.sqlite3")
-    await store.open()
-    try:
-        assert (await store.get_conversation("c"))["active_sid"] is None  # type: ignore[index]
-        await store.add_member("c", "s", "i")
-        call = await store.get_call("c", "k")
-        assert call is not None and (call["duration_ms"], call["total_ms"]) == (2.5, 3.0)
-    finally:
-        await store.close()
 
 
 async def test_postgres_migrations_are_versioned(tmp_path: Path) -> None:
