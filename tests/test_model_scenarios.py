@@ -245,6 +245,15 @@ async def test_action_offered(world: tuple[Any, FakeProviders], provider: str, h
     assert [(a["name"], a["arguments"]) for a in msg["actions"]] == [("open_pricing", {"plan": "pro"})]
     assert P.RelayTool.OFFER_ACTIONS in enc.tool_names(fake.requests[provider][0].body)
     assert "actions" not in (await info(http, url))["messages"][1]
+    # the next turn's history: the offer as the model's call with the relay's note as its result, in a form the
+    # provider takes (the fake refuses what the provider would)
+    fake.script(provider, Reply(text=["You are welcome."]))
+    fin, _ = await turn(rec, "thanks", key="m2")
+    assert fin["status"] == "done"
+    sent = fake.requests[provider][-1].body
+    ((call_id, name, args),) = enc.tool_calls(sent)
+    assert (name, args) == (P.RelayTool.OFFER_ACTIONS, offer)
+    assert [i for i, _ in enc.tool_results(sent)] == [call_id] and enc.user_texts(sent)[-1] == "thanks"
     await rec.disconnect()
 
 
@@ -309,6 +318,22 @@ async def test_each_failure_reaches_the_client(world: tuple[Any, FakeProviders],
     fin = await rec.wait("completion.finished", start=mark)
     assert fin["status"] == "done"
     assert (await info(http, url))["messages"][-1]["content"] == "Back again."
+    await rec.disconnect()
+
+
+async def test_a_new_message_after_a_failed_turn(world: tuple[Any, FakeProviders], provider: str,
+                                                 http: aiohttp.ClientSession) -> None:
+    """A turn fails, the reader writes again: the history has two reader messages in a row (the failed turn left no
+    answer), in a form the provider takes."""
+    h, fake = world
+    enc = REGISTRY[provider]
+    fake.script(provider, Reply(fail="provider_down"), Reply(text=["Both: hello and again."]))
+    rec, _, _ = await joined(http, h.url, app=f"p-{provider}")
+    fin, _ = await turn(rec, "hello")
+    assert fin["status"] == "failed"
+    fin, events = await turn(rec, "again", key="m2")
+    assert fin["status"] == "done" and streamed(events) == "Both: hello and again."
+    assert " ".join(enc.user_texts(fake.requests[provider][-1].body)).split() == ["hello", "again"]
     await rec.disconnect()
 
 
