@@ -35,8 +35,9 @@ picks a new provider up with no edit. An encoder may override :meth:`Encoder.mod
 "text"`` for a tools-as-text model, whose encoder writes the calls as text) and list scenarios that do not apply
 to it in ``skip`` (scenario name -> reason, shown as the skip reason; a scenario's name is its test's name in
 tests/test_model_scenarios.py without ``test_``, e.g. ``"two_parallel_calls": "the model makes one call at a
-time"``). Helpers every encoder shares:
-:func:`sse` (one event), :func:`pieces` (a string cut into streamed pieces), :class:`Pause`.
+time"``). Helpers every encoder shares: :func:`sse` (one event), :func:`pieces` (a string cut into streamed
+pieces), :func:`arguments_text`, :class:`Pause`. ``Reply.text`` may be a generator (:func:`endless`, for Stop and
+the turn deadline): an encoder iterates it once, lazily, as it writes.
 
 The server (:class:`FakeProviders`) mounts every registered encoder under ``/<name>``, keeps one queue of scripted
 replies and one list of received requests per encoder, and counts the responses still being written and those
