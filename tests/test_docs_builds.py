@@ -62,6 +62,8 @@ CHROME = {
     "alabaster": ["Quokka", "Navigation", "Related Topics", "Search", "Powered by", "Page source", "¶",
                   "Go"],
     "furo": ["Quokka", "On this page", "Made with", "Back to top", "Copyright", "¶", "Search", "Contents"],
+    "sphinx_rtd_theme": ["Quokka", "View page source", "Built with", "Read the Docs", "Previous", "Next",
+                         "Search docs"],
 }
 
 
@@ -85,7 +87,7 @@ def build(kind: str, root: Path) -> Path:
     return out
 
 
-@pytest.fixture(scope="module", params=["mkdocs", "alabaster", "furo"])
+@pytest.fixture(scope="module", params=["mkdocs", "alabaster", "furo", "sphinx_rtd_theme"])
 def site(request: Any, tmp_path_factory: pytest.TempPathFactory) -> tuple[str, Path]:
     return request.param, build(request.param, tmp_path_factory.mktemp(request.param))
 
