@@ -299,3 +299,62 @@ def test_settings(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="embeddings_max_windows must be 1-10000000, got 0"):
         load_config(str(toml), env={})
     assert load_config(None, env={}).embeddings_model is None
+
+
+async def test_vectors_from_an_openai_compatible_endpoint(tmp_path: Path, model_dir: Path,
+                                                          caplog: pytest.LogCaptureFixture) -> None:
+    """``embeddings_model = "endpoint:NAME"``: the provider's ``/embeddings`` (here a local server answering with
+    the real model) instead of a local model; a failing endpoint stops an index run and leaves searches BM25."""
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    from widget.relay.config import ModelConfig
+    from widget.relay.docs.indexer import IndexRunError
+
+    local = Embedder(model_dir)
+    seen: list[tuple[str, str, int]] = []
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+            seen.append((self.path, self.headers.get("Authorization", ""), len(body["input"])))
+            vecs = local.embed(body["input"])
+            out = json.dumps({"object": "list", "model": body["model"], "data": [
+                {"object": "embedding", "index": i, "embedding": [float(x) * 3 for x in v]}
+                for i, v in reversed(list(enumerate(vecs)))]}).encode()  # out of order, not normalized
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(out)))
+            self.end_headers()
+            self.wfile.write(out)
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    models = {"emb": ModelConfig(adapter="openai", model="minilm-remote", api_key="sk-test",
+                                 base_url=f"http://127.0.0.1:{server.server_address[1]}/v1")}
+    idx: Any = open_docs_index(None, str(tmp_path / "r.sqlite3"), embeddings_model="endpoint:emb", models=models)
+    try:
+        assert isinstance(idx, HybridDocsIndex) and idx.embedder.model_id == "endpoint-minilm-remote"
+        await run_index(idx, "site", SITE)
+        assert seen and all(s[:2] == ("/v1/embeddings", "Bearer sk-test") for s in seen)
+        assert (await urls(idx, PARAPHRASE))[0] == "/theming/#colours"
+        server.shutdown()
+        server.server_close()
+        idx._apps.clear()
+        with caplog.at_level(logging.WARNING, logger="widget.relay.docs"):
+            assert await urls(idx, PARAPHRASE) == []  # BM25 alone: no word of it is in the site
+            assert (await urls(idx, "refunds annual"))[0] == "/billing/#refunds"
+        assert "the embeddings endpoint http://127.0.0.1:" in caplog.text and "this search is BM25 alone" in caplog.text
+        changed = SITE[:2] + [MemPage("/billing/", html("Plans", ("limits", "Plan limits", "No cap at all.")))]
+        with pytest.raises(IndexRunError, match="the embeddings endpoint .* failed.*nothing of this run was published"):
+            await run_index(idx, "site", changed)
+        assert (await urls(idx.engine, "annual subscriptions refunded"))[0] == "/billing/#refunds"  # old index
+    finally:
+        await idx.close()
+    with caplog.at_level(logging.WARNING, logger="widget.relay.docs"):
+        plain = open_docs_index(None, str(tmp_path / "r.sqlite3"), embeddings_model="endpoint:nope", models=models)
+    assert type(plain).__name__ == "SqliteDocsIndex"
+    assert "embeddings_model 'endpoint:nope' names no [models.nope] entry; docs search is BM25 alone" in caplog.text

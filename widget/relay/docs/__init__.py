@@ -7,14 +7,17 @@ The turn loop uses only what this module exports: ``DocHit``, ``DocsIndex`` and 
 
 from __future__ import annotations
 
+from typing import Any
+
 from .search import DocHit, DocsIndex
 
 
 def open_docs_index(database_url: str | None, db_path: str, *, embeddings_model: str | None = None,
-                    embeddings_max_windows: int | None = None) -> DocsIndex:
+                    embeddings_max_windows: int | None = None, models: dict[str, Any] | None = None) -> DocsIndex:
     """The relay's docs index: PostgreSQL full-text search when ``database_url`` is set, else SQLite FTS5 in the
     relay's database file ``db_path``. Connects on first use; ``close()`` when done. With ``embeddings_model`` (a
-    folder made by ``autopilot-relay embeddings fetch``), hybrid search (``hybrid.py``); when the model cannot
+    folder made by ``autopilot-relay embeddings fetch``, or ``endpoint:NAME`` for the OpenAI-compatible endpoint of
+    ``models[NAME]``, a relay config's ``[models.NAME]``), hybrid search (``hybrid.py``); when the model cannot
     be loaded (the ``embeddings`` extra missing, the folder wrong) a warning says why and BM25 alone serves."""
     engine: DocsIndex
     if database_url:
@@ -33,7 +36,7 @@ def open_docs_index(database_url: str | None, db_path: str, *, embeddings_model:
 
             warn_missing(exc)
             return engine
-        return open_hybrid(engine, database_url, db_path, embeddings_model, embeddings_max_windows)
+        return open_hybrid(engine, database_url, db_path, embeddings_model, embeddings_max_windows, models)
     return engine
 
 

@@ -43,7 +43,7 @@ import time
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Final
+from typing import Any, Final, Protocol
 
 import numpy as np
 import numpy.typing as npt
@@ -58,6 +58,10 @@ MAX_WINDOWS_PER_SECTION: Final = 32
 DIMS: Final = 384
 #: Threads onnxruntime uses for one call (``embeddings_threads``; the relay's default: 2).
 DEFAULT_THREADS: Final = 2
+
+#: Texts per request to an embeddings endpoint, and characters of one text sent.
+ENDPOINT_BATCH: Final = 64
+MAX_ENDPOINT_CHARS: Final = 8_000
 
 MODEL_FILE: Final = "model.onnx"
 TOKENIZER_FILE: Final = "tokenizer.json"
@@ -121,6 +125,16 @@ def section_context(page_title: str, headings: list[str]) -> str:
     return " › ".join(p for p in parts if p)
 
 
+class TextEmbedder(Protocol):
+    """What hybrid search needs of a source of vectors: an id for what made them, and unit vectors of texts."""
+
+    model_id: str
+
+    def embed(self, texts: list[str]) -> Vectors:
+        """Unit vectors of ``texts``, one row each (blocking: called in a worker thread)."""
+        ...
+
+
 class Embedder:
     """all-MiniLM-L6-v2 on onnxruntime from a local folder: texts in, unit vectors out (mean pooled, L2 normed)."""
 
@@ -178,6 +192,51 @@ class Embedder:
             hidden = self.session.run(None, feed)[0][0]
             pooled = hidden.mean(axis=0)
             out[i] = pooled / max(float(np.linalg.norm(pooled)), 1e-12)
+        return out
+
+
+class EndpointEmbedder:
+    """Vectors from the provider's OpenAI-compatible ``POST {base_url}/embeddings`` instead of a local model
+    (``embeddings_model = "endpoint:NAME"``, ``[models.NAME]`` giving ``base_url``, ``model`` and the key).
+    Texts are sent ``ENDPOINT_BATCH`` at a time, each cut to ``MAX_ENDPOINT_CHARS``; the vectors are normalized
+    here (any dimension). ``EmbeddingsUnavailable`` for a failed call: an index run stops (nothing changes), a
+    search is BM25 alone."""
+
+    def __init__(self, base_url: str | None, model: str, api_key: str | None, *, timeout_s: float = 60.0) -> None:
+        if not model:
+            raise EmbeddingsUnavailable("the embeddings endpoint's [models.NAME] entry needs model = the provider's "
+                                        "embedding model (e.g. text-embedding-3-small)")
+        self.url = (base_url or "https://api.openai.com/v1").rstrip("/") + "/embeddings"
+        self.model = model
+        self.api_key = api_key
+        self.timeout_s = timeout_s
+        self.model_id = f"endpoint-{model}"[:200]
+
+    def embed(self, texts: list[str]) -> Vectors:
+        """Unit vectors of ``texts`` (rows in the same order)."""
+        import urllib.error
+        import urllib.request
+
+        rows: list[list[float]] = []
+        for start in range(0, len(texts), ENDPOINT_BATCH):
+            part = [t[:MAX_ENDPOINT_CHARS] or " " for t in texts[start:start + ENDPOINT_BATCH]]
+            req = urllib.request.Request(self.url, data=json.dumps({"model": self.model, "input": part}).encode(),
+                                         headers={"Content-Type": "application/json",
+                                                  **({"Authorization": f"Bearer {self.api_key}"}
+                                                     if self.api_key else {})})
+            try:
+                with urllib.request.urlopen(req, timeout=self.timeout_s) as resp:
+                    body = json.loads(resp.read(64 * 1024 * 1024))
+                data = sorted(body["data"], key=lambda d: int(d["index"]))
+                got = [[float(x) for x in d["embedding"]] for d in data]
+            except (OSError, ValueError, KeyError, TypeError, urllib.error.URLError) as exc:
+                raise EmbeddingsUnavailable(f"the embeddings endpoint {self.url} failed: {str(exc)[:300]}") from None
+            if len(got) != len(part) or len({len(v) for v in got}) != 1 or (rows and len(got[0]) != len(rows[0])):
+                raise EmbeddingsUnavailable(f"the embeddings endpoint {self.url} answered {len(got)} vectors of "
+                                            f"unequal or changing sizes for {len(part)} texts")
+            rows.extend(got)
+        out = np.asarray(rows, dtype=np.float32).reshape(len(texts), -1) if rows else np.zeros((0, DIMS), np.float32)
+        out /= np.maximum(np.linalg.norm(out, axis=1, keepdims=True), 1e-12)
         return out
 
 

@@ -27,8 +27,8 @@ from typing import Any, Final
 
 import numpy as np
 
-from .embeddings import Embedder, section_context, windows
-from .indexer import DocsWriter, IndexJob
+from .embeddings import EmbeddingsUnavailable, TextEmbedder, section_context, windows
+from .indexer import DocsWriter, IndexJob, IndexRunError
 from .limits import MAX_QUERY_CHARS, MAX_SEARCH_LIMIT
 from .page import Page
 from .query import check_scope, url_path
@@ -39,6 +39,8 @@ log = logging.getLogger("widget.relay.docs")
 
 #: Sections each side contributes to the fusion.
 CANDIDATES: Final = MAX_SEARCH_LIMIT
+#: ``embeddings_model = "endpoint:NAME"``: vectors from the OpenAI-compatible endpoint of ``[models.NAME]``.
+ENDPOINT_PREFIX: Final = "endpoint:"
 #: Reciprocal rank fusion's constant (the usual 60: the first ranks differ little, so one list cannot dominate).
 RRF_K: Final = 60
 #: Nearest sections looked at for a scoped search (a site with many versions has each section many times).
@@ -77,7 +79,8 @@ class _AppState:
 class HybridDocsIndex:
     """A BM25 engine and a vector store searched together (``DocsIndex`` and ``DocsWriter``)."""
 
-    def __init__(self, engine: Any, store: VectorStore, embedder: Embedder, *, max_windows: int = MAX_WINDOWS) -> None:
+    def __init__(self, engine: Any, store: VectorStore, embedder: TextEmbedder, *,
+                 max_windows: int = MAX_WINDOWS) -> None:
         self.engine = engine
         self.store = store
         self.embedder = embedder
@@ -107,7 +110,11 @@ class HybridDocsIndex:
         matrix = await self._matrix(app_id)
         if matrix is None or not text:
             return bm25[:limit]
-        qv = await asyncio.to_thread(self.embedder.embed, [text])
+        try:
+            qv = await asyncio.to_thread(self.embedder.embed, [text])
+        except EmbeddingsUnavailable as exc:  # an embeddings endpoint that failed: this search is BM25 alone
+            log.warning("docs app %r: %s; this search is BM25 alone", app_id, exc)
+            return bm25[:limit]
         # A scope leaves out the other versions' sections: look further down the list for enough of its own.
         near = matrix.best(qv[0], CANDIDATES if prefix is None else SCOPED_CANDIDATES)
         vec = [h for h in await self.store.hits(near) if in_scope(h["url"], prefix)]
@@ -245,7 +252,10 @@ class HybridJob:
         model = self.index.embedder.model_id
         hashes = [text_hash(model, section_context(p.title, s.headings), s.text) for _, p in pages for s in p.sections]
         reuse = await self.index.store.reusable(self.app_id, model, hashes)
-        rows = await asyncio.to_thread(self.index.embed_pages, pages, reuse)
+        try:
+            rows = await asyncio.to_thread(self.index.embed_pages, pages, reuse)
+        except EmbeddingsUnavailable as exc:
+            raise IndexRunError(f"{exc}; nothing of this run was published") from None
         self.reused_sections += sum(1 for h in hashes if h in reuse)
         self.embedded_sections += len(rows)
         await self.index.store.stage(self.app_id, self.run, model, rows)
@@ -276,14 +286,24 @@ class HybridJob:
 
 
 def open_hybrid(engine: Any, database_url: str | None, db_path: str, model: str,
-                max_windows: int | None = None) -> DocsIndex:
-    """``engine`` wrapped in hybrid search with the model folder ``model`` and the engine's own database for the
-    vectors; the engine alone, with a warning saying why, when the model cannot be loaded."""
-    from .embeddings import EmbeddingsUnavailable
+                max_windows: int | None = None, models: dict[str, Any] | None = None) -> DocsIndex:
+    """``engine`` wrapped in hybrid search with the vectors in the engine's own database: from the model folder
+    ``model``, or from an OpenAI-compatible endpoint for ``endpoint:NAME`` (``models[NAME]``: base_url, model,
+    api_key); the engine alone, with a warning saying why, when the model cannot be loaded."""
+    from .embeddings import Embedder, EndpointEmbedder
     from .vectors import PgVectors, SqliteVectors
 
+    embedder: TextEmbedder
     try:
-        embedder = Embedder(model)
+        if model.startswith(ENDPOINT_PREFIX):
+            name = model[len(ENDPOINT_PREFIX):]
+            spec = (models or {}).get(name)
+            if spec is None:
+                raise EmbeddingsUnavailable(f"embeddings_model {model!r} names no [models.{name}] entry; docs search "
+                                            "is BM25 alone")
+            embedder = EndpointEmbedder(spec.base_url, spec.model, spec.api_key, timeout_s=spec.request_timeout_s)
+        else:
+            embedder = Embedder(model)
     except EmbeddingsUnavailable as exc:
         log.warning("%s", exc)
         plain: DocsIndex = engine

@@ -92,7 +92,8 @@ def _matrix(version: int, run: str, rows: list[tuple[int, int, bytes]], max_wind
         blobs.append(blob)
         total += windows
     left = len(rows) - len(ids)
-    vectors = (np.frombuffer(b"".join(blobs), dtype=np.float32).reshape(total, DIMS) if total
+    # Every row of one model has the same dimension (DIMS for the local model, the endpoint's own otherwise).
+    vectors = (np.frombuffer(b"".join(blobs), dtype=np.float32).reshape(total, -1) if total
                else np.zeros((0, DIMS), dtype=np.float32))
     return Matrix(version, run, np.array(ids, dtype=np.int64), np.array(starts, dtype=np.int64), vectors, left)
 
