@@ -1,7 +1,8 @@
 """Streaming cost (docs/performance.md): streamed events reach Python in batches, the bar renders streamed text at a
 bounded cadence, and neither changes what is shown.
 
-- ``BrowserTransport`` applies a ``__batch__`` from static/bridge.mjs event by event, in order (CPython).
+- ``BrowserTransport`` applies a ``__batch__`` from static/bridge.mjs event by event, in order (CPython, without a
+  browser: tests/test_streaming.py).
 - In Chromium, events arrive as WebSocket messages on the page's own socket.io connection (the whole real path:
   socket.io-client, bridge.mjs, the transport, the client): the first streamed event goes to Python at once, the
   ones right after it together, any other event after the ones waiting; every event is applied once, in order.
@@ -21,8 +22,6 @@ import pytest_asyncio
 from conftest import require_build
 from support import open_page
 from test_bar import BarPage, fixture_bar_relay, js_root, open_bar, py  # noqa: F401
-
-from widget.transports.browser import BATCH, BrowserTransport
 
 pytestmark = pytest.mark.browser
 
@@ -87,31 +86,6 @@ async def socket_page(browser: Any, bar_relay: Any) -> AsyncIterator[BarPage]:
     ctx, page, log = await open_page(browser, bar_relay.url + "/", context=ctx)
     yield BarPage(context=ctx, page=page, log=log, relay=bar_relay)
     await ctx.close()
-
-
-# --------------------------------------------------------------------------------------------------------------
-# CPython: the transport's side of a batch
-
-
-def test_a_batch_is_applied_event_by_event_in_order() -> None:
-    seen: list[tuple[str, Any]] = []
-
-    def handler(name: str, data: Any) -> None:
-        if data == {"boom": True}:
-            raise RuntimeError("a broken listener")
-        seen.append((name, data))
-
-    t = BrowserTransport(bridge=None)
-    t.set_handler(handler)
-    t._on_event("completion_stream", json.dumps({"delta": "a", "seq": 1}))
-    batch = [["completion_stream", {"delta": "b", "seq": 2}], ["not a pair"], ["completion_stream", {"boom": True}],
-             [3, {}], ["completion_stream", {"delta": "c", "seq": 4}]]
-    t._on_event(BATCH, json.dumps(batch))
-    t._on_event(BATCH, "not json")  # nothing, no exception
-    t._on_event("completion.ended", json.dumps({"seq": 5}))
-    # A malformed item is skipped; a listener's exception loses nothing else of the batch.
-    assert seen == [("completion_stream", {"delta": "a", "seq": 1}), ("completion_stream", {"delta": "b", "seq": 2}),
-                    ("completion_stream", {"delta": "c", "seq": 4}), ("completion.ended", {"seq": 5})]
 
 
 # --------------------------------------------------------------------------------------------------------------

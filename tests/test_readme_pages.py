@@ -12,60 +12,16 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterator
-from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import pytest
-from support import ROOT, open_page, py_eval, start_relay
+from support import open_page, py_eval, start_relay
+from test_protocol_docs import SNIPPETS, Snippet
 
 pytestmark = pytest.mark.browser
 
 HEAD = ('<!doctype html><html><head><meta charset="utf-8"><link rel="icon" href="data:,">'
         "<title>{title}</title></head><body>")
-FENCE = re.compile(r"^```(html|js)\n(.*?)^```", re.S | re.M)
-DOCS = ("README.md", "docs/embedding.md")
-
-
-@dataclass(frozen=True)
-class Snippet:
-    """One fenced block of a doc, and where its loader tag goes when it has none."""
-
-    doc: str
-    index: int
-    lang: str
-    text: str
-    order: str  # "own" (it has the loader tag) | "before" (above a defer tag) | "after" (below a plain tag)
-
-    @property
-    def id(self) -> str:
-        return f"{Path(self.doc).stem}-{self.index}-{self.order}"
-
-
-def snippets() -> Iterator[Snippet]:
-    for doc in DOCS:
-        text = (ROOT / doc).read_text()
-        for i, m in enumerate(FENCE.finditer(text)):
-            lang, body = m.group(1), m.group(2)
-            if "autopilot.js" in body:
-                yield Snippet(doc, i, lang, body, "own")
-            elif "AutopilotConfig" in body:
-                yield Snippet(doc, i, lang, body, "before")
-            else:
-                yield Snippet(doc, i, lang, body, "before")
-                yield Snippet(doc, i, lang, body, "after")
-
-
-SNIPPETS = list(snippets())
-
-
-def test_the_docs_have_the_snippets_this_module_serves():
-    """The extraction finds the installs and the JS API examples (a doc reshuffle must not empty this module)."""
-    by_doc = {d: [s for s in SNIPPETS if s.doc == d] for d in DOCS}
-    assert len(by_doc["README.md"]) >= 4 and len(by_doc["docs/embedding.md"]) >= 5
-    assert any('type="py"' in s.text for s in by_doc["README.md"])
-    assert any("Autopilot.push" in s.text or ".push((Autopilot)" in s.text for s in by_doc["README.md"])
 
 
 @pytest.fixture(scope="module")

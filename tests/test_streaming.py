@@ -1,8 +1,13 @@
-"""The streaming state machine: the relay's completion events in order, and bad input ignored, never raised."""
+"""The streaming state machine: the relay's completion events in order, and bad input ignored, never raised; the
+browser transport applies a ``__batch__`` from static/bridge.mjs event by event, in order (in CPython)."""
+
+import json
+from typing import Any
 
 import pytest
 
 from widget.core.streaming import StreamingSession
+from widget.transports.browser import BATCH, BrowserTransport
 
 pytestmark = pytest.mark.unit
 
@@ -66,3 +71,24 @@ def test_commit_is_not_duplicated_by_id():
     run(s, [("completion.started", {"message_id": "m"}),
             ("completion.ended", {"message": {"id": "m", "content": "x"}})])
     assert len(s.messages) == 1
+
+
+def test_a_batch_is_applied_event_by_event_in_order() -> None:
+    seen: list[tuple[str, Any]] = []
+
+    def handler(name: str, data: Any) -> None:
+        if data == {"boom": True}:
+            raise RuntimeError("a broken listener")
+        seen.append((name, data))
+
+    t = BrowserTransport(bridge=None)
+    t.set_handler(handler)
+    t._on_event("completion_stream", json.dumps({"delta": "a", "seq": 1}))
+    batch = [["completion_stream", {"delta": "b", "seq": 2}], ["not a pair"], ["completion_stream", {"boom": True}],
+             [3, {}], ["completion_stream", {"delta": "c", "seq": 4}]]
+    t._on_event(BATCH, json.dumps(batch))
+    t._on_event(BATCH, "not json")  # nothing, no exception
+    t._on_event("completion.ended", json.dumps({"seq": 5}))
+    # A malformed item is skipped; a listener's exception loses nothing else of the batch.
+    assert seen == [("completion_stream", {"delta": "a", "seq": 1}), ("completion_stream", {"delta": "b", "seq": 2}),
+                    ("completion_stream", {"delta": "c", "seq": 4}), ("completion.ended", {"seq": 5})]
