@@ -234,7 +234,7 @@ class HybridJob:
         self.index, self.app_id, self.job, self.run = index, app_id, job, run
         #: Pages the run wrote or removed: their live vectors are replaced at publish.
         self.pages: set[str] = set()
-        #: Windows and sections embedded by this run (sections whose text was unchanged are reused).
+        #: Sections whose vectors this run staged, and how many of them kept vectors of an unchanged text.
         self.embedded_sections = 0
         self.reused_sections = 0
 
@@ -272,6 +272,8 @@ class HybridJob:
                                         "vectors_model": self.index.embedder.model_id})
         await self.index.store.publish(self.app_id, self.run, sorted(self.pages))
         self.index._apps.pop(self.app_id, None)
+        log.info("docs app %r: vectors of %d sections published (%d kept from unchanged text)", self.app_id,
+                 self.embedded_sections, self.reused_sections)
         return counts
 
     async def abort(self) -> None:
