@@ -692,6 +692,26 @@ class StatsResponse(TypedDict):
     tokens: TokenStats
 
 
+class DocsPushResponse(TypedDict):
+    """``PUT /api/apps/{app_id}/docs``: what the index run of the pushed archive did."""
+
+    ok: Literal[True]
+    app: str
+    #: Pages and sections the app's index holds now.
+    pages: int
+    sections: int
+    #: Pages added, changed, removed, unchanged and skipped by this run.
+    added: int
+    changed: int
+    removed: int
+    unchanged: int
+    skipped: int
+    #: How many warnings the run had, and the first of them.
+    warnings: int
+    warning_lines: list[str]
+    seconds: float
+
+
 class OriginCheckResponse(TypedDict):
     """200 answer to ``GET /api/apps/{app_id}/origin``: the requesting page's origin may use the app."""
 

@@ -112,6 +112,10 @@ class HttpOperation:
     body: Any = None
     #: status -> type (None: no body).
     responses: tuple[tuple[int, Any], ...] = ()
+    #: Query parameters: ``(name, what it is)``.
+    query: tuple[tuple[str, str], ...] = ()
+    #: A body that is not JSON: its media types (the schema bundle checks JSON bodies only).
+    raw_body: tuple[str, ...] = ()
 
 
 #: Every API route may answer these: malformed (400), unknown (404), body over its limit (413), unavailable (503).
@@ -178,9 +182,23 @@ HTTP: tuple[HttpOperation, ...] = (
         "get",
         "/api/apps/{app_id}/stats",
         "appStats",
-        "An app's conversations, answers, ratings, calls and model errors in a period (app secret).",
+        "An app's conversations, answers, ratings, calls, model errors and tokens in a period (app secret).",
         None,
         ((200, M.StatsResponse), (400, M.ErrorAck), (401, M.ErrorAck), (404, M.ErrorAck), (503, M.ErrorAck)),
+        query=(("since", "Start of the period: epoch seconds or ISO 8601 (default: the start)."),
+               ("until", "End of the period, excluded: epoch seconds or ISO 8601 (default: now).")),
+    ),
+    HttpOperation(
+        "put",
+        "/api/apps/{app_id}/docs",
+        "pushDocs",
+        "Index a tar archive (plain or gzip) of the app's built site or Markdown sources as its whole documentation, "
+        "incrementally and atomically (app secret).",
+        None,
+        ((200, M.DocsPushResponse), *_ERRORS, (401, M.ErrorAck), (409, M.ErrorAck), (429, M.ErrorAck)),
+        query=(("base_url", "What the archive's pages are served under (default /)."),
+               ("url_style", "Markdown sources' URL style: directory (default) or html.")),
+        raw_body=("application/x-tar", "application/gzip"),
     ),
     HttpOperation(
         "get",

@@ -125,6 +125,8 @@ def openapi() -> dict[str, Any]:
             for p in ("app_id", "conversation_id", "name")
             if "{" + p + "}" in op.path
         ]
+        params += [{"name": name, "in": "query", "required": False, "description": what, "schema": {"type": "string"}}
+                   for name, what in op.query]
         responses: dict[str, Any] = {}
         for status, ref in entry["responses"].items():
             desc = {
@@ -135,6 +137,7 @@ def openapi() -> dict[str, Any]:
                 "401": "Wrong app secret",
                 "403": "Origin not allowed",
                 "404": "Not found",
+                "409": "Busy (another index run of the app)",
                 "413": "Body too large",
                 "415": "Not JSON",
                 "429": "Rate limited",
@@ -150,6 +153,11 @@ def openapi() -> dict[str, Any]:
             operation["requestBody"] = {
                 "required": op.operation_id != "createConversation",
                 "content": {"application/json": {"schema": _components(entry["body"])}},
+            }
+        elif op.raw_body:
+            operation["requestBody"] = {
+                "required": True,
+                "content": {m: {"schema": {"type": "string", "contentMediaType": m}} for m in op.raw_body},
             }
         paths.setdefault(op.path, {})[op.method] = operation
     return {
