@@ -114,7 +114,11 @@ def test_answers_through_the_relays_turns(repo_index: Path) -> None:
     assert answers["errors"] == 0 and answers["cited_expected"] == 1.0
     assert answers["answerable_declined"] == 0 and answers["unanswerable_declined"] == 1
     cited, declined = answers["results"]
-    assert set(cited) == {"line", "cited", "cited_expected", "declined", "tools", "turn_ms", "error"}
+    assert set(cited) == {"line", "cited", "cited_expected", "declined", "tools", "turn_ms", "usage", "tokens",
+                          "error"}
+    # the demo model reports (estimated) usage: each step's tokens and the turn's sums reach the figures
+    assert cited["usage"] and all(u["input_tokens"] > 0 and u["output_tokens"] > 0 for u in cited["usage"])
+    assert cited["tokens"]["input_tokens"] == sum(u["input_tokens"] for u in cited["usage"])
     assert cited["cited"] == ["/docs/theming.html#colours"] and cited["cited_expected"] is True
     assert cited["turn_ms"] > 0 and isinstance(cited["tools"], list)
     assert declined["declined"] is True and declined["cited"] == [] and declined["cited_expected"] is None

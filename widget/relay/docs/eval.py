@@ -290,6 +290,10 @@ class AnswerResult(TypedDict):
     #: The turn's tool calls in order ({tool, ok, ms}), from the relay's turn log.
     tools: list[dict[str, Any]]
     turn_ms: float | None
+    #: Tokens of each model round ({step, model, input_tokens, output_tokens, ...}) and the turn's sums, from the
+    #: turn log (empty when the provider reports no usage).
+    usage: list[dict[str, Any]]
+    tokens: dict[str, int]
     error: str | None
 
 
@@ -366,6 +370,7 @@ async def _ask(http: aiohttp.ClientSession, base: str, app_id: str, token: str, 
     sio.on(P.Event.USER_INPUT, on_input)
     sio.on(P.Event.STATE, on_state)
     result = AnswerResult(line=probe.line, cited=[], cited_expected=None, declined=True, tools=[], turn_ms=None,
+                          usage=[], tokens={},
                           error=None)
     try:
         r = await http.post(f"{base}/api/apps/{app_id}/conversations", headers={"Authorization": f"Bearer {token}"})
@@ -388,6 +393,8 @@ async def _ask(http: aiohttp.ClientSession, base: str, app_id: str, token: str, 
             if mine:
                 result["tools"] = list(mine[-1].get("calls", []))
                 result["turn_ms"] = mine[-1].get("ms")
+                result["usage"] = list(mine[-1].get("usage", []))
+                result["tokens"] = dict(mine[-1].get("tokens", {}))
                 break
             await asyncio.sleep(0.05)
     except (TimeoutError, RuntimeError, OSError, KeyError, ValueError, socketio.exceptions.SocketIOError) as exc:
@@ -427,8 +434,10 @@ def _print_answers(figures: dict[str, Any]) -> None:
                    else "cited" if a["cited_expected"] else "CITED OTHER" if a["cited_expected"] is False
                    else "ANSWERED")
         tools = ", ".join(f"{t.get('tool')} {t.get('ms')} ms" for t in a["tools"]) or "no tools"
-        print(f"  line {a['line']}: {verdict}; {tools}; turn {a['turn_ms']} ms" + (f"; {a['error']}" if a["error"]
-                                                                                     else ""))
+        steps = " + ".join(f"{u.get('input_tokens')}/{u.get('output_tokens')}" for u in a["usage"])
+        tokens = f"; tokens in/out per step {steps}" if steps else ""
+        print(f"  line {a['line']}: {verdict}; {tools}; turn {a['turn_ms']} ms{tokens}"
+              + (f"; {a['error']}" if a["error"] else ""))
     cited = "-" if figures["cited_expected"] is None else f"{figures['cited_expected']:.3f}"
     print(f"cited an expected section {cited}  answerable declined {figures['answerable_declined']}  "
           f"unanswerable declined {figures['unanswerable_declined']}  errors {figures['errors']}")
