@@ -312,6 +312,12 @@ def _installed(pin: Pin) -> bytes | None:
     return path.read_bytes() if path.is_file() else None
 
 
+def _part(target: Path) -> Path:
+    """Where a file is written before it replaces ``target`` at once: per process, so two fetches of one folder
+    at the same time (parallel test workers) never write into each other's file."""
+    return target.with_name(f".{target.name}.{os.getpid()}.part")
+
+
 def quantize(src: Path, dest: Path) -> None:
     """``src`` (weights stored as int8 but computed in float32) as a dynamically quantized model: int8 matrix
     products with per-channel weight scales, 1.7x faster on a CPU, cosine to the float model 0.99 and more."""
@@ -328,7 +334,7 @@ def quantize(src: Path, dest: Path) -> None:
         opts.optimized_model_filepath = str(folded)
         opts.log_severity_level = 3
         ort.InferenceSession(str(src), sess_options=opts, providers=["CPUExecutionProvider"])
-        part = dest.with_suffix(".part")
+        part = _part(dest)
         logging.disable(logging.WARNING)  # the quantizer's advice to pre-process (done: the folding above)
         try:
             quantization.quantize_dynamic(str(folded), str(part), weight_type=quantization.QuantType.QInt8,
@@ -377,17 +383,19 @@ def fetch(dest: Path, sources: list[Path], *, download: bool = True, log: Any = 
                 del data
                 quantize(src, dest / MODEL_FILE)
             else:
-                part = dest / (pin.file + ".part")
+                part = _part(dest / pin.file)
                 part.write_bytes(data)
                 os.replace(part, dest / pin.file)
             done["files"][pin.file] = how
     model_sha = _sha256(dest / MODEL_FILE)
     done["model_id"] = f"{MODEL_NAME}-{model_sha[:12]}"
-    meta_path.write_text(json.dumps({
+    meta_part = _part(meta_path)
+    meta_part.write_text(json.dumps({
         "model_id": done["model_id"], "model_sha256": model_sha, "dims": DIMS,
         "source": "sentence-transformers/all-MiniLM-L6-v2 (Apache-2.0), dynamically quantized (int8, per channel)",
         "files": files,
     }, indent=2) + "\n")
+    os.replace(meta_part, meta_path)
     return done
 
 
