@@ -48,8 +48,8 @@ RUNS: dict[str, Run] = {
     "lighthouse": Run("lighthouse.py", ["-n", "1"], ["-n", "3"], 300, 1200),
     "new_tab": Run("new_tab.py", ["-n", "1"], ["-n", "4"], 300, 1200),
     "first_load": Run("first_load.py", [], ["-n", "3"], 150, 600),
-    # a scripted reader: click → composer focused, keys lost, Enter → reply
-    "reader": Run("reader.py", ["-n", "1"], ["-n", "3"], 300, 1200),
+    # a scripted reader, ours and Chainlit interleaved: click → composer focused, keys lost, first token; the race
+    "reader": Run("reader.py", ["-n", "1", "--race", "2"], ["-n", "10", "--race", "20"], 600, 3600),
     "restore_profile": Run("restore_profile.py", ["-n", "1"], ["-n", "3"], 240, 900),
     "worker_profile": Run("worker_profile.py", ["-n", "1"], ["-n", "2"], 240, 900),
     # a prototype: Python in a dedicated worker against today's main-thread boot
