@@ -25,16 +25,12 @@ from relay_helpers import STORE_KINDS, database_for
 
 from widget.relay.docs import open_docs_index
 from widget.relay.docs.embeddings import (
-    MAX_WINDOWS_PER_SECTION,
     MODEL_NAME,
-    WINDOW_WORDS,
     Embedder,
     fetch,
-    windows,
 )
-from widget.relay.docs.hybrid import RRF_K, HybridDocsIndex, fuse
+from widget.relay.docs.hybrid import RRF_K, HybridDocsIndex
 from widget.relay.docs.indexer import run_index
-from widget.relay.docs.search import DocHit
 
 pytestmark = pytest.mark.relay
 
@@ -188,37 +184,6 @@ async def test_windows_held_in_memory_are_bounded(tmp_path: Path, model_dir: Pat
         await idx.close()
 
 
-def test_fuse_is_reciprocal_rank_fusion() -> None:
-    def hit(key: str) -> DocHit:
-        return DocHit(key=key, page_title="P", headings=[key], url=f"/p/#{key}", text=key, score=99.0)
-
-    bm25 = [hit("a"), hit("b"), hit("c")]
-    vec = [hit("d"), hit("b"), hit("e"), hit("f"), hit("a")]
-    out = fuse([bm25, vec], 10)
-    # b, second in both (2/62), beats a, first and fifth (1/61 + 1/65); a section in one list only comes after
-    # both; c and e tie (third in one list each): the first list's comes first.
-    assert [h["key"] for h in out] == ["b", "a", "d", "c", "e", "f"]
-    assert out[0]["score"] == round(2 / (RRF_K + 2), 6)
-    assert out[1]["score"] == round(1 / (RRF_K + 1) + 1 / (RRF_K + 5), 6)
-    assert out[0]["url"] == "/p/#b" and out[0]["text"] == "b"
-    assert len(fuse([bm25, vec], 2)) == 2
-    assert fuse([[], []], 5) == []
-
-
-def test_windows_cover_the_whole_section_within_bounds() -> None:
-    words = [f"w{i}" for i in range(1000)]
-    wins = windows("Page › Section", " ".join(words))
-    assert len(wins) == 7  # ceil(1000 / 150)
-    assert all(w.startswith("Page › Section: ") for w in wins)
-    body = [w.split(": ", 1)[1].split() for w in wins]
-    assert [x for b in body for x in b] == words  # every word once, in order
-    assert max(len(b) for b in body) <= WINDOW_WORDS
-    huge = windows("", " ".join(["word"] * 1_000_000))
-    assert len(huge) == MAX_WINDOWS_PER_SECTION
-    assert windows("Only a heading", "") == ["Only a heading"]
-    assert windows("", "  ") == []
-
-
 def test_a_vector_does_not_depend_on_the_texts_embedded_with_it(model_dir: Path) -> None:
     emb = Embedder(model_dir)
     texts = [f"Section {i}: " + " ".join(["the relay keeps conversations"] * (i % 7 + 1)) for i in range(20)]
@@ -287,18 +252,6 @@ def test_eval_shows_the_effect_on_the_repos_probes(tmp_path: Path, model_dir: Pa
     assert [r["found"] for r in h["results"]] != [r["found"] for r in b["results"]]
 
 
-def test_settings(tmp_path: Path) -> None:
-    from widget.errors import ConfigError
-    from widget.relay.config import load_config
-
-    cfg = load_config(None, env={"AUTOPILOT_EMBEDDINGS_MODEL": "/models/minilm",
-                                 "AUTOPILOT_EMBEDDINGS_MAX_WINDOWS": "5000"})
-    assert (cfg.embeddings_model, cfg.embeddings_max_windows) == ("/models/minilm", 5000)
-    toml = tmp_path / "relay.toml"
-    toml.write_text('embeddings_model = "/m"\nembeddings_max_windows = 0\n')
-    with pytest.raises(ConfigError, match="embeddings_max_windows must be 1-10000000, got 0"):
-        load_config(str(toml), env={})
-    assert load_config(None, env={}).embeddings_model is None
 
 
 async def test_vectors_from_an_openai_compatible_endpoint(tmp_path: Path, model_dir: Path,
