@@ -27,9 +27,8 @@ import sys
 from collections.abc import AsyncIterator, Generator, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import aiohttp
 import pytest
 import pytest_asyncio
 
@@ -48,6 +47,14 @@ from support import (
     py_eval,
     start_relay,
 )
+
+if TYPE_CHECKING:
+    import aiohttp
+
+# pytest keeps its assertion rewrite of each test module in __pycache__ and reuses it, unless bytecode writing is
+# off (PYTHONDONTWRITEBYTECODE, set on some machines): then every run rewrites every test module again, about 4 s
+# of a unit run. The suite keeps its cache either way (git ignores __pycache__).
+sys.dont_write_bytecode = False
 
 
 @pytest.fixture(scope="session")
@@ -131,6 +138,8 @@ def _build_tests_hold_the_build(request: pytest.FixtureRequest) -> Iterator[None
 @pytest_asyncio.fixture
 async def http() -> AsyncIterator[aiohttp.ClientSession]:
     """An HTTP client for one test (a module that shares one across its tests defines its own ``http``)."""
+    import aiohttp  # here: a unit run imports no HTTP client
+
     async with aiohttp.ClientSession() as session:
         yield session
 

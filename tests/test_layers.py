@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import functools
 from pathlib import Path
 
 import pytest
@@ -20,12 +21,18 @@ def module_of(path: Path) -> str:
     return ".".join(parts)
 
 
+@functools.cache
+def tree_of(path: Path) -> ast.Module:
+    """A file's syntax tree, parsed once for all the rules."""
+    return ast.parse(path.read_text(encoding="utf-8"))
+
+
 def imports_of(path: Path) -> set[str]:
     """Every ``widget...`` module a file imports, at any depth of its code."""
     mod = module_of(path)
     package = mod if path.name == "__init__.py" else mod.rsplit(".", 1)[0]
     out: set[str] = set()
-    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+    for node in ast.walk(tree_of(path)):
         if isinstance(node, ast.Import):
             out.update(a.name for a in node.names if a.name.startswith("widget"))
         elif isinstance(node, ast.ImportFrom):
@@ -121,16 +128,16 @@ def test_the_hubs_parts_never_reach_into_the_hub() -> None:
 # --- No import cycle (docs/architecture.md, "One way to build a part") -------------------------------------------
 def import_edges(path: Path, modules: set[str]) -> set[str]:
     """The modules of ``modules`` a file imports (see ``edges_of``)."""
-    return edges_of(path.read_text(encoding="utf-8"), module_of(path), path.name == "__init__.py", modules)
+    return edges_of(tree_of(path), module_of(path), path.name == "__init__.py", modules)
 
 
-def edges_of(source: str, mod: str, is_package: bool, modules: set[str]) -> set[str]:
+def edges_of(source: str | ast.Module, mod: str, is_package: bool, modules: set[str]) -> set[str]:
     """The modules of ``modules`` the code of module ``mod`` imports, at any depth (function-level and
     ``TYPE_CHECKING`` imports count: a cycle through them is still two modules that need each other).
     ``from pkg import name`` is an edge to ``pkg.name`` when that is a module, else to ``pkg``."""
     package = mod if is_package else mod.rsplit(".", 1)[0]
     out: set[str] = set()
-    for node in ast.walk(ast.parse(source)):
+    for node in ast.walk(ast.parse(source) if isinstance(source, str) else source):
         if isinstance(node, ast.Import):
             out.update(a.name for a in node.names if a.name in modules)
         elif isinstance(node, ast.ImportFrom):
@@ -149,6 +156,7 @@ def edges_of(source: str, mod: str, is_package: bool, modules: set[str]) -> set[
     return out
 
 
+@functools.cache
 def import_graph() -> dict[str, set[str]]:
     """Every module of ``widget/`` (the build's output left out) and the modules of ``widget/`` it imports."""
     paths = {module_of(p): p for p in sorted(PKG.rglob("*.py")) if "_dist" not in p.relative_to(PKG).parts}
