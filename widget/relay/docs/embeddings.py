@@ -36,6 +36,7 @@ import json
 import logging
 import math
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -377,16 +378,14 @@ def fetch(dest: Path, sources: list[Path], *, download: bool = True, log: Any = 
             digest = hashlib.sha256(data).hexdigest()
             if digest != pin.sha256:
                 raise FetchError(f"{pin.file} from {how} has sha256 {digest}, expected {pin.sha256}; not used")
-            if pin.file == MODEL_FILE:
-                src = Path(tmp) / "source.onnx"
-                src.write_bytes(data)
-                del data
-                quantize(src, dest / MODEL_FILE)
-            else:
-                part = _part(dest / pin.file)
-                part.write_bytes(data)
-                os.replace(part, dest / pin.file)
+            # Both files are found and checked before anything in the folder changes.
+            staged = Path(tmp) / pin.file
+            staged.write_bytes(data)
             done["files"][pin.file] = how
+        quantize(Path(tmp) / MODEL_FILE, dest / MODEL_FILE)
+        part = _part(dest / TOKENIZER_FILE)
+        shutil.copyfile(Path(tmp) / TOKENIZER_FILE, part)
+        os.replace(part, dest / TOKENIZER_FILE)
     model_sha = _sha256(dest / MODEL_FILE)
     done["model_id"] = f"{MODEL_NAME}-{model_sha[:12]}"
     meta_part = _part(meta_path)

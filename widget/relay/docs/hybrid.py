@@ -7,7 +7,7 @@ A search asks BM25 for its best ``CANDIDATES`` sections and the vectors for thei
 (rank from 1): a section both find beats one only one of them finds at a similar rank, and neither side's score
 scale matters. A hit's ``score`` is that fused score (about 0.016-0.033; comparable within hybrid search only).
 
-An index run goes through the engine's job as before; on each page batch it written, the wrapper embeds the
+An index run goes through the engine's job as before; for each batch of pages the run writes, the wrapper embeds the
 changed pages' sections (a section whose text is unchanged keeps its vectors) and stages them; after the engine
 commits, the vectors are published in one transaction. The engine's stored settings carry the vector run's id
 (``vectors_run``): when they differ from the vector store's (the BM25 index was rebuilt without the model, or
@@ -196,8 +196,8 @@ class HybridDocsIndex:
         for digest, page in pages:
             for s in page.sections:
                 ctx = section_context(page.title, s.headings)
-                todo.append((digest, page, s, text_hash(self.embedder.model_id, ctx, s.text),
-                             [] if text_hash(self.embedder.model_id, ctx, s.text) in reuse else windows(ctx, s.text)))
+                th = text_hash(self.embedder.model_id, ctx, s.text)
+                todo.append((digest, page, s, th, [] if th in reuse else windows(ctx, s.text)))
         texts = [w for *_, wins in todo for w in wins]
         vecs = self.embedder.embed(texts)
         rows: list[VectorRow] = []
