@@ -30,7 +30,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m widget.relay", description="Run the autopilot relay.",
                                 epilog="autopilot-relay stats --help: an app's figures for a period, as JSON. "
                                        "autopilot-relay index --help / search --help / eval --help: the site's "
-                                       "documentation.")
+                                       "documentation; embeddings --help: hybrid docs search's model.")
     p.add_argument("--host", help="interface to listen on (default 127.0.0.1; env AUTOPILOT_HOST)")
     p.add_argument("--port", type=int, help="port (default 8765; env AUTOPILOT_PORT)")
     p.add_argument("--db", dest="db_path",
