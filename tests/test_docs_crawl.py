@@ -1,6 +1,7 @@
 """The crawler (``autopilot-relay index --app ID URL``) against docs sites served in the test on 127.0.0.1 over real
 HTTP: sitemaps (indexes, gzip, hostile XML), links, robots.txt, redirects, loops, bounds, and the command's
-incremental index that ``search`` then reads."""
+incremental index that ``search`` then reads. URL normalisation and the sitemap parser alone are unit tests in
+test_docs_units.py."""
 
 from __future__ import annotations
 
@@ -21,15 +22,14 @@ from typing import Any
 import pytest
 import pytest_asyncio
 from aiohttp import web
+from test_docs_units import BILLION_LAUGHS, sitemap
 
 from widget.relay.docs.crawl import (
     CrawlError,
     CrawlOptions,
     CrawlResult,
     crawl,
-    normalize_url,
     parse_site,
-    parse_sitemap,
 )
 from widget.relay.docs.page import PageSkipped
 
@@ -120,12 +120,6 @@ def page(title: str, *sections: tuple[str, str], links: tuple[str, ...] = ()) ->
             f"<h1>{title}</h1><p>{title} introduction.</p>{body}</main></body></html>")
 
 
-def sitemap(*urls: str, index: bool = False) -> str:
-    tag, item = ("sitemapindex", "sitemap") if index else ("urlset", "url")
-    entries = "".join(f"<{item}><loc>{u}</loc></{item}>" for u in urls)
-    return f'<?xml version="1.0" encoding="UTF-8"?><{tag} xmlns="http://www.sitemaps.org/schemas/sitemap/0.9">{entries}</{tag}>'
-
-
 async def run_crawl(site: DocsSite, start: str, tmp_path: Path, **options: Any) -> tuple[CrawlResult, list[str]]:
     warnings: list[str] = []
     spool = tmp_path / f"spool-{next(_SPOOLS)}"
@@ -136,31 +130,6 @@ async def run_crawl(site: DocsSite, start: str, tmp_path: Path, **options: Any) 
 
 def crawled(result: CrawlResult, site: DocsSite) -> list[str]:
     return [p.url.removeprefix(site.origin) for p in result.pages if p.file is not None]
-
-
-# -- URLs and scope ------------------------------------------------------------------------------------------
-
-def test_urls_are_normalised_so_a_page_is_fetched_once() -> None:
-    base = "http://Docs.Example.com:80/docs/guide/"
-    assert normalize_url("../a/./b/?q=1#frag", base) == "http://docs.example.com/docs/a/b/"
-    assert normalize_url("HTTPS://x.org:443//p%7euser/caf%c3%a9 x") == "https://x.org/p~user/caf%C3%A9%20x"
-    assert normalize_url("https://x.org/café") == normalize_url("https://x.org/caf%C3%A9")
-    assert normalize_url("http://[::1]:8080/a") == "http://[::1]:8080/a"
-    for bad in ("mailto:a@b.c", "javascript:alert(1)", "ftp://x/", "http://user:pw@x/", "http://x:99999/"):
-        assert normalize_url(bad, base) is None, bad
-    assert normalize_url("http://") is None
-    assert parse_site("https://x.org/docs/").prefix == "/docs/"
-    assert parse_site("https://x.org/docs").prefix == "/docs/"
-    assert parse_site("https://x.org/docs/index.html").prefix == "/docs/"
-    assert parse_site("https://x.org").start == "https://x.org/"
-    scope = parse_site("https://x.org/docs/")
-    assert scope.contains("https://x.org/docs/a/") and not scope.contains("https://x.org/docsearch/")
-    assert not scope.contains("http://x.org/docs/a/") and not scope.contains("https://x.org:8443/docs/")
-    for bad, says in [("ftp://x.org/", r"not an http\(s\) URL"), ("https://x.org/?page=2", "query string"),
-                      ("https://u:p@x.org/", "credentials"), ("https:///nohost", "not a URL of a host"),
-                      ("https://x.org/a b", "spaces")]:
-        with pytest.raises(ValueError, match=says):
-            parse_site(bad)
 
 
 # -- which pages ---------------------------------------------------------------------------------------------
@@ -399,29 +368,6 @@ async def test_bytes_timeouts_and_kinds(site: DocsSite, tmp_path: Path) -> None:
 
 
 # -- hostile sitemaps ----------------------------------------------------------------------------------------
-
-BILLION_LAUGHS = ('<?xml version="1.0"?><!DOCTYPE lolz [<!ENTITY lol "lol">'
-                  + "".join(f'<!ENTITY lol{i} "{("&lol" + (str(i - 1) if i > 1 else "") + ";") * 10}">'
-                            for i in range(1, 10))
-                  + ']><urlset xmlns="http://www.sitemaps.org/schemas/sitemap/0.9"><url><loc>&lol9;</loc></url>'
-                  "</urlset>")
-XXE = ('<?xml version="1.0"?><!DOCTYPE u [<!ENTITY x SYSTEM "file:///etc/passwd">]>'
-       '<urlset xmlns="http://www.sitemaps.org/schemas/sitemap/0.9"><url><loc>&x;</loc></url></urlset>')
-
-
-def test_parse_sitemap_refuses_entities_and_bombs() -> None:
-    for hostile in (BILLION_LAUGHS, XXE):
-        with pytest.raises(ValueError, match=r"it declares a DTD or entities \(DTDForbidden\)"):
-            parse_sitemap(hostile.encode())
-    with pytest.raises(ValueError, match="over 50 MiB unpacked"):
-        parse_sitemap(gzip.compress(b" " * (51 * 1024 * 1024)))  # a gzip bomb: 51 MiB of spaces in 50 KB
-    with pytest.raises(ValueError, match="not XML"):
-        parse_sitemap(b"<urlset><url>")
-    with pytest.raises(ValueError, match="<html> is not a sitemap"):
-        parse_sitemap(b"<html><body>hi</body></html>")
-    assert parse_sitemap(sitemap("https://x/a/", " https://x/b/ ").encode()) == ("urlset", ["https://x/a/",
-                                                                                            "https://x/b/"])
-
 
 async def test_a_hostile_sitemap_is_refused_and_links_are_followed(site: DocsSite, tmp_path: Path) -> None:
     site.routes.update({

@@ -2,8 +2,9 @@
 ``/en/3.11/...`` and ``/fr/3.12/...`` keeps them apart. A reader's search is scoped to the version and language of
 the page they are on (its URL in the page context), or to the version the question names, on both engines, from
 real built pages on disk; a page without a scope searches everything; an index written before sections had a path
-still opens and searches scoped; the ``search`` command's ``--scope``; the ``[apps.<id>.docs]`` settings; and relay
-turns with the demo model citing the section of the reader's version.
+still opens and searches scoped; the ``search`` command's ``--scope``; and relay turns with the demo model citing
+the section of the reader's version. The pure parts (scopes from URLs and questions, the fallback note) are unit
+tests in test_docs_units.py, the ``[apps.<id>.docs]`` scope settings in test_relay_config.py.
 """
 
 from __future__ import annotations
@@ -22,21 +23,13 @@ import asyncpg
 import pytest
 import pytest_asyncio
 from relay_helpers import SHOP_SECRET, STORE_KINDS, Recorder, database_for, joined, launch
+from test_docs_units import V11
 
-from widget.errors import ConfigError
-from widget.relay.config import AppConfig, DocsConfig, ModelConfig, load_config
+from widget.relay.config import AppConfig, DocsConfig, ModelConfig
 from widget.relay.docs import open_docs_index
 from widget.relay.docs.indexer import run_index
-from widget.relay.docs.query import (
-    check_scope,
-    compile_version_pattern,
-    context_page_url,
-    named_versions,
-    page_scope,
-    scope_plan,
-    url_path,
-)
-from widget.relay.docs.tool import EVERY_SCOPE, SCOPE_FALLBACK_NOTE, build_reply, scoped_search
+from widget.relay.docs.query import scope_plan
+from widget.relay.docs.tool import EVERY_SCOPE, SCOPE_FALLBACK_NOTE, scoped_search
 from widget.relay.docs.walk import Source, collect
 
 pytestmark = pytest.mark.relay
@@ -69,7 +62,6 @@ FILES = {
         "eager", "Eager factory",
         "The eager factory runs a coroutine's first steps at once, before the event loop schedules it.")),
 }
-V11 = "/en/3.11/library/taskgroup/#cancel"
 V12 = "/en/3.12/library/taskgroup/#cancel"
 FR = "/fr/3.12/library/taskgroup/#annuler"
 CANCEL = "How do I cancel a task group?"
@@ -110,92 +102,6 @@ async def from_page(idx: Any, page_url: str | None, query: str, **kw: Any) -> tu
     plan = scope_plan(page_url, [query], **kw)
     hits, note = await scoped_search(idx, "py", query, plan, limit=10)
     return [h["url"] for h in hits], note
-
-
-# -- scopes from URLs and questions ---------------------------------------------------------------------------
-
-def test_a_page_scope_is_its_leading_language_and_version() -> None:
-    cases = {
-        "https://docs.example.com/en/3.12/library/asyncio.html": "/en/3.12/",
-        "/3.12/library/": "/3.12/",
-        "/en/latest/usage/": "/en/latest/",
-        "/pt-br/stable/": "/pt-br/stable/",
-        "/zh_CN/v2/guide/": "/zh_CN/v2/",
-        "/fr/guide/": "/fr/",
-        "/docs/2.x/intro": "/docs/",  # "docs" is no language: nothing (below) unless scope_base says /docs/
-        "/v1.29/tasks/": "/v1.29/",
-        "https://docs.python.org/3/library/asyncio.html": "/3/",
-        "/en/3.12": "/en/",  # the last part is the page's own name, not a folder
-    }
-    for url, prefix in cases.items():
-        scope = page_scope(url)
-        assert (scope.prefix if scope else "/docs/") == prefix, url
-    # only leading segments count: an unversioned site's /api/v1/ folder, a blog's year, a plain folder are none
-    for url in ("/api/v1/users/", "/guide/v2/", "/2024/05/post/", "/guide/theming/", "/", "", "/index.html"):
-        assert page_scope(url) is None, url
-    assert page_scope("/docs/2.x/intro", base="/docs/") == ("/docs/2.x/", "/docs/", None, "2.x")
-    assert page_scope("/en/3.11/x/") == ("/en/3.11/", "/", "en", "3.11")
-    custom = compile_version_pattern(r"\d{4}\.\d+")
-    assert page_scope("/2024.1/guide/", version_pattern=custom) == ("/2024.1/", "/", None, "2024.1")
-    assert page_scope("/3.12/guide/", version_pattern=custom) is None  # the pattern replaces the built-in forms
-    assert url_path("https://h.example/en/3.11/x/?q=1#a") == "/en/3.11/x/" and url_path("en/x") == "/en/x"
-
-
-def test_the_versions_a_question_names() -> None:
-    cases = {
-        "How do I cancel a task group in 3.11?": ["3.11"],
-        "version 3.11 please": ["3.11"],
-        "Version 3.11.": ["3.11"],
-        "the v2 API": ["v2"],
-        "what changed between 3.11 and 3.12": ["3.11", "3.12"],
-        "in the latest docs": ["latest"],
-        "is it in version stable": ["stable"],
-        # amounts, addresses and words are not versions
-        "wait 1.5 seconds": [], "a 2.0 GB file": [], "10.5% of requests": [], "ping 10.0.0.1": [],
-        "is the API stable?": [], "which version of the API": [], "the main idea": [],
-    }
-    for question, versions in cases.items():
-        assert named_versions(question) == versions, question
-    assert named_versions("new in 2024.1 and 2024.2.", compile_version_pattern(r"\d{4}\.\d+")) == ["2024.1",
-                                                                                                    "2024.2"]
-
-
-def test_the_scopes_a_search_tries() -> None:
-    page = "https://docs.example.com/en/3.12/library/taskgroup/"
-    assert scope_plan(page, ["cancel a task group"]) == ["/en/3.12/", None]
-    assert scope_plan(page, ["cancel a task group", "and in 3.11?"]) == ["/en/3.11/", "/en/3.12/", None]
-    assert scope_plan(page, ["cancel in 3.12"]) == ["/en/3.12/", None]
-    assert scope_plan(page, ["3.11 or 3.12: what changed"]) == ["/en/", None]  # both: the language's docs
-    assert scope_plan("/v3.12/guide/", ["and in 3.11"]) == ["/v3.11/", "/v3.12/", None]  # the site's spelling
-    assert scope_plan("/about/", ["cancel in 3.11"]) == ["/3.11/", None]
-    assert scope_plan("/about/", ["cancel"]) == scope_plan(None, ["cancel"]) == [None]
-    assert scope_plan("/docs/en/3.12/x/", ["cancel"], base="/docs/") == ["/docs/en/3.12/", None]
-
-
-def test_the_page_url_in_a_page_context() -> None:
-    assert context_page_url({"page": {"title": "T", "url": "https://d.example/en/3.11/x/"}}) == \
-        "https://d.example/en/3.11/x/"
-    assert context_page_url({"url": "/en/3.11/x/"}) == "/en/3.11/x/"
-    assert context_page_url({"page": "/en/3.11/x/"}) == "/en/3.11/x/"
-    for context in ({"page": "pricing"}, {"page": {"url": 3}}, {}, None, "x", {"page": {"url": "javascript:x"}}):
-        assert context_page_url(context) is None, context
-
-
-def test_a_scope_must_be_a_path() -> None:
-    assert check_scope(None) is check_scope("") is check_scope("/") is None
-    assert check_scope("/en/3.11") == check_scope("/en/3.11/") == "/en/3.11/"
-    for bad in ("en/3.11/", "https://d.example/en/", "/" + "x" * 1000):
-        with pytest.raises(ValueError, match="must be a URL path that starts with '/'"):
-            check_scope(bad)
-
-
-def test_a_fallback_note_rides_with_its_sections_within_the_reply_bound() -> None:
-    hit = {"key": V11, "page_title": "Task groups", "headings": ["Task groups"], "url": V11, "text": "x " * 5000,
-           "score": 1.0}
-    note = SCOPE_FALLBACK_NOTE.format(first="/en/3.11/", found=EVERY_SCOPE)
-    reply = build_reply([hit], lambda _h: "s1", "x", max_chars=2000, note=note)  # type: ignore[list-item]
-    assert reply["note"] == note and reply["sections"][0]["id"] == "s1"
-    assert len(json.dumps(reply, ensure_ascii=False, separators=(",", ":"))) <= 2000
 
 
 # -- both engines -------------------------------------------------------------------------------------------
@@ -284,27 +190,6 @@ def test_the_search_command_takes_a_scope(tmp_path: Path) -> None:
     assert [h["url"] for h in json.loads(out.stdout)][:2] == [V12, V11]
     bad = relay_cli("search", "--app", "py", "--db", db, "--scope", "en/3.11", CANCEL, cwd=tmp_path)
     assert bad.returncode == 1 and "scope must be a URL path that starts with '/'" in bad.stderr
-
-
-def test_the_scope_settings(tmp_path: Path) -> None:
-    f = tmp_path / "relay.toml"
-    f.write_text('[apps.a.docs]\nscopes = false\n[apps.b.docs]\nscope_base = "/docs/"\n'
-                 'version_pattern = "\\\\d{4}\\\\.\\\\d+"\n[apps.c]\n')
-    cfg = load_config(f, env={})
-    assert cfg.apps["a"].docs.scopes is False
-    assert cfg.apps["b"].docs.scope_base == "/docs/" and cfg.apps["b"].docs.version_pattern == r"\d{4}\.\d+"
-    assert cfg.apps["c"].docs == DocsConfig() and DocsConfig().scopes and DocsConfig().scope_base == "/"
-    for toml, needle in [
-        ('[apps.a.docs]\nscopes = "yes"', "docs.scopes must be true or false"),
-        ('[apps.a.docs]\nscope_base = "docs/"', "docs.scope_base must be a URL path that starts with '/'"),
-        ('[apps.a.docs]\nscope_base = "/docs/?v=1"', "docs.scope_base must be a URL path"),
-        ('[apps.a.docs]\nversion_pattern = "(3"', "docs.version_pattern '(3' is not a regular expression"),
-        ('[apps.a.docs]\nversion_pattern = ""', "docs.version_pattern must be a regular expression"),
-        ('[apps.a.docs]\nversions = true', "unknown key 'versions'"),
-    ]:
-        f.write_text(toml)
-        with pytest.raises(ConfigError, match=needle.replace("?", r"\?").replace("(", r"\(")):
-            load_config(f, env={})
 
 
 # -- relay turns with the demo model ----------------------------------------------------------------------

@@ -1,9 +1,13 @@
 """The documentation features' pure parts: quoted passages and text fragments, greetings and exemptions, citations,
-the demo docs' Markdown rendering, the eval's figures, docs-push paths and archive bounds, the site plugins' tags."""
+the demo docs' Markdown rendering, the eval's figures, docs-push paths and archive bounds, the site plugins' tags,
+versions and languages (a page's scope, the versions a question names, the scopes a search tries, the fallback
+note), and the crawler's URL normalisation and sitemap parser."""
 
 from __future__ import annotations
 
+import gzip
 import io
+import json
 import re
 import tarfile
 from collections.abc import Mapping
@@ -16,9 +20,19 @@ from docs_double import SITE
 from widget.errors import ProtocolError
 from widget.integrations.common import IntegrationError, check_options, context_script, widget_tags
 from widget.relay.docs import DocHit
+from widget.relay.docs.crawl import normalize_url, parse_site, parse_sitemap
 from widget.relay.docs.eval import Probe, score, url_matches
 from widget.relay.docs.markdown_source import extract_markdown
-from widget.relay.docs.tool import build_reply
+from widget.relay.docs.query import (
+    check_scope,
+    compile_version_pattern,
+    context_page_url,
+    named_versions,
+    page_scope,
+    scope_plan,
+    url_path,
+)
+from widget.relay.docs.tool import EVERY_SCOPE, SCOPE_FALLBACK_NOTE, build_reply
 from widget.relay.http import docs_push
 from widget.relay.http.docs_site import render
 from widget.relay.hub.citations import Citations, exempt_reason, is_greeting, quoted_passage, text_fragment
@@ -164,3 +178,147 @@ def test_tags_and_options() -> None:
     assert script.count("<") == 2 and "\\u003c/script\\u003e\\u003c!-- \\u0026 x" in script
     with pytest.raises(IntegrationError, match="unknown loader option 'relay'"):
         check_options({"relay": "https://elsewhere"})
+
+
+# -- versions and languages (the relay's scoped searches: test_docs_scope.py) -------------------------------------
+
+#: The 3.11 section of test_docs_scope.py's two-version site.
+V11 = "/en/3.11/library/taskgroup/#cancel"
+
+
+def test_a_page_scope_is_its_leading_language_and_version() -> None:
+    cases = {
+        "https://docs.example.com/en/3.12/library/asyncio.html": "/en/3.12/",
+        "/3.12/library/": "/3.12/",
+        "/en/latest/usage/": "/en/latest/",
+        "/pt-br/stable/": "/pt-br/stable/",
+        "/zh_CN/v2/guide/": "/zh_CN/v2/",
+        "/fr/guide/": "/fr/",
+        "/docs/2.x/intro": "/docs/",  # "docs" is no language: nothing (below) unless scope_base says /docs/
+        "/v1.29/tasks/": "/v1.29/",
+        "https://docs.python.org/3/library/asyncio.html": "/3/",
+        "/en/3.12": "/en/",  # the last part is the page's own name, not a folder
+    }
+    for url, prefix in cases.items():
+        scope = page_scope(url)
+        assert (scope.prefix if scope else "/docs/") == prefix, url
+    # only leading segments count: an unversioned site's /api/v1/ folder, a blog's year, a plain folder are none
+    for url in ("/api/v1/users/", "/guide/v2/", "/2024/05/post/", "/guide/theming/", "/", "", "/index.html"):
+        assert page_scope(url) is None, url
+    assert page_scope("/docs/2.x/intro", base="/docs/") == ("/docs/2.x/", "/docs/", None, "2.x")
+    assert page_scope("/en/3.11/x/") == ("/en/3.11/", "/", "en", "3.11")
+    custom = compile_version_pattern(r"\d{4}\.\d+")
+    assert page_scope("/2024.1/guide/", version_pattern=custom) == ("/2024.1/", "/", None, "2024.1")
+    assert page_scope("/3.12/guide/", version_pattern=custom) is None  # the pattern replaces the built-in forms
+    assert url_path("https://h.example/en/3.11/x/?q=1#a") == "/en/3.11/x/" and url_path("en/x") == "/en/x"
+
+
+def test_the_versions_a_question_names() -> None:
+    cases = {
+        "How do I cancel a task group in 3.11?": ["3.11"],
+        "version 3.11 please": ["3.11"],
+        "Version 3.11.": ["3.11"],
+        "the v2 API": ["v2"],
+        "what changed between 3.11 and 3.12": ["3.11", "3.12"],
+        "in the latest docs": ["latest"],
+        "is it in version stable": ["stable"],
+        # amounts, addresses and words are not versions
+        "wait 1.5 seconds": [], "a 2.0 GB file": [], "10.5% of requests": [], "ping 10.0.0.1": [],
+        "is the API stable?": [], "which version of the API": [], "the main idea": [],
+    }
+    for question, versions in cases.items():
+        assert named_versions(question) == versions, question
+    assert named_versions("new in 2024.1 and 2024.2.", compile_version_pattern(r"\d{4}\.\d+")) == ["2024.1",
+                                                                                                    "2024.2"]
+
+
+def test_the_scopes_a_search_tries() -> None:
+    page = "https://docs.example.com/en/3.12/library/taskgroup/"
+    assert scope_plan(page, ["cancel a task group"]) == ["/en/3.12/", None]
+    assert scope_plan(page, ["cancel a task group", "and in 3.11?"]) == ["/en/3.11/", "/en/3.12/", None]
+    assert scope_plan(page, ["cancel in 3.12"]) == ["/en/3.12/", None]
+    assert scope_plan(page, ["3.11 or 3.12: what changed"]) == ["/en/", None]  # both: the language's docs
+    assert scope_plan("/v3.12/guide/", ["and in 3.11"]) == ["/v3.11/", "/v3.12/", None]  # the site's spelling
+    assert scope_plan("/about/", ["cancel in 3.11"]) == ["/3.11/", None]
+    assert scope_plan("/about/", ["cancel"]) == scope_plan(None, ["cancel"]) == [None]
+    assert scope_plan("/docs/en/3.12/x/", ["cancel"], base="/docs/") == ["/docs/en/3.12/", None]
+
+
+def test_the_page_url_in_a_page_context() -> None:
+    assert context_page_url({"page": {"title": "T", "url": "https://d.example/en/3.11/x/"}}) == \
+        "https://d.example/en/3.11/x/"
+    assert context_page_url({"url": "/en/3.11/x/"}) == "/en/3.11/x/"
+    assert context_page_url({"page": "/en/3.11/x/"}) == "/en/3.11/x/"
+    for context in ({"page": "pricing"}, {"page": {"url": 3}}, {}, None, "x", {"page": {"url": "javascript:x"}}):
+        assert context_page_url(context) is None, context
+
+
+def test_a_scope_must_be_a_path() -> None:
+    assert check_scope(None) is check_scope("") is check_scope("/") is None
+    assert check_scope("/en/3.11") == check_scope("/en/3.11/") == "/en/3.11/"
+    for bad in ("en/3.11/", "https://d.example/en/", "/" + "x" * 1000):
+        with pytest.raises(ValueError, match="must be a URL path that starts with '/'"):
+            check_scope(bad)
+
+
+def test_a_fallback_note_rides_with_its_sections_within_the_reply_bound() -> None:
+    hit = {"key": V11, "page_title": "Task groups", "headings": ["Task groups"], "url": V11, "text": "x " * 5000,
+           "score": 1.0}
+    note = SCOPE_FALLBACK_NOTE.format(first="/en/3.11/", found=EVERY_SCOPE)
+    reply = build_reply([hit], lambda _h: "s1", "x", max_chars=2000, note=note)  # type: ignore[list-item]
+    assert reply["note"] == note and reply["sections"][0]["id"] == "s1"
+    assert len(json.dumps(reply, ensure_ascii=False, separators=(",", ":"))) <= 2000
+
+
+# -- the crawler's URLs and sitemaps (the crawls over HTTP: test_docs_crawl.py) ------------------------------------
+
+def sitemap(*urls: str, index: bool = False) -> str:
+    tag, item = ("sitemapindex", "sitemap") if index else ("urlset", "url")
+    entries = "".join(f"<{item}><loc>{u}</loc></{item}>" for u in urls)
+    return f'<?xml version="1.0" encoding="UTF-8"?><{tag} xmlns="http://www.sitemaps.org/schemas/sitemap/0.9">{entries}</{tag}>'
+
+
+def test_urls_are_normalised_so_a_page_is_fetched_once() -> None:
+    base = "http://Docs.Example.com:80/docs/guide/"
+    assert normalize_url("../a/./b/?q=1#frag", base) == "http://docs.example.com/docs/a/b/"
+    assert normalize_url("HTTPS://x.org:443//p%7euser/caf%c3%a9 x") == "https://x.org/p~user/caf%C3%A9%20x"
+    assert normalize_url("https://x.org/café") == normalize_url("https://x.org/caf%C3%A9")
+    assert normalize_url("http://[::1]:8080/a") == "http://[::1]:8080/a"
+    for bad in ("mailto:a@b.c", "javascript:alert(1)", "ftp://x/", "http://user:pw@x/", "http://x:99999/"):
+        assert normalize_url(bad, base) is None, bad
+    assert normalize_url("http://") is None
+    assert parse_site("https://x.org/docs/").prefix == "/docs/"
+    assert parse_site("https://x.org/docs").prefix == "/docs/"
+    assert parse_site("https://x.org/docs/index.html").prefix == "/docs/"
+    assert parse_site("https://x.org").start == "https://x.org/"
+    scope = parse_site("https://x.org/docs/")
+    assert scope.contains("https://x.org/docs/a/") and not scope.contains("https://x.org/docsearch/")
+    assert not scope.contains("http://x.org/docs/a/") and not scope.contains("https://x.org:8443/docs/")
+    for bad, says in [("ftp://x.org/", r"not an http\(s\) URL"), ("https://x.org/?page=2", "query string"),
+                      ("https://u:p@x.org/", "credentials"), ("https:///nohost", "not a URL of a host"),
+                      ("https://x.org/a b", "spaces")]:
+        with pytest.raises(ValueError, match=says):
+            parse_site(bad)
+
+
+BILLION_LAUGHS = ('<?xml version="1.0"?><!DOCTYPE lolz [<!ENTITY lol "lol">'
+                  + "".join(f'<!ENTITY lol{i} "{("&lol" + (str(i - 1) if i > 1 else "") + ";") * 10}">'
+                            for i in range(1, 10))
+                  + ']><urlset xmlns="http://www.sitemaps.org/schemas/sitemap/0.9"><url><loc>&lol9;</loc></url>'
+                  "</urlset>")
+XXE = ('<?xml version="1.0"?><!DOCTYPE u [<!ENTITY x SYSTEM "file:///etc/passwd">]>'
+       '<urlset xmlns="http://www.sitemaps.org/schemas/sitemap/0.9"><url><loc>&x;</loc></url></urlset>')
+
+
+def test_parse_sitemap_refuses_entities_and_bombs() -> None:
+    for hostile in (BILLION_LAUGHS, XXE):
+        with pytest.raises(ValueError, match=r"it declares a DTD or entities \(DTDForbidden\)"):
+            parse_sitemap(hostile.encode())
+    with pytest.raises(ValueError, match="over 50 MiB unpacked"):
+        parse_sitemap(gzip.compress(b" " * (51 * 1024 * 1024)))  # a gzip bomb: 51 MiB of spaces in 50 KB
+    with pytest.raises(ValueError, match="not XML"):
+        parse_sitemap(b"<urlset><url>")
+    with pytest.raises(ValueError, match="<html> is not a sitemap"):
+        parse_sitemap(b"<html><body>hi</body></html>")
+    assert parse_sitemap(sitemap("https://x/a/", " https://x/b/ ").encode()) == ("urlset", ["https://x/a/",
+                                                                                            "https://x/b/"])

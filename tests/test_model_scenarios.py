@@ -26,8 +26,9 @@ import aiohttp
 import pytest
 import pytest_asyncio
 from docs_double import SITE, MemoryDocs
-from provider_fakes import Call, Encoder, FakeProviders, Pause, Reply, encoders, endless
+from provider_fakes import Call, FakeProviders, Pause, Reply, endless
 from relay_helpers import Recorder, declare, info, joined, launch, turn_log_line
+from test_model_units import REGISTRY
 
 from widget import protocol as P
 from widget.relay.config import AppConfig, DocsConfig, ModelConfig
@@ -36,7 +37,6 @@ from widget.relay.models.base import ModelError, ModelRequest
 
 pytestmark = pytest.mark.relay
 
-REGISTRY = encoders()
 PROVIDERS = sorted(REGISTRY)
 SECRET_APP = "shop-secret-0123456789abcdef"  # relay_helpers.SHOP_SECRET: create() uses it for every app but demo
 
@@ -473,12 +473,3 @@ async def test_the_fakes_refuse_what_the_providers_refuse(world: tuple[Any, Fake
         for needle in expected[name]:
             assert any(needle in p for p in problems), (needle, problems)
     fake.reset()
-
-
-def test_every_provider_is_registered() -> None:
-    """The two encoders of provider_fakes.py are there, and each names an adapter the relay knows."""
-    from widget.relay.config import ADAPTERS
-
-    assert {"openai-chat", "anthropic"} <= set(REGISTRY)
-    for enc in REGISTRY.values():
-        assert isinstance(enc, Encoder) and enc.adapter in ADAPTERS and enc.path.startswith("/")

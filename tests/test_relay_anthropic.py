@@ -1,7 +1,7 @@
 """The Anthropic Messages adapter (widget/relay/models/anthropic.py) through the real ``anthropic`` SDK against a
 local server playing Anthropic's SSE events: the conversion of the relay's chat messages, the request it sends,
 the usage it reports, its stop reasons and its errors. The conversation scenarios every provider shares are in
-tests/test_model_scenarios.py."""
+tests/test_model_scenarios.py; the conversion and the request alone are unit tests in tests/test_model_units.py."""
 
 from __future__ import annotations
 
@@ -18,81 +18,15 @@ import pytest_asyncio
 from aiohttp import web
 from provider_fakes import sse
 from relay_helpers import declare, joined, launch
+from test_model_units import collect, failure
 
-from widget.errors import ConfigError
 from widget.relay.config import AppConfig, ModelConfig
 from widget.relay.models.adapters import make_adapter
-from widget.relay.models.anthropic import CONTINUED, DEFAULT_MAX_TOKENS, AnthropicAdapter, safe_id, to_messages
+from widget.relay.models.anthropic import DEFAULT_MAX_TOKENS, AnthropicAdapter
 from widget.relay.models.base import ModelError, ModelRequest, TextDelta, ToolCall, Usage
 from widget.relay.models.tools_text import TextToolsAdapter
 
 pytestmark = pytest.mark.relay
-
-
-# ---------------------------------------------------------------------------------------------- conversion
-
-
-def test_messages_become_anthropic_turns() -> None:
-    calls = [{"id": "fc_1", "type": "function", "function": {"name": "get_weather", "arguments": '{"city": "Oslo"}'}},
-             {"id": "fc.2", "type": "function", "function": {"name": "get_weather", "arguments": "{bad"}}]
-    system, turns = to_messages([
-        {"role": "system", "content": "You are helpful."},
-        {"role": "system", "content": "Page context as JSON data."},
-        {"role": "user", "content": "weather?"},
-        {"role": "user", "content": "in Oslo and Lima"},
-        {"role": "assistant", "content": "Let me look.", "tool_calls": calls},
-        {"role": "tool", "tool_call_id": "fc_1", "content": "-3 C"},
-        {"role": "tool", "tool_call_id": "fc.2", "content": ""},
-        {"role": "user", "content": "(The reader pressed Open pricing.)"},
-        {"role": "assistant", "content": None},  # an empty answer: left out
-        {"role": "system", "content": "A late note."},
-    ])
-    assert system == "You are helpful.\n\nPage context as JSON data."
-    assert turns == [
-        {"role": "user", "content": [{"type": "text", "text": "weather?"},
-                                     {"type": "text", "text": "in Oslo and Lima"}]},
-        {"role": "assistant", "content": [
-            {"type": "text", "text": "Let me look."},
-            {"type": "tool_use", "id": "fc_1", "name": "get_weather", "input": {"city": "Oslo"}},
-            {"type": "tool_use", "id": "fc_2", "name": "get_weather", "input": {"_unparsed_arguments": "{bad"}}]},
-        # both results in one user message, before the text of that message; the late system note joins it
-        {"role": "user", "content": [
-            {"type": "tool_result", "tool_use_id": "fc_1", "content": "-3 C"},
-            {"type": "tool_result", "tool_use_id": "fc_2"},
-            {"type": "text", "text": "(The reader pressed Open pricing.)"},
-            {"type": "text", "text": "A late note."}]},
-    ]
-
-
-def test_a_conversation_never_starts_with_the_assistant() -> None:
-    system, turns = to_messages([{"role": "assistant", "content": "Hello!"}, {"role": "user", "content": "hi"}])
-    assert system == "" and turns[0] == {"role": "user", "content": [{"type": "text", "text": CONTINUED}]}
-    assert [t["role"] for t in turns] == ["user", "assistant", "user"]
-    assert safe_id("call/1 x") == "call_1_x" and safe_id(None) == "call"
-
-
-def test_the_request_carries_max_tokens_and_tools() -> None:
-    tools = [{"name": "plan_limits", "description": "Limits.", "strict": True,
-              "parameters": {"type": "object", "properties": {}, "required": [], "additionalProperties": False}},
-             {"name": "bad name!", "description": "left out", "parameters": {"type": "object"}},
-             {"name": "get_selection", "description": "", "parameters": {"type": "object", "properties": {}}}]
-    req = ModelRequest(messages=[{"role": "system", "content": "S"}, {"role": "user", "content": "q"}], tools=tools)
-    a = AnthropicAdapter(ModelConfig(adapter="anthropic", model="claude-x", api_key="k"))
-    kw = a._request_kwargs(req)
-    assert kw["max_tokens"] == DEFAULT_MAX_TOKENS and kw["system"] == "S" and kw["stream"] is True
-    assert "temperature" not in kw
-    # no strict flag (not every Claude model or gateway takes it): the schemas keep their constraints as guidance
-    assert [(t["name"], "strict" in t) for t in kw["tools"]] == [("plan_limits", False), ("get_selection", False)]
-    assert kw["tools"][0]["input_schema"]["additionalProperties"] is False
-    assert {"enum", "format", "minimum", "maxLength", "maxItems"} <= a.schema_keywords
-    assert a.schema_formats == {"email", "uri", "date", "date-time"}
-    b = AnthropicAdapter(ModelConfig(adapter="anthropic", model="claude-x", api_key="k", max_tokens=300,
-                                     temperature=0.2))
-    kw = b._request_kwargs(req)
-    assert kw["max_tokens"] == 300 and kw["temperature"] == 0.2
-    with pytest.raises(ConfigError, match="temperature from 0 to 1"):
-        AnthropicAdapter(ModelConfig(adapter="anthropic", model="claude-x", temperature=1.5))
-    assert isinstance(make_adapter(ModelConfig(adapter="anthropic", model="claude-x")), AnthropicAdapter)
 
 
 # ---------------------------------------------------------------------------------------------- the stream
@@ -165,21 +99,6 @@ def tool_block(index: int, id_: str, name: str, *json_parts: str) -> list[bytes]
 def end(stop_reason: str, output_tokens: int = 9) -> list[bytes]:
     return [ev({"type": "message_delta", "delta": {"stop_reason": stop_reason, "stop_sequence": None},
                 "usage": {"output_tokens": output_tokens}}), ev({"type": "message_stop"})]
-
-
-async def collect(base: str, **cfg: Any) -> list[Any]:
-    adapter = AnthropicAdapter(ModelConfig(adapter="anthropic", model="claude-x", base_url=base, api_key="sk-ant-test",
-                                           max_retries=0, request_timeout_s=5, **cfg))
-    try:
-        return [c async for c in adapter.stream(ModelRequest(messages=[{"role": "user", "content": "hi"}]))]
-    finally:
-        await adapter.aclose()
-
-
-async def failure(base: str) -> ModelError:
-    with pytest.raises(ModelError) as exc:
-        await collect(base)
-    return exc.value
 
 
 async def test_text_parallel_tool_use_and_usage(server: tuple[Server, str]) -> None:
@@ -280,10 +199,6 @@ async def test_a_stream_that_ends_before_message_stop(server: tuple[Server, str]
     s, base = server
     s.answers.append([start(), *text_block(0, "Hel")])
     assert (await failure(base)).code == "model_unavailable"
-
-
-async def test_unreachable() -> None:
-    assert (await failure("http://127.0.0.1:9")).code == "model_unavailable"
 
 
 async def test_a_tool_use_with_arguments_that_do_not_parse_stays_raw(server: tuple[Server, str]) -> None:

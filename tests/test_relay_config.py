@@ -1,9 +1,10 @@
 """Relay configuration: TOML / env / flags and one-line errors, each part's settings (starters, config functions,
-fallback model, MCP servers, docs, socket bounds, demo docs) and the start-up banner (the CLI that reads it:
-test_relay_cli.py)."""
+fallback model, MCP servers, docs, socket bounds, demo docs, docs scopes, reasoning effort) and the start-up banner
+(the CLI that reads it: test_relay_cli.py)."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -335,3 +336,40 @@ def test_demo_docs_settings(tmp_path: Path, capsys: pytest.CaptureFixture[str]) 
     banner = startup_banner(load_config(env={}, demo_docs=tmp_path))
     assert banner.splitlines()[1] == ("  the demo's docs: http://127.0.0.1:8765/docs/ "
                                       "(ask the demo a question about them)")
+
+
+def test_the_scope_settings(tmp_path: Path) -> None:
+    f = tmp_path / "relay.toml"
+    f.write_text('[apps.a.docs]\nscopes = false\n[apps.b.docs]\nscope_base = "/docs/"\n'
+                 'version_pattern = "\\\\d{4}\\\\.\\\\d+"\n[apps.c]\n')
+    cfg = load_config(f, env={})
+    assert cfg.apps["a"].docs.scopes is False
+    assert cfg.apps["b"].docs.scope_base == "/docs/" and cfg.apps["b"].docs.version_pattern == r"\d{4}\.\d+"
+    assert cfg.apps["c"].docs == DocsConfig() and DocsConfig().scopes and DocsConfig().scope_base == "/"
+    for toml, needle in [
+        ('[apps.a.docs]\nscopes = "yes"', "docs.scopes must be true or false"),
+        ('[apps.a.docs]\nscope_base = "docs/"', "docs.scope_base must be a URL path that starts with '/'"),
+        ('[apps.a.docs]\nscope_base = "/docs/?v=1"', "docs.scope_base must be a URL path"),
+        ('[apps.a.docs]\nversion_pattern = "(3"', "docs.version_pattern '(3' is not a regular expression"),
+        ('[apps.a.docs]\nversion_pattern = ""', "docs.version_pattern must be a regular expression"),
+        ('[apps.a.docs]\nversions = true', "unknown key 'versions'"),
+    ]:
+        f.write_text(toml)
+        with pytest.raises(ConfigError, match=needle.replace("?", r"\?").replace("(", r"\(")):
+            load_config(f, env={})
+
+
+@pytest.mark.parametrize("adapter, effort, error", [
+    ("openai-responses", "low", None),
+    ("openai-responses", "huge", "one of none, minimal, low, medium, high, xhigh, max; got 'huge'"),
+    ("openai", "low", "reasoning_effort is for the openai-responses adapter"),
+])
+def test_reasoning_effort_in_the_config_file(tmp_path: Path, adapter: str, effort: str, error: str | None) -> None:
+    f = tmp_path / "relay.toml"
+    f.write_text(f'[models.m]\nadapter = "{adapter}"\nmodel = "o4-mini"\nreasoning_effort = "{effort}"\n'
+                 '[apps.demo]\nmodel = "m"\n')
+    if error is None:
+        assert load_config(f, env={}).models["m"].reasoning_effort == effort
+    else:
+        with pytest.raises(ConfigError, match=re.escape(error)):
+            load_config(f, env={})

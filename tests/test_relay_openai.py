@@ -1,5 +1,5 @@
 """The OpenAI-compatible adapter through the real ``openai`` SDK against a local SSE server, alone and
-inside a relay turn."""
+inside a relay turn (an address nothing listens on: test_model_units.py)."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ import pytest
 import pytest_asyncio
 from aiohttp import web
 from relay_helpers import declare, info, joined, launch, register
+from test_model_units import _cfg
 
 from widget.relay.config import AppConfig, ModelConfig
 from widget.relay.models.base import ModelError, ModelRequest, StreamLimits, TextDelta, ToolCall, Usage, guarded
@@ -120,11 +121,6 @@ async def provider() -> AsyncIterator[tuple[FakeProvider, str]]:
     await runner.cleanup()
 
 
-def _cfg(base_url: str) -> ModelConfig:
-    return ModelConfig(adapter="openai", model="test-model", base_url=base_url, api_key="sk-test", max_retries=0,
-                       request_timeout_s=5)
-
-
 async def test_adapter_streams_tool_call_and_text(provider: tuple[FakeProvider, str]) -> None:
     fake, base = provider
     fake.fail = None
@@ -217,14 +213,6 @@ async def test_an_unreadable_chunk_is_a_clear_model_error(provider: tuple[FakePr
     finally:
         fake.mode = None
         await adapter.aclose()
-
-
-async def test_adapter_unreachable() -> None:
-    adapter = OpenAIAdapter(_cfg("http://127.0.0.1:9/v1"))
-    with pytest.raises(ModelError) as exc:
-        [c async for c in adapter.stream(ModelRequest(messages=[{"role": "user", "content": "hi"}]))]
-    assert exc.value.code == "model_unavailable"
-    await adapter.aclose()
 
 
 async def test_relay_turn_through_openai_adapter(provider: tuple[FakeProvider, str], tmp_path: Path) -> None:

@@ -4,7 +4,6 @@ documented SSE events (tests/provider_fake_responses.py), alone and inside a rel
 from __future__ import annotations
 
 import asyncio
-import re
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -26,8 +25,7 @@ from provider_fake_responses import (
 )
 from relay_helpers import info, joined, launch, register
 
-from widget.errors import ConfigError
-from widget.relay.config import AppConfig, ModelConfig, load_config
+from widget.relay.config import AppConfig, ModelConfig
 from widget.relay.models import openai_responses
 from widget.relay.models.adapters import make_adapter
 from widget.relay.models.base import ModelError, ModelRequest, StreamLimits, TextDelta, ToolCall, Usage, guarded
@@ -335,22 +333,6 @@ async def test_the_reasoning_cache_is_bounded(provider: tuple[FakeResponses, str
     await _run(plain, ModelRequest(messages=HI, tools=[TOOL], conversation_id="c1", turn_id="t1"))
     assert not plain._rounds
     await plain.aclose()
-
-
-@pytest.mark.parametrize("adapter, effort, error", [
-    ("openai-responses", "low", None),
-    ("openai-responses", "huge", "one of none, minimal, low, medium, high, xhigh, max; got 'huge'"),
-    ("openai", "low", "reasoning_effort is for the openai-responses adapter"),
-])
-def test_reasoning_effort_in_the_config_file(tmp_path: Path, adapter: str, effort: str, error: str | None) -> None:
-    f = tmp_path / "relay.toml"
-    f.write_text(f'[models.m]\nadapter = "{adapter}"\nmodel = "o4-mini"\nreasoning_effort = "{effort}"\n'
-                 '[apps.demo]\nmodel = "m"\n')
-    if error is None:
-        assert load_config(f, env={}).models["m"].reasoning_effort == effort
-    else:
-        with pytest.raises(ConfigError, match=re.escape(error)):
-            load_config(f, env={})
 
 
 async def test_relay_turn_with_reasoning_and_a_page_function(provider: tuple[FakeResponses, str],
