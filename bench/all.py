@@ -62,6 +62,8 @@ RUNS: dict[str, Run] = {
     "mcp_calls": Run("mcp_calls.py", ["-n", "10"], ["-n", "50"], 180, 600),
     # the docs index: retrieval on docs/*.md (bench/docs_probes.jsonl), indexing and search speed on a synthetic site
     "docs_search": Run("docs_search.py", ["--pages", "300", "--queries", "50"], [], 300, 3600),
+    # hybrid docs search (an embedding model beside BM25): indexing speed and memory, query latency, retrieval
+    "docs_hybrid": Run("docs_hybrid.py", ["--pages", "60"], ["--pages", "300", "--postgres"], 300, 1800),
     # what the docs search step adds to the first token of a demo-model answer (one-shot and agentic)
     "docs_first_token": Run("docs_first_token.py", ["--runs", "5"], ["--runs", "40"], 120, 600),
     # the relay
