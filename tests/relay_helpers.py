@@ -13,17 +13,18 @@ import socket
 import subprocess
 import tempfile
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import aiohttp
 import pytest
 import socketio
+from scripted_model import ScriptedModel as ScriptedModel  # the relay tests import it from here too
 from support import stop_process
 
 from widget.relay import AppConfig, ModelConfig, RelayConfig, start_relay
-from widget.relay.models.base import ModelAdapter, ModelRequest, TextDelta
+from widget.relay.models.base import ModelAdapter
 
 SECRET = "test-relay-secret-0123456789"
 SHOP_SECRET = "shop-secret-0123456789abcdef"
@@ -76,34 +77,6 @@ async def launch(tmp: Path, adapters: dict[str, ModelAdapter] | None = None, sto
     """A relay in this loop; ``adapters`` replace model adapters by name (e.g. a ScriptedModel);
     ``store``: ``sqlite`` or ``postgres`` (STORE_KINDS)."""
     return await start_relay(relay_config(tmp, store, **overrides), models=adapters)
-
-
-class ScriptedModel(ModelAdapter):
-    """A test model playing one scripted round per request: its chunks (TextDelta / ToolCall) in
-    order; an exception in the list is raised at that point (after the chunks before it). Records
-    every request. With no script left it answers "(unscripted)"."""
-
-    name = "scripted"
-
-    def __init__(self) -> None:
-        self.rounds: list[list[Any]] = []
-        self.requests: list[ModelRequest] = []
-
-    def script(self, *rounds: list[Any]) -> None:
-        self.rounds.extend(list(r) for r in rounds)
-
-    def reset(self) -> None:
-        self.rounds.clear()
-        self.requests.clear()
-
-    async def stream(self, request: ModelRequest) -> AsyncIterator[Any]:  # type: ignore[override]
-        self.requests.append(request)
-        chunks = self.rounds.pop(0) if self.rounds else [TextDelta("(unscripted)")]
-        for c in chunks:
-            if isinstance(c, BaseException):
-                raise c
-            await asyncio.sleep(0)
-            yield c
 
 
 def fold(events: list[tuple[str, Any]]) -> list[dict[str, Any]]:

@@ -14,14 +14,20 @@ from typing import Any
 
 import pytest
 from provider_fakes import Encoder, encoders
-from relay_helpers import ScriptedModel
+from scripted_model import ScriptedModel
 
-from widget.errors import ConfigError
 from widget.relay.config import ModelConfig
-from widget.relay.models.adapters import make_adapter
-from widget.relay.models.anthropic import CONTINUED, DEFAULT_MAX_TOKENS, AnthropicAdapter, safe_id, to_messages
+from widget.relay.models.anthropic import (
+    CONTINUED,
+    DEFAULT_MAX_TOKENS,
+    SCHEMA_FORMATS,
+    SCHEMA_KEYWORDS,
+    AnthropicAdapter,
+    request_kwargs,
+    safe_id,
+    to_messages,
+)
 from widget.relay.models.base import ModelError, ModelRequest, TextDelta, ToolCall, Usage
-from widget.relay.models.openai_chat import OpenAIAdapter
 from widget.relay.models.tools_text import (
     CLOSE,
     NO_TOOLS,
@@ -88,22 +94,17 @@ def test_the_request_carries_max_tokens_and_tools() -> None:
              {"name": "bad name!", "description": "left out", "parameters": {"type": "object"}},
              {"name": "get_selection", "description": "", "parameters": {"type": "object", "properties": {}}}]
     req = ModelRequest(messages=[{"role": "system", "content": "S"}, {"role": "user", "content": "q"}], tools=tools)
-    a = AnthropicAdapter(ModelConfig(adapter="anthropic", model="claude-x", api_key="k"))
-    kw = a._request_kwargs(req)
+    kw = request_kwargs(ModelConfig(adapter="anthropic", model="claude-x", api_key="k"), req)
     assert kw["max_tokens"] == DEFAULT_MAX_TOKENS and kw["system"] == "S" and kw["stream"] is True
     assert "temperature" not in kw
     # no strict flag (not every Claude model or gateway takes it): the schemas keep their constraints as guidance
     assert [(t["name"], "strict" in t) for t in kw["tools"]] == [("plan_limits", False), ("get_selection", False)]
     assert kw["tools"][0]["input_schema"]["additionalProperties"] is False
-    assert {"enum", "format", "minimum", "maxLength", "maxItems"} <= a.schema_keywords
-    assert a.schema_formats == {"email", "uri", "date", "date-time"}
-    b = AnthropicAdapter(ModelConfig(adapter="anthropic", model="claude-x", api_key="k", max_tokens=300,
-                                     temperature=0.2))
-    kw = b._request_kwargs(req)
+    assert {"enum", "format", "minimum", "maxLength", "maxItems"} <= SCHEMA_KEYWORDS
+    assert SCHEMA_FORMATS == {"email", "uri", "date", "date-time"}
+    kw = request_kwargs(ModelConfig(adapter="anthropic", model="claude-x", api_key="k", max_tokens=300,
+                                    temperature=0.2), req)
     assert kw["max_tokens"] == 300 and kw["temperature"] == 0.2
-    with pytest.raises(ConfigError, match="temperature from 0 to 1"):
-        AnthropicAdapter(ModelConfig(adapter="anthropic", model="claude-x", temperature=1.5))
-    assert isinstance(make_adapter(ModelConfig(adapter="anthropic", model="claude-x")), AnthropicAdapter)
 
 
 async def collect(base: str, **cfg: Any) -> list[Any]:
@@ -121,24 +122,12 @@ async def failure(base: str) -> ModelError:
     return exc.value
 
 
-async def test_unreachable() -> None:
-    assert (await failure("http://127.0.0.1:9")).code == "model_unavailable"
-
-
 # ---------------------------------------------------------------------------------------------- OpenAI-compatible
 
 
 def _cfg(base_url: str) -> ModelConfig:
     return ModelConfig(adapter="openai", model="test-model", base_url=base_url, api_key="sk-test", max_retries=0,
                        request_timeout_s=5)
-
-
-async def test_adapter_unreachable() -> None:
-    adapter = OpenAIAdapter(_cfg("http://127.0.0.1:9/v1"))
-    with pytest.raises(ModelError) as exc:
-        [c async for c in adapter.stream(ModelRequest(messages=[{"role": "user", "content": "hi"}]))]
-    assert exc.value.code == "model_unavailable"
-    await adapter.aclose()
 
 
 # ---------------------------------------------------------------------------------------------- tools as text

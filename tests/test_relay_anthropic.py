@@ -20,6 +20,7 @@ from provider_fakes import sse
 from relay_helpers import declare, joined, launch
 from test_model_units import collect, failure
 
+from widget.errors import ConfigError
 from widget.relay.config import AppConfig, ModelConfig
 from widget.relay.models.adapters import make_adapter
 from widget.relay.models.anthropic import DEFAULT_MAX_TOKENS, AnthropicAdapter
@@ -27,6 +28,18 @@ from widget.relay.models.base import ModelError, ModelRequest, TextDelta, ToolCa
 from widget.relay.models.tools_text import TextToolsAdapter
 
 pytestmark = pytest.mark.relay
+
+
+def test_the_adapter_checks_its_settings_and_is_made_by_name() -> None:
+    """Made with the SDK (imported only when an anthropic model is configured): a temperature outside 0..1 is a
+    ConfigError naming the model, and make_adapter picks the adapter."""
+    with pytest.raises(ConfigError, match="temperature from 0 to 1"):
+        AnthropicAdapter(ModelConfig(adapter="anthropic", model="claude-x", temperature=1.5))
+    assert isinstance(make_adapter(ModelConfig(adapter="anthropic", model="claude-x")), AnthropicAdapter)
+
+
+async def test_unreachable() -> None:
+    assert (await failure("http://127.0.0.1:9")).code == "model_unavailable"
 
 
 # ---------------------------------------------------------------------------------------------- the stream

@@ -24,6 +24,14 @@ from widget.relay.models.openai_chat import OpenAIAdapter
 pytestmark = pytest.mark.relay
 
 
+async def test_adapter_unreachable() -> None:
+    adapter = OpenAIAdapter(_cfg("http://127.0.0.1:9/v1"))
+    with pytest.raises(ModelError) as exc:
+        [c async for c in adapter.stream(ModelRequest(messages=[{"role": "user", "content": "hi"}]))]
+    assert exc.value.code == "model_unavailable"
+    await adapter.aclose()
+
+
 def _chunk(delta: dict[str, Any], finish: str | None = None) -> bytes:
     body = {"id": "chatcmpl-1", "object": "chat.completion.chunk", "created": 0, "model": "m",
             "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}

@@ -180,6 +180,30 @@ def _error_type(body: Any) -> str | None:
     return None
 
 
+def request_kwargs(cfg: ModelConfig, request: ModelRequest) -> dict[str, Any]:
+    """The Messages API request for ``request`` (system apart, tools as ``input_schema``; no SDK needed)."""
+    system, messages = to_messages(request.messages)
+    kwargs: dict[str, Any] = {"model": cfg.model, "messages": messages, "stream": True,
+                              "max_tokens": cfg.max_tokens or DEFAULT_MAX_TOKENS}
+    if system:
+        kwargs["system"] = system
+    tools = []
+    for t in request.tools:
+        if not _TOOL_NAME.match(t["name"]):
+            continue
+        spec: dict[str, Any] = {
+            "name": t["name"],
+            "description": t.get("description") or "",
+            "input_schema": t.get("parameters") or {"type": "object", "properties": {}},
+        }
+        tools.append(spec)
+    if tools:
+        kwargs["tools"] = tools
+    if cfg.temperature is not None:
+        kwargs["temperature"] = cfg.temperature
+    return kwargs
+
+
 class AnthropicAdapter(ModelAdapter):
     """Streams Anthropic Messages with tool use through the official ``anthropic`` SDK."""
 
@@ -238,26 +262,7 @@ class AnthropicAdapter(ModelAdapter):
         return ModelError(TurnErrorCode.MODEL_ERROR, "The model request failed.")
 
     def _request_kwargs(self, request: ModelRequest) -> dict[str, Any]:
-        system, messages = to_messages(request.messages)
-        kwargs: dict[str, Any] = {"model": self.cfg.model, "messages": messages, "stream": True,
-                                  "max_tokens": self.cfg.max_tokens or DEFAULT_MAX_TOKENS}
-        if system:
-            kwargs["system"] = system
-        tools = []
-        for t in request.tools:
-            if not _TOOL_NAME.match(t["name"]):
-                continue
-            spec: dict[str, Any] = {
-                "name": t["name"],
-                "description": t.get("description") or "",
-                "input_schema": t.get("parameters") or {"type": "object", "properties": {}},
-            }
-            tools.append(spec)
-        if tools:
-            kwargs["tools"] = tools
-        if self.cfg.temperature is not None:
-            kwargs["temperature"] = self.cfg.temperature
-        return kwargs
+        return request_kwargs(self.cfg, request)
 
     async def stream(self, request: ModelRequest) -> AsyncIterator[Chunk]:
         stream = None
