@@ -108,6 +108,23 @@ async def test_connection_state_and_role_are_announced():
     assert store.active and store.can_send
 
 
+async def test_a_boot_that_connects_next_shows_connecting_from_the_first_frame():
+    """The widget's boot mounts the bar, then connects: the bar says "Connecting…" at once, never "Not connected"
+    first; a store whose client is already past idle is left as it is."""
+    relay = Relay()
+    client = AutopilotClient(MemoryTransport(relay))
+    store = Store(client)
+    changes: list[str] = []
+    store.subscribe(changes.append)
+    assert store.connection_state == "idle"
+    store.expect_connect()
+    assert store.connection_state == "connecting" and changes == ["connection"]
+    await client.connect(relay_url=BASE, app_id="demo")
+    assert store.connection_state == "connected"
+    store.expect_connect()
+    assert store.connection_state == "connected"
+
+
 async def test_streaming_chunks_do_not_recompute_committed_messages():
     relay, t, client, store, changes = await connected()
     relay.push(t, "message", {"message": {"id": "u1", "role": "user", "content": "hi"}})

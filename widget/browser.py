@@ -253,6 +253,7 @@ async def boot(config_json: str, page_sources: Any, loader: Any) -> Any:
     labels = {k: str(v) for k, v in labels.items() if k in LABELS}
     set_client(client)
     store = Store(client)
+    store.expect_connect()  # the first connect starts below, after the mount: no "Not connected" before it
     css = await loader.skinCss() if hasattr(loader, "skinCss") else ""
     from .ui.bar import enable_bar
 

@@ -231,6 +231,12 @@ class Store:
         setattr(self, attr, value)
         self._notify(what or attr)
 
+    def expect_connect(self) -> None:
+        """A connect follows at once (the widget's boot): the bar shows "Connecting…" from its first frame instead
+        of "Not connected" until the client says so."""
+        if self.connection_state == ConnectionState.IDLE:
+            self._set("connection_state", ConnectionState.CONNECTING, "connection")
+
     # --- client events -----------------------------------------------------------------------
     def _on_connection(self, payload: dict[str, Any]) -> None:
         self.connection_state = payload["state"]
