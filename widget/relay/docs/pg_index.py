@@ -24,7 +24,6 @@ writers are not blocked), under a transaction-scoped advisory lock per app (``In
 
 from __future__ import annotations
 
-import asyncio
 import json
 import logging
 import time
@@ -33,6 +32,7 @@ from typing import Any
 from .indexer import IndexBusy
 from .limits import MAX_SCORED_PASSAGES, MAX_SEARCH_LIMIT, SCHEMA_VERSION
 from .page import Page, chunks, ranked_fields
+from .pg_pool import LazyPgPool
 from .query import check_scope, terms, url_path
 from .search import DocHit
 
@@ -138,43 +138,37 @@ async def _add_paths(con: Any) -> None:
                           [(r["app_id"], r["page_url"], url_path(r["page_url"])) for r in pages])
 
 
+async def _setup(con: Any) -> None:
+    """The docs tables, made or migrated (an index of an older layout is dropped: index again)."""
+    tables = {r[0] for r in await con.fetch(
+        "SELECT tablename FROM pg_tables WHERE schemaname = current_schema() "
+        "AND tablename LIKE 'docs%'")}
+    version = (await con.fetchval("SELECT version FROM docs_meta")
+               if "docs_meta" in tables else None)
+    if tables and version != SCHEMA_VERSION:
+        log.warning("the docs index has an older layout; it is dropped (run autopilot-relay "
+                    "index again)")
+        for table in ("docs_chunks", "docs_sections", "docs_pages", "docs_terms", "docs_apps",
+                      "docs_meta"):
+            await con.execute(f"DROP TABLE IF EXISTS {table}")
+    elif "docs_chunks" in tables:
+        await _add_paths(con)
+    for stmt in SCHEMA:
+        await con.execute(stmt)
+    await con.execute("INSERT INTO docs_meta(one, version) VALUES (1, $1) ON CONFLICT (one) "
+                      "DO UPDATE SET version = EXCLUDED.version", SCHEMA_VERSION)
+
+
 class PgDocsIndex:
     """``DocsIndex`` and ``DocsWriter`` on PostgreSQL (asyncpg; a small pool of its own, opened on first use)."""
 
     def __init__(self, dsn: str, *, max_connections: int = 4) -> None:
         self.dsn = dsn
         self.max_connections = max_connections
-        self._pool: Any = None
-        self._opening = asyncio.Lock()
+        self._pool = LazyPgPool(dsn, max_connections, _SCHEMA_LOCK, _setup)
 
     async def _get_pool(self) -> Any:
-        if self._pool is None:
-            async with self._opening:
-                if self._pool is None:
-                    import asyncpg
-
-                    pool = await asyncpg.create_pool(self.dsn, min_size=1, max_size=self.max_connections)
-                    async with pool.acquire() as con, con.transaction():
-                        await con.execute("SELECT pg_advisory_xact_lock($1)", _SCHEMA_LOCK)
-                        tables = {r[0] for r in await con.fetch(
-                            "SELECT tablename FROM pg_tables WHERE schemaname = current_schema() "
-                            "AND tablename LIKE 'docs%'")}
-                        version = (await con.fetchval("SELECT version FROM docs_meta")
-                                   if "docs_meta" in tables else None)
-                        if tables and version != SCHEMA_VERSION:
-                            log.warning("the docs index has an older layout; it is dropped (run autopilot-relay "
-                                        "index again)")
-                            for table in ("docs_chunks", "docs_sections", "docs_pages", "docs_terms", "docs_apps",
-                                          "docs_meta"):
-                                await con.execute(f"DROP TABLE IF EXISTS {table}")
-                        elif "docs_chunks" in tables:
-                            await _add_paths(con)
-                        for stmt in SCHEMA:
-                            await con.execute(stmt)
-                        await con.execute("INSERT INTO docs_meta(one, version) VALUES (1, $1) ON CONFLICT (one) "
-                                          "DO UPDATE SET version = EXCLUDED.version", SCHEMA_VERSION)
-                    self._pool = pool
-        return self._pool
+        return await self._pool.get()
 
     # -- DocsIndex --------------------------------------------------------------------------
     async def search(self, app_id: str, query: str, *, limit: int = 5, scope: str | None = None) -> list[DocHit]:
@@ -195,9 +189,7 @@ class PgDocsIndex:
 
     async def close(self) -> None:
         """Close the pool."""
-        if self._pool is not None:
-            pool, self._pool = self._pool, None
-            await pool.close()
+        await self._pool.close()
 
     # -- DocsWriter -------------------------------------------------------------------------
     async def index_settings(self, app_id: str) -> dict[str, Any] | None:

@@ -31,6 +31,7 @@ from typing import Any, Final, Protocol, TypeVar
 import numpy as np
 
 from .embeddings import DIMS, Vectors
+from .pg_pool import LazyPgPool
 from .search import DocHit
 
 log = logging.getLogger("widget.relay.docs")
@@ -353,6 +354,12 @@ PG_SCHEMA: Final = [
 _PG_SCHEMA_LOCK: Final = 0x68796272  # "hybr": one process creates the tables at a time
 
 
+async def _pg_setup(con: Any) -> None:
+    """The vectors' tables."""
+    for stmt in PG_SCHEMA:
+        await con.execute(stmt)
+
+
 class PgVectors:
     """``VectorStore`` in PostgreSQL (asyncpg, a small pool of its own): ``bytea`` vectors, exact search in the
     relay's process (no pgvector needed on the server)."""
@@ -360,22 +367,10 @@ class PgVectors:
     def __init__(self, dsn: str, *, max_connections: int = 2) -> None:
         self.dsn = dsn
         self.max_connections = max_connections
-        self._pool: Any = None
-        self._opening = asyncio.Lock()
+        self._pool = LazyPgPool(dsn, max_connections, _PG_SCHEMA_LOCK, _pg_setup)
 
     async def _get_pool(self) -> Any:
-        if self._pool is None:
-            async with self._opening:
-                if self._pool is None:
-                    import asyncpg
-
-                    pool = await asyncpg.create_pool(self.dsn, min_size=1, max_size=self.max_connections)
-                    async with pool.acquire() as con, con.transaction():
-                        await con.execute("SELECT pg_advisory_xact_lock($1)", _PG_SCHEMA_LOCK)
-                        for stmt in PG_SCHEMA:
-                            await con.execute(stmt)
-                    self._pool = pool
-        return self._pool
+        return await self._pool.get()
 
     async def live_pages(self, app_id: str, model: str) -> dict[str, str]:
         """Pages with live vectors: their content hash by URL ("" unless one hash and all of ``model``)."""
@@ -456,6 +451,4 @@ class PgVectors:
 
     async def close(self) -> None:
         """Close the pool."""
-        if self._pool is not None:
-            pool, self._pool = self._pool, None
-            await pool.close()
+        await self._pool.close()
