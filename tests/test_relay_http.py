@@ -427,7 +427,9 @@ async def test_a_cut_body_logs_nothing(tmp_path: Path, http: aiohttp.ClientSessi
         async with http.post(f"{relay.url}/api/apps/demo/conversations", data=chunks(),
                              headers={"Origin": relay.url, "Content-Type": "application/json"}) as r:
             assert r.status == 413
-        assert [rec.getMessage() for rec in caplog.records if rec.levelno >= logging.WARNING] == []
+        # (not asyncio's: another test's unclosed client, collected meanwhile, is reported there)
+        assert [rec.getMessage() for rec in caplog.records
+                if rec.levelno >= logging.WARNING and rec.name != "asyncio"] == []
     finally:
         await relay.stop()
 
