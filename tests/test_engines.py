@@ -37,7 +37,20 @@ def clear_notes() -> str:
     return "cleared"
 </script>
 <script>(window.Autopilot = window.Autopilot || []).push((A) => {
-  window.__finished = 0; A.on("completion.finished", () => window.__finished++); });</script>
+  window.__finished = 0; A.on("completion.finished", () => window.__finished++); });
+// What happened to the bar, for a failure's report: the bar's host added and removed, errors, the loader's marks.
+window.__diag = [];
+const note = (what) => window.__diag.length < 200 && window.__diag.push(Math.round(performance.now()) + " " + what);
+new MutationObserver((records) => records.forEach((r) => {
+  r.addedNodes.forEach((n) => n.id && n.id.startsWith("autopilot") && note("added " + n.id));
+  r.removedNodes.forEach((n) => n.id && n.id.startsWith("autopilot") && note("removed " + n.id));
+})).observe(document.documentElement, {childList: true, subtree: true});
+window.addEventListener("autopilot:error", (e) => note("autopilot:error " + e.detail.message));
+window.addEventListener("error", (e) => note("error " + e.message));
+window.addEventListener("pagehide", () => note("pagehide"));
+const consoleError = console.error;
+console.error = (...args) => { note("console.error " + args.map(String).join(" ").slice(0, 300));
+  consoleError.apply(console, args); };</script>
 <script src="{relay}/widget/autopilot.js" data-app="demo" data-boot="eager" data-prewarm="false"></script>
 </body></html>"""
 
@@ -109,6 +122,10 @@ async def one_page(request: Any, engine: Engine) -> AsyncIterator[None]:
     if request.node.name.startswith("test_a_refused_origin_is_explained"):  # it opens a page of its own
         return
     after = await engine.call(PAGE_FACTS)
+    diag = await engine.call("() => [...(window.__diag || []), ...performance.getEntriesByType('mark')"
+                             ".map(m => Math.round(m.startTime) + ' mark ' + m.name)].sort((a, b) => "
+                             "parseInt(a) - parseInt(b))")
+    print(f"{engine.name} after {request.node.name}: {after}\n  " + "\n  ".join(diag))  # shown when a test fails
     assert after["origin"] == before["origin"] and after["url"] == before["url"], (
         f"{engine.name}: the page was reloaded or left during the test: {before} -> {after}")
     if before["bar"]:
