@@ -254,3 +254,31 @@ async def test_keyboard_only_enter_or_space_on_the_toggle(browser: Any, relay_se
         assert await page.evaluate(BAR_OPEN)
     finally:
         await ctx.close()
+
+
+async def test_a_toggle_click_after_working_in_the_bar_closes_it(browser: Any, relay_server: Any,
+                                                                  page_server: Any) -> None:
+    """A click that meets the bar showing keeps it open (the just-opened second); once the reader clicked or typed in
+    the bar, the toggle closes it at once, however soon after it opened."""
+    ctx = await browser.new_context()
+    try:
+        page = await ctx.new_page()
+        await page.goto(site_page(page_server, relay_server, "worked-in"))
+        await page.wait_for_selector(TOGGLE, state="visible")
+        await page.click(TOGGLE)
+        await wait_mark(page, "autopilot:joined")
+        await page.wait_for_function(BAR_OPEN)
+        await page.wait_for_timeout(1100)
+        await page.click(TOGGLE)  # a second after it showed: the toggle closes it
+        assert not await page.evaluate(BAR_OPEN)
+        await page.click(TOGGLE)  # open again (Python's bar now): the just-opened second starts
+        t0 = await page.evaluate("() => performance.now()")
+        await page.click("#autopilot-bar-host >> textarea.input")
+        await page.keyboard.type("x")
+        await page.click(TOGGLE)
+        assert await page.evaluate("() => performance.now()") - t0 < 1000  # within the just-opened second
+        assert not await page.evaluate(BAR_OPEN)
+        assert await page.get_attribute(TOGGLE, "aria-expanded") == "false"
+    finally:
+        await ctx.close()
+

@@ -280,6 +280,11 @@ class Bar:
                            "opened_at": float(early.openedAt)}
             self.host.setAttribute("data-instant", "true")  # the panel replaces the frame without its entry animation
 
+    def reader_acted(self) -> None:
+        """The reader clicked or typed in the open bar: it is in use, so a toggle click from now on closes it (the
+        "just opened" window is for a click that meets the bar showing, not for one after working in it)."""
+        self._opened_at = -JUST_OPENED_MS
+
     def toggle_by_reader(self, event: Any) -> None:
         """The reader's click on the toggle: open, close, or keep open a bar that showed a moment before the click
         (the event's time: a click queued while the page was busy counts from when the reader made it). The shortcut

@@ -59,6 +59,7 @@ class PanelEvents:
 
     def on_click(self, event: Any) -> None:
         """A click on a control with ``data-action`` (and ``data-id``)."""
+        self._shell.reader_acted()
         target = event.target
         if absent(target) or not has(target, "closest"):
             return
@@ -118,6 +119,7 @@ class PanelEvents:
     def on_keydown(self, event: Any) -> None:
         """Esc closes (a form, the log, the bar), Tab stays inside, Enter sends, arrows move between tabs."""
         event.stopPropagation()  # the bar's key (see _keep_key); the shortcut is handled here for the same reason
+        self._shell.reader_acted()
         if is_shortcut(event):
             event.preventDefault()
             self._shell.toggle_open()
