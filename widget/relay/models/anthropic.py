@@ -56,7 +56,17 @@ from ...errors import ConfigError
 from ...protocol import TurnErrorCode
 from ..config import ModelConfig
 from ..tools import BOUNDS
-from .base import Chunk, ModelAdapter, ModelError, ModelRequest, TextDelta, ToolCall, Usage
+from .base import (
+    UNREADABLE,
+    Chunk,
+    ModelAdapter,
+    ModelError,
+    ModelRequest,
+    TextDelta,
+    ToolCall,
+    Usage,
+    unreadable_reply,
+)
 
 log = logging.getLogger("widget.relay")
 
@@ -305,13 +315,8 @@ class AnthropicAdapter(ModelAdapter):
                 # ping is dropped by the SDK; other events (thinking, citations deltas) carry nothing we show
         except self._anthropic.APIError as exc:
             raise self._error(exc) from exc
-        except (ValueError, TypeError, AttributeError, KeyError) as exc:
-            # An event the SDK or we could not read (bad JSON, a missing field, a delta for no block): the reader
-            # gets a clear error and the log one line, not a traceback.
-            log.warning("model %s sent an unreadable event: %s: %s", self.cfg.model, type(exc).__name__,
-                        str(exc)[:200])
-            raise ModelError(TurnErrorCode.MODEL_BAD_RESPONSE,
-                             "The model sent a reply the relay could not read.") from exc
+        except UNREADABLE as exc:  # (a delta for no block too)
+            raise unreadable_reply(self.cfg.model, exc) from exc
         finally:
             # Closing the response ends the provider's generation (and its billing) when the turn stops early: on
             # Stop, a deadline or a limit the relay's guard closes this generator.

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import abc
 import asyncio
+import logging
 import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
@@ -20,6 +21,8 @@ from typing import Any
 from ...errors import WidgetError
 from ...protocol.names import AskUserType, RelayTool, TurnErrorCode
 from ..tools import COMMON_KEYWORDS
+
+log = logging.getLogger("widget.relay")
 
 ASK_USER_TOOL = RelayTool.ASK_USER.value
 
@@ -117,6 +120,18 @@ class ModelError(WidgetError):
         self.retryable = retryable
         #: Seconds the provider asked to wait before the next request (its ``Retry-After``), when it said.
         self.retry_after = retry_after
+
+
+#: What the reader reads when a provider's reply cannot be read (``model_bad_response``).
+UNREADABLE_REPLY = "The model sent a reply the relay could not read."
+#: What a reply that cannot be read raises: a chunk the SDK or the adapter could not read (bad JSON, a missing field).
+UNREADABLE = (ValueError, TypeError, AttributeError, KeyError)
+
+
+def unreadable_reply(model: str, exc: BaseException) -> ModelError:
+    """The error for a provider reply the adapter could not read: one log line (no traceback), a clear error."""
+    log.warning("model %s sent a reply the relay could not read: %s: %s", model, type(exc).__name__, str(exc)[:200])
+    return ModelError(TurnErrorCode.MODEL_BAD_RESPONSE, UNREADABLE_REPLY)
 
 
 class ModelAdapter(abc.ABC):

@@ -39,7 +39,17 @@ from typing import Any
 from ...errors import ConfigError
 from ...protocol import TurnErrorCode
 from ..config import ModelConfig
-from .base import Chunk, ModelAdapter, ModelError, ModelRequest, TextDelta, ToolCall, Usage
+from .base import (
+    UNREADABLE,
+    Chunk,
+    ModelAdapter,
+    ModelError,
+    ModelRequest,
+    TextDelta,
+    ToolCall,
+    Usage,
+    unreadable_reply,
+)
 from .tools_text import parse_calls, text_request
 
 log = logging.getLogger("widget.relay")
@@ -368,12 +378,8 @@ class OpenAIAdapter(ModelAdapter):
                                getattr(legacy, "arguments", None))
         except self._openai.APIError as exc:
             raise self._error(exc) from exc
-        except (ValueError, TypeError, AttributeError, KeyError) as exc:
-            # A chunk the SDK or we could not read (bad JSON, a missing field): the reader gets a clear
-            # error and the log one line, not a traceback.
-            log.warning("model %s sent an unreadable chunk: %s: %s", self.cfg.model, type(exc).__name__, str(exc)[:200])
-            raise ModelError(TurnErrorCode.MODEL_BAD_RESPONSE,
-                             "The model sent a reply the relay could not read.") from exc
+        except UNREADABLE as exc:
+            raise unreadable_reply(self.cfg.model, exc) from exc
         finally:
             # Closing the response ends the provider's generation (and its billing) when the turn stops
             # early: on Stop, a deadline or a limit the relay's guard closes this generator.

@@ -36,7 +36,17 @@ from typing import Any
 from ...errors import ConfigError
 from ...protocol import TurnErrorCode
 from ..config import ModelConfig
-from .base import Chunk, ModelAdapter, ModelError, ModelRequest, TextDelta, ToolCall, Usage
+from .base import (
+    UNREADABLE,
+    Chunk,
+    ModelAdapter,
+    ModelError,
+    ModelRequest,
+    TextDelta,
+    ToolCall,
+    Usage,
+    unreadable_reply,
+)
 from .openai_chat import retry_after_s
 
 log = logging.getLogger("widget.relay")
@@ -327,11 +337,8 @@ class OpenAIResponsesAdapter(ModelAdapter):
         except self._openai.APIError as exc:
             log.warning("model %s request failed: %s: %s", self.cfg.model, type(exc).__name__, str(exc)[:200])
             raise self._error(exc) from exc
-        except (ValueError, TypeError, AttributeError, KeyError) as exc:
-            log.warning("model %s sent an unreadable event: %s: %s", self.cfg.model, type(exc).__name__,
-                        str(exc)[:200])
-            raise ModelError(TurnErrorCode.MODEL_BAD_RESPONSE,
-                             "The model sent a reply the relay could not read.") from exc
+        except UNREADABLE as exc:
+            raise unreadable_reply(self.cfg.model, exc) from exc
         finally:
             # Closing the response ends the provider's generation (and its billing) when the turn stops
             # early: on Stop, a deadline or a limit the relay's guard closes this generator.
