@@ -5,6 +5,7 @@ from __future__ import annotations
 import ast
 import functools
 from pathlib import Path
+from typing import NamedTuple
 
 import pytest
 
@@ -21,10 +22,31 @@ def module_of(path: Path) -> str:
     return ".".join(parts)
 
 
+class Statement(NamedTuple):
+    """One import statement of a file: ``import a, b`` (``module`` None) or ``from <level dots><module> import ...``
+    (``module`` "" for ``from . import x``)."""
+
+    module: str | None
+    level: int
+    names: tuple[str, ...]
+
+
+def statements(tree: ast.Module) -> tuple[Statement, ...]:
+    """Every import statement of a syntax tree, at any depth (function-level and ``TYPE_CHECKING`` ones too)."""
+    out = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            out.append(Statement(None, 0, tuple(a.name for a in node.names)))
+        elif isinstance(node, ast.ImportFrom):
+            out.append(Statement(node.module or "", node.level, tuple(a.name for a in node.names)))
+    return tuple(out)
+
+
 @functools.cache
-def tree_of(path: Path) -> ast.Module:
-    """A file's syntax tree, parsed once for all the rules."""
-    return ast.parse(path.read_text(encoding="utf-8"))
+def statements_of(path: Path) -> tuple[Statement, ...]:
+    """A file's import statements, parsed once for all the rules. Only they are kept, not the syntax tree: the
+    trees of widget/ are some 300,000 objects, which every later garbage collection of the run would walk again."""
+    return statements(ast.parse(path.read_text(encoding="utf-8")))
 
 
 def imports_of(path: Path) -> set[str]:
@@ -32,19 +54,19 @@ def imports_of(path: Path) -> set[str]:
     mod = module_of(path)
     package = mod if path.name == "__init__.py" else mod.rsplit(".", 1)[0]
     out: set[str] = set()
-    for node in ast.walk(tree_of(path)):
-        if isinstance(node, ast.Import):
-            out.update(a.name for a in node.names if a.name.startswith("widget"))
-        elif isinstance(node, ast.ImportFrom):
-            if node.level:
-                base = package.split(".")
-                base = base[: len(base) - node.level + 1]
-                target = ".".join(base + ([node.module] if node.module else []))
-            else:
-                target = node.module or ""
-            if target.startswith("widget"):
-                out.add(target)
-                out.update(f"{target}.{a.name}" for a in node.names)
+    for st in statements_of(path):
+        if st.module is None:
+            out.update(name for name in st.names if name.startswith("widget"))
+            continue
+        if st.level:
+            base = package.split(".")
+            base = base[: len(base) - st.level + 1]
+            target = ".".join(base + ([st.module] if st.module else []))
+        else:
+            target = st.module
+        if target.startswith("widget"):
+            out.add(target)
+            out.update(f"{target}.{name}" for name in st.names)
     return out
 
 
@@ -128,30 +150,30 @@ def test_the_hubs_parts_never_reach_into_the_hub() -> None:
 # --- No import cycle (docs/architecture.md, "One way to build a part") -------------------------------------------
 def import_edges(path: Path, modules: set[str]) -> set[str]:
     """The modules of ``modules`` a file imports (see ``edges_of``)."""
-    return edges_of(tree_of(path), module_of(path), path.name == "__init__.py", modules)
+    return edges_of(statements_of(path), module_of(path), path.name == "__init__.py", modules)
 
 
-def edges_of(source: str | ast.Module, mod: str, is_package: bool, modules: set[str]) -> set[str]:
-    """The modules of ``modules`` the code of module ``mod`` imports, at any depth (function-level and
-    ``TYPE_CHECKING`` imports count: a cycle through them is still two modules that need each other).
-    ``from pkg import name`` is an edge to ``pkg.name`` when that is a module, else to ``pkg``."""
+def edges_of(source: str | tuple[Statement, ...], mod: str, is_package: bool, modules: set[str]) -> set[str]:
+    """The modules of ``modules`` the code of module ``mod`` (its text or its import statements) imports, at any
+    depth (function-level and ``TYPE_CHECKING`` imports count: a cycle through them is still two modules that need
+    each other). ``from pkg import name`` is an edge to ``pkg.name`` when that is a module, else to ``pkg``."""
     package = mod if is_package else mod.rsplit(".", 1)[0]
     out: set[str] = set()
-    for node in ast.walk(ast.parse(source) if isinstance(source, str) else source):
-        if isinstance(node, ast.Import):
-            out.update(a.name for a in node.names if a.name in modules)
-        elif isinstance(node, ast.ImportFrom):
-            if node.level:
-                base = package.split(".")
-                base = base[: len(base) - node.level + 1]
-                target = ".".join(base + ([node.module] if node.module else []))
-            else:
-                target = node.module or ""
-            for a in node.names:
-                if f"{target}.{a.name}" in modules:
-                    out.add(f"{target}.{a.name}")
-                elif target in modules:
-                    out.add(target)
+    for st in statements(ast.parse(source)) if isinstance(source, str) else source:
+        if st.module is None:
+            out.update(name for name in st.names if name in modules)
+            continue
+        if st.level:
+            base = package.split(".")
+            base = base[: len(base) - st.level + 1]
+            target = ".".join(base + ([st.module] if st.module else []))
+        else:
+            target = st.module
+        for name in st.names:
+            if f"{target}.{name}" in modules:
+                out.add(f"{target}.{name}")
+            elif target in modules:
+                out.add(target)
     out.discard(mod)
     return out
 
