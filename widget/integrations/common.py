@@ -4,7 +4,10 @@ The tags are the loader's ``<script>`` with its ``data-*`` options (docs/embeddi
 script that queues ``Autopilot.setContext({page: {title, url}})`` (the JS API's queue works in any tag order), so
 the model knows which page the reader is on. Indexing runs the same incremental, atomic index run as
 ``autopilot-relay index`` into the relay's SQLite database file, and stores the same per-app settings, so
-``autopilot-relay index --app ID`` alone re-indexes the site the same way.
+``autopilot-relay index --app ID`` alone re-indexes the site the same way. With an embedding model (the
+``embeddings_model`` setting, else the relay's own ``AUTOPILOT_EMBEDDINGS_MODEL``) the run is the hybrid one: each
+section's vectors are stored beside its BM25 entry, as ``autopilot-relay index`` does with the relay's
+``embeddings_model`` set, so a relay with the model searches the site hybrid.
 """
 
 from __future__ import annotations
@@ -12,9 +15,11 @@ from __future__ import annotations
 import asyncio
 import html
 import json
+import logging
 import re
 import threading
-from collections.abc import Callable, Coroutine, Mapping
+from collections.abc import Callable, Coroutine, Iterator, Mapping
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, TypedDict, TypeVar
 from urllib.parse import urlsplit
@@ -29,6 +34,12 @@ LOADER_OPTIONS: dict[str, type | tuple[type, ...]] = {
     "boot": str, "open": bool, "position": str, "theme": str, "title": str, "labels": dict, "python": (str, list),
     "tools": dict, "webmcp": bool, "prewarm": (bool, str), "snapshot-cache": bool,
 }
+#: The environment variable the relay reads its ``embeddings_model`` from (widget/relay/config.py): a docs build
+#: that does not name a model uses the relay's, so one setting makes both the index and the search hybrid.
+EMBEDDINGS_ENV = "AUTOPILOT_EMBEDDINGS_MODEL"
+#: ``embeddings_model = "endpoint:NAME"`` names a relay's ``[models.NAME]`` (hybrid.ENDPOINT_PREFIX; not imported
+#: from there: hybrid.py needs numpy, which a BM25-only docs build need not have).
+ENDPOINT_PREFIX = "endpoint:"
 _TAG = re.compile(r"<[^>]+>")
 _APP_ID = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
 
@@ -136,13 +147,96 @@ def resolve_index_path(value: Any, root: Path) -> Path | None:
     return path if path.is_absolute() else (root / path)
 
 
-def index_site(folder: Path, *, app: str, db_path: Path, base_url: str, selector: str | None = None,
-               excludes: tuple[str, ...] = (), max_pages: int = MAX_PAGES,
-               warn: Callable[[str], None] = lambda line: None) -> Summary:
-    """Index the built site in ``folder`` (served under ``base_url``) as the app's whole documentation, in the
-    relay's SQLite file ``db_path``: incremental and atomic, as ``autopilot-relay index``."""
+def resolve_embeddings_model(value: Any, root: Path, env: Mapping[str, str]) -> str | None:
+    """The ``embeddings_model`` setting: a model folder (relative to the docs config); not given (``None`` or
+    empty): the environment's ``AUTOPILOT_EMBEDDINGS_MODEL`` as the relay reads it (relative to the working folder;
+    empty: none); ``False``: no model even when that is set."""
+    if value is False:
+        return None
+    if value is not None and (value is True or not isinstance(value, str | Path)):
+        raise IntegrationError(f"embeddings_model must be a model folder (autopilot-relay embeddings fetch DIR) or "
+                               f"false, not {value!r}")
+    text = str(value or "").strip()
+    if not text:
+        raw = env.get(EMBEDDINGS_ENV, "").strip()
+        # An endpoint the relay's config names is passed on: the index run says it cannot use it.
+        return None if not raw else raw if raw.startswith(ENDPOINT_PREFIX) else str(Path(raw).expanduser().absolute())
+    if text.startswith(ENDPOINT_PREFIX):
+        raise IntegrationError(f"embeddings_model {text!r} names a relay's [models] endpoint, which a docs build "
+                               "cannot use: give a model folder (autopilot-relay embeddings fetch DIR), or leave "
+                               "index off and run autopilot-relay index --config RELAY.toml --app ID SITE_DIR=URL "
+                               "after the build")
+    path = Path(text).expanduser()
+    return str(path if path.is_absolute() else root / path)
+
+
+class SiteIndexed(Summary):
+    """What indexing the built site did: the run's summary, and whether the sections got their vectors."""
+
+    hybrid: bool
+
+
+class _Collect(logging.Handler):
+    def __init__(self, into: list[str]) -> None:
+        super().__init__(logging.WARNING)
+        self.into = into
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.into.append(record.getMessage())
+
+
+@contextmanager
+def _relay_warnings(into: list[str]) -> Iterator[None]:
+    """The relay's docs warnings (why a model cannot be loaded) collected meanwhile, not printed: the build says
+    them as its own warning, with what it means for the site."""
+    logger = logging.getLogger("widget.relay.docs")
+    handler, propagate = _Collect(into), logger.propagate
+    logger.addHandler(handler)
+    logger.propagate = False
+    try:
+        yield
+    finally:
+        logger.removeHandler(handler)
+        logger.propagate = propagate
+
+
+async def _open_index(db_path: Path, app: str, model: str | None, *, strict: bool,
+                      warn: Callable[[str], None]) -> tuple[Any, bool]:
+    """The relay's docs index in ``db_path`` (hybrid with ``model``), and whether it is hybrid. A model that
+    cannot be used is a warning (the site is indexed BM25 alone), or, when ``strict``, the build's failure."""
+    from ..relay.docs import open_docs_index
     from ..relay.docs.sqlite_index import SqliteDocsIndex
 
+    if model is None:
+        return open_docs_index(None, str(db_path)), False
+    reasons: list[str] = []
+    if model.startswith(ENDPOINT_PREFIX):
+        index: Any = open_docs_index(None, str(db_path))
+        reasons.append(f"{EMBEDDINGS_ENV}={model} names a relay's [models] endpoint, which a docs build cannot "
+                       "use; set embeddings_model (autopilot_embeddings_model in Sphinx's conf.py) to a model "
+                       "folder (autopilot-relay embeddings fetch DIR), or to false")
+    else:
+        with _relay_warnings(reasons):
+            index = open_docs_index(None, str(db_path), embeddings_model=model)
+        if not isinstance(index, SqliteDocsIndex):
+            return index, True
+    why = "; ".join(r.removesuffix("; docs search is BM25 alone") for r in reasons) or "see the log above"
+    if strict:
+        # The build fails anyway (warnings are errors): it must not replace a hybrid index by a BM25 one first.
+        await index.close()
+        raise IntegrationError(f"embeddings_model {model} cannot be used: {why}. App {app} was not indexed "
+                               "(a strict build); its previous index still serves")
+    warn(f"embeddings_model {model} cannot be used: {why}. App {app} is indexed with BM25 alone, so the relay "
+         "searches it with BM25 alone until a build with the model indexes it again")
+    return index, False
+
+
+def index_site(folder: Path, *, app: str, db_path: Path, base_url: str, selector: str | None = None,
+               excludes: tuple[str, ...] = (), max_pages: int = MAX_PAGES, embeddings_model: str | None = None,
+               strict: bool = False, warn: Callable[[str], None] = lambda line: None) -> SiteIndexed:
+    """Index the built site in ``folder`` (served under ``base_url``) as the app's whole documentation, in the
+    relay's SQLite file ``db_path``: incremental and atomic, as ``autopilot-relay index`` (hybrid with
+    ``embeddings_model``, a model folder; see ``_open_index`` for one that cannot be used)."""
     try:
         source = Source(folder.absolute(), normalize_base(base_url or "/"), "directory")
     except ValueError as exc:
@@ -155,14 +249,22 @@ def index_site(folder: Path, *, app: str, db_path: Path, base_url: str, selector
     settings = {"sources": [{"path": str(source.path), "base_url": source.base_url, "url_style": source.url_style}],
                 "selector": selector, "excludes": list(excludes)}
 
-    async def go() -> Summary:
-        index = SqliteDocsIndex(db_path)
+    async def go() -> SiteIndexed:
+        index, hybrid = await _open_index(db_path, app, embeddings_model, strict=strict, warn=warn)
         try:
-            return await run_index(index, app, files, options=opts, settings=settings, warn=warn)
+            summary = await run_index(index, app, files, options=opts, settings=settings, warn=warn)
         finally:
             await index.close()
+        return SiteIndexed(**summary, hybrid=hybrid)
 
     return _run_sync(go)
+
+
+def indexed_line(app: str, db_path: Path, done: SiteIndexed) -> str:
+    """The build's log line of an index run."""
+    return (f"autopilot: indexed app {app} into {db_path}{' with vectors (hybrid search)' if done['hybrid'] else ''}: "
+            f"{done['pages']} pages, {done['sections']} sections ({done['added']} added, {done['changed']} changed, "
+            f"{done['removed']} removed)")
 
 
 _T = TypeVar("_T")

@@ -10,16 +10,21 @@
           app: my-docs
           index: relay/autopilot-relay.sqlite3   # the relay's SQLite file; false: do not index
           options: {theme: auto, position: bottom-right}
+          embeddings_model: relay/embeddings  # hybrid search: the model folder (default: $AUTOPILOT_EMBEDDINGS_MODEL)
 
 Every built page gets the loader's tag (``options`` are the loader's ``data-*`` options, docs/embedding.md) and a
 script that sets the page context ``{page: {title, url}}``. After ``mkdocs build`` (and ``gh-deploy``) the site
 folder is indexed with ``site_url`` as its base URL; ``mkdocs serve`` keeps the widget on but indexes only with
-``index_on_serve: true`` (its rebuilds would otherwise re-index on every saved file).
+``index_on_serve: true`` (its rebuilds would otherwise re-index on every saved file; with it, a rebuild embeds only
+the sections whose text changed). With ``embeddings_model`` the index has the sections' vectors too (hybrid search);
+a model that cannot be used is a warning and the index BM25 alone (``--strict``: the build fails, the index is not
+written).
 """
 
 from __future__ import annotations
 
 import logging
+import os
 from pathlib import Path
 from typing import Any, Literal
 
@@ -36,8 +41,10 @@ from .common import (
     check_options,
     check_relay,
     index_site,
+    indexed_line,
     insert_before_body_end,
     plain_title,
+    resolve_embeddings_model,
     resolve_index_path,
     widget_tags,
 )
@@ -59,6 +66,9 @@ class AutopilotPluginConfig(base.Config):  # type: ignore[no-untyped-call]  # mk
     context = c.Type(bool, default=True)
     #: The relay's SQLite database file to index the built site into (relative to ``mkdocs.yml``), or false.
     index = c.Type((str, bool), default=False)
+    #: The embedding model's folder (``autopilot-relay embeddings fetch DIR``) for hybrid search; not given: the
+    #: environment's ``AUTOPILOT_EMBEDDINGS_MODEL``, as the relay; false: BM25 alone.
+    embeddings_model = c.Optional(c.Type((str, bool)))
     #: Index after the rebuilds of ``mkdocs serve`` too.
     index_on_serve = c.Type(bool, default=False)
     #: CSS selector of the pages' main content (default: the generators' landmarks).
@@ -75,6 +85,7 @@ class AutopilotPlugin(BasePlugin[AutopilotPluginConfig]):  # type: ignore[no-unt
         self.relay = self.app = ""
         self.loader_options: dict[str, Any] = {}
         self.index_path: Path | None = None
+        self.embeddings_model: str | None = None
 
     def on_startup(self, *, command: Literal["build", "gh-deploy", "serve"], dirty: bool) -> None:
         """Remember the command: ``serve`` indexes only with ``index_on_serve``."""
@@ -92,6 +103,7 @@ class AutopilotPlugin(BasePlugin[AutopilotPluginConfig]):  # type: ignore[no-unt
             if self.config.index is True:
                 raise IntegrationError("index must be the relay's SQLite database file or false, not true")
             self.index_path = resolve_index_path(self.config.index, root)
+            self.embeddings_model = resolve_embeddings_model(self.config.embeddings_model, root, os.environ)
         except IntegrationError as exc:
             raise PluginError(f"autopilot: {exc}") from None
         return config
@@ -124,9 +136,8 @@ class AutopilotPlugin(BasePlugin[AutopilotPluginConfig]):  # type: ignore[no-unt
             summary = index_site(Path(config.site_dir), app=self.app, db_path=self.index_path,
                                  base_url=config.site_url or "/", selector=self.config.selector,
                                  excludes=tuple(str(g) for g in self.config.exclude),
+                                 embeddings_model=self.embeddings_model, strict=bool(config.strict),
                                  warn=lambda line: log.warning("autopilot: %s", line))
         except Exception as exc:  # any failure of the run fails the build, with its reason
             raise PluginError(f"autopilot: indexing {config.site_dir} failed: {exc}") from exc
-        log.info("autopilot: indexed app %s into %s: %d pages, %d sections (%d added, %d changed, %d removed)",
-                 self.app, self.index_path, summary["pages"], summary["sections"], summary["added"],
-                 summary["changed"], summary["removed"])
+        log.info("%s", indexed_line(self.app, self.index_path, summary))
