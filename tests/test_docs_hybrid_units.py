@@ -21,14 +21,30 @@ def test_fuse_is_reciprocal_rank_fusion() -> None:
     bm25 = [hit("a"), hit("b"), hit("c")]
     vec = [hit("d"), hit("b"), hit("e"), hit("f"), hit("a")]
     out = fuse([bm25, vec], 10)
-    # b, second in both (2/62), beats a, first and fifth (1/61 + 1/65); a section in one list only comes after
-    # both; c and e tie (third in one list each): the first list's comes first.
+    # b, second in both (2/(k+2)), beats a, first and fifth (1/(k+1) + 1/(k+5)); a section in one list only comes
+    # after both; c and e tie (third in one list each): the first list's comes first.
     assert [h["key"] for h in out] == ["b", "a", "d", "c", "e", "f"]
     assert out[0]["score"] == round(2 / (RRF_K + 2), 6)
     assert out[1]["score"] == round(1 / (RRF_K + 1) + 1 / (RRF_K + 5), 6)
     assert out[0]["url"] == "/p/#b" and out[0]["text"] == "b"
     assert len(fuse([bm25, vec], 2)) == 2
     assert fuse([[], []], 5) == []
+
+
+def test_fuse_weighs_each_list() -> None:
+    def hit(key: str) -> DocHit:
+        return DocHit(key=key, page_title="P", headings=[key], url=f"/p/#{key}", text=key, score=99.0)
+
+    bm25 = [hit("a"), hit("b")]
+    vec = [hit("b"), hit("c")]
+    # Equal weights: b (in both) first, then a (BM25's first) before c (the vectors' second).
+    assert [h["key"] for h in fuse([bm25, vec], 5)] == ["b", "a", "c"]
+    # The vectors weighted up enough: their second beats BM25's first.
+    heavy = fuse([bm25, vec], 5, weights=[1.0, 2.0])
+    assert [h["key"] for h in heavy] == ["b", "c", "a"]
+    assert heavy[0]["score"] == round(1 / (RRF_K + 2) + 2 / (RRF_K + 1), 6)
+    with pytest.raises(ValueError, match="2 lists"):
+        fuse([bm25, vec], 5, weights=[1.0])
 
 
 def test_windows_cover_the_whole_section_within_bounds() -> None:

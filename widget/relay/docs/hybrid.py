@@ -3,9 +3,12 @@
 ``HybridDocsIndex`` wraps a BM25 engine (``SqliteDocsIndex`` or ``PgDocsIndex``) and keeps the same contracts
 (``DocsIndex`` for the turn loop, ``DocsWriter`` for index runs), so nothing that searches or indexes changes.
 A search asks BM25 for its best ``CANDIDATES`` sections and the vectors for theirs (a section scores by its best
-~150-word window, ``embeddings.windows``), and ranks the union by ``sum(1 / (RRF_K + rank))`` over the two lists
-(rank from 1): a section both find beats one only one of them finds at a similar rank, and neither side's score
-scale matters. A hit's ``score`` is that fused score (about 0.016-0.033; comparable within hybrid search only).
+~150-word window, ``embeddings.windows``), and ranks the union by ``sum(weight / (RRF_K + rank))`` over the two
+lists (rank from 1; ``BM25_WEIGHT`` and ``VECTOR_WEIGHT``): a section both find beats one only one of them finds at
+a similar rank, and neither side's score scale matters. A hit's ``score`` is that fused score (0.017-0.23;
+comparable within hybrid search only). The constants were chosen on two probe sets, this project's docs and an
+outside corpus (the FastAPI docs, ``bench/docs_outside.py``), and kept where both improved over the textbook
+``k = 60`` with equal weights (docs/decisions.md).
 
 An index run goes through the engine's job as before; for each batch of pages the run writes, the wrapper embeds the
 changed pages' sections (a section whose text is unchanged keeps its vectors) and stages them; after the engine
@@ -41,22 +44,31 @@ log = logging.getLogger("widget.relay.docs")
 CANDIDATES: Final = MAX_SEARCH_LIMIT
 #: ``embeddings_model = "endpoint:NAME"``: vectors from the OpenAI-compatible endpoint of ``[models.NAME]``.
 ENDPOINT_PREFIX: Final = "endpoint:"
-#: Reciprocal rank fusion's constant (the usual 60: the first ranks differ little, so one list cannot dominate).
-RRF_K: Final = 60
+#: Reciprocal rank fusion's constant. The textbook 60 suits fusing lists a thousand deep; a reader sees five
+#: sections, and a smaller constant lets the first ranks of each list count for more than a long tail.
+RRF_K: Final = 10
+#: Each list's weight in the fusion: the vectors' ranks count half again as much as BM25's (on both probe sets
+#: the vectors alone rank the right section first more often; BM25 still decides exact names and numbers).
+BM25_WEIGHT: Final = 1.0
+VECTOR_WEIGHT: Final = 1.5
 #: Nearest sections looked at for a scoped search (a site with many versions has each section many times).
 SCOPED_CANDIDATES: Final = 20 * CANDIDATES
 #: How long a search trusts what it last read of an app's vector version and engine settings.
 STATE_TTL_S: Final = 2.0
 
 
-def fuse(lists: list[list[DocHit]], limit: int, k: int = RRF_K) -> list[DocHit]:
-    """Reciprocal rank fusion of ranked lists (best first), by section key; the first list's hit is kept for a
-    section several lists have; ``score`` is the fused score; ties keep the first list's order."""
+def fuse(lists: list[list[DocHit]], limit: int, k: int = RRF_K, weights: list[float] | None = None) -> list[DocHit]:
+    """Weighted reciprocal rank fusion of ranked lists (best first), by section key: ``sum(weight / (k + rank))``
+    (weights 1 unless given, one per list); the first list's hit is kept for a section several lists have;
+    ``score`` is the fused score; ties keep the first list's order."""
+    if weights is not None and len(weights) != len(lists):
+        raise ValueError(f"fuse: {len(weights)} weights for {len(lists)} lists")
     scores: dict[str, float] = {}
     first: dict[str, DocHit] = {}
-    for hits in lists:
+    for i, hits in enumerate(lists):
+        weight = 1.0 if weights is None else weights[i]
         for rank, hit in enumerate(hits, 1):
-            scores[hit["key"]] = scores.get(hit["key"], 0.0) + 1.0 / (k + rank)
+            scores[hit["key"]] = scores.get(hit["key"], 0.0) + weight / (k + rank)
             first.setdefault(hit["key"], hit)
     order = sorted(first, key=lambda key: -scores[key])  # sorted is stable: insertion order breaks ties
     return [DocHit(**{**first[key], "score": round(scores[key], 6)}) for key in order[:limit]]
@@ -118,7 +130,7 @@ class HybridDocsIndex:
         # A scope leaves out the other versions' sections: look further down the list for enough of its own.
         near = matrix.best(qv[0], CANDIDATES if prefix is None else SCOPED_CANDIDATES)
         vec = [h for h in await self.store.hits(near) if in_scope(h["url"], prefix)]
-        return fuse([bm25, vec[:CANDIDATES]], limit)
+        return fuse([bm25, vec[:CANDIDATES]], limit, weights=[BM25_WEIGHT, VECTOR_WEIGHT])
 
     async def vector_search(self, app_id: str, query: str, *, limit: int = 5) -> list[DocHit]:
         """The vectors' side alone (score: the cosine of the best window); for measuring, not the turn loop."""
