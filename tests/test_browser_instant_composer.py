@@ -81,6 +81,35 @@ async def test_typing_at_once_after_the_click_on_a_cold_view(browser: Any, relay
         await ctx.close()
 
 
+async def test_the_pointer_on_the_toggle_prepares_an_invisible_frame(browser: Any, relay_server: Any,
+                                                                      page_server: Any) -> None:
+    """The reader's intent makes the frame ahead of the click (so the click only shows it), invisible and out of
+    the accessibility tree; a reader who never clicks gets no frame, no dialog and no open bar when Python
+    mounts it."""
+    ctx = await browser.new_context()
+    try:
+        page = await ctx.new_page()
+        await page.goto(site_page(page_server, relay_server, "hover-only"))
+        await page.wait_for_selector(TOGGLE, state="visible")
+        await page.hover(TOGGLE)
+        frame = page.locator("#autopilot-toggle-host >> section.early")
+        await frame.wait_for(state="attached")
+        assert await frame.get_attribute("data-prepared") == ""
+        assert not await frame.is_visible()
+        assert await page.get_by_role("dialog").count() == 0  # nothing announced
+        assert await page.get_attribute(TOGGLE, "aria-expanded") != "true"
+        await page.mouse.move(5, 5)
+        await wait_mark(page, "autopilot:mounted")  # the intent started Python too
+        assert await frame.count() == 0  # the bar took nothing over: the prepared frame is gone
+        assert not await page.evaluate(BAR_OPEN)
+        assert await page.get_attribute(TOGGLE, "aria-expanded") == "false"
+        await page.click(TOGGLE)  # Python's bar now
+        await page.wait_for_function(BAR_OPEN)
+        assert await page.evaluate(FOCUSED) == "bar"
+    finally:
+        await ctx.close()
+
+
 async def test_text_caret_and_held_message_pass_to_the_bar(browser: Any, relay_server: Any, page_server: Any) -> None:
     ctx = await browser.new_context()
     try:

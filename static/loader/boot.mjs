@@ -9,7 +9,7 @@ import { dropBody, fetchBytes, yieldToPage } from "./net.mjs";
 import { snapshotCache } from "./snapshot.mjs";
 import { lateSnapshot, prepare, prewarmMode, takePrepared } from "./prepare.mjs";
 import { detectPyScript } from "./pyscript.mjs";
-import { takeComposer } from "./composer.mjs";
+import { prepareComposer, takeComposer } from "./composer.mjs";
 import { api, attachPython, jsHost, newReady, readyResolve } from "./api.mjs";
 
 /** The start under way (null: none, or it failed). @type {Promise<any> | null} */
@@ -247,6 +247,7 @@ export async function handOver(pyodide, page, cssP, connectAfter) {
 function onIntent() {
   button.removeEventListener("pointerenter", onIntent);
   button.removeEventListener("focus", onIntent);
+  prepareComposer(); // the click that likely follows only shows it
   startBoot(false);
 }
 

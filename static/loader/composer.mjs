@@ -3,6 +3,9 @@
 // shadow root. What the reader types is kept: Enter holds the message ("sends once connected"); when Python
 // mounts the bar, it takes the text, the caret, the focus and the held message over (takeComposer) in the same
 // task as it opens, so no frame shows neither. One dialog, one composer: this one is gone when the bar's is there.
+// The reader's intent (the pointer on the toggle, or the focus) makes the frame ahead of the click, laid out but
+// invisible (prepareComposer), so the click only shows it: on a slow CPU, making it and laying it out in the click's
+// own task held the focus back by up to ~200 ms (docs/performance.md, "The reader at the click").
 
 import { L } from "./config.mjs";
 import { button, status } from "./toggle.mjs";
@@ -29,7 +32,7 @@ const CSS = ".early{position:fixed;right:var(--autopilot-offset-x,20px);bottom:v
   "font-size:var(--autopilot-font-size,14px);line-height:1.5;border:1px solid var(--autopilot-border,#e3e6ec);" +
   "border-radius:var(--autopilot-radius,18px);box-shadow:var(--autopilot-shadow,0 24px 60px -12px rgba(15,23,42,.35),0 2px 8px rgba(15,23,42,.08));overflow:hidden}" +
   ":host([data-position=bottom-left]) .early{right:auto;left:var(--autopilot-offset-x,20px)}" +
-  ".early[hidden]{display:none}.early *{box-sizing:border-box}" +
+  ".early[hidden]{display:none}.early[data-prepared]{visibility:hidden}.early *{box-sizing:border-box}" +
   ".early-head{display:flex;flex-direction:column;padding:12px 12px 12px 16px;border-bottom:1px solid var(--autopilot-border,#e3e6ec)}" +
   ".early-title{font-size:1.05em;font-weight:650;line-height:1.25}.early-state{font-size:.8em;color:var(--autopilot-muted,#5f6675)}" +
   ".early-body{flex:1;overflow:auto;padding:12px 16px}.early .status{position:static;width:auto;min-width:0;max-width:none;box-shadow:none;padding:0}" +
@@ -56,8 +59,11 @@ let hint;
 let held = false;
 let openedAt = 0;
 
-/** The frame, made on first use. */
-function make() {
+/**
+ * The frame, made on first use; ``prepared``: laid out but invisible (not shown, not in the accessibility tree).
+ * @param {boolean} prepared
+ */
+function make(prepared) {
   const shadow = /** @type {ShadowRoot} */ (button.getRootNode());
   try {
     const sheet = new CSSStyleSheet();
@@ -70,6 +76,7 @@ function make() {
   }
   frame = document.createElement("section");
   frame.className = "early";
+  if (prepared) frame.setAttribute("data-prepared", "");
   frame.setAttribute("part", "panel");
   frame.setAttribute("role", "dialog");
   frame.setAttribute("aria-label", L("dialog"));
@@ -108,15 +115,21 @@ function hold() {
 }
 
 /** Whether the frame is showing. */
-export const composerOpen = () => !!frame && !frame.hidden;
+export const composerOpen = () => !!frame && !frame.hidden && !frame.hasAttribute("data-prepared");
+
+/** The reader's intent: make the frame now, invisible, so that a click only has to show it. */
+export function prepareComposer() {
+  if (!frame && state.phase !== "ready" && state.phase !== "destroyed") make(true);
+}
 
 /**
  * Show the frame and focus the composer, in this task (the next frame paints it); ``focus`` false: show only.
  * @param {boolean} [focus]
  */
 export function showComposer(focus = true) {
-  if (!frame) make();
+  if (!frame) make(false);
   const el = /** @type {HTMLElement} */ (frame);
+  el.removeAttribute("data-prepared");
   if (el.hidden || !openedAt) {
     openedAt = performance.now();
     // Shown while the page still loads (a bar left open on the previous page): the reader meets it once the page
@@ -140,7 +153,7 @@ export function showComposer(focus = true) {
  * @param {boolean} [byReader]
  */
 export function hideComposer(byReader) {
-  if (!frame || frame.hidden) return;
+  if (!frame || !composerOpen()) return;
   frame.hidden = true;
   openedAt = 0;
   if (status.parentNode !== button.parentNode && button.parentNode) button.parentNode.appendChild(status);
@@ -164,6 +177,11 @@ export const composerOpenedAt = () => (composerOpen() ? openedAt : 0);
  */
 export function takeComposer() {
   if (!frame) return null;
+  if (frame.hasAttribute("data-prepared")) { // made for a click that did not come: nothing to take over
+    frame.remove();
+    frame = null;
+    return null;
+  }
   const root = /** @type {ShadowRoot} */ (frame.getRootNode());
   const taken = {
     text: input.value, start: input.selectionStart, end: input.selectionEnd,
