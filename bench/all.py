@@ -64,7 +64,7 @@ RUNS: dict[str, Run] = {
     "docs_search": Run("docs_search.py", ["--pages", "300", "--queries", "50"], [], 300, 3600),
     # hybrid docs search (an embedding model beside BM25): indexing speed and memory, query latency, retrieval
     "docs_hybrid": Run("docs_hybrid.py", ["--pages", "60"], ["--pages", "300", "--postgres"], 300, 1800),
-    # docs search on an outside corpus (the FastAPI docs at a pinned commit, bench/outside_probes/fastapi.jsonl)
+    # docs search on outside corpora (the FastAPI and HTTPX docs at pinned commits, bench/outside_probes/)
     "docs_outside": Run("docs_outside.py", ["--no-model"], [], 120, 1800),
     # what the docs search step adds to the first token of a demo-model answer (one-shot and agentic)
     "docs_first_token": Run("docs_first_token.py", ["--runs", "5"], ["--runs", "40"], 120, 600),
@@ -88,8 +88,8 @@ OPTIONAL: dict[str, str] = {
     "worker_python": "a prototype of a worker-hosted Python that ships nothing; measured once (docs/performance.md)",
     "restore_profile": "a one-off profile of the restore's main-thread tasks (V8's sampler slows what it measures)",
     "worker_profile": "a one-off profile of the pre-warm worker's thread (V8's sampler slows what it measures)",
-    "docs_outside": "needs the FastAPI docs corpus, kept outside the repository (bench/docs_outside.py says how to get "
-                    "it)",
+    "docs_outside": "needs the FastAPI and HTTPX docs, kept outside the repository (bench/docs_outside.py says how to "
+                    "get them)",
     "chaos": "a long browser test (relay kills and socket cuts), not a figure; `bash dev test` runs its short form",
 }
 

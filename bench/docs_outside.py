@@ -1,38 +1,46 @@
 """Docs search on documentation nobody here wrote (issue 33: "checked on a real documentation corpus").
 
-The corpus is the English FastAPI documentation (MIT): the folder ``docs/en/docs`` of
-https://github.com/fastapi/fastapi at commit ``c3f316b7e814667e8ee81e03a7330d00ee61e45c`` (2026-08-19), 155
-Markdown files, indexed as Markdown sources served under ``https://fastapi.tiangolo.com/`` (directory URLs, as
-MkDocs builds them). The probes, ``bench/outside_probes/fastapi.jsonl``, are 100 readers' questions with the
-section URLs that answer them and 10 the docs do not answer, written from the sections' text before any search
-ran against them (``bench/outside_probes/README.md``): a check that the search is not tuned to this project's own
-``bench/docs_probes.jsonl``.
+Two corpora, each pinned to a commit, indexed as Markdown sources under the site's own base URL (directory URLs,
+as MkDocs builds them), each with readers' questions written from the sections' text before any search ran
+against them (``bench/outside_probes/README.md``):
+
+- ``fastapi``: the English FastAPI docs (MIT), ``docs/en/docs`` of https://github.com/fastapi/fastapi at
+  ``c3f316b7e814667e8ee81e03a7330d00ee61e45c``, 155 Markdown files; ``bench/outside_probes/fastapi.jsonl``, 100
+  answerable questions and 10 the docs do not answer. Used since to choose the hybrid fusion's settings
+  (commit a8d42e3), so no longer held out.
+- ``httpx``: the HTTPX docs (BSD-3-Clause), ``docs`` of https://github.com/encode/httpx at
+  ``ae1b9f66238f75ced3ced5e4485408435de10768``, 23 Markdown files; ``bench/outside_probes/httpx.jsonl``, 48
+  answerable and 8 unanswerable. Held out: check a retrieval change on it once, do not choose settings on it.
+
+For each corpus:
 
 1. Indexing, as ``autopilot-relay index`` run as a subprocess (``docs_hybrid.run_index``): pages, sections,
    seconds, sections/s, peak RSS, CPU seconds; BM25 alone, then with the embedding model (windows, windows/s).
-   With the section lengths in words (median, p90, max) of the corpus and of this project's ``docs/*.md``, whose
-   long sections make its indexing slower per section.
+   With the section lengths in words (median, p90, max), beside this project's ``docs/*.md``, whose long
+   sections make its indexing slower per section.
 2. Retrieval: hit@1, hit@5, MRR@10 and page@5 (the expected page among the first five distinct pages) for BM25,
    the vectors alone and hybrid; the top-score threshold that best separates the unanswerable questions
    (``docs_search.best_threshold``: BM25's score and BM25's score per query term, the vectors' cosine, the fused
    score) with how many of each side fall under it; and every miss (no expected section in the first five) with
    the first three URLs found.
 
-    python bench/docs_outside.py [--corpus DIR | --git-dir GIT_DIR] [--model DIR | --no-model]
+    python bench/docs_outside.py [--corpora fastapi,httpx] [--root DIR] [--git-dir NAME=GIT_DIR]
+                                 [--corpus DIR] [--model DIR | --no-model]
 
-Getting the corpus: the files go to ``--corpus`` (default ``~/.cache/autopilot-widget/outside/fastapi-<commit>``,
-outside this repository), as ``git archive`` writes them (``<corpus>/docs/en/docs/...``). When that folder is
-missing, ``--git-dir`` (a clone's ``.git`` or a bare repository that has the commit) is where the bench extracts
-them from itself; by hand::
+Getting a corpus: its files go to ``<root>/<name>-<commit>`` (``--root``, default
+``~/.cache/autopilot-widget/outside``, outside this repository; ``--corpus DIR`` instead, with one corpus), as
+``git archive`` writes them (``<corpus>/docs/en/docs/...`` for fastapi). When that folder is missing,
+``--git-dir NAME=GIT_DIR`` (a clone's ``.git`` or a bare repository that has the commit) is where the bench
+extracts them from itself; by hand, for fastapi (httpx alike, with its repository, commit and folder)::
 
     git clone --filter=blob:none --no-checkout https://github.com/fastapi/fastapi /tmp/fastapi
     mkdir -p ~/.cache/autopilot-widget/outside/fastapi-c3f316b7e814667e8ee81e03a7330d00ee61e45c
     git -C /tmp/fastapi archive c3f316b7e814667e8ee81e03a7330d00ee61e45c docs/en/docs \\
         | tar -x -C ~/.cache/autopilot-widget/outside/fastapi-c3f316b7e814667e8ee81e03a7330d00ee61e45c
 
-The Markdown files are checked against a fingerprint of that commit's (a different set of files is an error: the
-probes' URLs are that commit's). The model folder is ``--model``, else ``AUTOPILOT_EMBEDDINGS_MODEL``, else
-``~/.cache/autopilot-widget/embeddings`` (``autopilot-relay embeddings fetch``); without one (or with
+The Markdown files are checked against a fingerprint of the pinned commit's (a different set of files is an
+error: the probes' URLs are that commit's). The model folder is ``--model``, else ``AUTOPILOT_EMBEDDINGS_MODEL``,
+else ``~/.cache/autopilot-widget/embeddings`` (``autopilot-relay embeddings fetch``); without one (or with
 ``--no-model``) the bench measures BM25 alone. Goal (issue 33): hit@5 >= 0.9. Figures go to
 ``bench/results/docs_outside-<time>.json`` with the machine's load (bench/results.py).
 """
@@ -50,7 +58,7 @@ import tempfile
 import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Any, TypedDict
+from typing import Any, NamedTuple, TypedDict
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -66,16 +74,35 @@ from widget.relay.docs.eval import DEPTH, Probe, load_probes, url_matches  # noq
 from widget.relay.docs.query import terms  # noqa: E402
 from widget.relay.docs.search import DocHit  # noqa: E402
 
-REPO = "https://github.com/fastapi/fastapi"
-COMMIT = "c3f316b7e814667e8ee81e03a7330d00ee61e45c"
-FOLDER = "docs/en/docs"
-BASE_URL = "https://fastapi.tiangolo.com/"
-#: sha256 over the sorted Markdown files' ``relative path NUL sha256(content) LF`` (``fingerprint``) at COMMIT.
-FINGERPRINT = "e85aaec9349c923a020223d912362ebf3ade6a0f7a2842ba773d1dd6b08e1eb9"
-MARKDOWN_FILES = 155
-PROBES = ROOT / "bench" / "outside_probes" / "fastapi.jsonl"
+OUTSIDE = ROOT / "bench" / "outside_probes"
 APP = "outside"
-DEFAULT_CORPUS = Path.home() / ".cache" / "autopilot-widget" / "outside" / f"fastapi-{COMMIT}"
+DEFAULT_ROOT = Path.home() / ".cache" / "autopilot-widget" / "outside"
+
+
+class Corpus(NamedTuple):
+    """A documentation corpus pinned to a commit, and its probes."""
+
+    repo: str
+    commit: str
+    folder: str
+    base_url: str
+    #: sha256 over the sorted Markdown files' ``relative path NUL sha256(content) LF`` (``fingerprint``).
+    fingerprint: str
+    markdown_files: int
+    probes: Path
+    held_out: bool
+
+
+CORPORA: dict[str, Corpus] = {
+    "fastapi": Corpus("https://github.com/fastapi/fastapi", "c3f316b7e814667e8ee81e03a7330d00ee61e45c",
+                      "docs/en/docs", "https://fastapi.tiangolo.com/",
+                      "e85aaec9349c923a020223d912362ebf3ade6a0f7a2842ba773d1dd6b08e1eb9", 155,
+                      OUTSIDE / "fastapi.jsonl", held_out=False),
+    "httpx": Corpus("https://github.com/encode/httpx", "ae1b9f66238f75ced3ced5e4485408435de10768", "docs",
+                    "https://www.python-httpx.org/",
+                    "8903542c9fd54a43611800bcdff85b4050d7cc3eadcfea16b1dbd875a064ba52", 23,
+                    OUTSIDE / "httpx.jsonl", held_out=True),
+}
 
 Search = Callable[[str], Awaitable[list[DocHit]]]
 
@@ -89,7 +116,7 @@ class Miss(TypedDict):
 
 
 def fingerprint(docs: Path) -> tuple[int, str]:
-    """How many Markdown files a folder has, and their fingerprint (see ``FINGERPRINT``)."""
+    """How many Markdown files a folder has, and their fingerprint (see ``Corpus.fingerprint``)."""
     h = hashlib.sha256()
     files = sorted(p for p in docs.rglob("*.md") if p.is_file())
     for p in files:
@@ -98,34 +125,36 @@ def fingerprint(docs: Path) -> tuple[int, str]:
     return len(files), h.hexdigest()
 
 
-def extract(git_dir: Path, corpus: Path) -> None:
-    """``git archive`` of FOLDER at COMMIT from ``git_dir`` into ``corpus`` (SystemExit saying what failed)."""
+def extract(c: Corpus, git_dir: Path, dest: Path) -> None:
+    """``git archive`` of the corpus's folder at its commit from ``git_dir`` into ``dest`` (SystemExit saying what
+    failed)."""
     git = ["git", "--git-dir", str(git_dir)]
-    has = subprocess.run([*git, "cat-file", "-e", f"{COMMIT}^{{commit}}"], capture_output=True)
+    has = subprocess.run([*git, "cat-file", "-e", f"{c.commit}^{{commit}}"], capture_output=True)
     if has.returncode != 0:
-        raise SystemExit(f"{git_dir} does not have commit {COMMIT}; fetch it there first "
-                         f"(git --git-dir {git_dir} fetch {REPO} {COMMIT})")
-    corpus.mkdir(parents=True, exist_ok=True)
-    archive = subprocess.Popen([*git, "archive", COMMIT, FOLDER], stdout=subprocess.PIPE)
-    untar = subprocess.run(["tar", "-x", "-C", str(corpus)], stdin=archive.stdout, capture_output=True)
+        raise SystemExit(f"{git_dir} does not have commit {c.commit}; fetch it there first "
+                         f"(git --git-dir {git_dir} fetch {c.repo} {c.commit})")
+    dest.mkdir(parents=True, exist_ok=True)
+    archive = subprocess.Popen([*git, "archive", c.commit, c.folder], stdout=subprocess.PIPE)
+    untar = subprocess.run(["tar", "-x", "-C", str(dest)], stdin=archive.stdout, capture_output=True)
     if archive.wait() != 0 or untar.returncode != 0:
-        raise SystemExit(f"extracting {FOLDER} at {COMMIT} from {git_dir} failed: {untar.stderr.decode()[-500:]}")
+        raise SystemExit(f"extracting {c.folder} at {c.commit} from {git_dir} failed: "
+                         f"{untar.stderr.decode()[-500:]}")
 
 
-def corpus_folder(corpus: Path, git_dir: Path | None) -> Path:
-    """The pinned docs folder under ``corpus``, extracted from ``git_dir`` when missing; checked against the pin."""
-    docs = corpus / FOLDER
+def corpus_folder(c: Corpus, dest: Path, git_dir: Path | None) -> Path:
+    """The corpus's docs folder under ``dest``, extracted from ``git_dir`` when missing; checked against the pin."""
+    docs = dest / c.folder
     if not docs.is_dir():
         if git_dir is None:
-            raise SystemExit(f"no corpus at {docs}: give --git-dir (a clone of {REPO} with commit {COMMIT}) to "
-                             "extract it, or see this script's docstring for the commands")
-        extract(git_dir, corpus)
-        print(f"# extracted {FOLDER} at {COMMIT[:12]} from {git_dir} into {corpus}", flush=True)
+            raise SystemExit(f"no corpus at {docs}: give --git-dir NAME=GIT_DIR (a clone of {c.repo} with commit "
+                             f"{c.commit}) to extract it, or see this script's docstring for the commands")
+        extract(c, git_dir, dest)
+        print(f"# extracted {c.folder} at {c.commit[:12]} from {git_dir} into {dest}", flush=True)
     count, digest = fingerprint(docs)
-    if digest != FINGERPRINT:
+    if digest != c.fingerprint:
         raise SystemExit(f"{docs}: {count} Markdown files whose fingerprint is {digest[:16]}…, not those of "
-                         f"{REPO} at {COMMIT} ({MARKDOWN_FILES} files, {FINGERPRINT[:16]}…); the probes' URLs "
-                         "are that commit's: extract it again into an empty folder")
+                         f"{c.repo} at {c.commit} ({c.markdown_files} files, {c.fingerprint[:16]}…); the probes' "
+                         "URLs are that commit's: extract it again into an empty folder")
     return docs
 
 
@@ -136,12 +165,7 @@ def section_words(db: Path, app: str) -> dict[str, float | int | None]:
         return stats(len(body.split()) for (body,) in rows)
 
 
-def short(url: str) -> str:
-    """A section URL without the corpus's base (what the report prints)."""
-    return "/" + url.removeprefix(BASE_URL) if url.startswith(BASE_URL) else url
-
-
-async def side(probes: list[Probe], search: Search) -> dict[str, Any]:
+async def side(probes: list[Probe], search: Search, base_url: str) -> dict[str, Any]:
     """One search side over the probes: the figures, the top scores (for the threshold) and the misses."""
     ranks: list[int | None] = []
     pages: list[bool] = []
@@ -166,17 +190,18 @@ async def side(probes: list[Probe], search: Search) -> dict[str, Any]:
         first_pages = list(dict.fromkeys(u.split("#", 1)[0] for u in urls))[:5]
         pages.append(any(e.split("#", 1)[0] in first_pages for e in p.expect))
         if rank is None or rank > 5:
-            misses.append({"q": p.question, "rank": rank, "top3": [short(u) for u in urls[:3]]})
+            # The URLs as the report prints them: without the corpus's base.
+            top3 = ["/" + u.removeprefix(base_url) if u.startswith(base_url) else u for u in urls[:3]]
+            misses.append({"q": p.question, "rank": rank, "top3": top3})
     t, caught, lost = best_threshold(tops_answerable, tops_unanswerable)
-    out: dict[str, Any] = {
+    tn, caught_n, lost_n = best_threshold(per_term_answerable, per_term_unanswerable)
+    return {
         **figures(ranks, pages),
         "threshold": {"score": round(t, 4), "unanswerable_below": caught, "answerable_below": lost,
                       "unanswerable": len(tops_unanswerable), "answerable": len(tops_answerable)},
+        "threshold_per_term": {"score": round(tn, 4), "unanswerable_below": caught_n, "answerable_below": lost_n},
         "misses": misses,
     }
-    tn, caught_n, lost_n = best_threshold(per_term_answerable, per_term_unanswerable)
-    out["threshold_per_term"] = {"score": round(tn, 4), "unanswerable_below": caught_n, "answerable_below": lost_n}
-    return out
 
 
 def report(name: str, r: dict[str, Any]) -> None:
@@ -200,6 +225,12 @@ def index_line(label: str, r: dict[str, Any]) -> None:
           flush=True)
 
 
+def words_line(label: str, w: dict[str, Any]) -> None:
+    """Print a section-length distribution."""
+    print(f"section words, {label}: {w['n']} sections, median {w['median']}, p90 {w['p90']}, max {w['max']}",
+          flush=True)
+
+
 def model_folder(model: str | None) -> str | None:
     """The embedding model's folder when it is made already (None, with the reason printed, when not)."""
     if not model:
@@ -215,61 +246,83 @@ def model_folder(model: str | None) -> str | None:
     return model
 
 
+async def measure(name: str, c: Corpus, docs: Path, model: str | None, tmp: Path) -> dict[str, Any]:
+    """Index one corpus (BM25, then with the model) and score its probes on each side."""
+    probes = load_probes(c.probes)
+    print(f"## {name}: {c.repo} {c.folder} at {c.commit[:12]}, {len(probes)} probes "
+          f"({sum(p.expect == 'unanswerable' for p in probes)} unanswerable)"
+          f"{', held out' if c.held_out else ', used to choose settings (not held out)'}", flush=True)
+    out: dict[str, Any] = {"repo": c.repo, "commit": c.commit, "folder": c.folder, "base_url": c.base_url,
+                           "markdown_files": c.markdown_files, "held_out": c.held_out,
+                           "probes": c.probes.relative_to(ROOT).as_posix()}
+    index_args = ["--app", APP, f"{docs}={c.base_url}"]
+    bm25_db = tmp / f"{name}-bm25.sqlite3"
+    out["index_bm25"] = run_index(index_args, bm25_db, None)
+    index_line("BM25", out["index_bm25"])
+    out["section_words"] = section_words(bm25_db, APP)
+    words_line(name, out["section_words"])
+    bm25: Any = open_docs_index(None, str(bm25_db))
+    try:
+        out["bm25"] = await side(probes, lambda q: bm25.search(APP, q, limit=DEPTH), c.base_url)
+    finally:
+        await bm25.close()
+    if model:
+        hybrid_db = tmp / f"{name}-hybrid.sqlite3"
+        out["index_hybrid"] = r = run_index(index_args, hybrid_db, model)
+        r["windows"] = await windows_of(hybrid_db, APP, None)
+        r["windows_per_s"] = round(r["windows"] / r["seconds"], 1)
+        index_line("hybrid", r)
+        idx: Any = open_docs_index(None, str(hybrid_db), embeddings_model=model)
+        try:
+            out["vectors"] = await side(probes, lambda q: idx.vector_search(APP, q, limit=DEPTH), c.base_url)
+            out["hybrid"] = await side(probes, lambda q: idx.search(APP, q, limit=DEPTH), c.base_url)
+        finally:
+            await idx.close()
+    for label in ("bm25", "vectors", "hybrid"):
+        if label in out:
+            report(label, out[label])
+    return out
+
+
 async def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n", 1)[0])
-    ap.add_argument("--corpus", type=Path, default=DEFAULT_CORPUS,
-                    help=f"where {FOLDER} of {REPO} at {COMMIT[:12]} is (as git archive writes it)")
-    ap.add_argument("--git-dir", type=Path, help="a git directory with that commit, to extract the corpus from "
-                                                 "when --corpus has no files yet")
-    ap.add_argument("--probes", type=Path, default=PROBES)
+    ap.add_argument("--corpora", default=",".join(CORPORA), help=f"comma-separated subset of {', '.join(CORPORA)}")
+    ap.add_argument("--root", type=Path, default=DEFAULT_ROOT,
+                    help="where the corpora are (each in <name>-<commit>, as git archive writes it)")
+    ap.add_argument("--corpus", type=Path, help="the one corpus's folder instead (with a single --corpora)")
+    ap.add_argument("--git-dir", action="append", default=[], metavar="NAME=GIT_DIR",
+                    help="a git directory with that corpus's commit, to extract it from when its folder is missing")
     ap.add_argument("--model", default=os.environ.get("AUTOPILOT_EMBEDDINGS_MODEL")
                     or str(Path.home() / ".cache" / "autopilot-widget" / "embeddings"))
     ap.add_argument("--no-model", action="store_true", help="BM25 alone")
     args = ap.parse_args()
-    docs = corpus_folder(args.corpus.expanduser(), args.git_dir)
-    probes = load_probes(args.probes)
+    names = [n.strip() for n in args.corpora.split(",") if n.strip()]
+    if not names or any(n not in CORPORA for n in names):
+        ap.error(f"--corpora: a comma-separated subset of {', '.join(CORPORA)}, not {args.corpora!r}")
+    if args.corpus and len(names) != 1:
+        ap.error("--corpus names the folder of one corpus: give a single --corpora with it")
+    git_dirs: dict[str, Path] = {}
+    for item in args.git_dir:
+        name, sep, path = item.partition("=")
+        if not sep or name not in CORPORA or not path:
+            ap.error(f"--git-dir is NAME=GIT_DIR with NAME one of {', '.join(CORPORA)}, not {item!r}")
+        git_dirs[name] = Path(path)
+    folders = {n: corpus_folder(CORPORA[n], (args.corpus or args.root / f"{n}-{CORPORA[n].commit}").expanduser(),
+                                git_dirs.get(n))
+               for n in names}
     model = None if args.no_model else model_folder(args.model)
     print(f"# {time.strftime('%Y-%m-%d %H:%M:%S %Z')}, load average {os.getloadavg()[0]:.2f}, {os.cpu_count()} "
-          f"cores; corpus {REPO} {FOLDER} at {COMMIT[:12]}; {len(probes)} probes "
-          f"({sum(p.expect == 'unanswerable' for p in probes)} unanswerable); model {model or '-'}", flush=True)
-    result: dict[str, Any] = {"corpus": {"repo": REPO, "commit": COMMIT, "folder": FOLDER, "base_url": BASE_URL,
-                                         "markdown_files": MARKDOWN_FILES},
-                              "probes": str(args.probes.resolve().relative_to(ROOT)
-                                            if args.probes.resolve().is_relative_to(ROOT) else args.probes),
-                              "model": model, "cores": os.cpu_count()}
-    index_args = ["--app", APP, f"{docs}={BASE_URL}"]
+          f"cores; model {model or '-'}", flush=True)
+    result: dict[str, Any] = {"model": model, "cores": os.cpu_count(), "corpora": {}}
     with tempfile.TemporaryDirectory(prefix="bench-outside-") as tmp_text:
         tmp = Path(tmp_text)
         # This project's own docs as the demo serves them, for their section lengths alone.
         own = tmp / "own.sqlite3"
         run_index(["--app", "docs", f"{ROOT / 'docs'}=/docs/", "--url-style", "html"], own, None)
-        bm25_db = tmp / "bm25.sqlite3"
-        result["index_bm25"] = run_index(index_args, bm25_db, None)
-        index_line("BM25", result["index_bm25"])
-        result["section_words"] = {"outside": section_words(bm25_db, APP), "own_docs": section_words(own, "docs")}
-        for label, w in result["section_words"].items():
-            print(f"section words, {'FastAPI docs' if label == 'outside' else 'this project docs/*.md'}: "
-                  f"{w['n']} sections, median {w['median']}, p90 {w['p90']}, max {w['max']}", flush=True)
-        bm25: Any = open_docs_index(None, str(bm25_db))
-        try:
-            result["bm25"] = await side(probes, lambda q: bm25.search(APP, q, limit=DEPTH))
-        finally:
-            await bm25.close()
-        if model:
-            hybrid_db = tmp / "hybrid.sqlite3"
-            result["index_hybrid"] = r = run_index(index_args, hybrid_db, model)
-            r["windows"] = await windows_of(hybrid_db, APP, None)
-            r["windows_per_s"] = round(r["windows"] / r["seconds"], 1)
-            index_line("hybrid", r)
-            idx: Any = open_docs_index(None, str(hybrid_db), embeddings_model=model)
-            try:
-                result["vectors"] = await side(probes, lambda q: idx.vector_search(APP, q, limit=DEPTH))
-                result["hybrid"] = await side(probes, lambda q: idx.search(APP, q, limit=DEPTH))
-            finally:
-                await idx.close()
-    for name in ("bm25", "vectors", "hybrid"):
-        if name in result:
-            report(name, result[name])
+        result["own_docs_section_words"] = section_words(own, "docs")
+        words_line("this project's docs/*.md", result["own_docs_section_words"])
+        for n in names:
+            result["corpora"][n] = await measure(n, CORPORA[n], folders[n], model, tmp)
     save("docs_outside", result)
 
 
