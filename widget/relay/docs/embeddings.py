@@ -209,7 +209,8 @@ def lean_graph(model: Path) -> bytes | None:
 
 
 class Embedder:
-    """all-MiniLM-L6-v2 on onnxruntime from a local folder: texts in, unit vectors out (mean pooled, L2 normed)."""
+    """all-MiniLM-L6-v2 on onnxruntime from a local folder: texts in, unit vectors out (mean pooled, L2 normed);
+    ``threads`` (1-64): texts one ``embed`` call runs at once, each on one onnxruntime thread."""
 
     def __init__(self, folder: str | Path, *, threads: int = DEFAULT_THREADS) -> None:
         self.folder = Path(folder).expanduser()
