@@ -103,6 +103,25 @@ def test_the_lean_graph_gives_the_files_vectors(model_dir: Path, tmp_path: Path)
     assert lean_graph(bad) is None
 
 
+def test_a_lean_graph_that_gives_other_vectors_is_not_used(model_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A graph the rewrite got wrong (here: one bias changed) is caught by the check at load: the file runs."""
+    import onnx
+    from onnx import numpy_helper
+
+    from widget.relay.docs import embeddings
+
+    def wrong(model: Path) -> bytes:
+        proto = onnx.load(str(model))
+        bias = next(t for t in proto.graph.initializer if t.name.endswith("LayerNorm.bias"))
+        bias.CopyFrom(numpy_helper.from_array(numpy_helper.to_array(bias) + 0.05, bias.name))
+        data: bytes = proto.SerializeToString()
+        return data
+
+    right = Embedder(model_dir, threads=1).embed(texts()[:3])
+    monkeypatch.setattr(embeddings, "lean_graph", wrong)
+    assert Embedder(model_dir, threads=1).embed(texts()[:3]).tobytes() == right.tobytes()
+
+
 def test_a_workers_error_reaches_the_caller(model_dir: Path) -> None:
     emb = Embedder(model_dir, threads=2)
     vector = emb._vector

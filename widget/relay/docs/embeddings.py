@@ -142,9 +142,10 @@ def lean_graph(model: Path) -> bytes | None:
     """The model's graph without two steps that never change a vector here, where every call is one text without
     padding (its attention mask all ones): the attention mask's addition (zeros, then) and the guard that
     replaces a NaN softmax by zeros (only a row of all-masked keys could give one, and the mask's -3.4e38, not
-    -inf, never does). The vectors are bit for bit the file's (test_docs_embeddings_parallel.py); a quarter less
-    CPU per window (docs/decisions.md). None (the file as it is) without ``onnx``, for a file ``onnx`` cannot
-    read, or when the graph has neither step."""
+    -inf, never does). The vectors are bit for bit the file's (test_docs_embeddings_parallel.py; ``Embedder``
+    also checks it on one sentence at load and runs the file as it is if not); a quarter less CPU per window
+    (docs/decisions.md). None (the file as it is) without ``onnx``, for a file ``onnx`` cannot read, or when the
+    graph has neither step."""
     try:
         onnx = importlib.import_module("onnx")
         numpy_helper = importlib.import_module("onnx.numpy_helper")
@@ -250,6 +251,13 @@ class Embedder:
         if not {"input_ids", "attention_mask"} <= names:
             raise EmbeddingsUnavailable(f"{model} is not a BERT-style embedding model (inputs {sorted(names)})")
         self._types = "token_type_ids" in names
+        if graph is not None:
+            # The lean graph is checked against the file on one sentence: a model built otherwise (a causal mask
+            # folded into the attention mask, say) gives another vector there and is run as it is.
+            plain = ort.InferenceSession(str(model), sess_options=opts, providers=["CPUExecutionProvider"])
+            probe = self.tokenizer.encode("How do I change the colours of the bar? Where are the settings kept?").ids
+            if self._run(plain, probe).tobytes() != self._run(self.session, probe).tobytes():
+                self.session = plain
         meta = self.folder / META_FILE
         try:
             self.model_id = str(json.loads(meta.read_text())["model_id"]) if meta.is_file() else _file_id(model)
@@ -289,11 +297,14 @@ class Embedder:
 
     def _vector(self, ids: list[int]) -> Vectors:
         """The unit vector of one text's token ids (onnxruntime lets go of the GIL while it runs)."""
+        return self._run(self.session, ids)
+
+    def _run(self, session: Any, ids: list[int]) -> Vectors:
         arr = np.asarray([ids], dtype=np.int64)
         feed = {"input_ids": arr, "attention_mask": np.ones_like(arr)}
         if self._types:
             feed["token_type_ids"] = np.zeros_like(arr)
-        hidden = self.session.run(None, feed)[0][0]
+        hidden = session.run(None, feed)[0][0]
         pooled: Vectors = hidden.mean(axis=0)
         return pooled / max(float(np.linalg.norm(pooled)), 1e-12)
 
