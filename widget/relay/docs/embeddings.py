@@ -96,6 +96,8 @@ MODEL_NAME: Final = "all-MiniLM-L6-v2-q8"
 
 Vectors = npt.NDArray[np.float32]
 
+log = logging.getLogger("widget.relay.docs")
+
 
 class EmbeddingsUnavailable(Exception):
     """The embedding model cannot be used here (extra not installed, folder missing or wrong); BM25 alone serves."""
@@ -236,11 +238,9 @@ class Embedder:
         opts.intra_op_num_threads = 1
         opts.inter_op_num_threads = 1
         opts.log_severity_level = 3
-        graph = lean_graph(model)
         try:
-            self.session = ort.InferenceSession(graph if graph is not None else str(model), sess_options=opts,
-                                                providers=["CPUExecutionProvider"])
             self.tokenizer = tokenizers.Tokenizer.from_file(str(tok))
+            self.session = ort.InferenceSession(str(model), sess_options=opts, providers=["CPUExecutionProvider"])
         except Exception as exc:  # noqa: BLE001 - onnxruntime and tokenizers raise their own error types
             raise EmbeddingsUnavailable(f"cannot load the embedding model from {str(self.folder)!r}: "
                                         f"{str(exc)[:300]}; docs search is BM25 alone") from None
@@ -251,18 +251,32 @@ class Embedder:
         if not {"input_ids", "attention_mask"} <= names:
             raise EmbeddingsUnavailable(f"{model} is not a BERT-style embedding model (inputs {sorted(names)})")
         self._types = "token_type_ids" in names
-        if graph is not None:
-            # The lean graph is checked against the file on one sentence: a model built otherwise (a causal mask
-            # folded into the attention mask, say) gives another vector there and is run as it is.
-            plain = ort.InferenceSession(str(model), sess_options=opts, providers=["CPUExecutionProvider"])
-            probe = self.tokenizer.encode("How do I change the colours of the bar? Where are the settings kept?").ids
-            if self._run(plain, probe).tobytes() != self._run(self.session, probe).tobytes():
-                self.session = plain
+        self._use_lean_graph(ort, model, opts)
         meta = self.folder / META_FILE
         try:
             self.model_id = str(json.loads(meta.read_text())["model_id"]) if meta.is_file() else _file_id(model)
         except (OSError, ValueError, KeyError, TypeError):
             self.model_id = _file_id(model)
+
+    def _use_lean_graph(self, ort: Any, model: Path, opts: Any) -> None:
+        """Run ``lean_graph``'s graph instead of the file when it gives the file's vector for one sentence: a model
+        built otherwise (a causal mask folded into the attention mask, say) gives another there and runs as it
+        is. One session is held at a time (the file's is let go before the lean one loads)."""
+        graph = lean_graph(model)
+        if graph is None:
+            return
+        probe = self.tokenizer.encode("How do I change the colours of the bar? Where are the settings kept?").ids
+        want = self._run(self.session, probe).tobytes()
+        del self.session
+        try:
+            lean = ort.InferenceSession(graph, sess_options=opts, providers=["CPUExecutionProvider"])
+            del graph
+            if self._run(lean, probe).tobytes() == want:
+                self.session = lean
+                return
+        except Exception:  # noqa: BLE001 - onnxruntime's own error types; the file loaded, so it serves
+            log.debug("the lean graph of %s did not load; the file runs as it is", model)
+        self.session = ort.InferenceSession(str(model), sess_options=opts, providers=["CPUExecutionProvider"])
 
     def embed(self, texts: list[str]) -> Vectors:
         """Unit vectors of ``texts`` (rows in the same order), one model call per text: the model quantizes its
