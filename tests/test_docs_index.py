@@ -25,6 +25,7 @@ from test_sqlite_files import SITE, MemPage, html
 from widget.protocol import TOOL_REPLY_MAX_CHARS
 from widget.relay.docs import open_docs_index
 from widget.relay.docs.indexer import IndexBusy, IndexOptions, run_index
+from widget.relay.docs.walk import Source, collect
 
 pytestmark = pytest.mark.relay
 
@@ -179,6 +180,38 @@ async def test_problem_pages_are_skipped_and_keep_their_previous_version(index: 
     assert any("/deploy/" in line and "no text" in line for line in lines)
     assert any("already has the URL /api/" in line for line in lines)
     assert (await urls(index, "site", "reverse proxy"))[0] == "/deploy/#proxy"
+
+
+async def test_a_template_fragment_is_skipped_and_leaves_and_untitled_markdown_is_named(index: Any,
+                                                                                       tmp_path: Path) -> None:
+    """HTTPX's docs folder as MkDocs reads it: a theme override beside the Markdown, pages without a # heading."""
+    docs = tmp_path / "docs"
+    for rel, text in {
+        "index.md": "Words on the home page about transports.\n",
+        "advanced/clients.md": "!!! hint\n    Pool connections.\n\n## Why use a Client?\n\nConnection pooling.\n",
+        "advanced/index.md": "An overview of keepalive tuning.\n",
+        "advanced/proxies.md": "---\ntitle: 'Proxies, and why'\n---\nRoute through a socks proxy.\n",
+        "overrides/partials/nav.html": "{% set class = 'md-nav' %}\n<nav class=\"{{ class }}\"><label>Navigation "
+                                       "labyrinth</label></nav>\n<p>{{ config.site_name }} labyrinth</p>\n",
+    }.items():
+        (docs / rel).parent.mkdir(parents=True, exist_ok=True)
+        (docs / rel).write_text(text)
+    files, _ = collect([Source(docs, "/")], max_pages=100)
+    # The override as an earlier version indexed it: a page, found by its words.
+    await run_index(index, "httpx", [MemPage("/overrides/partials/nav.html",
+                                             b"<html><body><main><p>Labyrinth</p></main></body></html>")])
+    assert await urls(index, "httpx", "labyrinth") == ["/overrides/partials/nav.html"]
+    lines: list[str] = []
+    summary = await run_index(index, "httpx", files, warn=lines.append)
+    assert (summary["pages"], summary["skipped"], summary["warnings"], summary["removed"]) == (4, 1, 1, 1)
+    assert lines == [f"{docs / 'overrides/partials/nav.html'}: a template fragment ({{% … %}} or {{{{ … }}}} "
+                     "outside code, and no <html>, <head> or <body>), not a page (overrides/ is where MkDocs' theme "
+                     "overrides live: --exclude overrides leaves the folder out); skipped"]
+    assert await urls(index, "httpx", "labyrinth") == []
+    titles = {h["url"]: h["page_title"] for q in ("pooling", "keepalive", "socks proxy", "transports")
+              for h in await index.search("httpx", q)}
+    assert titles == {"/advanced/clients/": "Clients", "/advanced/clients/#why-use-a-client": "Clients",
+                      "/advanced/": "Advanced", "/advanced/proxies/": "Proxies, and why", "/": "Home"}
 
 
 # -- the commands ---------------------------------------------------------------------------------------------

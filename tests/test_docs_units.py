@@ -22,7 +22,8 @@ from widget.integrations.common import IntegrationError, check_options, context_
 from widget.relay.docs import DocHit
 from widget.relay.docs.crawl import normalize_url, parse_site, parse_sitemap
 from widget.relay.docs.eval import Probe, score, url_matches
-from widget.relay.docs.markdown_source import extract_markdown
+from widget.relay.docs.extract import NotAPage, extract_html
+from widget.relay.docs.markdown_source import extract_markdown, title_from_path
 from widget.relay.docs.query import (
     check_scope,
     compile_version_pattern,
@@ -322,3 +323,72 @@ def test_parse_sitemap_refuses_entities_and_bombs() -> None:
         parse_sitemap(b"<html><body>hi</body></html>")
     assert parse_sitemap(sitemap("https://x/a/", " https://x/b/ ").encode()) == ("urlset", ["https://x/a/",
                                                                                             "https://x/b/"])
+
+
+# -- what is a page, and its title -----------------------------------------------------------------------------
+
+#: HTTPX's docs/overrides/partials/nav.html (MkDocs Material's nav partial, overridden), shortened.
+NAV_OVERRIDE = b"""{% import "partials/nav-item.html" as item with context %}
+<!-- Determine class according to configuration -->
+{% set class = "md-nav md-nav--primary" %}
+<nav class="{{ class }}" aria-label="{{ lang.t('nav.title') }}" data-md-level="0">
+  <label class="md-nav__title" for="__drawer">{{ config.site_name }}</label>
+  <ul class="md-nav__list">{% for nav_item in nav %}{{ item.render(nav_item, path, 1) }}{% endfor %}</ul>
+</nav>
+"""
+
+
+def test_a_template_fragment_is_not_a_page_but_a_page_about_templates_is() -> None:
+    with pytest.raises(NotAPage, match=r"a template fragment .*not a page \(overrides/ is where MkDocs' theme "
+                                       r"overrides live: --exclude overrides leaves the folder out\)"):
+        extract_html(NAV_OVERRIDE, "https://www.python-httpx.org/overrides/partials/nav.html")
+    # Elsewhere no hint; a tag only in an attribute (the text is words) is still a template; Liquid too.
+    for fragment in (b'<div class="{{ page.cls }}"><p>Words</p></div>', b"<p>Hi {%- if user %}you{% endif %}</p>",
+                     b"<pre>{{ x }}</pre>{{ y }}"):
+        with pytest.raises(NotAPage) as err:
+            extract_html(fragment, "/parts/x.html")
+        assert "(" not in str(err.value).split("not a page", 1)[1]
+    # A built page documenting Jinja shows the tags in code, and has a body: indexed, tags and all.
+    page = extract_html(b"<!DOCTYPE html><html><head><title>Templates</title></head><body><main><h1>Templates</h1>"
+                        b"<p>Loop with <code>{% for x in xs %}</code>.</p><pre>{{ user.name }}</pre></main></body>"
+                        b"</html>", "/templates/")
+    assert page.title == "Templates" and "{% for x in xs %}" in page.sections[0].text
+    assert "{{ user.name }}" in page.sections[0].text
+    # A page that leaves out <html>/<body> (HTML allows it) is a page when it says <!doctype>, or has no tags.
+    assert extract_html(b"<!doctype html><title>T</title><p>Use {{ name }} here.</p>", "/t/").title == "T"
+    assert extract_html(b"<p>A fragment of plain words {not a tag}.</p>", "/w/").sections[0].text == (
+        "A fragment of plain words {not a tag}.")
+
+
+@pytest.mark.parametrize("front_matter, title", [
+    ("title: Clients", "Clients"),
+    ("title: Clients and pools # the nav's name", "Clients and pools"),
+    ("title: \"Clients: \\\"pooled\\\" \\u00e9\"", 'Clients: "pooled" é'),
+    ("title: 'It''s a client'", "It's a client"),
+    ("tags: [http]\ntitle: >-\n  Clients that\n  share connections\nsearch:\n  boost: 2",
+     "Clients that share connections"),
+    ("title: |\n  Two\n  lines", "Two lines"),
+    ("title: [a, b]", "Advanced"),  # not text: the file's name
+    ("title:", "Advanced"),
+    ("meta:\n  title: Nested", "Advanced"),
+])
+def test_a_markdown_page_without_a_heading_is_named_by_its_front_matter(front_matter: str, title: str) -> None:
+    md = f"---\n{front_matter}\n---\n!!! hint\n    Use a client.\n\n## Why use a Client?\n\nPooling.\n"
+    page = extract_markdown(md.encode(), "/advanced/", fallback_title=title_from_path("advanced/index.md"))
+    assert page.title == title
+    assert [s.headings for s in page.sections] == [[], ["Why use a Client?"]]
+    # A # heading names the page before the front matter does (the heading is what the page shows).
+    assert extract_markdown(f"---\n{front_matter}\n---\n# Heading\n\nx\n".encode(), "/h/").title == "Heading"
+
+
+@pytest.mark.parametrize("rel, title", [
+    ("advanced/clients.md", "Clients"),  # HTTPX's, which has no # heading
+    ("advanced/event-hooks.md", "Event hooks"),
+    ("custom_docs_ui_assets.markdown", "Custom docs ui assets"),
+    ("iOS-setup.md", "iOS setup"),  # not all lower case: kept as written (MkDocs)
+    ("index.md", "Home"), ("README.md", "Home"),  # the site's home page (MkDocs)
+    ("how-to/index.md", "How to"), ("guide/v2/README.md", "V2"),  # a folder's page: the folder's name
+    ("", ""),
+])
+def test_a_markdown_page_with_no_title_at_all_is_named_by_its_path(rel: str, title: str) -> None:
+    assert title_from_path(rel) == title

@@ -6,7 +6,11 @@ the first ``article``, ``main`` (VitePress). A page with none of them is indexed
 ``header``, ``nav``, ``footer`` and ``aside`` (a hand-written page), and skipped when nothing is left. Inside the
 main content, navigation, search boxes, scripts, forms and buttons, hidden elements, the generators' heading
 permalinks ("¶", ``#``) and their "edit this page", "last update", breadcrumbs and previous/next parts are
-dropped. A page marked ``noindex`` or that only redirects is skipped.
+dropped. A page marked ``noindex`` or that only redirects is skipped. A template fragment is not a page
+(``NotAPage``): a file with no ``<!doctype>``, ``<html>``, ``<head>`` or ``<body>`` that has template tags
+(``{% … %}``, ``{{ … }}``: Jinja, Liquid, Nunjucks, Go templates) in its text or attributes outside ``<pre>`` and
+``<code>`` — a theme override such as MkDocs' ``overrides/partials/nav.html`` kept beside the Markdown sources. A
+built page documenting templates shows its tags inside code, and has a ``<body>``.
 
 A heading's anchor is its own ``id``; else the id of an element inside it (``<a id>``/``<a name>``), or of an
 empty ``<a id>`` right before it; else the id of the nearest enclosing element that it opens (Sphinx puts ids on
@@ -19,6 +23,7 @@ import codecs
 import re
 from collections.abc import Callable
 from typing import Any
+from urllib.parse import urlsplit
 
 import lxml.etree as etree
 import lxml.html
@@ -77,8 +82,22 @@ _META_CHARSET = re.compile(rb"""<meta[^>]{0,200}?charset\s*=\s*["']?\s*([A-Za-z0
 _XML_DECL = re.compile(r"^\s*<\?xml[^>]*\?>")
 _BOMS = ((codecs.BOM_UTF8, "utf-8"), (codecs.BOM_UTF16_LE, "utf-16-le"), (codecs.BOM_UTF16_BE, "utf-16-be"))
 _PARSER = lxml.html.HTMLParser(encoding="utf-8", remove_comments=True, remove_pis=True)
+#: What a whole document has (a parser adds the elements to a fragment, so they are looked for in the text).
+_DOCUMENT = re.compile(r"<(?:!doctype|html|head|body)[\s>/]", re.I)
+#: A template's statement (``{% if x %}``, ``{%- endfor %}``) or expression (``{{ config.site_name }}``).
+_TEMPLATE_TAG = re.compile(r"\{%[-+]?\s*[A-Za-z_][^{}]{0,1000}?%\}|\{\{[^{}]{1,1000}\}\}")
+#: Where template tags are a page's text, not its template: a page documenting Jinja shows them in code.
+_LITERAL = frozenset({"pre", "code"})
+#: Folders the generators keep theme templates in, for the warning's hint (not a rule: the content decides).
+TEMPLATE_FOLDERS = {"overrides": "MkDocs' theme overrides", "_templates": "Sphinx's templates",
+                    "_includes": "Jekyll's includes", "_layouts": "Jekyll's layouts", "layouts": "Hugo's layouts",
+                    "partials": "theme partials"}
 
 Selector = Callable[[Any], list[Any]]
+
+
+class NotAPage(PageSkipped):
+    """A file that is no page at all (a template fragment): skipped, and a copy an earlier run indexed leaves."""
 
 
 def compile_selector(css: str) -> Selector:
@@ -111,13 +130,45 @@ def decode_html(data: bytes) -> str:
 
 def parse_html(data: bytes) -> Any:
     """The document tree of a page's bytes (``PageSkipped`` when there is no document at all)."""
-    text = _XML_DECL.sub("", decode_html(data).replace("\x00", ""))
+    return _parse_text(decode_html(data))
+
+
+def _parse_text(decoded: str) -> Any:
+    text = _XML_DECL.sub("", decoded.replace("\x00", ""))
     if not text.strip():
         raise PageSkipped("empty file")
     try:
         return lxml.html.document_fromstring(text.encode("utf-8"), parser=_PARSER)
     except (etree.ParserError, ValueError) as exc:
         raise PageSkipped(f"not HTML lxml can read ({exc})") from None
+
+
+def template_fragment(text: str, doc: Any) -> bool:
+    """Whether a file is a template's fragment, not a page (see the module's docstring); ``doc`` is its tree."""
+    if _DOCUMENT.search(text):
+        return False
+    walker = etree.iterwalk(doc, events=("start",))
+    for _, el in walker:
+        if not isinstance(el.tag, str):
+            continue
+        if el.tag in _LITERAL:
+            if el.tail and _TEMPLATE_TAG.search(el.tail):
+                return True
+            walker.skip_subtree()
+            continue
+        for part in (el.text, el.tail, *el.attrib.values()):
+            if part and _TEMPLATE_TAG.search(part):
+                return True
+    return False
+
+
+def _template_hint(url: str) -> str:
+    """Where a template fragment probably comes from, from its folders (empty when none is a known one)."""
+    for folder in urlsplit(url).path.split("/")[:-1]:
+        if folder in TEMPLATE_FOLDERS:
+            return (f" ({folder}/ is where {TEMPLATE_FOLDERS[folder]} live: --exclude {folder} leaves the folder "
+                    "out)")
+    return ""
 
 
 def _drop(elements: list[Any]) -> None:
@@ -172,7 +223,11 @@ def _anchor(heading: Any, main: Any) -> str | None:
 
 def extract_html(data: bytes, url: str, *, selector: Selector | None = None) -> Page:
     """A built page's sections (``PageSkipped`` with the reason when the page has nothing to index)."""
-    doc = parse_html(data)
+    text = decode_html(data)
+    doc = _parse_text(text)
+    if template_fragment(text, doc):
+        raise NotAPage("a template fragment ({% … %} or {{ … }} outside code, and no <html>, <head> or <body>), "
+                       "not a page" + _template_hint(url))
     robots = " ".join(_NOINDEX(doc)).lower()
     if "noindex" in robots:
         raise PageSkipped("marked noindex")

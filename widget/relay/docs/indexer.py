@@ -5,7 +5,8 @@ module reads each page, hashes it (the bytes and what extraction depends on: its
 extractor's version), extracts only pages whose hash changed, and tells the job what to add, replace and
 remove. Nothing a reader searches changes until ``commit``; an exception anywhere aborts the job and the
 previous index keeps serving. A page skipped for a problem (too large, unreadable, no text) keeps its previous
-version when it had one, so a bad build never empties the index; the warning says so.
+version when it had one, so a bad build never empties the index; the warning says so. A file that is no page
+(``extract.NotAPage``: a template fragment) is skipped too, and a copy an older version indexed leaves.
 
 A crawler or a push endpoint brings pages from elsewhere: anything with ``url``, ``kind`` and a ``read()``
 giving the bytes (``PageInput``) goes through the same run.
@@ -21,9 +22,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol, TypedDict
 
-from .extract import Selector, compile_selector, extract_html
+from .extract import NotAPage, Selector, compile_selector, extract_html
 from .limits import EXTRACTOR_VERSION, MAX_PAGE_BYTES, MAX_PAGES, SQLITE_BATCH_PAGES
-from .markdown_source import extract_markdown
+from .markdown_source import extract_markdown, title_from_path
 from .page import Page, PageSkipped
 from .walk import Kind, SourceFile
 
@@ -157,7 +158,7 @@ def _prepare(page: Any, known: dict[str, str], opts: IndexOptions,
     digest = page_hash(data, page.url, page.kind, opts.selector)
     if known.get(page.url) == digest:
         return digest, None
-    name = Path(getattr(page, "rel", "") or "").stem.replace("-", " ").replace("_", " ")
+    name = title_from_path(getattr(page, "rel", "") or "")
     return digest, extract(data, page.url, page.kind, selector, name)
 
 
@@ -199,6 +200,9 @@ async def run_index(
             except PageSkipped as exc:
                 counts["skipped"] += 1
                 kept = "; its previous version stays" if page.url in known else ""
+                if isinstance(exc, NotAPage):  # never a page: a copy an older version indexed leaves the index
+                    seen.discard(page.url)
+                    kept = ""
                 warning(f"{where}: {exc}; skipped{kept}")
                 continue
             if extracted is None:

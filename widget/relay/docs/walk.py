@@ -2,9 +2,11 @@
 
 A source is a folder (or one file) and the base URL its pages are served under. ``.html``/``.htm`` files are
 built pages: ``guide/theming/index.html`` is served as ``<base>guide/theming/`` (directory URLs, as MkDocs,
-VitePress and Docusaurus link them) and ``x.html`` as ``<base>x.html``. ``.md``/``.markdown`` files are
-sources: with ``url_style="directory"`` (MkDocs' default) ``guide/theming.md`` is ``<base>guide/theming/`` and
-``index.md``/``README.md`` their folder; with ``"html"`` they are ``<base>guide/theming.html``.
+VitePress and Docusaurus link them) and ``x.html`` as ``<base>x.html`` (a template fragment among them, such as
+a theme override kept beside Markdown sources, is told by its content when it is read, and skipped:
+``extract.NotAPage``). ``.md``/``.markdown`` files are sources: with ``url_style="directory"`` (MkDocs'
+default) ``guide/theming.md`` is ``<base>guide/theming/`` and ``index.md``/``README.md`` their folder; with
+``"html"`` they are ``<base>guide/theming.html``.
 
 Bounds: folders and files whose names start with ``.``, ``node_modules``, Sphinx's ``_static``/``_sources``
 and the generators' own search, index and 404 pages are not pages; ``exclude`` globs (matched against the path
