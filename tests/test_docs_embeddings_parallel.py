@@ -1,7 +1,8 @@
 """The embedding model run on several windows at once (issue 33 item 7, indexing speed): ``Embedder.embed`` with
 ``threads`` workers gives the same vectors, byte for byte and in the same order, as one window at a time, as each
 text embedded alone, and as the model file run as it is (``lean_graph`` leaves out steps that never change a
-vector here); a worker's error reaches the caller. Uses the real model folder, made by ``fetch`` as in
+vector here; an ``Embedder`` switches to it after ``LEAN_AFTER_WINDOWS`` windows); a worker's error reaches the
+caller. Uses the real model folder, made by ``fetch`` as in
 test_docs_hybrid.py (``~/.cache/autopilot-widget/embeddings`` or ``AUTOPILOT_TEST_EMBEDDINGS_MODEL``)."""
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import pytest
 
 from widget.relay.docs.embeddings import (
     DIMS,
+    LEAN_AFTER_WINDOWS,
     MAX_TOKENS,
     MODEL_FILE,
     Embedder,
@@ -88,6 +90,7 @@ def test_the_lean_graph_gives_the_files_vectors(model_dir: Path, tmp_path: Path)
     opts.intra_op_num_threads = 2
     plain = ort.InferenceSession(str(model_dir / MODEL_FILE), sess_options=opts, providers=["CPUExecutionProvider"])
     emb = Embedder(model_dir)
+    assert emb.go_lean() and emb.lean
     batch = texts()
     for i, enc in enumerate(emb.tokenizer.encode_batch(batch)):
         ids = np.asarray([enc.ids], dtype=np.int64)
@@ -119,7 +122,18 @@ def test_a_lean_graph_that_gives_other_vectors_is_not_used(model_dir: Path, monk
 
     right = Embedder(model_dir, threads=1).embed(texts()[:3])
     monkeypatch.setattr(embeddings, "lean_graph", wrong)
-    assert Embedder(model_dir, threads=1).embed(texts()[:3]).tobytes() == right.tobytes()
+    emb = Embedder(model_dir, threads=1)
+    assert not emb.go_lean() and not emb.lean
+    assert emb.embed(texts()[:3]).tobytes() == right.tobytes()
+
+
+def test_the_lean_graph_comes_after_enough_windows(model_dir: Path) -> None:
+    """A search or a small index run keeps the file's graph (no ``import onnx`` to wait for); a large run goes lean."""
+    emb = Embedder(model_dir)
+    first = emb.embed(["colours"] * (LEAN_AFTER_WINDOWS - 1))
+    assert not emb.lean
+    vec = emb.embed(["colours"])
+    assert emb.lean and vec[0].tobytes() == first[0].tobytes()
 
 
 def test_a_workers_error_reaches_the_caller(model_dir: Path) -> None:

@@ -41,6 +41,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import zipfile
 from concurrent.futures import ThreadPoolExecutor
@@ -61,6 +62,10 @@ MAX_WINDOWS_PER_SECTION: Final = 32
 DIMS: Final = 384
 #: Windows one ``Embedder.embed`` call runs at once, each on one onnxruntime thread (``threads``; default 2).
 DEFAULT_THREADS: Final = 2
+#: Windows an ``Embedder`` embeds with the model file as it is before it loads the lean graph (``lean_graph``):
+#: that load takes about 0.65 s (``import onnx``) and pays from about 130 windows on, so a search or a small
+#: index run never waits for it.
+LEAN_AFTER_WINDOWS: Final = 128
 
 #: Texts per request to an embeddings endpoint, and characters of one text sent.
 ENDPOINT_BATCH: Final = 64
@@ -145,7 +150,7 @@ def lean_graph(model: Path) -> bytes | None:
     padding (its attention mask all ones): the attention mask's addition (zeros, then) and the guard that
     replaces a NaN softmax by zeros (only a row of all-masked keys could give one, and the mask's -3.4e38, not
     -inf, never does). The vectors are bit for bit the file's (test_docs_embeddings_parallel.py; ``Embedder``
-    also checks it on one sentence at load and runs the file as it is if not); a quarter less CPU per window
+    also checks it on one sentence before it switches, ``Embedder.go_lean``); a quarter less CPU per window
     (docs/decisions.md). None (the file as it is) without ``onnx``, for a file ``onnx`` cannot read, or when the
     graph has neither step."""
     try:
@@ -251,32 +256,41 @@ class Embedder:
         if not {"input_ids", "attention_mask"} <= names:
             raise EmbeddingsUnavailable(f"{model} is not a BERT-style embedding model (inputs {sorted(names)})")
         self._types = "token_type_ids" in names
-        self._use_lean_graph(ort, model, opts)
+        self._ort, self._opts, self._model = ort, opts, model
+        self._embedded = 0  # windows so far (an estimate under concurrent calls: it only decides when to go lean)
+        self._lean_lock = threading.Lock()
+        self._lean_tried = False
+        #: Whether the lean graph runs (``go_lean``), not the file as it is.
+        self.lean = False
         meta = self.folder / META_FILE
         try:
             self.model_id = str(json.loads(meta.read_text())["model_id"]) if meta.is_file() else _file_id(model)
         except (OSError, ValueError, KeyError, TypeError):
             self.model_id = _file_id(model)
 
-    def _use_lean_graph(self, ort: Any, model: Path, opts: Any) -> None:
-        """Run ``lean_graph``'s graph instead of the file when it gives the file's vector for one sentence: a model
-        built otherwise (a causal mask folded into the attention mask, say) gives another there and runs as it
-        is. One session is held at a time (the file's is let go before the lean one loads)."""
-        graph = lean_graph(model)
-        if graph is None:
-            return
-        probe = self.tokenizer.encode("How do I change the colours of the bar? Where are the settings kept?").ids
-        want = self._run(self.session, probe).tobytes()
-        del self.session
-        try:
-            lean = ort.InferenceSession(graph, sess_options=opts, providers=["CPUExecutionProvider"])
+    def go_lean(self) -> bool:
+        """Run ``lean_graph``'s graph from now on, once it gives the file's vector for one sentence (a model built
+        otherwise, a causal mask folded into the attention mask say, gives another there and keeps running as it
+        is); whether the lean graph runs. Tried once; calls running meanwhile finish on the file's session."""
+        with self._lean_lock:
+            if self._lean_tried:
+                return self.lean
+            self._lean_tried = True
+            graph = lean_graph(self._model)
+            if graph is None:
+                return False
+            try:
+                lean = self._ort.InferenceSession(graph, sess_options=self._opts, providers=["CPUExecutionProvider"])
+            except Exception:  # noqa: BLE001 - onnxruntime's own error types; the file loaded, so it serves
+                log.debug("the lean graph of %s did not load; the file runs as it is", self._model)
+                return False
             del graph
-            if self._run(lean, probe).tobytes() == want:
-                self.session = lean
-                return
-        except Exception:  # noqa: BLE001 - onnxruntime's own error types; the file loaded, so it serves
-            log.debug("the lean graph of %s did not load; the file runs as it is", model)
-        self.session = ort.InferenceSession(str(model), sess_options=opts, providers=["CPUExecutionProvider"])
+            probe = self.tokenizer.encode("How do I change the colours of the bar? Where are the settings kept?").ids
+            if self._run(lean, probe).tobytes() != self._run(self.session, probe).tobytes():
+                return False
+            self.session = lean
+            self.lean = True
+            return True
 
     def embed(self, texts: list[str]) -> Vectors:
         """Unit vectors of ``texts`` (rows in the same order), one model call per text: the model quantizes its
@@ -285,6 +299,9 @@ class Embedder:
         ``threads`` texts are embedded at once (this thread and ``threads - 1`` helpers, one shared session):
         each vector is the same as embedded alone, whatever runs beside it."""
         out = np.zeros((len(texts), DIMS), dtype=np.float32)
+        self._embedded += len(texts)
+        if self._embedded >= LEAN_AFTER_WINDOWS and not self._lean_tried:
+            self.go_lean()
         encodings = self.tokenizer.encode_batch(texts)
         turn = itertools.count()  # next() of a count is atomic (one C call under the GIL): each text once
         failed: list[bool] = []  # one worker's error stops the others at their next text
