@@ -97,6 +97,9 @@ class Reply:
     calls: list[Call] = field(default_factory=list)
     usage: tuple[int, int] | None = (21, 7)
     fail: FailKind | None = None
+    #: Anthropic only: the prompt-cache tokens the reply reports, ``(read, written)`` (its usage's
+    #: ``cache_read_input_tokens`` and ``cache_creation_input_tokens``; ``usage``'s input is the uncached rest).
+    cache: tuple[int, int] = (0, 0)
     #: Seconds a ``rate_limit`` failure asks to wait (its ``retry-after`` header).
     retry_after: int = 7
 
@@ -300,7 +303,8 @@ class AnthropicEncoder(Encoder):
     block ``content_block_start`` / ``content_block_delta`` (``text_delta``, or a ``tool_use`` block's
     ``input_json_delta`` pieces) / ``content_block_stop``, a ``ping``, then ``message_delta`` (``stop_reason``
     ``end_turn`` or ``tool_use``, the output usage) and ``message_stop``. Failures as Anthropic's error bodies
-    (``{"type": "error", "error": {"type", "message"}}``); overloaded is 529."""
+    (``{"type": "error", "error": {"type", "message"}}``); overloaded is 529. Prompt caching: the reply's scripted
+    ``cache`` counts in the usage, and :meth:`cache_prefixes` (what a request's breakpoints would cache)."""
 
     name = "anthropic"
     path = "/v1/messages"
@@ -311,8 +315,8 @@ class AnthropicEncoder(Encoder):
         yield sse({"type": "message_start", "message": {
             "id": "msg_fake_1", "type": "message", "role": "assistant", "content": [], "model": "fake-model",
             "stop_reason": None, "stop_sequence": None,
-            "usage": {"input_tokens": usage_in, "output_tokens": 1, "cache_creation_input_tokens": 0,
-                      "cache_read_input_tokens": 0}}}, "message_start")
+            "usage": {"input_tokens": usage_in, "output_tokens": 1, "cache_creation_input_tokens": reply.cache[1],
+                      "cache_read_input_tokens": reply.cache[0]}}}, "message_start")
         index = 0
         text_open = False
         for piece in reply.text:
@@ -364,8 +368,20 @@ class AnthropicEncoder(Encoder):
         """The Messages API's rules: ``max_tokens``; the system prompt apart; user first, then user and assistant
         in turn; no empty text block; every ``tool_use`` answered by a ``tool_result`` in the next user message
         (results first in it), no result for any other id; ids ``^[a-zA-Z0-9_-]+$``, tool names
-        ``^[a-zA-Z0-9_-]{1,64}$``."""
+        ``^[a-zA-Z0-9_-]{1,64}$``; a system prompt given as blocks is non-empty text blocks; at most 4 blocks with
+        ``cache_control``, each ``{"type": "ephemeral"}`` (with an optional ``ttl`` of ``5m`` or ``1h``)."""
         problems = [f"tool name {n!r} is not allowed" for n in self.tool_names(body) if not _TOOL_NAME.match(n)]
+        system = body.get("system")
+        if isinstance(system, list) and not all(isinstance(b, dict) and b.get("type") == "text" and b.get("text")
+                                                for b in system):
+            problems.append("system: text content blocks must be non-empty")
+        marks = [b["cache_control"] for _, b in self._prompt_blocks(body) if "cache_control" in b]
+        if len(marks) > 4:
+            problems.append(f"A maximum of 4 blocks with cache_control may be provided. Found {len(marks)}.")
+        for mark in marks:
+            if not isinstance(mark, dict) or mark.get("type") != "ephemeral" or set(mark) - {"type", "ttl"} or \
+                    mark.get("ttl", "5m") not in ("5m", "1h"):
+                problems.append(f"cache_control: {mark!r} is not {{'type': 'ephemeral'}}")
         if not isinstance(body.get("max_tokens"), int) or body["max_tokens"] < 1:
             problems.append("max_tokens: Field required")
         messages = body.get("messages") or []
@@ -401,6 +417,32 @@ class AnthropicEncoder(Encoder):
 
     def tool_names(self, body: dict[str, Any]) -> list[str]:
         return [t["name"] for t in body.get("tools") or []]
+
+    @staticmethod
+    def _prompt_blocks(body: dict[str, Any]) -> Iterator[tuple[str, dict[str, Any]]]:
+        """The request's blocks in the order Anthropic caches them (tools, system, messages), each with where it
+        is (``tools``, ``system``, ``<index>:<role>``: a prefix takes the message boundaries with it)."""
+        for t in body.get("tools") or []:
+            yield "tools", t
+        system = body.get("system")
+        for b in [{"type": "text", "text": system}] if isinstance(system, str) else system or []:
+            yield "system", b
+        for i, m in enumerate(body.get("messages") or []):
+            content = m.get("content")
+            for b in [{"type": "text", "text": content}] if isinstance(content, str) else content or []:
+                yield f"{i}:{m.get('role')}", b
+
+    def cache_prefixes(self, body: dict[str, Any]) -> list[tuple[str, str]]:
+        """What each ``cache_control`` breakpoint of a request caches, in order: ``(where, prefix)``, the prefix the
+        JSON of every block up to and including the marked one, marks left out (Anthropic's cache key is the
+        content: a later request finds the entry when its prefix is the same)."""
+        out: list[tuple[str, str]] = []
+        seen: list[Any] = []
+        for where, block in self._prompt_blocks(body):
+            seen.append([where, {k: v for k, v in block.items() if k != "cache_control"}])
+            if "cache_control" in block:
+                out.append((where, json.dumps(seen, sort_keys=True)))
+        return out
 
     @staticmethod
     def _blocks(body: dict[str, Any], role: str) -> Iterator[dict[str, Any]]:

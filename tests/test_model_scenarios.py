@@ -7,7 +7,9 @@ log; a sensitive call that waits for the reader (who denies it); two parallel ca
 answer; a cited documentation section; each provider failure reaching the client as its error code with
 ``retryable`` and, for a rate limit, the provider's ``retry-after`` as ``retry_after``; Stop mid-stream (the
 provider sees its connection closed); a stalled stream and the turn's deadline (``model_timeout``, and the
-connection closed); the answer-length and tool-call bounds.
+connection closed); the answer-length and tool-call bounds. Anthropic's prompt caching: where the breakpoints go
+across the rounds and turns of a conversation (each round finds what the previous one cached), none with
+``prompt_cache = false``, and the cache reads and writes it reports, in the Usage chunk and the turn log.
 
 A provider registers its wire format in tests/provider_fakes.py (see its docstring); every scenario here then runs
 for it too.
@@ -17,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import json
 import logging
 from collections.abc import AsyncIterator, Iterator
@@ -26,14 +29,14 @@ import aiohttp
 import pytest
 import pytest_asyncio
 from docs_double import SITE, MemoryDocs
-from provider_fakes import Call, FakeProviders, Pause, Reply, endless
+from provider_fakes import AnthropicEncoder, Call, FakeProviders, Pause, Reply, endless
 from relay_helpers import Recorder, declare, info, joined, launch, turn_log_line
 from test_model_units import REGISTRY
 
 from widget import protocol as P
 from widget.relay.config import AppConfig, DocsConfig, ModelConfig
 from widget.relay.models.adapters import make_adapter
-from widget.relay.models.base import ModelError, ModelRequest
+from widget.relay.models.base import ModelError, ModelRequest, Usage
 
 pytestmark = pytest.mark.relay
 
@@ -61,7 +64,8 @@ async def http() -> AsyncIterator[aiohttp.ClientSession]:
 @pytest_asyncio.fixture(scope="module")
 async def world(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[tuple[Any, FakeProviders]]:
     """The fake providers and one relay with a model per provider, an app ``p-<provider>`` on it and a docs app
-    ``d-<provider>`` (sections about theming and plans)."""
+    ``d-<provider>`` (sections about theming and plans); ``p-anthropic-nocache``: Anthropic with ``prompt_cache =
+    false``."""
     fake = await FakeProviders(REGISTRY).start()
     models = {"demo": ModelConfig(chunk_delay_ms=0)}
     apps = {"demo": AppConfig(model="demo")}
@@ -69,6 +73,8 @@ async def world(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[tuple
         models[name] = enc.model_config(fake.base_url(name))
         apps[f"p-{name}"] = AppConfig(model=name, secret=SECRET_APP)
         apps[f"d-{name}"] = AppConfig(model=name, secret=SECRET_APP, docs=DocsConfig(not_found_text="Not in the docs."))
+    models["anthropic-nocache"] = dataclasses.replace(models["anthropic"], prompt_cache=False)
+    apps["p-anthropic-nocache"] = AppConfig(model="anthropic-nocache", secret=SECRET_APP)
     h = await launch(tmp_path_factory.mktemp("scenarios"), apps=apps, models=models)
     h.hub.docs = MemoryDocs({f"d-{name}": list(SITE) for name in REGISTRY})
     try:
@@ -472,4 +478,120 @@ async def test_the_fakes_refuse_what_the_providers_refuse(world: tuple[Any, Fake
         (problems,) = fake.refused[name]
         for needle in expected[name]:
             assert any(needle in p for p in problems), (needle, problems)
+    fake.reset()
+
+
+# ---------------------------------------------------------------------------------------------- Anthropic prompt cache
+
+
+def cache_marks(body: dict[str, Any]) -> list[str]:
+    """Where a request's ``cache_control`` breakpoints are: ``tools[i]``, ``system[i]``, ``messages[i][j]``."""
+    out = [f"tools[{i}]" for i, t in enumerate(body.get("tools") or []) if "cache_control" in t]
+    system = body.get("system")
+    out += [f"system[{i}]" for i, b in enumerate(system if isinstance(system, list) else []) if "cache_control" in b]
+    for i, m in enumerate(body["messages"]):
+        content = m["content"] if isinstance(m["content"], list) else []
+        out += [f"messages[{i}][{j}]" for j, b in enumerate(content) if "cache_control" in b]
+    return out
+
+
+async def test_anthropic_cache_breakpoints_across_rounds_and_turns(world: tuple[Any, FakeProviders],
+                                                                   http: aiohttp.ClientSession) -> None:
+    """Each request marks the last tool, the system prompt, the message the previous request ended with and the last
+    message (4 at most, ``ephemeral``); every round and turn finds the entry the one before it wrote (its last
+    breakpoint's prefix is one of the new request's), and the tools' and system's prefixes stay the same."""
+    h, fake = world
+    fake.reset()
+    enc = REGISTRY["anthropic"]
+    assert isinstance(enc, AnthropicEncoder)
+    fake.script("anthropic", Reply(calls=[Call("get_selection", {"limit": 1}, id="toolu_c1")]),
+                Reply(text=["It says one."]), Reply(text=["Still one."]))
+    rec, _, _ = await joined(http, h.url, app="p-anthropic")
+    await declare(rec, {"get_selection": SELECTION})
+    rec.auto_answer = lambda call: "one"
+    assert (await turn(rec, "what is selected?"))[0]["status"] == "done"
+    assert (await turn(rec, "and now?", key="m2"))[0]["status"] == "done"
+    bodies = [r.body for r in fake.requests["anthropic"]]
+    assert len(bodies) == 3 and fake.refused["anthropic"] == []
+    last_tool = f"tools[{len(bodies[0]['tools']) - 1}]"
+    # round 1: the reader's question; round 2: + the call and its result; turn 2: + the answer and the new question
+    assert cache_marks(bodies[0]) == [last_tool, "system[0]", "messages[0][0]"]
+    assert cache_marks(bodies[1]) == [last_tool, "system[0]", "messages[0][0]", "messages[2][0]"]
+    assert cache_marks(bodies[2]) == [last_tool, "system[0]", "messages[2][0]", "messages[4][0]"]
+    marks = [b["cache_control"] for body in bodies for b in [*body["tools"], *body["system"]]
+             + [x for m in body["messages"] for x in m["content"]] if "cache_control" in b]
+    assert marks and all(m == {"type": "ephemeral"} for m in marks)
+    prefixes = [enc.cache_prefixes(b) for b in bodies]
+    for before, after in zip(prefixes, prefixes[1:], strict=False):
+        assert before[-1] in after  # the conversation so far: read from the cache
+        assert before[0] == after[0]  # the tools
+    assert prefixes[0][1] == prefixes[1][1]  # tools and system within a turn
+    await rec.disconnect()
+
+
+async def test_anthropic_cache_off_sends_no_breakpoint(world: tuple[Any, FakeProviders],
+                                                      http: aiohttp.ClientSession) -> None:
+    """``prompt_cache = false``: no ``cache_control`` anywhere, the system prompt a plain string."""
+    h, fake = world
+    fake.reset()
+    fake.script("anthropic", Reply(calls=[Call("get_selection", {"limit": 1}, id="toolu_c2")]), Reply(text=["One."]))
+    rec, _, _ = await joined(http, h.url, app="p-anthropic-nocache")
+    await declare(rec, {"get_selection": SELECTION})
+    rec.auto_answer = lambda call: "one"
+    assert (await turn(rec, "what is selected?"))[0]["status"] == "done"
+    bodies = [r.body for r in fake.requests["anthropic"]]
+    assert len(bodies) == 2 and fake.refused["anthropic"] == []
+    for body in bodies:
+        assert "cache_control" not in json.dumps(body) and isinstance(body["system"], str) and body["tools"]
+    await rec.disconnect()
+
+
+async def test_anthropic_cache_reads_and_writes_in_usage(world: tuple[Any, FakeProviders],
+                                                         http: aiohttp.ClientSession,
+                                                         caplog: pytest.LogCaptureFixture) -> None:
+    """The cache tokens Anthropic reports: in the Usage chunk (input = uncached + read + written, the read part
+    ``cached_input_tokens``, the written ``cache_write_tokens``) and per round and summed in the turn log."""
+    h, fake = world
+    fake.reset()
+    fake.script("anthropic", Reply(text=["Hi."], usage=(12, 3), cache=(900, 60)))
+    adapter = make_adapter(REGISTRY["anthropic"].model_config(fake.base_url("anthropic")))
+    try:
+        out = [c async for c in adapter.stream(ModelRequest(messages=[{"role": "user", "content": "hi"}]))]
+    finally:
+        await adapter.aclose()
+    assert [c for c in out if isinstance(c, Usage)] == [
+        Usage(input_tokens=972, output_tokens=3, cached_input_tokens=900, cache_write_tokens=60)]
+
+    fake.script("anthropic", Reply(calls=[Call("get_selection", {"limit": 1}, id="toolu_c3")], usage=(120, 9),
+                                   cache=(0, 2000)),
+                Reply(text=["Done."], usage=(15, 4), cache=(2000, 140)))
+    caplog.set_level(logging.INFO, logger="widget.relay.turns")
+    rec, _, url = await joined(http, h.url, app="p-anthropic")
+    await declare(rec, {"get_selection": SELECTION})
+    rec.auto_answer = lambda call: "one"
+    assert (await turn(rec, "what is selected?"))[0]["status"] == "done"
+    line = await turn_log_line(caplog, url.rsplit("/", 1)[-1])
+    assert [(u["input_tokens"], u["cached_input_tokens"], u["cache_write_tokens"]) for u in line["usage"]] == [
+        (2120, 0, 2000), (2155, 2000, 140)]
+    assert line["tokens"] == {"input_tokens": 4275, "output_tokens": 13, "cached_input_tokens": 2000,
+                              "cache_write_tokens": 2140}
+    assert fake.refused["anthropic"] == []
+    await rec.disconnect()
+
+
+async def test_the_anthropic_fake_refuses_bad_cache_breakpoints(world: tuple[Any, FakeProviders],
+                                                                http: aiohttp.ClientSession) -> None:
+    """More than 4 breakpoints, or one not ``ephemeral``, is refused as Anthropic refuses it."""
+    _, fake = world
+    fake.reset()
+    mark = {"type": "ephemeral"}
+    body = {"model": "m", "stream": True, "max_tokens": 10,
+            "tools": [{"name": f"t{i}", "input_schema": {"type": "object"}, "cache_control": mark} for i in range(3)],
+            "system": [{"type": "text", "text": "s", "cache_control": {"type": "persistent"}}],
+            "messages": [{"role": "user", "content": [{"type": "text", "text": "x", "cache_control": mark}]}]}
+    r = await http.post(fake.url + "/anthropic" + REGISTRY["anthropic"].path, json=body)
+    assert r.status == 400
+    (problems,) = fake.refused["anthropic"]
+    assert any("A maximum of 4 blocks with cache_control may be provided. Found 5." in p for p in problems)
+    assert any("is not {'type': 'ephemeral'}" in p for p in problems)
     fake.reset()

@@ -9,14 +9,17 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 from provider_fakes import Encoder, encoders
 from scripted_model import ScriptedModel
 
-from widget.relay.config import ModelConfig
+from widget.errors import ConfigError
+from widget.relay.config import ModelConfig, load_config
 from widget.relay.models.anthropic import (
     CONTINUED,
     DEFAULT_MAX_TOKENS,
@@ -95,7 +98,8 @@ def test_the_request_carries_max_tokens_and_tools() -> None:
              {"name": "get_selection", "description": "", "parameters": {"type": "object", "properties": {}}}]
     req = ModelRequest(messages=[{"role": "system", "content": "S"}, {"role": "user", "content": "q"}], tools=tools)
     kw = request_kwargs(ModelConfig(adapter="anthropic", model="claude-x", api_key="k"), req)
-    assert kw["max_tokens"] == DEFAULT_MAX_TOKENS and kw["system"] == "S" and kw["stream"] is True
+    assert kw["max_tokens"] == DEFAULT_MAX_TOKENS and kw["stream"] is True
+    assert kw["system"] == [{"type": "text", "text": "S", "cache_control": {"type": "ephemeral"}}]
     assert "temperature" not in kw
     # no strict flag (not every Claude model or gateway takes it): the schemas keep their constraints as guidance
     assert [(t["name"], "strict" in t) for t in kw["tools"]] == [("plan_limits", False), ("get_selection", False)]
@@ -105,6 +109,59 @@ def test_the_request_carries_max_tokens_and_tools() -> None:
     kw = request_kwargs(ModelConfig(adapter="anthropic", model="claude-x", api_key="k", max_tokens=300,
                                     temperature=0.2), req)
     assert kw["max_tokens"] == 300 and kw["temperature"] == 0.2
+
+
+def _marks(kw: dict[str, Any]) -> list[tuple[str, Any]]:
+    """The blocks of a request that carry ``cache_control``, in Anthropic's order (tools, system, messages)."""
+    blocks = [("tool", t) for t in kw.get("tools") or []]
+    blocks += [("system", b) for b in kw["system"]] if isinstance(kw.get("system"), list) else []
+    blocks += [(f"{i}:{m['role']}", b) for i, m in enumerate(kw["messages"]) for b in m["content"]]
+    return [(where, b.get("text") or b.get("name") or b.get("tool_use_id") or b.get("id"))
+            for where, b in blocks if b.pop("cache_control", None) == {"type": "ephemeral"}]
+
+
+def test_prompt_cache_breakpoints() -> None:
+    """The last tool, the system prompt, the message the previous request ended with and the last one; never more
+    than 4; a request without tools or system marks only the messages; ``prompt_cache = false`` marks nothing."""
+    cfg = ModelConfig(adapter="anthropic", model="claude-x", api_key="k")
+    tools = [{"name": n, "description": n, "parameters": {"type": "object", "properties": {}}} for n in ("a", "b")]
+    call = {"id": "c1", "type": "function", "function": {"name": "a", "arguments": "{}"}}
+    history = [{"role": "system", "content": "S1"}, {"role": "system", "content": "S2"},
+               {"role": "user", "content": "q1"}, {"role": "assistant", "content": "A1"},
+               {"role": "user", "content": "q2"}, {"role": "user", "content": "more"},
+               {"role": "assistant", "content": None, "tool_calls": [call]},
+               {"role": "tool", "tool_call_id": "c1", "content": "r1"}]
+    kw = request_kwargs(cfg, ModelRequest(messages=history, tools=tools))
+    assert _marks(kw) == [("tool", "b"), ("system", "S1\n\nS2"), ("2:user", "more"), ("4:user", "c1")]
+    # what is left after taking the marks off is the request without caching
+    assert kw == request_kwargs(ModelConfig(adapter="anthropic", model="claude-x", api_key="k", prompt_cache=False),
+                                ModelRequest(messages=history, tools=tools)) | {"system": [
+                                    {"type": "text", "text": "S1\n\nS2"}]}
+    kw = request_kwargs(cfg, ModelRequest(messages=history[2:]))
+    assert "tools" not in kw and "system" not in kw
+    assert _marks(kw) == [("2:user", "more"), ("4:user", "c1")]
+    kw = request_kwargs(cfg, ModelRequest(messages=[{"role": "user", "content": "hi"}], tools=tools))
+    assert _marks(kw) == [("tool", "b"), ("0:user", "hi")]
+    off = request_kwargs(ModelConfig(adapter="anthropic", model="claude-x", api_key="k", prompt_cache=False),
+                         ModelRequest(messages=history, tools=tools))
+    assert "cache_control" not in json.dumps(off) and off["system"] == "S1\n\nS2"
+    # the request's own tool specs and messages are never marked (each request builds its own)
+    assert "cache_control" not in json.dumps(tools) + json.dumps(history)
+
+
+@pytest.mark.parametrize("line, error", [
+    ('adapter = "anthropic"\nprompt_cache = false', None),
+    ('adapter = "anthropic"\nprompt_cache = "no"', "model 'm': prompt_cache must be true or false, got 'no'"),
+    ('adapter = "openai"\nprompt_cache = true', "model 'm': prompt_cache is for the anthropic adapter"),
+])
+def test_prompt_cache_in_the_config_file(tmp_path: Path, line: str, error: str | None) -> None:
+    f = tmp_path / "relay.toml"
+    f.write_text(f'[models.m]\n{line}\nmodel = "claude-x"\n[apps.demo]\nmodel = "m"\n')
+    if error is None:
+        assert load_config(f, env={}).models["m"].prompt_cache is False
+    else:
+        with pytest.raises(ConfigError, match=re.escape(error)):
+            load_config(f, env={})
 
 
 async def collect(base: str, **cfg: Any) -> list[Any]:

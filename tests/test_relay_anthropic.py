@@ -122,12 +122,14 @@ async def test_text_parallel_tool_use_and_usage(server: tuple[Server, str]) -> N
                       *tool_block(2, "toolu_2", "get_time"), *end("tool_use", 42)])
     out = await collect(base)
     assert out == [TextDelta("Let me "), TextDelta("check."),
-                   Usage(input_tokens=150, output_tokens=42, cached_input_tokens=100),
+                   Usage(input_tokens=150, output_tokens=42, cached_input_tokens=100, cache_write_tokens=20),
                    ToolCall("get_weather", {"city": "Oslo"}, provider_id="toolu_1"),
                    ToolCall("get_time", {}, provider_id="toolu_2")]
     body, headers = s.bodies[-1], s.headers[-1]
     assert body["model"] == "claude-x" and body["max_tokens"] == DEFAULT_MAX_TOKENS and body["stream"] is True
-    assert body["messages"] == [{"role": "user", "content": [{"type": "text", "text": "hi"}]}]
+    # the conversation's last block is a prompt-cache breakpoint (prompt_cache is on unless false)
+    assert body["messages"] == [{"role": "user", "content": [{"type": "text", "text": "hi",
+                                                              "cache_control": {"type": "ephemeral"}}]}]
     # the key as the SDK sends it (x-api-key, or a bearer token in newer SDKs)
     assert "sk-ant-test" in headers.get("x-api-key", headers.get("authorization", ""))
     assert "anthropic-version" in headers
@@ -220,7 +222,8 @@ async def test_a_tool_use_with_arguments_that_do_not_parse_stays_raw(server: tup
     s.answers.append([start(), *tool_block(0, "toolu_9", "get_weather", '{"city": '), *end("tool_use")])
     out = await collect(base)
     assert out[-1] == ToolCall("get_weather", '{"city": ', provider_id="toolu_9")
-    assert json.dumps(s.bodies[-1]["messages"]) == '[{"role": "user", "content": [{"type": "text", "text": "hi"}]}]'
+    assert json.dumps(s.bodies[-1]["messages"]) == ('[{"role": "user", "content": [{"type": "text", "text": "hi", '
+                                                    '"cache_control": {"type": "ephemeral"}}]}]')
 
 
 async def test_tools_as_text_around_the_adapter(server: tuple[Server, str]) -> None:
@@ -242,7 +245,8 @@ async def test_tools_as_text_around_the_adapter(server: tuple[Server, str]) -> N
     assert "".join(c.text for c in out if isinstance(c, TextDelta)).strip() == "Checking."
     assert [c for c in out if isinstance(c, ToolCall)] == [ToolCall("get_weather", {"city": "Oslo"})]
     body = s.bodies[-1]
-    assert "tools" not in body and "<tool_call>" in body["system"] and "get_weather" in body["system"]
+    (system,) = body["system"]  # one text block, a prompt-cache breakpoint
+    assert "tools" not in body and "<tool_call>" in system["text"] and "get_weather" in system["text"]
 
 
 async def test_a_relay_turn_sends_schemas_with_their_constraints(server: tuple[Server, str], tmp_path: Path) -> None:
@@ -276,4 +280,5 @@ async def test_a_relay_turn_sends_schemas_with_their_constraints(server: tuple[S
     assert props["limit"] == {"type": ["integer", "null"], "minimum": 1, "maximum": 20}
     assert props["note"] == {"type": ["string", "null"], "description": "May span several lines", "maxLength": 200}
     assert "strict" not in tool and body["system"] and all(m["role"] != "system" for m in body["messages"])
-    assert body["messages"][-1] == {"role": "user", "content": [{"type": "text", "text": "find my order"}]}
+    assert body["messages"][-1] == {"role": "user", "content": [{"type": "text", "text": "find my order",
+                                                                 "cache_control": {"type": "ephemeral"}}]}

@@ -89,6 +89,10 @@ class ModelConfig:
     #: (one of ``REASONING_EFFORTS``). Set, the adapter also asks for the encrypted reasoning and passes it back
     #: between the tool-call rounds of a turn; unset, it sends neither (models without reasoning refuse them).
     reasoning_effort: str | None = None
+    #: ``anthropic`` adapter: mark Anthropic prompt-cache breakpoints (the tools, the system prompt, the conversation
+    #: so far) so later rounds and turns read that prefix from the cache. None (unset) is on; ``false`` sends none.
+    #: OpenAI caches long prompts by itself, so the other adapters take no setting.
+    prompt_cache: bool | None = None
 
 
 @dataclass
@@ -367,6 +371,11 @@ class RelayConfig:
                                                    or m.reasoning_effort not in REASONING_EFFORTS):
                 raise ConfigError(f"model {name!r}: reasoning_effort is for the openai-responses adapter, one of "
                                   f"{', '.join(REASONING_EFFORTS)}; got {m.reasoning_effort!r}")
+            if m.prompt_cache is not None and not isinstance(m.prompt_cache, bool):
+                raise ConfigError(f"model {name!r}: prompt_cache must be true or false, got {m.prompt_cache!r}")
+            if m.prompt_cache is not None and m.adapter != "anthropic":
+                raise ConfigError(f"model {name!r}: prompt_cache is for the anthropic adapter (OpenAI caches long "
+                                  f"prompts by itself), not {m.adapter}")
             if m.adapter != "demo":
                 if not m.model:
                     raise ConfigError(f"model {name!r}: the {m.adapter} adapter needs 'model'")

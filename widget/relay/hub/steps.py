@@ -92,7 +92,8 @@ class ModelSteps:
 
     def _record(self, step: int, u: Usage) -> None:
         row = UsageRow(step=step, model=self.name, input_tokens=u.input_tokens, output_tokens=u.output_tokens,
-                       cached_input_tokens=u.cached_input_tokens, reasoning_tokens=u.reasoning_tokens)
+                       cached_input_tokens=u.cached_input_tokens, reasoning_tokens=u.reasoning_tokens,
+                       cache_write_tokens=u.cache_write_tokens)
         # an adapter that reports twice in one response: the later counts replace the earlier
         self.usage = [r for r in self.usage if not (r["step"] == step and r["model"] == self.name)] + [row]
 
@@ -101,7 +102,8 @@ class ModelSteps:
         out: dict[str, int] = {}
         for row in self.usage:
             counts = {"input_tokens": row["input_tokens"], "output_tokens": row["output_tokens"],
-                      "cached_input_tokens": row["cached_input_tokens"], "reasoning_tokens": row["reasoning_tokens"]}
+                      "cached_input_tokens": row["cached_input_tokens"], "reasoning_tokens": row["reasoning_tokens"],
+                      "cache_write_tokens": row["cache_write_tokens"]}
             for key, value in counts.items():
                 if value is not None:
                     out[key] = out.get(key, 0) + value

@@ -6,9 +6,10 @@ SDK sends it as the API's key header), ``base_url`` (default ``https://api.anthr
 ``{base_url}/v1/messages``),
 ``max_tokens`` (Anthropic requires one: 4096 when unset), ``temperature`` (0 to 1 here), ``request_timeout_s``,
 ``max_retries`` (the SDK's own retries of 408/409/429/5xx/529 and dropped connections, before the turn fails; a
-429's wait is its ``retry-after``), ``tool_calling = "text"`` (tools as text, :mod:`.tools_text`, through
-:func:`.adapters.make_adapter`). ``strict_tools`` does not apply: tools go without Anthropic's ``strict`` flag (not
-every Claude model or gateway takes it), their schemas keep every constraint keyword the relay knows (``enum``,
+429's wait is its ``retry-after``), ``prompt_cache`` (on unless ``false``: :func:`mark_cache`),
+``tool_calling = "text"`` (tools as text, :mod:`.tools_text`, through :func:`.adapters.make_adapter`).
+``strict_tools`` does not apply: tools go without Anthropic's ``strict`` flag (not every Claude model or gateway
+takes it), their schemas keep every constraint keyword the relay knows (``enum``,
 ``format`` email / uri / date / date-time, bounds, lengths, ``maxItems``) as guidance, and the relay checks the
 arguments in code as for every provider.
 
@@ -23,11 +24,22 @@ What the relay's OpenAI-style request becomes (:func:`to_messages`):
   them); a conversation that would start with the assistant starts with a short user note;
 - ids are made of ``[A-Za-z0-9_-]`` (Anthropic's pattern for ``tool_use`` ids), the same mapping on both sides.
 
+Prompt caching (:func:`mark_cache`, unless ``prompt_cache = false``): Anthropic reads a request as tools → system →
+messages and caches the prefix up to each block marked ``cache_control: {"type": "ephemeral"}`` (at most 4 marks a
+request, kept 5 minutes from their last use). Every round of a turn resends the same tools and system prompt and the
+conversation so far plus one response, so the marks go on the last tool, on the system prompt (one text block), on
+the last block of the conversation (what the next round or turn finds in the cache) and on the last block of the
+message the previous request ended with (the message before the last assistant one: the entry that request wrote is
+read even when the new round adds more than the 20 blocks Anthropic looks back from a mark). A prefix shorter than
+the model's minimum cacheable length (Anthropic lists it per model: 1,024 to 4,096 tokens) is not cached, with no
+error and nothing extra to pay.
+
 The stream (``stream: true``, its SSE events read through the SDK): ``text_delta`` pieces become
 :class:`TextDelta`; a ``tool_use`` block's ``input_json_delta`` pieces are joined and become one :class:`ToolCall`
 (its ``id`` the ``provider_id``), yielded once the response ended whole; the usage of ``message_start`` and
 ``message_delta`` (cumulative) becomes one :class:`Usage` at ``message_stop``: ``input_tokens`` = input + cache
-creation + cache read tokens, ``cached_input_tokens`` = cache read tokens.
+creation + cache read tokens, ``cached_input_tokens`` = cache read tokens, ``cache_write_tokens`` = cache creation
+tokens.
 
 Stop reasons: ``end_turn``, ``stop_sequence``, ``tool_use`` and ``pause_turn`` end the response;
 ``max_tokens`` is ``answer_too_long`` (the text so far stays, a tool call cut short never runs);
@@ -80,6 +92,10 @@ SCHEMA_KEYWORDS: frozenset[str] = frozenset({"enum", "format", "maxItems", *BOUN
 SCHEMA_FORMATS: frozenset[str] = frozenset({"email", "uri", "date", "date-time"})
 #: The user note a conversation that would start with the assistant starts with.
 CONTINUED = "(The conversation continues.)"
+#: What marks a prompt-cache breakpoint (Anthropic's only kind: 5 minutes, refreshed by each read).
+CACHE_CONTROL: dict[str, str] = {"type": "ephemeral"}
+#: Anthropic's limit on ``cache_control`` blocks in one request.
+MAX_CACHE_BREAKPOINTS = 4
 #: Messages of a 400 that mean the conversation does not fit the model's context window.
 _OVERFLOW = re.compile(r"prompt is too long|context (window|length)|too many tokens|exceeds? the context", re.I)
 
@@ -190,6 +206,27 @@ def _error_type(body: Any) -> str | None:
     return None
 
 
+def mark_cache(kwargs: dict[str, Any]) -> None:
+    """Put the prompt-cache breakpoints into a built request (the module docstring says where and why): the last
+    tool, the system prompt (made one text block), the last block of the message the previous request ended with
+    and the last block of the conversation; at most :data:`MAX_CACHE_BREAKPOINTS`, each on its own block."""
+    marked: list[dict[str, Any]] = []
+    tools = kwargs.get("tools") or []
+    if tools:
+        marked.append(tools[-1])
+    if kwargs.get("system"):
+        kwargs["system"] = [{"type": "text", "text": kwargs["system"]}]
+        marked.append(kwargs["system"][-1])
+    messages = kwargs["messages"]
+    answers = [i for i, m in enumerate(messages) if m["role"] == "assistant"]
+    if answers and answers[-1] > 0:  # the previous request's last message: the entry it wrote
+        marked.append(messages[answers[-1] - 1]["content"][-1])
+    if messages:
+        marked.append(messages[-1]["content"][-1])
+    for block in marked[-MAX_CACHE_BREAKPOINTS:]:
+        block["cache_control"] = dict(CACHE_CONTROL)
+
+
 def request_kwargs(cfg: ModelConfig, request: ModelRequest) -> dict[str, Any]:
     """The Messages API request for ``request`` (system apart, tools as ``input_schema``; no SDK needed)."""
     system, messages = to_messages(request.messages)
@@ -211,6 +248,8 @@ def request_kwargs(cfg: ModelConfig, request: ModelRequest) -> dict[str, Any]:
         kwargs["tools"] = tools
     if cfg.temperature is not None:
         kwargs["temperature"] = cfg.temperature
+    if cfg.prompt_cache is not False:
+        mark_cache(kwargs)
     return kwargs
 
 
@@ -330,6 +369,7 @@ class AnthropicAdapter(ModelAdapter):
                               + usage.get("cache_read_input_tokens", 0)) if "input_tokens" in usage else None,
                 output_tokens=usage.get("output_tokens"),
                 cached_input_tokens=usage.get("cache_read_input_tokens"),
+                cache_write_tokens=usage.get("cache_creation_input_tokens"),
             )
         if stop_reason == "max_tokens":
             raise ModelError(TurnErrorCode.ANSWER_TOO_LONG,

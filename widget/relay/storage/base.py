@@ -39,6 +39,8 @@ class UsageRow(TypedDict):
     output_tokens: int | None
     #: Input tokens read from the provider's prompt cache (part of ``input_tokens``).
     cached_input_tokens: int | None
+    #: Input tokens written to the provider's prompt cache (part of ``input_tokens``): in the turn log, not stored.
+    cache_write_tokens: int | None
     #: Output tokens spent on reasoning the reader never sees (part of ``output_tokens``).
     reasoning_tokens: int | None
 
