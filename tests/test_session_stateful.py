@@ -297,7 +297,7 @@ def test_the_session_keeps_its_promises_in_any_order(caplog: pytest.LogCaptureFi
     )
 
 
-# --- the two gaps the machine found (fixed in widget/core/session.py and calls.py) ------------------------------
+# --- the gaps the machine found (fixed in widget/core/session.py and calls.py) ----------------------------------
 def test_a_call_whose_live_copy_was_lost_runs_from_the_replay_ack() -> None:
     """A gap hid a ``run: true`` copy: the replay's copies say ``run: false``, its ack's ``pending_calls`` runs it."""
     m = SessionMachine()
@@ -321,3 +321,29 @@ def test_a_response_without_acknowledgement_goes_again_while_the_socket_stays_jo
     assert m.inflight == [] and m.s.outbox == ["call1"]
     m.time_passes(1.0)
     assert [s.payload["id"] for s in m.inflight] == ["call1"]
+
+
+def test_a_refused_replay_is_asked_for_again() -> None:
+    """A replay whose copies came but whose ack was lost, and whose second try the relay refused for now (rate
+    limited): the calls in the gap ran nowhere, since copies never say run. The session asks again after a while,
+    and that ack's ``pending_calls`` runs them (found by the machine, 2026-12-06)."""
+    m = SessionMachine()
+    m.relay_makes_a_call(live=False)
+    m.relay_makes_a_call(live=False)
+    m.deliver(*m.relay.copies_after(1)[0])  # call2's copy, past a gap: a replay goes out
+    [first] = m.inflight
+    m.inflight.remove(first)
+    m.answer(first, "ack_lost")  # its copies came (both calls' run: false), its ack did not
+    assert m.applied == 2 and m.runs == {}
+    [second] = m.inflight
+    m.inflight.remove(second)
+    m.answer(second, "internal")  # refused for now
+    assert m.inflight == [] and m.runs == {}
+    m.time_passes(1.0)
+    assert m.inflight == []  # not at once: the relay said to wait
+    m.time_passes(1.5)
+    [third] = m.inflight
+    assert third.event == P.Event.REPLAY
+    m.inflight.remove(third)
+    m.answer(third, "ok")
+    assert m.runs == {"call1": 1, "call2": 1}

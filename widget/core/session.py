@@ -68,6 +68,9 @@ RETRYABLE_REJOIN_ERRORS = frozenset(
     {P.ErrorCode.RATE_LIMITED, P.ErrorCode.INTERNAL, P.ErrorCode.BUSY, P.ErrorCode.UNAVAILABLE, "connection_failed"}
 )
 REJOIN_DELAYS_S: tuple[float, ...] = (1.0, 2.0, 4.0, 8.0, 15.0)
+#: A replay the relay refused (rate limited, a passing error) is asked for again after this long (or the relay's
+#: ``retry_after``, within reason): its events may have come, but the calls to run are in its ack.
+REPLAY_RETRY_S = 2.0
 #: A join token this young is used again for a rejoin without reading the conversation first: after a relay
 #: restart the stored results then go out before anything else reaches the relay (half the token's lifetime, so
 #: a clock or a slow join cannot make it expire on the way).
@@ -108,6 +111,8 @@ class ClientSession(CallsPart):
         self._running: set[str] = set()
         self._calls: dict[str, CallEntry] = {}
         self._replay_pending = False
+        #: When a refused replay is asked for again (None: none waiting).
+        self._replay_at: float | None = None
         self._resolutions: dict[int, str] = {}
         self._resolution_ids = itertools.count(1)
         self._keys = itertools.count(1)
@@ -154,6 +159,7 @@ class ClientSession(CallsPart):
         self.state.disconnected()
         self.active = False
         self._replay_pending = False
+        self._replay_at = None  # the rejoin's ack lists the calls to run
         self._rejoin_at = None  # the socket's return triggers the next rejoin
         if self.closing:
             return []
@@ -220,6 +226,7 @@ class ClientSession(CallsPart):
         self.rejoin_wanted = True
         self.joined = True
         self._rejoin_at = None
+        self._replay_at = None  # this ack lists the calls to run
         self._rejoin_attempts = 0
         # The role is known before the state change is announced, so views never see "connected, read-only".
         effects: list[Effect] = [
@@ -337,6 +344,13 @@ class ClientSession(CallsPart):
         """The relay acknowledged the ``Send`` with ``tag``."""
         if tag == "replay":
             self._replay_pending = False
+            refused = P.refusal_of(ack)
+            if refused is not None:
+                # Refused for now: asked again later, since the copies that came say no call's run (a relay that no
+                # longer knows the join is the rejoin's business).
+                if refused.code != P.ErrorCode.NOT_JOINED:
+                    self._replay_at = now + min(max(REPLAY_RETRY_S, refused.retry_after or 0.0), 60.0)
+                return []
             # A call whose live copy was lost in the gap: the replay's copies never say run, its ack lists the calls
             # dispatched to this socket (docs/protocol.md, replay); run-once skips those already run.
             return self._pending_calls(ack) if self.active and isinstance(ack, dict) else []
@@ -365,7 +379,7 @@ class ClientSession(CallsPart):
 
     def next_deadline(self) -> float | None:
         """When ``tick`` has work next, or None."""
-        times: list[float] = [self._rejoin_at] if self._rejoin_at is not None else []
+        times = [t for t in (self._rejoin_at, self._replay_at) if t is not None]
         if self.can_send():
             t = self.state.next_deadline()
             if t is not None:
@@ -383,6 +397,9 @@ class ClientSession(CallsPart):
         if self._rejoin_at is not None and now >= self._rejoin_at:
             self._rejoin_at = None
             effects.append(Rejoin())
+        if self._replay_at is not None and now >= self._replay_at and self.joined:
+            self._replay_at = None
+            effects += self._ask_replay()
         if self.can_send():
             effects += self._emit_patch(lambda: self.state.poll(now))[0]
         for call in list(self._calls.values()):
