@@ -3,9 +3,11 @@
 // shadow root. What the reader types is kept: Enter holds the message ("sends once connected"); when Python
 // mounts the bar, it takes the text, the caret, the focus and the held message over (takeComposer) in the same
 // task as it opens, so no frame shows neither. One dialog, one composer: this one is gone when the bar's is there.
-// The reader's intent (the pointer on the toggle, or the focus) makes the frame ahead of the click, laid out but
-// invisible (prepareComposer), so the click only shows it: on a slow CPU, making it and laying it out in the click's
-// own task held the focus back by up to ~200 ms (docs/performance.md, "The reader at the click").
+// The reader's intent (the pointer on the toggle, or the focus) makes the frame ahead of the click, not displayed
+// (prepareComposer), so the click only lays it out and shows it: on a slow CPU, making it in the click's own task
+// held the focus back (docs/performance.md, "The reader at the click"). Not laid out ahead: laid out on hover, a
+// reader who only hovered met main-thread waits on the host page (wall time, not CPU: likely the first font lookup),
+// over the input-delay goal in some cold visits (docs/performance.md, "The host page").
 
 import { L } from "./config.mjs";
 import { button, status } from "./toggle.mjs";
@@ -32,7 +34,7 @@ const CSS = ".early{position:fixed;right:var(--autopilot-offset-x,20px);bottom:v
   "font-size:var(--autopilot-font-size,14px);line-height:1.5;border:1px solid var(--autopilot-border,#e3e6ec);" +
   "border-radius:var(--autopilot-radius,18px);box-shadow:var(--autopilot-shadow,0 24px 60px -12px rgba(15,23,42,.35),0 2px 8px rgba(15,23,42,.08));overflow:hidden}" +
   ":host([data-position=bottom-left]) .early{right:auto;left:var(--autopilot-offset-x,20px)}" +
-  ".early[hidden]{display:none}.early[data-prepared]{visibility:hidden}.early *{box-sizing:border-box}" +
+  ".early[hidden]{display:none}.early[data-prepared]{display:none}.early *{box-sizing:border-box}" +
   ".early-head{display:flex;flex-direction:column;padding:12px 12px 12px 16px;border-bottom:1px solid var(--autopilot-border,#e3e6ec)}" +
   ".early-title{font-size:1.05em;font-weight:650;line-height:1.25}.early-state{font-size:.8em;color:var(--autopilot-muted,#5f6675)}" +
   ".early-body{flex:1;overflow:auto;padding:12px 16px}.early .status{position:static;width:auto;min-width:0;max-width:none;box-shadow:none;padding:0}" +
@@ -60,7 +62,7 @@ let held = false;
 let openedAt = 0;
 
 /**
- * The frame, made on first use; ``prepared``: laid out but invisible (not shown, not in the accessibility tree).
+ * The frame, made on first use; ``prepared``: not displayed yet (not laid out, not in the accessibility tree).
  * @param {boolean} prepared
  */
 function make(prepared) {
@@ -117,7 +119,7 @@ function hold() {
 /** Whether the frame is showing. */
 export const composerOpen = () => !!frame && !frame.hidden && !frame.hasAttribute("data-prepared");
 
-/** The reader's intent: make the frame now, invisible, so that a click only has to show it. */
+/** The reader's intent: make the frame now, not displayed, so that a click only has to show it. */
 export function prepareComposer() {
   if (!frame && state.phase !== "ready" && state.phase !== "destroyed") make(true);
 }
