@@ -49,6 +49,16 @@ def statements_of(path: Path) -> tuple[Statement, ...]:
     return statements(ast.parse(path.read_text(encoding="utf-8")))
 
 
+def absolute(st: Statement, package: str) -> str:
+    """The module a ``from ... import`` statement reads from, made absolute (``from ..x import y`` in
+    ``widget.a.b`` reads ``widget.x``)."""
+    if not st.level:
+        return st.module or ""
+    base = package.split(".")
+    base = base[: len(base) - st.level + 1]
+    return ".".join(base + ([st.module] if st.module else []))
+
+
 def imports_of(path: Path) -> set[str]:
     """Every ``widget...`` module a file imports, at any depth of its code."""
     mod = module_of(path)
@@ -58,12 +68,7 @@ def imports_of(path: Path) -> set[str]:
         if st.module is None:
             out.update(name for name in st.names if name.startswith("widget"))
             continue
-        if st.level:
-            base = package.split(".")
-            base = base[: len(base) - st.level + 1]
-            target = ".".join(base + ([st.module] if st.module else []))
-        else:
-            target = st.module
+        target = absolute(st, package)
         if target.startswith("widget"):
             out.add(target)
             out.update(f"{target}.{name}" for name in st.names)
@@ -163,12 +168,7 @@ def edges_of(source: str | tuple[Statement, ...], mod: str, is_package: bool, mo
         if st.module is None:
             out.update(name for name in st.names if name in modules)
             continue
-        if st.level:
-            base = package.split(".")
-            base = base[: len(base) - st.level + 1]
-            target = ".".join(base + ([st.module] if st.module else []))
-        else:
-            target = st.module
+        target = absolute(st, package)
         for name in st.names:
             if f"{target}.{name}" in modules:
                 out.add(f"{target}.{name}")
