@@ -89,11 +89,12 @@ class Usage:
     output_tokens: int | None = None
     #: Input tokens the provider read from its prompt cache (part of ``input_tokens``).
     cached_input_tokens: int | None = None
-    #: Input tokens the provider wrote to its prompt cache (part of ``input_tokens``; Anthropic bills them above the
-    #: base price). The turn log shows them; the ``usage`` table and ``stats`` count them in ``input_tokens`` only.
-    cache_write_tokens: int | None = None
     #: Output tokens spent on reasoning the reader never sees (part of ``output_tokens``).
     reasoning_tokens: int | None = None
+    #: Input tokens the provider wrote to its prompt cache (part of ``input_tokens``; Anthropic bills them above the
+    #: base price). The turn log shows them; the ``usage`` table and ``stats`` count them in ``input_tokens`` only.
+    #: (Last, so that the fields before it keep their positions.)
+    cache_write_tokens: int | None = None
 
 
 Chunk = TextDelta | ToolCall | Usage
