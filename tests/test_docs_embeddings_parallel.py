@@ -132,7 +132,9 @@ def test_the_lean_graph_comes_after_enough_windows(model_dir: Path) -> None:
     emb = Embedder(model_dir)
     first = emb.embed(["colours"] * (LEAN_AFTER_WINDOWS - 1))
     assert not emb.lean
-    vec = emb.embed(["colours"])
+    emb.embed(["colours"])  # a search's one text: past the count, and still the file's graph
+    assert not emb.lean
+    vec = emb.embed(["colours", "colours"])
     assert emb.lean and vec[0].tobytes() == first[0].tobytes()
 
 

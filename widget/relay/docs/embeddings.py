@@ -63,8 +63,8 @@ DIMS: Final = 384
 #: Windows one ``Embedder.embed`` call runs at once, each on one onnxruntime thread (``threads``; default 2).
 DEFAULT_THREADS: Final = 2
 #: Windows an ``Embedder`` embeds with the model file as it is before it loads the lean graph (``lean_graph``):
-#: that load takes about 0.65 s (``import onnx``) and pays from about 130 windows on, so a search or a small
-#: index run never waits for it.
+#: that load takes about 0.65 s (``import onnx``) and pays from about 130 windows on, so a small index run never
+#: waits for it; a search (one text a call) never switches.
 LEAN_AFTER_WINDOWS: Final = 128
 
 #: Texts per request to an embeddings endpoint, and characters of one text sent.
@@ -300,7 +300,9 @@ class Embedder:
         each vector is the same as embedded alone, whatever runs beside it."""
         out = np.zeros((len(texts), DIMS), dtype=np.float32)
         self._embedded += len(texts)
-        if self._embedded >= LEAN_AFTER_WINDOWS and not self._lean_tried:
+        # Only a call of many texts (an index run's batch) switches: a search embeds one text, and a reader's
+        # search must not be the one that waits for the switch.
+        if len(texts) > 1 and self._embedded >= LEAN_AFTER_WINDOWS and not self._lean_tried:
             self.go_lean()
         encodings = self.tokenizer.encode_batch(texts)
         turn = itertools.count()  # next() of a count is atomic (one C call under the GIL): each text once
