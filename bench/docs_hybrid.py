@@ -37,7 +37,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
-from docs_search import load_probes, make_site, vocabulary  # noqa: E402
+from docs_search import PROBES, hit5_as_written, load_probes, make_site, pooled_of, vocabulary  # noqa: E402
 from results import save  # noqa: E402
 
 from widget.relay.docs import open_docs_index  # noqa: E402
@@ -111,13 +111,15 @@ async def retrieval(idx: Any) -> dict[str, Any]:
     for name, search in sides.items():
         ranks: list[int | None] = []
         pages: list[bool] = []
+        ranked: list[tuple[str, list[str], list[str]]] = []
         for p in probes:
             urls = [h["url"] for h in await search(p["q"])]
+            ranked.append((p["q"], p["expect"], urls[:5]))
             ranks.append(next((i + 1 for i, u in enumerate(urls) if u in p["expect"]), None))
             first_pages = list(dict.fromkeys(u.split("#", 1)[0] for u in urls))[:5]
             pages.append(any(e.split("#", 1)[0] in first_pages for e in p["expect"]))
         ranks_by[name] = ranks
-        out[name] = figures(ranks, pages)
+        out[name] = {**figures(ranks, pages), "hit@5_as_written": hit5_as_written(ranked, pooled_of(PROBES))}
     out["answerable"] = len(probes)
     out["changed"] = [{"q": p["q"], "bm25": b, "hybrid": h}
                       for p, b, h in zip(probes, ranks_by["bm25"], ranks_by["hybrid"], strict=True) if b != h]

@@ -65,7 +65,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
 from docs_hybrid import figures, run_index, windows_of  # noqa: E402
-from docs_search import best_threshold  # noqa: E402
+from docs_search import best_threshold, hit5_as_written, pooled_of  # noqa: E402
 from results import save, stats  # noqa: E402
 
 from widget.relay.docs import open_docs_index  # noqa: E402
@@ -165,8 +165,10 @@ def section_words(db: Path, app: str) -> dict[str, float | int | None]:
         return stats(len(body.split()) for (body,) in rows)
 
 
-async def side(probes: list[Probe], search: Search, base_url: str) -> dict[str, Any]:
-    """One search side over the probes: the figures, the top scores (for the threshold) and the misses."""
+async def side(probes: list[Probe], search: Search, base_url: str, pooled: dict[str, set[str]]) -> dict[str, Any]:
+    """One search side over the probes: the figures (hit@5 also with the expected URLs as first written, without
+    the ``pooled`` ones), the top scores (for the threshold) and the misses."""
+    ranked: list[tuple[str, list[str], list[str]]] = []
     ranks: list[int | None] = []
     pages: list[bool] = []
     tops_answerable: list[float] = []
@@ -185,6 +187,7 @@ async def side(probes: list[Probe], search: Search, base_url: str) -> dict[str, 
         tops_answerable.append(top)
         per_term_answerable.append(per_term)
         urls = [str(h["url"]) for h in hits[:DEPTH]]
+        ranked.append((p.question, p.expect, urls[:5]))
         rank = next((i + 1 for i, u in enumerate(urls) if any(url_matches(u, e) for e in p.expect)), None)
         ranks.append(rank)
         first_pages = list(dict.fromkeys(u.split("#", 1)[0] for u in urls))[:5]
@@ -196,7 +199,7 @@ async def side(probes: list[Probe], search: Search, base_url: str) -> dict[str, 
     t, caught, lost = best_threshold(tops_answerable, tops_unanswerable)
     tn, caught_n, lost_n = best_threshold(per_term_answerable, per_term_unanswerable)
     return {
-        **figures(ranks, pages),
+        **figures(ranks, pages), "hit@5_as_written": hit5_as_written(ranked, pooled),
         "threshold": {"score": round(t, 4), "unanswerable_below": caught, "answerable_below": lost,
                       "unanswerable": len(tops_unanswerable), "answerable": len(tops_answerable)},
         "threshold_per_term": {"score": round(tn, 4), "unanswerable_below": caught_n, "answerable_below": lost_n},
@@ -207,7 +210,8 @@ async def side(probes: list[Probe], search: Search, base_url: str) -> dict[str, 
 def report(name: str, r: dict[str, Any]) -> None:
     """Print one side's figures, its thresholds and its misses."""
     th, tn = r["threshold"], r["threshold_per_term"]
-    print(f"{name:8} hit@1 {r['hit@1']:.3f}  hit@5 {r['hit@5']:.3f}  MRR@10 {r['mrr@10']:.3f}  "
+    print(f"{name:8} hit@1 {r['hit@1']:.3f}  hit@5 {r['hit@5']:.3f} (as written {r['hit@5_as_written']:.3f})  "
+          f"MRR@10 {r['mrr@10']:.3f}  "
           f"page@5 {r['page@5']:.3f}  | threshold {th['score']}: {th['unanswerable_below']}/{th['unanswerable']} "
           f"unanswerable under it, {th['answerable_below']}/{th['answerable']} answerable lost; per term "
           f"{tn['score']}: {tn['unanswerable_below']} / {tn['answerable_below']}", flush=True)
@@ -249,6 +253,7 @@ def model_folder(model: str | None) -> str | None:
 async def measure(name: str, c: Corpus, docs: Path, model: str | None, tmp: Path) -> dict[str, Any]:
     """Index one corpus (BM25, then with the model) and score its probes on each side."""
     probes = load_probes(c.probes)
+    pooled = pooled_of(c.probes)
     print(f"## {name}: {c.repo} {c.folder} at {c.commit[:12]}, {len(probes)} probes "
           f"({sum(p.expect == 'unanswerable' for p in probes)} unanswerable)"
           f"{', held out' if c.held_out else ', used to choose settings (not held out)'}", flush=True)
@@ -263,7 +268,7 @@ async def measure(name: str, c: Corpus, docs: Path, model: str | None, tmp: Path
     words_line(name, out["section_words"])
     bm25: Any = open_docs_index(None, str(bm25_db))
     try:
-        out["bm25"] = await side(probes, lambda q: bm25.search(APP, q, limit=DEPTH), c.base_url)
+        out["bm25"] = await side(probes, lambda q: bm25.search(APP, q, limit=DEPTH), c.base_url, pooled)
     finally:
         await bm25.close()
     if model:
@@ -274,8 +279,8 @@ async def measure(name: str, c: Corpus, docs: Path, model: str | None, tmp: Path
         index_line("hybrid", r)
         idx: Any = open_docs_index(None, str(hybrid_db), embeddings_model=model)
         try:
-            out["vectors"] = await side(probes, lambda q: idx.vector_search(APP, q, limit=DEPTH), c.base_url)
-            out["hybrid"] = await side(probes, lambda q: idx.search(APP, q, limit=DEPTH), c.base_url)
+            out["vectors"] = await side(probes, lambda q: idx.vector_search(APP, q, limit=DEPTH), c.base_url, pooled)
+            out["hybrid"] = await side(probes, lambda q: idx.search(APP, q, limit=DEPTH), c.base_url, pooled)
         finally:
             await idx.close()
     for label in ("bm25", "vectors", "hybrid"):
