@@ -2,7 +2,7 @@
 
 1. Indexing with the embedding model, as ``autopilot-relay index`` run as a subprocess with ``embeddings_model``
    set: sections/s, windows/s, peak RSS of that process, CPU seconds; on this project's docs (``docs/*.md`` as
-   the demo serves them: long sections, about three 150-word windows each) and on a synthetic built site of
+   the demo serves them: long sections, about five 80-word windows each) and on a synthetic built site of
    ``--pages`` pages whose sections are 60-140 words (one window each, like most documentation sites).
 2. Retrieval on the repo's probes (``bench/docs_probes.jsonl``): hit@1, hit@5, MRR@10 and page@5 for BM25
    alone, the vectors alone and hybrid (reciprocal rank fusion), and each probe that hybrid and BM25 rank

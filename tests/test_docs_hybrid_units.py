@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from widget.relay.docs import hybrid
 from widget.relay.docs.embeddings import MAX_WINDOWS_PER_SECTION, WINDOW_WORDS, windows
 from widget.relay.docs.hybrid import RRF_K, fuse
 from widget.relay.docs.search import DocHit
@@ -50,7 +51,7 @@ def test_fuse_weighs_each_list() -> None:
 def test_windows_cover_the_whole_section_within_bounds() -> None:
     words = [f"w{i}" for i in range(1000)]
     wins = windows("Page › Section", " ".join(words))
-    assert len(wins) == 7  # ceil(1000 / 150)
+    assert len(wins) == -(-1000 // WINDOW_WORDS)  # ceil(1000 / WINDOW_WORDS)
     assert all(w.startswith("Page › Section: ") for w in wins)
     body = [w.split(": ", 1)[1].split() for w in wins]
     assert [x for b in body for x in b] == words  # every word once, in order
@@ -73,3 +74,11 @@ def test_settings(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="embeddings_max_windows must be 1-10000000, got 0"):
         load_config(str(toml), env={})
     assert load_config(None, env={}).embeddings_model is None
+
+
+def test_vectors_of_another_window_size_are_not_reused(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The reuse key of a section's vectors names the window size: a run after a change of size embeds again."""
+    before = hybrid.text_hash("model-a", "Page › Section", "the text")
+    assert before == hybrid.text_hash("model-a", "Page › Section", "the text")
+    monkeypatch.setattr(hybrid, "WINDOW_WORDS", hybrid.WINDOW_WORDS + 1)
+    assert hybrid.text_hash("model-a", "Page › Section", "the text") != before

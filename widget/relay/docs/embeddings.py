@@ -52,12 +52,14 @@ from typing import Any, Final, Protocol
 import numpy as np
 import numpy.typing as npt
 
-#: Words per window of a section's text (about 200 tokens: within the model's 256).
-WINDOW_WORDS: Final = 150
+#: Words per window of a section's text (about 110 tokens with its headings line: within the model's 256). A
+#: shorter window says one thing, so a question about one row of a long table or one sentence of a long section
+#: finds it; the sizes tried and what they found are in docs/decisions.md.
+WINDOW_WORDS: Final = 80
 #: Tokens of one window or question the model reads (all-MiniLM-L6-v2 was trained on 256); the rest is cut.
 MAX_TOKENS: Final = 256
 #: Windows of one section that are embedded (about 4,800 words); a longer section's rest is searched by BM25.
-MAX_WINDOWS_PER_SECTION: Final = 32
+MAX_WINDOWS_PER_SECTION: Final = 60
 #: The model's output size.
 DIMS: Final = 384
 #: Windows one ``Embedder.embed`` call runs at once, each on one onnxruntime thread (``threads``; default 2).

@@ -3,7 +3,7 @@
 ``HybridDocsIndex`` wraps a BM25 engine (``SqliteDocsIndex`` or ``PgDocsIndex``) and keeps the same contracts
 (``DocsIndex`` for the turn loop, ``DocsWriter`` for index runs), so nothing that searches or indexes changes.
 A search asks BM25 for its best ``CANDIDATES`` sections and the vectors for theirs (a section scores by its best
-~150-word window, ``embeddings.windows``), and ranks the union by ``sum(weight / (RRF_K + rank))`` over the two
+~80-word window, ``embeddings.windows``), and ranks the union by ``sum(weight / (RRF_K + rank))`` over the two
 lists (rank from 1; ``BM25_WEIGHT`` and ``VECTOR_WEIGHT``): a section both find beats one only one of them finds at
 a similar rank, and neither side's score scale matters. A hit's ``score`` is that fused score (0.017-0.23;
 comparable within hybrid search only). The constants were chosen on two probe sets, this project's docs and an
@@ -30,7 +30,7 @@ from typing import Any, Final
 
 import numpy as np
 
-from .embeddings import EmbeddingsUnavailable, TextEmbedder, section_context, windows
+from .embeddings import WINDOW_WORDS, EmbeddingsUnavailable, TextEmbedder, section_context, windows
 from .indexer import DocsWriter, IndexJob, IndexRunError
 from .limits import MAX_QUERY_CHARS, MAX_SEARCH_LIMIT
 from .page import Page
@@ -226,9 +226,10 @@ class HybridDocsIndex:
 
 
 def text_hash(model_id: str, context: str, text: str) -> str:
-    """What a section's vectors were made from (the model, its headings line, its text)."""
+    """What a section's vectors were made from (the model, the window size, its headings line, its text): vectors
+    made with another window size are made again on the next run."""
     h = hashlib.sha256()
-    for part in (model_id, context, text):
+    for part in (model_id, f"w{WINDOW_WORDS}", context, text):
         h.update(part.encode("utf-8") + b"\0")
     return h.hexdigest()
 
