@@ -162,8 +162,9 @@ async def test_vectors_of_an_index_rebuilt_without_the_model_are_not_used(
 async def test_windows_held_in_memory_are_bounded(tmp_path: Path, model_dir: Path,
                                                   caplog: pytest.LogCaptureFixture) -> None:
     idx: Any = open_docs_index(None, str(tmp_path / "r.sqlite3"), embeddings_model=str(model_dir),
-                               embeddings_max_windows=4)
+                               embeddings_max_windows=4, embeddings_threads=1)
     try:
+        assert idx.embedder.threads == 1  # the embeddings_threads setting reaches the model
         await run_index(idx, "site", SITE)
         with caplog.at_level(logging.WARNING, logger="widget.relay.docs"):
             await idx.search("site", PARAPHRASE)

@@ -67,13 +67,17 @@ def test_settings(tmp_path: Path) -> None:
     from widget.relay.config import load_config
 
     cfg = load_config(None, env={"AUTOPILOT_EMBEDDINGS_MODEL": "/models/minilm",
-                                 "AUTOPILOT_EMBEDDINGS_MAX_WINDOWS": "5000"})
-    assert (cfg.embeddings_model, cfg.embeddings_max_windows) == ("/models/minilm", 5000)
+                                 "AUTOPILOT_EMBEDDINGS_MAX_WINDOWS": "5000", "AUTOPILOT_EMBEDDINGS_THREADS": "4"})
+    assert (cfg.embeddings_model, cfg.embeddings_max_windows, cfg.embeddings_threads) == ("/models/minilm", 5000, 4)
     toml = tmp_path / "relay.toml"
     toml.write_text('embeddings_model = "/m"\nembeddings_max_windows = 0\n')
     with pytest.raises(ConfigError, match="embeddings_max_windows must be 1-10000000, got 0"):
         load_config(str(toml), env={})
-    assert load_config(None, env={}).embeddings_model is None
+    toml.write_text('embeddings_model = "/m"\nembeddings_threads = 65\n')
+    with pytest.raises(ConfigError, match="embeddings_threads must be 1-64, got 65"):
+        load_config(str(toml), env={})
+    default = load_config(None, env={})
+    assert (default.embeddings_model, default.embeddings_threads) == (None, 2)
 
 
 def test_vectors_of_another_window_size_are_not_reused(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -208,6 +208,9 @@ class RelayConfig:
     embeddings_model: str | None = None
     #: Windows of one app's section vectors a relay holds in memory (1.5 KB each); past it, BM25 alone.
     embeddings_max_windows: int = 100_000
+    #: Windows the embedding model runs at once, each on one onnxruntime thread (an index run's speed; a search
+    #: embeds one question on one thread whatever this is). Not used by an ``endpoint:`` model.
+    embeddings_threads: int = 2
     relay_path: str = DEFAULT_RELAY_PATH
     apps: dict[str, AppConfig] = field(default_factory=dict)
     models: dict[str, ModelConfig] = field(default_factory=dict)
@@ -334,6 +337,8 @@ class RelayConfig:
             raise ConfigError("max_iterations must be >= 1")
         if not 1 <= cfg.embeddings_max_windows <= 10_000_000:
             raise ConfigError(f"embeddings_max_windows must be 1-10000000, got {cfg.embeddings_max_windows}")
+        if not 1 <= cfg.embeddings_threads <= 64:
+            raise ConfigError(f"embeddings_threads must be 1-64, got {cfg.embeddings_threads}")
         for name in ("turn_timeout_s", "model_stall_timeout_s", "max_answer_chars", "max_tool_calls_per_response"):
             if getattr(cfg, name) <= 0:
                 raise ConfigError(f"{name} must be > 0")
@@ -544,6 +549,7 @@ _TOP_KEYS = {
     "database_url": str,
     "embeddings_model": str,
     "embeddings_max_windows": int,
+    "embeddings_threads": int,
     "redis_url": str,
     "redis_channel": str,
     "retention_days": (int, float),
@@ -678,6 +684,7 @@ _ENV: dict[str, tuple[str, Callable[[str], Any]]] = {
     "AUTOPILOT_DATABASE_URL": ("database_url", str),
     "AUTOPILOT_EMBEDDINGS_MODEL": ("embeddings_model", str),
     "AUTOPILOT_EMBEDDINGS_MAX_WINDOWS": ("embeddings_max_windows", int),
+    "AUTOPILOT_EMBEDDINGS_THREADS": ("embeddings_threads", int),
     "AUTOPILOT_REDIS_URL": ("redis_url", str),
     "AUTOPILOT_REDIS_CHANNEL": ("redis_channel", str),
     "AUTOPILOT_RETENTION_DAYS": ("retention_days", float),

@@ -13,7 +13,8 @@ from .search import DocHit, DocsIndex
 
 
 def open_docs_index(database_url: str | None, db_path: str, *, embeddings_model: str | None = None,
-                    embeddings_max_windows: int | None = None, models: dict[str, Any] | None = None) -> DocsIndex:
+                    embeddings_max_windows: int | None = None, models: dict[str, Any] | None = None,
+                    embeddings_threads: int | None = None) -> DocsIndex:
     """The relay's docs index: PostgreSQL full-text search when ``database_url`` is set, else SQLite FTS5 in the
     relay's database file ``db_path``. Connects on first use; ``close()`` when done. With ``embeddings_model`` (a
     folder made by ``autopilot-relay embeddings fetch``, or ``endpoint:NAME`` for the OpenAI-compatible endpoint of
@@ -36,7 +37,8 @@ def open_docs_index(database_url: str | None, db_path: str, *, embeddings_model:
 
             warn_missing(exc)
             return engine
-        return open_hybrid(engine, database_url, db_path, embeddings_model, embeddings_max_windows, models)
+        return open_hybrid(engine, database_url, db_path, embeddings_model, embeddings_max_windows, models,
+                           threads=embeddings_threads)
     return engine
 
 

@@ -265,7 +265,8 @@ def run_command(args: argparse.Namespace, config: Any, fn: Any, what: str) -> in
     """Run ``fn`` (one of the commands) against the app's docs index; its exit code, errors said in one line."""
     async def go() -> int:
         index: Any = open_docs_index(config.database_url, config.db_path, embeddings_model=config.embeddings_model,
-                                     embeddings_max_windows=config.embeddings_max_windows, models=config.models)
+                                     embeddings_max_windows=config.embeddings_max_windows, models=config.models,
+                                     embeddings_threads=config.embeddings_threads)
         try:
             return int(await fn(args, index))
         finally:

@@ -301,11 +301,13 @@ class HybridJob:
 
 
 def open_hybrid(engine: Any, database_url: str | None, db_path: str, model: str,
-                max_windows: int | None = None, models: dict[str, Any] | None = None) -> DocsIndex:
+                max_windows: int | None = None, models: dict[str, Any] | None = None, *,
+                threads: int | None = None) -> DocsIndex:
     """``engine`` wrapped in hybrid search with the vectors in the engine's own database: from the model folder
-    ``model``, or from an OpenAI-compatible endpoint for ``endpoint:NAME`` (``models[NAME]``: base_url, model,
-    api_key); the engine alone, with a warning saying why, when the model cannot be loaded."""
-    from .embeddings import Embedder, EndpointEmbedder
+    ``model`` (``threads`` windows at once; ``embeddings.DEFAULT_THREADS`` unless given), or from an
+    OpenAI-compatible endpoint for ``endpoint:NAME`` (``models[NAME]``: base_url, model, api_key); the engine
+    alone, with a warning saying why, when the model cannot be loaded."""
+    from .embeddings import DEFAULT_THREADS, Embedder, EndpointEmbedder
     from .vectors import PgVectors, SqliteVectors
 
     embedder: TextEmbedder
@@ -318,7 +320,7 @@ def open_hybrid(engine: Any, database_url: str | None, db_path: str, model: str,
                                             "is BM25 alone")
             embedder = EndpointEmbedder(spec.base_url, spec.model, spec.api_key, timeout_s=spec.request_timeout_s)
         else:
-            embedder = Embedder(model)
+            embedder = Embedder(model, threads=threads or DEFAULT_THREADS)
     except EmbeddingsUnavailable as exc:
         log.warning("%s", exc)
         plain: DocsIndex = engine

@@ -95,7 +95,8 @@ class Hub:
         #: the site documentation's index (``search_docs``), in the relay's store (connects on first use)
         self.docs: DocsIndex | None = open_docs_index(
             config.database_url, config.db_path, embeddings_model=config.embeddings_model,
-            embeddings_max_windows=config.embeddings_max_windows, models=config.models)
+            embeddings_max_windows=config.embeddings_max_windows, models=config.models,
+            embeddings_threads=config.embeddings_threads)
         #: OpenTelemetry spans of turns and calls, made from the stored events (None: off)
         self.tracing: Tracing | None = make_tracing(config)
         self.redis: Any = None
