@@ -37,7 +37,15 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
-from docs_search import PROBES, hit5_as_written, load_probes, make_site, pooled_of, vocabulary  # noqa: E402
+from docs_search import (  # noqa: E402
+    PROBES,
+    best_threshold,
+    hit5_as_written,
+    load_probes,
+    make_site,
+    pooled_of,
+    vocabulary,
+)
 from results import save  # noqa: E402
 
 from widget.relay.docs import open_docs_index  # noqa: E402
@@ -102,6 +110,9 @@ def figures(ranks: list[int | None], pages: list[bool]) -> dict[str, float]:
 
 
 async def retrieval(idx: Any) -> dict[str, Any]:
+    """Each side's figures on the answerable probes, and the score threshold that best separates the unanswerable
+    ones (a question whose best section scores under it: "not in the docs"; ``best_threshold``)."""
+    unanswerable = [p["q"] for p in load_probes() if p["expect"] == "unanswerable"]
     probes = [p for p in load_probes() if p["expect"] != "unanswerable"]
     sides = {"bm25": lambda q: idx.engine.search("docs", q, limit=10),
              "vectors": lambda q: idx.vector_search("docs", q, limit=10),
@@ -112,14 +123,21 @@ async def retrieval(idx: Any) -> dict[str, Any]:
         ranks: list[int | None] = []
         pages: list[bool] = []
         ranked: list[tuple[str, list[str], list[str]]] = []
+        tops: list[float] = []
         for p in probes:
-            urls = [h["url"] for h in await search(p["q"])]
+            hits = await search(p["q"])
+            tops.append(float(hits[0]["score"]) if hits else 0.0)
+            urls = [h["url"] for h in hits]
             ranked.append((p["q"], p["expect"], urls[:5]))
             ranks.append(next((i + 1 for i, u in enumerate(urls) if u in p["expect"]), None))
             first_pages = list(dict.fromkeys(u.split("#", 1)[0] for u in urls))[:5]
             pages.append(any(e.split("#", 1)[0] in first_pages for e in p["expect"]))
         ranks_by[name] = ranks
-        out[name] = {**figures(ranks, pages), "hit@5_as_written": hit5_as_written(ranked, pooled_of(PROBES))}
+        tops_un = [float(hits[0]["score"]) if (hits := await search(q)) else 0.0 for q in unanswerable]
+        t, caught, lost = best_threshold(tops, tops_un)
+        out[name] = {**figures(ranks, pages), "hit@5_as_written": hit5_as_written(ranked, pooled_of(PROBES)),
+                     "threshold": {"score": round(t, 4), "unanswerable_below": caught, "unanswerable": len(tops_un),
+                                   "answerable_below": lost}}
     out["answerable"] = len(probes)
     out["changed"] = [{"q": p["q"], "bm25": b, "hybrid": h}
                       for p, b, h in zip(probes, ranks_by["bm25"], ranks_by["hybrid"], strict=True) if b != h]
