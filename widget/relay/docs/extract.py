@@ -1,16 +1,23 @@
 """Built HTML → a page's sections (lxml).
 
-The main content is the first of: the app's selector (``--selector``, CSS), ``[role=main]`` (Sphinx's
-``div.body``, Furo's and Read the Docs' article), an ``article`` inside ``main`` (MkDocs Material, Docusaurus),
-the first ``article``, ``main`` (VitePress). A page with none of them is indexed from its ``body`` less its
-``header``, ``nav``, ``footer`` and ``aside`` (a hand-written page), and skipped when nothing is left. Inside the
-main content, navigation, search boxes, scripts, forms and buttons, hidden elements, the generators' heading
-permalinks ("¶", ``#``) and their "edit this page", "last update", breadcrumbs and previous/next parts are
-dropped. A page marked ``noindex`` or that only redirects is skipped. A template fragment is not a page
-(``NotAPage``): a file with no ``<!doctype>``, ``<html>``, ``<head>`` or ``<body>`` that has template tags
-(``{% … %}``, ``{{ … }}``: Jinja, Liquid, Nunjucks, Go templates) in its text or attributes outside ``<pre>`` and
-``<code>`` — a theme override such as MkDocs' ``overrides/partials/nav.html`` kept beside the Markdown sources. A
-built page documenting templates shows its tags inside code, and has a ``<body>``.
+The main content is the first of these that has text: the app's selector (``--selector``, CSS), ``[role=main]``
+(Sphinx's ``div.body``, Furo's and Read the Docs' article), an ``article`` inside ``main`` (MkDocs Material,
+Docusaurus' docs and blog posts), VitePress' home and page layouts (``.VPHome``, ``.VPPage``: no ``main``, and
+the home's feature cards are ``article`` elements), the first ``article``, ``main`` (VitePress' docs, Docusaurus'
+category index and Markdown pages). A page with none of them is indexed from its ``body`` less its ``header``,
+``nav``, ``footer`` and ``aside`` (a hand-written page), and skipped when nothing is left. Inside the main
+content, navigation, search boxes, scripts, forms and buttons, hidden elements, the generators' heading permalinks
+("¶", ``#``, VitePress' and Docusaurus' zero-width space) and their "edit this page", "last update", breadcrumbs,
+previous/next parts, Docusaurus' cards linking to other pages and VitePress' code language label are dropped.
+A page marked ``noindex`` or that only redirects is skipped, and so is a Docusaurus page that lists other pages
+(blog list, tag and author pages, told by the ``<html>`` classes it gives them). These landmarks and parts were
+checked on real builds: MkDocs Material, Sphinx (Alabaster, Furo, Read the Docs), VitePress 1.6 and Docusaurus
+3.10 (``bench/docs_generators.py``, ``tests/test_docs_builds.py``, ``tests/test_docs_generators.py``).
+A template fragment is not a page (``NotAPage``): a file with no ``<!doctype>``, ``<html>``, ``<head>`` or
+``<body>`` that has template tags (``{% … %}``, ``{{ … }}``: Jinja, Liquid, Nunjucks, Go templates) in its text
+or attributes outside ``<pre>`` and ``<code>`` — a theme override such as MkDocs' ``overrides/partials/nav.html``
+kept beside the Markdown sources. A built page documenting templates shows its tags inside code, and has a
+``<body>``.
 
 A heading's anchor is its own ``id``; else the id of an element inside it (``<a id>``/``<a name>``), or of an
 empty ``<a id>`` right before it; else the id of the nearest enclosing element that it opens (Sphinx puts ids on
@@ -58,10 +65,14 @@ _ALWAYS_DROP = etree.XPath(
         # Sphinx themes: sidebars, top/bottom link bars, Furo's edit/view icons, Read the Docs' footer buttons
         "sphinxsidebar", "related", "edit-this-page", "view-this-page", "content-icon-container", "toc-drawer",
         "back-to-top", "related-pages", "rst-footer-buttons", "wy-breadcrumbs", "breadcrumbs", "toctree-wrapper",
-        # Docusaurus and VitePress: breadcrumbs, edit links, previous/next, tables of contents
+        # Docusaurus and VitePress: breadcrumbs, edit links, previous/next, tables of contents, Docusaurus'
+        # cards linking to other pages (a category's index, <DocCardList/>)
         "theme-doc-breadcrumbs", "theme-edit-this-page", "theme-doc-footer", "theme-doc-toc-mobile",
         "pagination-nav", "edit-link", "VPDocFooter", "prev-next", "table-of-contents", "toc",
+        "theme-doc-card-container",
     ) + "]"
+    # VitePress' code block language label ("bash" above the code)
+    "| //div[starts-with(@class, 'language-')]/span[@class='lang']"
 )
 #: Dropped inside the main content too (an article's footer is its edit link, dates and tags).
 _MAIN_DROP = etree.XPath("//footer")
@@ -70,9 +81,15 @@ _BODY_DROP = etree.XPath("//header | //footer | //aside | //*[@role='banner' or 
 _LANDMARKS = [
     etree.XPath("(//*[@role='main'])[1]"),
     etree.XPath("(//main//article)[1]"),
+    # VitePress' home and page layouts have no <main> (the home's feature cards are <article>s)
+    etree.XPath("(//*[" + _has_class("VPHome", "VPPage") + "])[1]"),
     etree.XPath("(//article)[1]"),
     etree.XPath("(//main)[1]"),
 ]
+#: Docusaurus' pages that list other pages (blog lists, tags, authors): each listed page is indexed itself.
+_LIST_PAGE = etree.XPath("/html[" + _has_class(
+    "blog-list-page", "blog-tags-list-page", "blog-tags-post-list-page", "blog-authors-list-page",
+    "blog-authors-posts-page", "docs-tags-list-page", "docs-tags-doc-list-page") + "]")
 _BODY = etree.XPath("(//body)[1]")
 _TITLE = etree.XPath("string((//title)[1])")
 _NOINDEX = etree.XPath("//meta[translate(@name, 'ROBTS', 'robts')='robots']/@content")
@@ -184,7 +201,7 @@ def _main(doc: Any, selector: Selector | None) -> Any:
             return found[0]
     for landmark in _LANDMARKS:
         found = landmark(doc)
-        if found:
+        if found and any(t.strip() for t in found[0].itertext()):  # an emptied one (cards dropped) is not it
             return found[0]
     body = _BODY(doc)
     if not body:
@@ -231,6 +248,8 @@ def extract_html(data: bytes, url: str, *, selector: Selector | None = None) -> 
     robots = " ".join(_NOINDEX(doc)).lower()
     if "noindex" in robots:
         raise PageSkipped("marked noindex")
+    if _LIST_PAGE(doc):
+        raise PageSkipped("a Docusaurus page listing other pages (blog list, tag or author page)")
     head_title = one_line(str(_TITLE(doc)))
     if _REFRESH(doc) and not one_line(" ".join(_BODY(doc)[0].itertext()) if _BODY(doc) else ""):
         raise PageSkipped("a redirect")
