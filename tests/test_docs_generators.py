@@ -1,11 +1,15 @@
 """The docs index on real VitePress 1.6 and Docusaurus 3.10 builds: pages they built (tests/fixtures/docs_generators,
 made by bench/docs_generators.py; no npm here) indexed as a source folder. Sections and their headings, every
 anchor an id the built page has, headings without the permalink glyphs, and no navigation, sidebar, outline, edit
-link, pagination, breadcrumb, footer or search text in the index (each checked present in the build first)."""
+link, pagination, breadcrumb, footer or search text in the index (each checked present in the build first).
+Their Markdown sources are refused with the fix (index the built site): their URLs and anchors are not MkDocs'."""
 
 from __future__ import annotations
 
 import html
+import os
+import subprocess
+import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -17,11 +21,12 @@ import pytest_asyncio
 from widget.relay.docs import open_docs_index
 from widget.relay.docs.indexer import extract, run_index
 from widget.relay.docs.page import Page, PageSkipped
-from widget.relay.docs.walk import Source, SourceFile, collect
+from widget.relay.docs.walk import ForeignMarkdown, Source, SourceFile, collect
 
 pytestmark = pytest.mark.relay
 
-FIXTURES = Path(__file__).resolve().parent / "fixtures" / "docs_generators"
+REPO = Path(__file__).resolve().parent.parent
+FIXTURES = REPO / "tests" / "fixtures" / "docs_generators"
 #: The chrome each site was built with (bench/docs_generators.py's configs).
 CHROME = {
     "vitepress": ["Zebra Handbook", "Quokka Guides", "Edit this page", "Last updated", "Previous page", "Next page",
@@ -145,3 +150,75 @@ async def test_headings_are_clean_and_chrome_is_not_indexed(
         assert chrome in built, chrome  # the build has it ...
         assert chrome not in text, chrome  # ... the index does not
     assert await index.search("acme", "zebra quokka wombat") == []
+
+
+# -- their Markdown sources ------------------------------------------------------------------------------------
+
+PAGE = "# Deployment\n\n## 2 relays behind one proxy\n\nSticky sessions.\n"
+
+
+def markdown_folder(root: Path) -> Path:
+    docs = root / "docs"
+    (docs / "guide").mkdir(parents=True)
+    (docs / "guide" / "deploy.md").write_text(PAGE)
+    return docs
+
+
+@pytest.mark.parametrize("marker", ["docusaurus.config.ts", "website/docusaurus.config.js", "docs/.vitepress",
+                                    ".vitepress", "docs/guide/intro.mdx"])
+def test_markdown_of_docusaurus_or_vitepress_is_refused_with_the_fix(tmp_path: Path, marker: str) -> None:
+    root = tmp_path / "website" if marker.startswith("website/") else tmp_path
+    docs = markdown_folder(root)
+    where = tmp_path / marker
+    if marker.endswith(".vitepress"):
+        where.mkdir()
+    else:
+        where.write_text("export default {}\n")
+    with pytest.raises(ForeignMarkdown) as err:
+        collect([Source(docs, "/")], max_pages=100)
+    message = str(err.value)
+    if "docusaurus" in marker:
+        assert f"a Docusaurus site ({where})" in message and f"index {where.parent / 'build'} " in message
+    elif "vitepress" in marker:
+        assert f"a VitePress site ({where})" in message and f"index {where / 'dist'} (its outDir)" in message
+    else:
+        assert "1 .mdx files" in message and "Index the built site instead" in message
+    assert "--markdown-anyway" in message
+    # One page given alone is refused too; --markdown-anyway indexes them as MkDocs' all the same.
+    if not marker.endswith(".mdx"):
+        with pytest.raises(ForeignMarkdown):
+            collect([Source(docs / "guide" / "deploy.md", "/")], max_pages=100)
+    files, _ = collect([Source(docs, "/")], max_pages=100, markdown_anyway=True)
+    assert [f.url for f in files] == ["/guide/deploy/"]
+
+
+def test_other_folders_are_not_refused(tmp_path: Path) -> None:
+    # Markdown with no sign of either generator (MkDocs), and the built site inside a Docusaurus project.
+    docs = markdown_folder(tmp_path / "mkdocs")
+    assert len(collect([Source(docs, "/")], max_pages=100)[0]) == 1
+    project = tmp_path / "site"
+    markdown_folder(project)
+    (project / "docusaurus.config.js").write_text("module.exports = {}\n")
+    (project / "build").mkdir()
+    (project / "build" / "index.html").write_text("<!doctype html><title>x</title><main>Hello</main>")
+    assert len(collect([Source(project / "build", "/")], max_pages=100)[0]) == 1
+    # An .mdx file left out by --exclude does not count.
+    (docs / "draft.mdx").write_text("# Draft\n")
+    assert len(collect([Source(docs, "/")], max_pages=100, excludes=("*.mdx",))[0]) == 1
+
+
+def test_the_index_command_says_so_and_changes_nothing(tmp_path: Path) -> None:
+    docs = markdown_folder(tmp_path)
+    (docs / ".vitepress").mkdir()
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    env.pop("AUTOPILOT_CONFIG", None)
+    cmd = [sys.executable, "-m", "widget.relay", "index", "--app", "acme", f"{docs}=/", "--db",
+           str(tmp_path / "relay.sqlite3")]
+    out = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=120, cwd=tmp_path)
+    assert out.returncode == 1 and out.stdout == ""
+    assert f"{docs}: Markdown sources of a VitePress site" in out.stderr
+    assert f"index {docs / '.vitepress' / 'dist'} (its outDir)" in out.stderr
+    out = subprocess.run([*cmd, "--markdown-anyway"], capture_output=True, text=True, env=env, timeout=120,
+                         cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    assert '"pages": 1' in out.stdout

@@ -68,7 +68,11 @@ def index_parser() -> argparse.ArgumentParser:
                    help="Markdown sources' URLs: guide/x.md as guide/x/ (directory, MkDocs' default) or "
                         "guide/x.html (html)")
     p.add_argument("--selector", help="CSS selector of the pages' main content (default: the generators' "
-                                      "landmarks: [role=main], main article, article, main)")
+                                      "landmarks: [role=main], main article, VitePress' home and page layouts, "
+                                      "article, main)")
+    p.add_argument("--markdown-anyway", action="store_true",
+                   help="index Markdown sources of a Docusaurus or VitePress site (an error otherwise: their URLs "
+                        "and anchors are not MkDocs'; index the built site instead) with MkDocs' URLs and anchors")
     p.add_argument("--exclude", action="append", default=None, metavar="GLOB",
                    help="leave out files or folders matching GLOB, relative to their PATH, or a site's pages by their "
                         "path under its start URL (repeatable)")
@@ -209,7 +213,8 @@ async def _index(args: argparse.Namespace, writer: DocsWriter) -> int:
         warn(line)
 
     progress = Progress(sys.stderr, f"indexing {args.app}")
-    files, walk_warnings = collect(sources, max_pages=opts.max_pages, excludes=opts.excludes)
+    files, walk_warnings = collect(sources, max_pages=opts.max_pages, excludes=opts.excludes,
+                                   markdown_anyway=args.markdown_anyway)
     for line in walk_warnings:
         warn(line)
     settings: dict[str, Any] = {

@@ -13,6 +13,13 @@ and the generators' own search, index and 404 pages are not pages; ``exclude`` g
 relative to the source) leave out more. A symlinked folder is followed only when it resolves inside the source
 folder and was not walked already (so a loop ends); a symlinked file is read wherever it points. More than
 ``max_pages`` pages is an error before anything is indexed; folders deeper than ``MAX_DEPTH`` are not walked.
+
+Markdown sources are read as MkDocs reads them (URLs above, anchors in ``markdown_source``). Docusaurus and
+VitePress make other URLs and anchors from the same files (github-slugger or VitePress' own slugify, ``slug:``
+and ``id:`` front matter, numeric prefixes dropped, ``.mdx`` pages), so a source folder with Markdown (or
+``.mdx``) files that is evidently theirs is an error naming the fix, index the built site: a
+``docusaurus.config.{js,ts,mjs,cjs,mts,cts}`` or a ``.vitepress/`` folder at or above the folder, or ``.mdx``
+files in it (``ForeignMarkdown``; ``markdown_anyway`` indexes them as MkDocs' all the same).
 """
 
 from __future__ import annotations
@@ -43,6 +50,14 @@ DEFAULT_EXCLUDES: tuple[str, ...] = ("404.html", "search.html", "genindex.html",
 
 class WalkError(Exception):
     """A source cannot be indexed as asked (missing folder, too many pages); the message says what to change."""
+
+
+class ForeignMarkdown(WalkError):
+    """Markdown sources of a Docusaurus or VitePress site: their URLs and anchors would be wrong (see above)."""
+
+
+#: The config files that make a folder a Docusaurus project.
+DOCUSAURUS_CONFIGS = tuple(f"docusaurus.config.{ext}" for ext in ("js", "ts", "mjs", "cjs", "mts", "cts"))
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,9 +112,10 @@ def page_url(rel: str, kind: Kind, base_url: str, url_style: UrlStyle = "directo
     return base_url + path + (tail if path else "")
 
 
-def collect(sources: list[Source], *, max_pages: int,
-            excludes: tuple[str, ...] = ()) -> tuple[list[SourceFile], list[str]]:
-    """Every page of the sources in a stable order, and warning lines (``WalkError`` when a bound is passed)."""
+def collect(sources: list[Source], *, max_pages: int, excludes: tuple[str, ...] = (),
+            markdown_anyway: bool = False) -> tuple[list[SourceFile], list[str]]:
+    """Every page of the sources in a stable order, and warning lines (``WalkError`` when a bound is passed,
+    ``ForeignMarkdown`` for a Docusaurus or VitePress site's Markdown unless ``markdown_anyway``)."""
     pages: list[SourceFile] = []
     warnings: list[str] = []
     excluded = exclusion(DEFAULT_EXCLUDES + tuple(excludes))
@@ -116,9 +132,13 @@ def collect(sources: list[Source], *, max_pages: int,
             if kind is None:
                 raise WalkError(f"{root}: not a page (.html, .htm, .md or .markdown)")
             url = page_url(root.name, kind, source.base_url, source.url_style)
+            if kind == "markdown" and not markdown_anyway:
+                _refuse_foreign_markdown(root, root.parent, 0)
             pages.append(SourceFile(root, root.name, kind, url))
             continue
         real_root = root.resolve()
+        first_page = len(pages)
+        mdx = 0
         seen_dirs = {_dir_id(real_root)}
         stack: list[tuple[Path, str, int]] = [(root, "", 0)]
         while stack:
@@ -143,7 +163,10 @@ def collect(sources: list[Source], *, max_pages: int,
                     if name not in SKIP_DIRS and not excluded(rel + "/"):
                         folders.append((entry, rel))
                     continue
-                kind = PAGE_KINDS.get(os.path.splitext(name)[1].lower())
+                suffix = os.path.splitext(name)[1].lower()
+                kind = PAGE_KINDS.get(suffix)
+                if kind is None and suffix == ".mdx" and not excluded(rel):
+                    mdx += 1  # not read, but it tells whose sources these are
                 if kind is None or excluded(rel):
                     continue
                 if len(pages) + len(files) >= max_pages:
@@ -168,7 +191,37 @@ def collect(sources: list[Source], *, max_pages: int,
             for entry, rel in sorted(keep.values(), key=lambda f: f[1], reverse=True):
                 stack.append((Path(entry.path), rel + "/", depth + 1))
             pages.extend(files)
+        if not markdown_anyway and (mdx or any(p.kind == "markdown" for p in pages[first_page:])):
+            _refuse_foreign_markdown(root, root, mdx)
     return pages, warnings
+
+
+def _refuse_foreign_markdown(source: Path, folder: Path, mdx: int) -> None:
+    """``ForeignMarkdown`` when the Markdown at ``source`` is a Docusaurus or VitePress site's (see the module's
+    docstring); ``folder`` is where to start looking for their config, upwards; ``mdx``: .mdx files found."""
+    anyway = "; or pass --markdown-anyway to index these sources with MkDocs' URLs and anchors all the same"
+    for where in (folder.absolute(), *folder.absolute().parents):
+        config = next((where / name for name in DOCUSAURUS_CONFIGS if (where / name).is_file()), None)
+        if config is not None:
+            raise ForeignMarkdown(
+                f"{source}: Markdown sources of a Docusaurus site ({config}). Docusaurus makes its own page URLs "
+                "(slug: and id: front matter, numeric prefixes dropped, .mdx pages) and heading anchors "
+                "(github-slugger), which this index cannot compute from the Markdown: answers would link to pages "
+                f"and anchors that do not exist. Index the built site instead: build it (npm run build in {where}) "
+                f"and index {where / 'build'} with the URL it is served under ({where / 'build'}=https://docs."
+                "example.com/)" + anyway)
+        if (where / ".vitepress").is_dir():
+            raise ForeignMarkdown(
+                f"{source}: Markdown sources of a VitePress site ({where / '.vitepress'}). VitePress makes its own "
+                "heading anchors (its slugify) and page URLs (.html, or none with cleanUrls), which this index "
+                "cannot compute from the Markdown: answers would link to anchors that do not exist. Index the built "
+                f"site instead: build it (npx vitepress build {where}) and index {where / '.vitepress' / 'dist'} "
+                "(its outDir) with the URL it is served under" + anyway)
+    if mdx:
+        raise ForeignMarkdown(
+            f"{source}: {mdx} .mdx files (MDX: Docusaurus and other React sites), which this index does not read, "
+            "and whose site makes its own page URLs and anchors. Index the built site instead (its build output "
+            "folder, with the URL it is served under)" + anyway)
 
 
 def _dir_id(path: Path) -> tuple[int, int]:
