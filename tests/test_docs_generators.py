@@ -222,3 +222,18 @@ def test_the_index_command_says_so_and_changes_nothing(tmp_path: Path) -> None:
                          cwd=tmp_path)
     assert out.returncode == 0, out.stderr
     assert '"pages": 1' in out.stdout
+
+
+async def test_the_demo_docs_site_renders_its_own_pages_so_takes_any_folder(tmp_path: Path) -> None:
+    from widget.relay.http.docs_site import DemoDocs
+
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    (docs / "deploy.md").write_text(PAGE)
+    (docs / ".vitepress").mkdir()
+    index: Any = open_docs_index(None, str(tmp_path / "relay.sqlite3"))
+    try:
+        summary = await DemoDocs(docs, "http://127.0.0.1:1/docs/").index(index)
+        assert summary is not None and summary["pages"] == 1
+    finally:
+        await index.close()

@@ -127,7 +127,9 @@ class DemoDocs:
             log.warning("--demo-docs: the relay's docs index cannot be written; the demo answers without docs")
             return None
         top = {p.name for p in self.pages()}
-        files, warnings = collect([Source(self.folder, self.base_url, "html")], max_pages=MAX_PAGES)
+        # The relay renders these pages itself with these anchors: a VitePress or Docusaurus folder is fine here.
+        files, warnings = collect([Source(self.folder, self.base_url, "html")], max_pages=MAX_PAGES,
+                                  markdown_anyway=True)
         files = [f for f in files if f.rel in top]
         for line in warnings:
             log.warning("--demo-docs: %s", line)
