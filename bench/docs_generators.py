@@ -45,11 +45,11 @@ VERSIONS = {
 }
 #: The pages each build has (relative to its docs folder) and that the fixtures keep.
 FIXTURES = {
-    # the home layout (hero, feature cards, Markdown below), a page layout, and two docs
-    "vitepress": ["index.html", "about.html", "guide/theming.html", "guide/advanced/api.html"],
-    # two docs, a category's generated index (cards) and a tags list (skipped)
-    "docusaurus": ["guide/theming/index.html", "guide/advanced/api/index.html", "category/quokka-guides/index.html",
-                   "blog/tags/index.html"],
+    # the home layout (hero, feature cards, Markdown below), a page layout, and three docs (one with tabs)
+    "vitepress": ["index.html", "about.html", "guide/theming.html", "guide/deploy.html", "guide/advanced/api.html"],
+    # three docs (one with tabs), a category's generated index (cards) and a tags list (skipped)
+    "docusaurus": ["guide/theming/index.html", "guide/deploy/index.html", "guide/advanced/api/index.html",
+                   "category/quokka-guides/index.html", "blog/tags/index.html"],
 }
 #: Text of the sites' chrome (set in the configs below) that must not reach the index.
 CHROME = {
@@ -60,6 +60,13 @@ CHROME = {
                    "Copyright Wombat", "On this page", "Skip to main content", "Home page", "Wombat Links"],
 }
 
+#: Tabs of code, the generator's own way (Docusaurus renders the panels not shown with ``hidden``).
+TABS = {"vitepress": "::: code-group\n\n```nginx [Nginx]\nproxy_set_header Upgrade $http_upgrade;\n```\n\n"
+                     "```text [Caddy]\nreverse_proxy localhost:8000\n```\n\n:::\n",
+        "docusaurus": "import Tabs from '@theme/Tabs';\nimport TabItem from '@theme/TabItem';\n\n<Tabs>\n"
+                      "<TabItem value=\"nginx\" label=\"Nginx\">\n\n```nginx\nproxy_set_header Upgrade $http_upgrade;"
+                      "\n```\n\n</TabItem>\n<TabItem value=\"caddy\" label=\"Caddy\">\n\n```text\n"
+                      "reverse_proxy localhost:8000\n```\n\n</TabItem>\n</Tabs>\n"}
 TIP = {"vitepress": "::: tip Good to know\nThe bar keeps its colours in {where}.\n:::\n",
        "docusaurus": ":::tip[Good to know]\n\nThe bar keeps its colours in {where}.\n\n:::\n"}
 
@@ -85,7 +92,8 @@ def pages(kind: str) -> dict[str, str]:
                             "| Property | Default |\n| --- | --- |\n| `--accent` | `#3355ff` |\n"
                             "| `--radius` | `8px` |\n",
         "guide/deploy.md": "# Deployment\n\nRun it behind a proxy.\n\n## Reverse proxy\n\nNginx forwards websockets."
-                           "\n\n## 2 relays behind one proxy\n\nSticky sessions keep a conversation on one relay.\n",
+                           "\n\n" + TABS[kind] + "\n## 2 relays behind one proxy\n\nSticky sessions keep a "
+                           "conversation on one relay.\n",
         "guide/advanced/api.md": "# Client API\n\nThe page talks to the bar.\n\n"
                                  "## The `register()` call: options & limits (café, naïve)\n\n"
                                  "Register a function the model may call.\n\n### Example\n\nA first example.\n\n"

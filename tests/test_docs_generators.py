@@ -44,7 +44,7 @@ async def indexed(request: Any, tmp_path: Path) -> AsyncIterator[tuple[str, Any,
                                                                          list[str]]]:
     kind = request.param
     files, walk_warnings = collect([Source(FIXTURES / kind, "/")], max_pages=100)
-    assert walk_warnings == [] and len(files) == 4
+    assert walk_warnings == [] and len(files) == 5
     index: Any = open_docs_index(None, str(tmp_path / "relay.sqlite3"))
     warnings: list[str] = []
     summary = await run_index(index, "acme", files, warn=warnings.append)
@@ -69,7 +69,8 @@ async def test_sections_anchors_and_urls(indexed: tuple[str, Any, list[tuple[Sou
     table = "Property Default\n--accent #3355ff\n--radius 8px"
     if kind == "vitepress":
         assert warnings == []
-        assert sorted(by_url) == ["/", "/about.html", "/guide/advanced/api.html", "/guide/theming.html"]
+        assert sorted(by_url) == ["/", "/about.html", "/guide/advanced/api.html", "/guide/deploy.html",
+                                  "/guide/theming.html"]
         assert outline(by_url["/guide/theming.html"]) == [
             ("/guide/theming.html#theming", ["Theming"], "The bar has a theme."),
             ("/guide/theming.html#colours", ["Theming", "Colours"],
@@ -102,10 +103,16 @@ async def test_sections_anchors_and_urls(indexed: tuple[str, Any, list[tuple[Sou
             ("/about.html#contact", ["About Acme", "Contact"], "Write to the maintainers."),
         ]
         theming = "/guide/theming.html"
+        # A code group: both tabs' code, the labels apart.
+        assert outline(by_url["/guide/deploy.html"])[1] == (
+            "/guide/deploy.html#reverse-proxy", ["Deployment", "Reverse proxy"],
+            "Nginx forwards websockets.\nNginx Caddy\nproxy_set_header Upgrade $http_upgrade;\n"
+            "reverse_proxy localhost:8000")
     else:
         # A tag list page lists other pages: skipped, and said so.
         assert len(warnings) == 1 and "blog/tags/index.html: a Docusaurus page listing other pages" in warnings[0]
-        assert sorted(by_url) == ["/category/quokka-guides/", "/guide/advanced/api/", "/guide/theming/"]
+        assert sorted(by_url) == ["/category/quokka-guides/", "/guide/advanced/api/", "/guide/deploy/",
+                                  "/guide/theming/"]
         assert outline(by_url["/guide/theming/"]) == [
             ("/guide/theming/", ["Theming"], "The bar has a theme."),  # Docusaurus' h1 has no id
             ("/guide/theming/#colours", ["Theming", "Colours"],
@@ -125,6 +132,13 @@ async def test_sections_anchors_and_urls(indexed: tuple[str, Any, list[tuple[Sou
         assert outline(by_url["/category/quokka-guides/"]) == [
             ("/category/quokka-guides/", ["Guide overview"], "Every guide of the handbook.")]
         theming = "/guide/theming/"
+        # <Tabs>: the tab not shown first is rendered hidden, and is the page's text all the same.
+        assert '<div role="tabpanel" class="tabItem_Ymn6" hidden="">' in (
+            FIXTURES / kind / "guide" / "deploy" / "index.html").read_text()
+        assert outline(by_url["/guide/deploy/"])[1] == (
+            "/guide/deploy/#reverse-proxy", ["Deployment", "Reverse proxy"],
+            "Nginx forwards websockets.\nNginx\nCaddy\nproxy_set_header Upgrade $http_upgrade;\n"
+            "reverse_proxy localhost:8000")
     # Every anchor is an id the built page has.
     for f, page in pages:
         doc = lxml.html.fromstring(f.path.read_bytes())

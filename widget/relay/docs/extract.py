@@ -8,7 +8,8 @@ category index and Markdown pages). A page with none of them is indexed from its
 ``nav``, ``footer`` and ``aside`` (a hand-written page), and skipped when nothing is left. Inside the main
 content, navigation, search boxes, scripts, forms and buttons, hidden elements, the generators' heading permalinks
 ("¶", ``#``, VitePress' and Docusaurus' zero-width space) and their "edit this page", "last update", breadcrumbs,
-previous/next parts, Docusaurus' cards linking to other pages and VitePress' code language label are dropped.
+previous/next parts, Docusaurus' cards linking to other pages and VitePress' code language label are dropped
+(a ``hidden`` tab panel is kept: Docusaurus renders every tab but the first so, and each is the page's text).
 A page marked ``noindex`` or that only redirects is skipped, and so is a Docusaurus page that lists other pages
 (blog list, tag and author pages, told by the ``<html>`` classes it gives them). These landmarks and parts were
 checked on real builds: MkDocs Material, Sphinx (Alabaster, Furo, Read the Docs), VitePress 1.6 and Docusaurus
@@ -45,7 +46,8 @@ _BLOCK = frozenset(
     "address article aside blockquote body dd details dialog div dl dt fieldset figcaption figure footer form h1 h2 "
     "h3 h4 h5 h6 header hr li main nav ol p pre section summary table tbody thead tfoot tr ul br caption".split()
 )
-_CELL = frozenset({"td", "th"})
+#: Inline elements that end with a space: table cells, and labels (VitePress' code group tabs, "Nginx Caddy").
+_SPACED = frozenset({"td", "th", "label"})
 
 
 def _has_class(*names: str) -> str:
@@ -55,7 +57,9 @@ def _has_class(*names: str) -> str:
 #: Never part of a page's text, wherever they are.
 _ALWAYS_DROP = etree.XPath(
     "//script | //style | //noscript | //template | //svg | //iframe | //object | //canvas | //button | //form "
-    "| //input | //select | //textarea | //search | //nav | //*[@hidden] | //*[@aria-hidden='true'] "
+    "| //input | //select | //textarea | //search | //nav | //*[@aria-hidden='true'] "
+    # hidden, except a tab panel not shown first (Docusaurus' <Tabs>: every tab's content is the page's)
+    "| //*[@hidden and not(@role='tabpanel')] "
     "| //*[@role='navigation' or @role='search'] | //a[@rel='edit'] "
     "| //*[" + _has_class(
         # permalinks next to headings: Sphinx, Python-Markdown's toc, VitePress, Docusaurus, anchor.js
@@ -282,7 +286,7 @@ def extract_html(data: bytes, url: str, *, selector: Selector | None = None) -> 
                 pre -= 1
             if tag in _BLOCK:
                 out.text("\n")
-            elif tag in _CELL:
+            elif tag in _SPACED:
                 out.text(" ")
             if el.tail and el is not main:
                 out.text(el.tail, verbatim=True) if pre else out.text(_squash(el.tail))
