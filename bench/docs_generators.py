@@ -67,6 +67,10 @@ TABS = {"vitepress": "::: code-group\n\n```nginx [Nginx]\nproxy_set_header Upgra
                       "<TabItem value=\"nginx\" label=\"Nginx\">\n\n```nginx\nproxy_set_header Upgrade $http_upgrade;"
                       "\n```\n\n</TabItem>\n<TabItem value=\"caddy\" label=\"Caddy\">\n\n```text\n"
                       "reverse_proxy localhost:8000\n```\n\n</TabItem>\n</Tabs>\n"}
+#: A code block with line numbers (and Docusaurus' title), the generator's own way.
+NUMBERED = {"vitepress": "```js:line-numbers\nbar.register('lookup', fn)\nbar.start()\n```\n",
+            "docusaurus": "```js title=\"register.js\" showLineNumbers\nbar.register('lookup', fn)\nbar.start()\n```\n"}
+DETAILS = "<details>\n<summary>More options</summary>\n\nThe timeout option waits for the page.\n\n</details>\n"
 TIP = {"vitepress": "::: tip Good to know\nThe bar keeps its colours in {where}.\n:::\n",
        "docusaurus": ":::tip[Good to know]\n\nThe bar keeps its colours in {where}.\n\n:::\n"}
 
@@ -96,7 +100,8 @@ def pages(kind: str) -> dict[str, str]:
                            "conversation on one relay.\n",
         "guide/advanced/api.md": "# Client API\n\nThe page talks to the bar.\n\n"
                                  "## The `register()` call: options & limits (café, naïve)\n\n"
-                                 "Register a function the model may call.\n\n### Example\n\nA first example.\n\n"
+                                 "Register a function the model may call.\n\n" + NUMBERED[kind] + "\n" + DETAILS
+                                 + "\n### Example\n\nA first example.\n\n"
                                  "## Events\n\nThe bar emits events.\n\n### Example\n\nA second example.\n\n"
                                  "## 404 errors\n\nA missing app answers 404.\n",
         "faq.md": "# Questions\n\n## Does it work offline?\n\nThe demo model does.\n",

@@ -139,6 +139,11 @@ async def test_sections_anchors_and_urls(indexed: tuple[str, Any, list[tuple[Sou
             "/guide/deploy/#reverse-proxy", ["Deployment", "Reverse proxy"],
             "Nginx forwards websockets.\nNginx\nCaddy\nproxy_set_header Upgrade $http_upgrade;\n"
             "reverse_proxy localhost:8000")
+    # A numbered code block: the code without its line numbers (Docusaurus keeps its title); <details> is text.
+    api_page = by_url["/guide/advanced/api.html" if kind == "vitepress" else "/guide/advanced/api/"]
+    assert api_page.sections[1].text == (
+        "Register a function the model may call.\n" + ("" if kind == "vitepress" else "register.js\n")
+        + "bar.register('lookup', fn)\nbar.start()\nMore options\nThe timeout option waits for the page.")
     # Every anchor is an id the built page has.
     for f, page in pages:
         doc = lxml.html.fromstring(f.path.read_bytes())
