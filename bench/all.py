@@ -66,6 +66,8 @@ RUNS: dict[str, Run] = {
     "docs_hybrid": Run("docs_hybrid.py", ["--pages", "60"], ["--pages", "300", "--postgres"], 300, 1800),
     # docs search on outside corpora (the FastAPI and HTTPX docs at pinned commits, bench/outside_probes/)
     "docs_outside": Run("docs_outside.py", ["--no-model"], [], 120, 1800),
+    # the docs index on real VitePress and Docusaurus builds (sections, anchors, no chrome text)
+    "docs_generators": Run("docs_generators.py", ["--skip-build"], [], 120, 1800),
     # what the docs search step adds to the first token of a demo-model answer (one-shot and agentic)
     "docs_first_token": Run("docs_first_token.py", ["--runs", "5"], ["--runs", "40"], 120, 600),
     # the relay
@@ -90,6 +92,8 @@ OPTIONAL: dict[str, str] = {
     "worker_profile": "a one-off profile of the pre-warm worker's thread (V8's sampler slows what it measures)",
     "docs_outside": "needs the FastAPI and HTTPX docs, kept outside the repository (bench/docs_outside.py says how to "
                     "get them)",
+    "docs_generators": "installs VitePress and Docusaurus from npm and builds a site with each (minutes, the "
+                       "network); tests/test_docs_generators.py checks the committed pages of those builds",
     "chaos": "a long browser test (relay kills and socket cuts), not a figure; `bash dev test` runs its short form",
 }
 
@@ -99,8 +103,6 @@ NOT_RUN: dict[str, str] = {
     "results.py": "a helper module: where every bench writes its figures (bench/results/)",
     "chrome_trace.py": "a helper module: main-thread tasks from a Chrome trace, used by boot, peer, jank and others",
     "_pytest_bench.py": "a helper module: runs one test file as a long benchmark (chaos, fuzz_relay, fuzz_templates)",
-    "docs_generators.py": "installs VitePress and Docusaurus from npm and builds a site with each (minutes, the "
-                          "network); tests/test_docs_generators.py checks the committed pages of those builds",
 }
 
 

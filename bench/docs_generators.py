@@ -37,6 +37,9 @@ from widget.relay.docs.indexer import extract  # noqa: E402
 from widget.relay.docs.page import Page, PageSkipped  # noqa: E402
 from widget.relay.docs.walk import Source, SourceFile, collect  # noqa: E402
 
+sys.path.insert(0, str(ROOT / "bench"))
+from results import save  # noqa: E402
+
 CACHE = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "autopilot-widget" / "generators"
 VERSIONS = {
     "vitepress": {"vitepress": "1.6.4", "vue": "3.5.47"},
@@ -362,6 +365,7 @@ def main() -> None:
     bad = [r["build"] for r in results if r["anchors_missing"] or r["headings_with_glyphs"] or r["chrome_found"]
            or r["chrome_not_in_build"] or r.get("urls_failing_in_a_browser")]
     print("\nresult:", "problems in " + ", ".join(bad) if bad else "clean")
+    save("docs_generators", {"builds": results, "problems_in": bad})
 
 
 if __name__ == "__main__":
