@@ -77,6 +77,13 @@ async def test_only_the_apps_secret_may_push(relay: Any, http: aiohttp.ClientSes
     ({"readme.txt": "no page"}, "", "The archive has no pages"),
     ({"index.html": SITE["index.html"]}, "?base_url=/x?y", "must be a path or an http(s) URL"),
     ({"index.html": SITE["index.html"]}, "?url_style=flat", "url_style must be one of directory, html"),
+    ({"index.html": SITE["index.html"]}, "?markdown_anyway=yes", "markdown_anyway must be true or false"),
+    # The Markdown sources of a Docusaurus or VitePress site: their anchors and URLs are not MkDocs'.
+    ({"docs/intro.md": "# Intro\n\nHello.\n", "docusaurus.config.js": "module.exports = {};"}, "",
+     "The archive holds the Markdown sources of a Docusaurus site (docusaurus.config.js): Docusaurus makes its own"),
+    ({"guide/x.md": "# X\n\nHello.\n", ".vitepress/config.mts": "export default {}"}, "",
+     "Markdown sources of a VitePress site (.vitepress/config.mts)"),
+    ({"intro.md": "# Intro\n", "page.mdx": "# Page\n"}, "", "Markdown sources of an MDX site (page.mdx)"),
 ])
 async def test_bad_pushes_are_refused_and_change_nothing(relay: Any, http: aiohttp.ClientSession,
                                                          files: dict[str, str] | None, query: str,
@@ -85,6 +92,19 @@ async def test_bad_pushes_are_refused_and_change_nothing(relay: Any, http: aioht
     status, body = await push(http, relay, b"not a tar" if files is None else archive(files), query=query)
     assert status == 400 and body["error"]["code"] == "bad_request" and message in body["error"]["message"]
     assert await relay.hub.docs.search("shop", "copilot") == before
+
+
+async def test_foreign_markdown_goes_in_when_asked_and_a_built_site_beside_a_config_always(
+        relay: Any, http: aiohttp.ClientSession) -> None:
+    sources = {"guide/x.md": "# Guide\n\nThe quokka feeds at dawn.\n", ".vitepress/config.mts": "export default {}"}
+    status, body = await push(http, relay, archive(sources), query="?base_url=https://docs.shop.example/"
+                              "&markdown_anyway=true")
+    assert status == 200 and body["pages"] == 1, body
+    assert (await relay.hub.docs.search("shop", "quokka dawn"))[0]["url"] == "https://docs.shop.example/guide/x/#guide"
+    # Built pages are never refused, whatever config file rides along.
+    built = {**SITE, "docusaurus.config.js": "module.exports = {};"}
+    status, body = await push(http, relay, archive(built))
+    assert status == 200 and body["pages"] == 2, body
 
 
 async def test_the_push_body_has_its_own_bound(relay: Any, http: aiohttp.ClientSession,

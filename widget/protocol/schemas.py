@@ -197,7 +197,9 @@ HTTP: tuple[HttpOperation, ...] = (
         None,
         ((200, M.DocsPushResponse), *_ERRORS, (401, M.ErrorAck), (409, M.ErrorAck), (429, M.ErrorAck)),
         query=(("base_url", "What the archive's pages are served under (default /)."),
-               ("url_style", "Markdown sources' URL style: directory (default) or html.")),
+               ("url_style", "Markdown sources' URL style: directory (default) or html."),
+               ("markdown_anyway", "true: index a Docusaurus or VitePress site's Markdown sources with MkDocs' URLs "
+                                   "and anchors all the same (default false: refused, push the built site).")),
         raw_body=("application/x-tar", "application/gzip"),
     ),
     HttpOperation(

@@ -196,6 +196,19 @@ def collect(sources: list[Source], *, max_pages: int, excludes: tuple[str, ...] 
     return pages, warnings
 
 
+#: Why a Docusaurus or VitePress site's Markdown (or MDX) is not indexed as sources, by kind of site.
+FOREIGN_WHY: dict[str, str] = {
+    "docusaurus": "Docusaurus makes its own page URLs (slug: and id: front matter, numeric prefixes dropped, .mdx "
+                  "pages) and heading anchors (github-slugger), which this index cannot compute from the Markdown: "
+                  "answers would link to pages and anchors that do not exist",
+    "vitepress": "VitePress makes its own heading anchors (its slugify) and page URLs (.html, or none with "
+                 "cleanUrls), which this index cannot compute from the Markdown: answers would link to anchors that "
+                 "do not exist",
+    "mdx": "this index does not read MDX (Docusaurus and other React sites), and such a site makes its own page URLs "
+           "and anchors",
+}
+
+
 def _refuse_foreign_markdown(source: Path, folder: Path, mdx: int) -> None:
     """``ForeignMarkdown`` when the Markdown at ``source`` is a Docusaurus or VitePress site's (see the module's
     docstring); ``folder`` is where to start looking for their config, upwards; ``mdx``: .mdx files found."""
@@ -204,23 +217,18 @@ def _refuse_foreign_markdown(source: Path, folder: Path, mdx: int) -> None:
         config = next((where / name for name in DOCUSAURUS_CONFIGS if (where / name).is_file()), None)
         if config is not None:
             raise ForeignMarkdown(
-                f"{source}: Markdown sources of a Docusaurus site ({config}). Docusaurus makes its own page URLs "
-                "(slug: and id: front matter, numeric prefixes dropped, .mdx pages) and heading anchors "
-                "(github-slugger), which this index cannot compute from the Markdown: answers would link to pages "
-                f"and anchors that do not exist. Index the built site instead: build it (npm run build in {where}) "
+                f"{source}: Markdown sources of a Docusaurus site ({config}). {FOREIGN_WHY['docusaurus']}. Index the "
+                f"built site instead: build it (npm run build in {where}) "
                 f"and index {where / 'build'} with the URL it is served under ({where / 'build'}=https://docs."
                 "example.com/)" + anyway)
         if (where / ".vitepress").is_dir():
             raise ForeignMarkdown(
-                f"{source}: Markdown sources of a VitePress site ({where / '.vitepress'}). VitePress makes its own "
-                "heading anchors (its slugify) and page URLs (.html, or none with cleanUrls), which this index "
-                "cannot compute from the Markdown: answers would link to anchors that do not exist. Index the built "
-                f"site instead: build it (npx vitepress build {where}) and index {where / '.vitepress' / 'dist'} "
-                "(its outDir) with the URL it is served under" + anyway)
+                f"{source}: Markdown sources of a VitePress site ({where / '.vitepress'}). {FOREIGN_WHY['vitepress']}. "
+                f"Index the built site instead: build it (npx vitepress build {where}) and index "
+                f"{where / '.vitepress' / 'dist'} (its outDir) with the URL it is served under" + anyway)
     if mdx:
         raise ForeignMarkdown(
-            f"{source}: {mdx} .mdx files (MDX: Docusaurus and other React sites), which this index does not read, "
-            "and whose site makes its own page URLs and anchors. Index the built site instead (its build output "
+            f"{source}: {mdx} .mdx files: {FOREIGN_WHY['mdx']}. Index the built site instead (its build output "
             "folder, with the URL it is served under)" + anyway)
 
 

@@ -32,9 +32,23 @@ from ... import protocol as P
 from ...errors import ProtocolError
 from ..docs.indexer import IndexBusy, IndexOptions, IndexRunError, run_index
 from ..docs.limits import MAX_PAGE_BYTES, MAX_PAGES
-from ..docs.walk import DEFAULT_EXCLUDES, PAGE_KINDS, SKIP_DIRS, URL_STYLES, Kind, exclusion, normalize_base, page_url
+from ..docs.walk import (
+    DEFAULT_EXCLUDES,
+    DOCUSAURUS_CONFIGS,
+    FOREIGN_WHY,
+    PAGE_KINDS,
+    SKIP_DIRS,
+    URL_STYLES,
+    Kind,
+    exclusion,
+    normalize_base,
+    page_url,
+)
 from .api import Api
 from .edge import HttpError, endpoint
+
+#: The kinds of site whose Markdown sources are refused (``walk.FOREIGN_WHY``), as a message names them.
+_SITES: Final = {"docusaurus": "a Docusaurus site", "vitepress": "a VitePress site", "mdx": "an MDX site"}
 
 #: The route (beside the app's other secret-holder routes, ``/stats``).
 DOCS_PUSH_PATH: Final = "/api/apps/{app_id}/docs"
@@ -66,11 +80,14 @@ def is_push_path(path: str) -> bool:
     return len(parts) >= 5 and parts[-4:-2] == ["api", "apps"] and parts[-1] == "docs"
 
 
-def read_archive(raw: Any, base_url: str, url_style: Any) -> tuple[list[PushedPage], list[str]]:
-    """The pages of a tar archive (``ProtocolError`` for a bad one) and warning lines."""
+def read_archive(raw: Any, base_url: str, url_style: Any, *,
+                 markdown_anyway: bool = False) -> tuple[list[PushedPage], list[str]]:
+    """The pages of a tar archive (``ProtocolError`` for a bad one, and for the Markdown sources of a Docusaurus or
+    VitePress site unless ``markdown_anyway``, as ``walk.collect`` refuses a folder of them) and warning lines."""
     excluded = exclusion(DEFAULT_EXCLUDES)
     pages: list[PushedPage] = []
     warnings: list[str] = []
+    foreign: dict[str, str] = {}  # kind of site -> the file that shows it
     unpacked = 0
     try:
         with tarfile.open(fileobj=raw, mode="r|*") as tar:
@@ -86,6 +103,12 @@ def read_archive(raw: Any, base_url: str, url_style: Any) -> tuple[list[PushedPa
                     raise ProtocolError(P.ErrorCode.BAD_REQUEST, f"The archive names a file outside itself: "
                                         f"{member.name!r}; nothing was changed.")
                 parts = name.split("/")
+                if parts[-1] in DOCUSAURUS_CONFIGS:
+                    foreign.setdefault("docusaurus", name)
+                elif ".vitepress" in parts[:-1]:
+                    foreign.setdefault("vitepress", name)
+                elif name.lower().endswith(".mdx"):
+                    foreign.setdefault("mdx", name)
                 kind = PAGE_KINDS.get(posixpath.splitext(name)[1].lower())
                 if (kind is None or any(p.startswith(".") or p in SKIP_DIRS for p in parts)
                         or excluded(name) or any(excluded("/".join(parts[:i]) + "/") for i in range(1, len(parts)))):
@@ -102,6 +125,14 @@ def read_archive(raw: Any, base_url: str, url_style: Any) -> tuple[list[PushedPa
                 pages.append(PushedPage(name, kind, page_url(name, kind, base_url, url_style), data))
     except (tarfile.TarError, EOFError, OSError) as exc:
         raise ProtocolError(P.ErrorCode.BAD_REQUEST, f"The body is not a tar archive (plain or gzip): {exc}") from None
+    if foreign and not markdown_anyway and any(p.kind == "markdown" for p in pages):
+        site, shown_by = next(iter(foreign.items()))
+        raise ProtocolError(
+            P.ErrorCode.BAD_REQUEST,
+            f"The archive holds the Markdown sources of {_SITES[site]} ({shown_by}): {FOREIGN_WHY[site]}. Push the "
+            "built site instead (tar czf - -C build . for "
+            "Docusaurus, -C .vitepress/dist . for VitePress), or add markdown_anyway=true to index the sources with "
+            "MkDocs' URLs and anchors all the same; nothing was changed.")
     pages.sort(key=lambda p: p.rel)
     return pages, warnings
 
@@ -138,9 +169,13 @@ async def push_docs(api: Api, request: Request) -> Response:
     url_style = request.query_params.get("url_style", "directory")
     if url_style not in URL_STYLES:
         raise ProtocolError(P.ErrorCode.BAD_REQUEST, f"url_style must be one of {', '.join(URL_STYLES)}.")
+    anyway = request.query_params.get("markdown_anyway", "false")
+    if anyway not in ("true", "false"):
+        raise ProtocolError(P.ErrorCode.BAD_REQUEST, "markdown_anyway must be true or false.")
     spool = await spool_body(request)
     try:
-        pages, warnings = await asyncio.to_thread(read_archive, spool, base_url, url_style)
+        pages, warnings = await asyncio.to_thread(read_archive, spool, base_url, url_style,
+                                                  markdown_anyway=anyway == "true")
     finally:
         spool.close()
     if not pages:
