@@ -1,8 +1,9 @@
 """Docs search on documentation nobody here wrote (issue 33: "checked on a real documentation corpus").
 
-Two corpora, each pinned to a commit, indexed as Markdown sources under the site's own base URL (directory URLs,
-as MkDocs builds them), each with readers' questions written from the sections' text before any search ran
-against them (``bench/outside_probes/README.md``):
+Three corpora, each with readers' questions written from the sections' text before any search ran against them
+(``bench/outside_probes/README.md``). Two are Markdown sources pinned to a commit, indexed under the site's own
+base URL (directory URLs, as MkDocs builds them); the third is built HTML as a Debian package installs it, the
+kind most site owners index (``extract.py``'s path):
 
 - ``fastapi``: the English FastAPI docs (MIT), ``docs/en/docs`` of https://github.com/fastapi/fastapi at
   ``c3f316b7e814667e8ee81e03a7330d00ee61e45c``, 155 Markdown files; ``bench/outside_probes/fastapi.jsonl``, 100
@@ -11,6 +12,10 @@ against them (``bench/outside_probes/README.md``):
 - ``httpx``: the HTTPX docs (BSD-3-Clause), ``docs`` of https://github.com/encode/httpx at
   ``ae1b9f66238f75ced3ced5e4485408435de10768``, 23 Markdown files; ``bench/outside_probes/httpx.jsonl``, 48
   answerable and 8 unanswerable. Held out: check a retrieval change on it once, do not choose settings on it.
+- ``python311``: the CPython 3.11.2 documentation (PSF License) as Debian 12's package ``python3.11-doc``
+  ``3.11.2-6+deb12u9`` installs it, ``/usr/share/doc/python3.11/html``: a real ``sphinx-build`` output (the
+  python-docs-theme), 530 HTML files, indexed with ``https://docs.python.org/3.11/`` as its base URL;
+  ``bench/outside_probes/python311.jsonl``, 63 answerable and 10 unanswerable. Held out, as httpx.
 
 For each corpus:
 
@@ -24,7 +29,7 @@ For each corpus:
    score) with how many of each side fall under it; and every miss (no expected section in the first five) with
    the first three URLs found.
 
-    python bench/docs_outside.py [--corpora fastapi,httpx] [--root DIR] [--git-dir NAME=GIT_DIR]
+    python bench/docs_outside.py [--corpora fastapi,httpx,python311] [--root DIR] [--git-dir NAME=GIT_DIR]
                                  [--corpus DIR] [--model DIR | --no-model]
 
 Getting a corpus: its files go to ``<root>/<name>-<commit>`` (``--root``, default
@@ -39,7 +44,18 @@ extracts them from itself; by hand, for fastapi (httpx alike, with its repositor
         | tar -x -C ~/.cache/autopilot-widget/outside/fastapi-c3f316b7e814667e8ee81e03a7330d00ee61e45c
 
 The Markdown files are checked against a fingerprint of the pinned commit's (a different set of files is an
-error: the probes' URLs are that commit's). The model folder is ``--model``, else ``AUTOPILOT_EMBEDDINGS_MODEL``,
+error: the probes' URLs are that commit's).
+
+Getting the Debian corpus: ``apt-get install python3.11-doc`` on Debian 12 (bookworm) puts it in
+``/usr/share/doc/python3.11/html``, where the bench looks (``--corpus DIR`` names another folder). Its HTML files
+are checked against a fingerprint of that package version's, so another version is an error naming the installed
+one; ``apt-get install python3.11-doc=3.11.2-6+deb12u9`` while the archive has it, else the ``.deb`` of that
+version from https://snapshot.debian.org/package/python3.11/3.11.2-6+deb12u9/ unpacked anywhere (also on a
+machine that is not Debian)::
+
+    dpkg-deb -x python3.11-doc_3.11.2-6+deb12u9_all.deb /tmp/python311-doc
+    python bench/docs_outside.py --corpora python311 --corpus /tmp/python311-doc/usr/share/doc/python3.11/html
+ The model folder is ``--model``, else ``AUTOPILOT_EMBEDDINGS_MODEL``,
 else ``~/.cache/autopilot-widget/embeddings`` (``autopilot-relay embeddings fetch``); without one (or with
 ``--no-model``) the bench measures BM25 alone. Goal (issue 33): hit@5 >= 0.9. Figures go to
 ``bench/results/docs_outside-<time>.json`` with the machine's load (bench/results.py).
@@ -80,7 +96,7 @@ DEFAULT_ROOT = Path.home() / ".cache" / "autopilot-widget" / "outside"
 
 
 class Corpus(NamedTuple):
-    """A documentation corpus pinned to a commit, and its probes."""
+    """A documentation corpus of Markdown sources pinned to a commit, and its probes."""
 
     repo: str
     commit: str
@@ -93,7 +109,22 @@ class Corpus(NamedTuple):
     held_out: bool
 
 
-CORPORA: dict[str, Corpus] = {
+class DebianCorpus(NamedTuple):
+    """A folder of built HTML that a Debian package installs, pinned to the package's version, and its probes."""
+
+    package: str
+    version: str
+    #: where the package installs the pages (``--corpus`` names another folder with the same files)
+    folder: Path
+    base_url: str
+    #: sha256 over the sorted HTML files' ``relative path NUL sha256(content) LF`` (``fingerprint``).
+    fingerprint: str
+    html_files: int
+    probes: Path
+    held_out: bool
+
+
+CORPORA: dict[str, Corpus | DebianCorpus] = {
     "fastapi": Corpus("https://github.com/fastapi/fastapi", "c3f316b7e814667e8ee81e03a7330d00ee61e45c",
                       "docs/en/docs", "https://fastapi.tiangolo.com/",
                       "e85aaec9349c923a020223d912362ebf3ade6a0f7a2842ba773d1dd6b08e1eb9", 155,
@@ -102,6 +133,10 @@ CORPORA: dict[str, Corpus] = {
                     "https://www.python-httpx.org/",
                     "8903542c9fd54a43611800bcdff85b4050d7cc3eadcfea16b1dbd875a064ba52", 23,
                     OUTSIDE / "httpx.jsonl", held_out=True),
+    "python311": DebianCorpus("python3.11-doc", "3.11.2-6+deb12u9", Path("/usr/share/doc/python3.11/html"),
+                              "https://docs.python.org/3.11/",
+                              "07a43c4a3ae67cba9f09167897cfb056c2a84a4ca0de4d634244f3db3a8a6aee", 530,
+                              OUTSIDE / "python311.jsonl", held_out=True),
 }
 
 Search = Callable[[str], Awaitable[list[DocHit]]]
@@ -115,10 +150,10 @@ class Miss(TypedDict):
     top3: list[str]
 
 
-def fingerprint(docs: Path) -> tuple[int, str]:
-    """How many Markdown files a folder has, and their fingerprint (see ``Corpus.fingerprint``)."""
+def fingerprint(docs: Path, pattern: str = "*.md") -> tuple[int, str]:
+    """How many files matching ``pattern`` a folder has, and their fingerprint (see ``Corpus.fingerprint``)."""
     h = hashlib.sha256()
-    files = sorted(p for p in docs.rglob("*.md") if p.is_file())
+    files = sorted(p for p in docs.rglob(pattern) if p.is_file())
     for p in files:
         h.update(p.relative_to(docs).as_posix().encode() + b"\0"
                  + hashlib.sha256(p.read_bytes()).hexdigest().encode() + b"\n")
@@ -156,6 +191,34 @@ def corpus_folder(c: Corpus, dest: Path, git_dir: Path | None) -> Path:
                          f"{c.repo} at {c.commit} ({c.markdown_files} files, {c.fingerprint[:16]}…); the probes' "
                          "URLs are that commit's: extract it again into an empty folder")
     return docs
+
+
+def installed_version(package: str) -> str | None:
+    """The version of a Debian package dpkg says is installed (None when it is not, or there is no dpkg)."""
+    try:
+        out = subprocess.run(["dpkg-query", "-W", "-f=${Status}\t${Version}", package], capture_output=True,
+                             text=True)
+    except OSError:
+        return None
+    status, _, version = out.stdout.partition("\t")
+    return version if out.returncode == 0 and status.endswith(" installed") and version else None
+
+
+def debian_folder(c: DebianCorpus, docs: Path | None) -> Path:
+    """The Debian corpus's folder (``docs``, else where the package installs it), checked against the pin."""
+    how = (f"apt-get install {c.package}={c.version} (Debian 12 bookworm; or unpack that version's .deb with "
+           "dpkg-deb -x and give --corpus: see this script's docstring)")
+    folder = docs or c.folder
+    if not folder.is_dir():
+        raise SystemExit(f"no corpus at {folder}: {how}")
+    count, digest = fingerprint(folder, "*.html")
+    if digest != c.fingerprint:
+        installed = installed_version(c.package) if docs is None else None
+        raise SystemExit(f"{folder}: {count} HTML files whose fingerprint is {digest[:16]}…, not those of "
+                         f"{c.package} {c.version} ({c.html_files} files, {c.fingerprint[:16]}…)"
+                         f"{f'; {c.package} {installed} is installed' if installed else ''}; the probes' URLs "
+                         f"and answers are that version's: {how}")
+    return folder
 
 
 def section_words(db: Path, app: str) -> dict[str, float | int | None]:
@@ -250,16 +313,24 @@ def model_folder(model: str | None) -> str | None:
     return model
 
 
-async def measure(name: str, c: Corpus, docs: Path, model: str | None, tmp: Path) -> dict[str, Any]:
+async def measure(name: str, c: Corpus | DebianCorpus, docs: Path, model: str | None, tmp: Path) -> dict[str, Any]:
     """Index one corpus (BM25, then with the model) and score its probes on each side."""
     probes = load_probes(c.probes)
     pooled = pooled_of(c.probes)
-    print(f"## {name}: {c.repo} {c.folder} at {c.commit[:12]}, {len(probes)} probes "
+    out: dict[str, Any]
+    if isinstance(c, Corpus):
+        pinned = f"{c.repo} {c.folder} at {c.commit[:12]}"
+        out = {"repo": c.repo, "commit": c.commit, "folder": c.folder, "base_url": c.base_url,
+               "markdown_files": c.markdown_files, "held_out": c.held_out,
+               "probes": c.probes.relative_to(ROOT).as_posix()}
+    else:
+        pinned = f"Debian package {c.package} {c.version}, built HTML in {docs}"
+        out = {"package": c.package, "version": c.version, "folder": str(docs), "base_url": c.base_url,
+               "html_files": c.html_files, "fingerprint": c.fingerprint, "held_out": c.held_out,
+               "probes": c.probes.relative_to(ROOT).as_posix()}
+    print(f"## {name}: {pinned}, {len(probes)} probes "
           f"({sum(p.expect == 'unanswerable' for p in probes)} unanswerable)"
           f"{', held out' if c.held_out else ', used to choose settings (not held out)'}", flush=True)
-    out: dict[str, Any] = {"repo": c.repo, "commit": c.commit, "folder": c.folder, "base_url": c.base_url,
-                           "markdown_files": c.markdown_files, "held_out": c.held_out,
-                           "probes": c.probes.relative_to(ROOT).as_posix()}
     index_args = ["--app", APP, f"{docs}={c.base_url}"]
     bm25_db = tmp / f"{name}-bm25.sqlite3"
     out["index_bm25"] = run_index(index_args, bm25_db, None)
@@ -293,8 +364,9 @@ async def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n", 1)[0])
     ap.add_argument("--corpora", default=",".join(CORPORA), help=f"comma-separated subset of {', '.join(CORPORA)}")
     ap.add_argument("--root", type=Path, default=DEFAULT_ROOT,
-                    help="where the corpora are (each in <name>-<commit>, as git archive writes it)")
-    ap.add_argument("--corpus", type=Path, help="the one corpus's folder instead (with a single --corpora)")
+                    help="where the Markdown corpora are (each in <name>-<commit>, as git archive writes it)")
+    ap.add_argument("--corpus", type=Path, help="the one corpus's folder instead (with a single --corpora; for "
+                    "python311, the folder of its HTML files)")
     ap.add_argument("--git-dir", action="append", default=[], metavar="NAME=GIT_DIR",
                     help="a git directory with that corpus's commit, to extract it from when its folder is missing")
     ap.add_argument("--model", default=os.environ.get("AUTOPILOT_EMBEDDINGS_MODEL")
@@ -309,12 +381,17 @@ async def main() -> None:
     git_dirs: dict[str, Path] = {}
     for item in args.git_dir:
         name, sep, path = item.partition("=")
-        if not sep or name not in CORPORA or not path:
-            ap.error(f"--git-dir is NAME=GIT_DIR with NAME one of {', '.join(CORPORA)}, not {item!r}")
+        git_corpora = [n for n, c in CORPORA.items() if isinstance(c, Corpus)]
+        if not sep or name not in git_corpora or not path:
+            ap.error(f"--git-dir is NAME=GIT_DIR with NAME one of {', '.join(git_corpora)}, not {item!r}")
         git_dirs[name] = Path(path)
-    folders = {n: corpus_folder(CORPORA[n], (args.corpus or args.root / f"{n}-{CORPORA[n].commit}").expanduser(),
-                                git_dirs.get(n))
-               for n in names}
+    folders: dict[str, Path] = {}
+    for n in names:
+        c = CORPORA[n]
+        if isinstance(c, Corpus):
+            folders[n] = corpus_folder(c, (args.corpus or args.root / f"{n}-{c.commit}").expanduser(), git_dirs.get(n))
+        else:
+            folders[n] = debian_folder(c, args.corpus.expanduser() if args.corpus else None)
     model = None if args.no_model else model_folder(args.model)
     print(f"# {time.strftime('%Y-%m-%d %H:%M:%S %Z')}, load average {os.getloadavg()[0]:.2f}, {os.cpu_count()} "
           f"cores; model {model or '-'}", flush=True)
