@@ -102,6 +102,10 @@ def test_a_page_without_landmarks_is_read_from_its_body_less_navigation() -> Non
     (b"<html><body><nav>only navigation</nav></body></html>", "no text"),
     (b'<html><head><meta name="robots" content="noindex"></head><body><main>x</main></body></html>', "noindex"),
     (b'<html><head><meta http-equiv="refresh" content="0; url=/new/"></head><body></body></html>', "redirect"),
+    # Sphinx writes a file meant only to be included (no heading of its own) as a page titled "<no title>"
+    (b'<!DOCTYPE html><html><head><title>&lt;no title&gt; \xe2\x80\x94 Python 3.11.2 documentation</title></head>'
+     b'<body><div class="body" role="main"><p>Availability: not Emscripten, not WASI.</p></div></body></html>',
+     "a Sphinx page without a title"),
 ])
 def test_pages_with_nothing_to_index_are_skipped_with_a_reason(html: bytes, reason: str) -> None:
     with pytest.raises(PageSkipped, match=reason):
@@ -185,7 +189,9 @@ def test_page_urls(rel: str, kind: str, style: str, url: str) -> None:
 
 def test_walk_skips_assets_generated_pages_and_excludes(tmp_path: Path) -> None:
     for rel in ("index.html", "guide/index.html", "404.html", "search.html", "_static/x.html", ".git/y.html",
-                "node_modules/z.html", "img/a.png", "drafts/d.html", "notes.md"):
+                "node_modules/z.html", "img/a.png", "drafts/d.html", "notes.md",
+                # Sphinx's general index, whole and split by letter (html_split_index)
+                "genindex.html", "genindex-A.html", "genindex-all.html", "genindex-_.html"):
         (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / rel).write_text("<p>x</p>")
     files, warnings = collect([Source(tmp_path, "/")], max_pages=100, excludes=("drafts/",))

@@ -11,9 +11,10 @@ content, navigation, search boxes, scripts, forms and buttons, hidden elements, 
 previous/next parts, Docusaurus' cards linking to other pages and VitePress' code language label are dropped
 (a ``hidden`` tab panel is kept: Docusaurus renders every tab but the first so, and each is the page's text).
 A page marked ``noindex`` or that only redirects is skipped, and so is a Docusaurus page that lists other pages
-(blog list, tag and author pages, told by the ``<html>`` classes it gives them). These landmarks and parts were
-checked on real builds: MkDocs Material, Sphinx (Alabaster, Furo, Read the Docs), VitePress 1.6 and Docusaurus
-3.10 (``bench/docs_generators.py``, ``tests/test_docs_builds.py``, ``tests/test_docs_generators.py``).
+(blog list, tag and author pages, told by the ``<html>`` classes it gives them), and a Sphinx page titled
+``<no title>`` (a file only meant to be included in others, which Sphinx builds as a page too). These landmarks
+and parts were checked on real builds: MkDocs Material, Sphinx (Alabaster, Furo, Read the Docs), VitePress 1.6
+and Docusaurus 3.10 (``bench/docs_generators.py``, ``tests/test_docs_builds.py``, ``tests/test_docs_generators.py``).
 A template fragment is not a page (``NotAPage``): a file with no ``<!doctype>``, ``<html>``, ``<head>`` or
 ``<body>`` that has template tags (``{% … %}``, ``{{ … }}``: Jinja, Liquid, Nunjucks, Go templates) in its text
 or attributes outside ``<pre>`` and ``<code>`` — a theme override such as MkDocs' ``overrides/partials/nav.html``
@@ -255,6 +256,10 @@ def extract_html(data: bytes, url: str, *, selector: Selector | None = None) -> 
     if _LIST_PAGE(doc):
         raise PageSkipped("a Docusaurus page listing other pages (blog list, tag or author page)")
     head_title = one_line(str(_TITLE(doc)))
+    if head_title.startswith("<no title>"):
+        # Sphinx's title for a source with no heading: a file meant to be included in others (its text is there
+        # too), which the build also wrote as a page of its own.
+        raise PageSkipped("a Sphinx page without a title (<no title>: a fragment other pages include)")
     if _REFRESH(doc) and not one_line(" ".join(_BODY(doc)[0].itertext()) if _BODY(doc) else ""):
         raise PageSkipped("a redirect")
     _drop(_ALWAYS_DROP(doc))

@@ -40,7 +40,7 @@ LOCK_LEASE_S: Final = 120.0
 #: the store, with a warning: it is derived data, and ``autopilot-relay index`` builds it again.
 SCHEMA_VERSION: Final = 2
 #: Bumped when extraction changes, so the next run re-extracts every page instead of trusting old hashes.
-EXTRACTOR_VERSION: Final = "3"
+EXTRACTOR_VERSION: Final = "4"
 
 # -- crawling a site that is online (``autopilot-relay index URL``, widget/relay/docs/crawl.py) --
 #: Link hops from the start page a crawl follows (``--max-depth``); deeper pages are not fetched (counted).

@@ -44,7 +44,10 @@ PAGE_KINDS: dict[str, Kind] = {".html": "html", ".htm": "html", ".md": "markdown
 #: Folders that never hold documentation pages (assets, sources the generators copy, caches).
 SKIP_DIRS = frozenset({"node_modules", "_static", "_sources", "__pycache__"})
 #: Pages the generators write that are not documentation (search pages, generated indexes, not-found pages).
-DEFAULT_EXCLUDES: tuple[str, ...] = ("404.html", "search.html", "genindex.html", "py-modindex.html",
+#: Pages no reader asks about: error and search pages, Sphinx's general index (split by letter with
+#: ``html_split_index``: ``genindex-A.html`` … ``genindex-all.html``, lists of terms that outrank real sections) and
+#: module index.
+DEFAULT_EXCLUDES: tuple[str, ...] = ("404.html", "search.html", "genindex.html", "genindex-*.html", "py-modindex.html",
                                      "search/index.html", "404/index.html")
 
 
