@@ -64,7 +64,8 @@ RUNS: dict[str, Run] = {
     "docs_search": Run("docs_search.py", ["--pages", "300", "--queries", "50"], [], 300, 3600),
     # hybrid docs search (an embedding model beside BM25): indexing speed and memory, query latency, retrieval
     "docs_hybrid": Run("docs_hybrid.py", ["--pages", "60"], ["--pages", "300", "--postgres"], 300, 1800),
-    # docs search on outside corpora (the FastAPI and HTTPX docs at pinned commits, bench/outside_probes/)
+    # docs search on outside corpora (FastAPI's and HTTPX's Markdown at pinned commits, the CPython docs as Debian
+    # builds them; bench/outside_probes/)
     "docs_outside": Run("docs_outside.py", ["--no-model"], [], 120, 1800),
     # the docs index on real VitePress and Docusaurus builds (sections, anchors, no chrome text)
     "docs_generators": Run("docs_generators.py", ["--skip-build"], [], 120, 1800),
@@ -90,8 +91,8 @@ OPTIONAL: dict[str, str] = {
     "worker_python": "a prototype of a worker-hosted Python that ships nothing; measured once (docs/performance.md)",
     "restore_profile": "a one-off profile of the restore's main-thread tasks (V8's sampler slows what it measures)",
     "worker_profile": "a one-off profile of the pre-warm worker's thread (V8's sampler slows what it measures)",
-    "docs_outside": "needs the FastAPI and HTTPX docs, kept outside the repository (bench/docs_outside.py says how to "
-                    "get them)",
+    "docs_outside": "needs the FastAPI and HTTPX docs and Debian's python3.11-doc, kept outside the repository "
+                    "(bench/docs_outside.py says how to get them)",
     "docs_generators": "installs VitePress and Docusaurus from npm and builds a site with each (minutes, the "
                        "network); tests/test_docs_generators.py checks the committed pages of those builds",
     "chaos": "a long browser test (relay kills and socket cuts), not a figure; `bash dev test` runs its short form",
