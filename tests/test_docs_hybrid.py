@@ -233,10 +233,16 @@ def test_eval_shows_the_effect_on_the_repos_probes(tmp_path: Path, model_dir: Pa
     done = relay("index", "--app", "demo", f"{ROOT / 'docs'}=/docs/", "--url-style", "html")
     assert done.returncode == 0, done.stderr
     probes = str(ROOT / "bench" / "docs_probes.jsonl")
-    hybrid = relay("eval", "--app", "demo", probes, "--json")
+    hybrid = relay("eval", "--app", "demo", probes, "--json", "--threshold", "0.3")
     bm25 = relay("eval", "--app", "demo", probes, "--json", with_model=False)
     assert hybrid.returncode == 0 and bm25.returncode == 0, hybrid.stderr + bm25.stderr
     h, b = json.loads(hybrid.stdout), json.loads(bm25.stdout)
+    # With the model the threshold is on the best cosine (-1 to 1), not the fused score (a few hundredths).
+    tops = [r["top_score"] for r in h["results"]]
+    assert all(0.1 < t < 1.0 for t in tops) and max(tops) > 0.5, tops
+    print(f"repo probes, best cosine under 0.3: {h['unanswerable_declined']} of {h['unanswerable']} unanswerable, "
+          f"{h['answerable_lost']} of {h['answerable']} answerable")
+    assert h["unanswerable_declined"] > h["answerable_lost"]
     print(f"repo probes: BM25 hit@1 {b['hit_at_1']} hit@5 {b['hit_at_5']} MRR {b['mrr_at_10']}; hybrid hit@1 "
           f"{h['hit_at_1']} hit@5 {h['hit_at_5']} MRR {h['mrr_at_10']}")
     assert h["hit_at_5"] >= b["hit_at_5"] and h["mrr_at_10"] > b["mrr_at_10"] + 0.03

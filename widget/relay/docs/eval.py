@@ -6,9 +6,10 @@ A probe file has one JSON object per line: ``{"question": "...", "expect": ["/gu
 ``search_docs`` does and finds the rank of the first expected URL among the best 10 sections; overall it prints
 hit@1, hit@5 (the share of answerable probes with an expected section first / in the first five) and MRR@10 (the
 mean of 1/rank, 0 past ten). With ``--threshold T`` an unanswerable probe counts as declined when its best
-section scores under ``T`` (the engine's score, higher is better), and an answerable probe whose best section
-scores under ``T`` is counted as lost. ``--json`` prints one JSON object for CI; ``--min-hit1``, ``--min-hit5``,
-``--min-mrr`` make the exit status 1 when a figure falls under them.
+section scores under ``T`` (the engine's score, higher is better; with hybrid search the best cosine similarity
+of the sections found, since the fused score is made of ranks and says nothing of how close a match is), and an
+answerable probe whose best section scores under ``T`` is counted as lost. ``--json`` prints one JSON object for
+CI; ``--min-hit1``, ``--min-hit5``, ``--min-mrr`` make the exit status 1 when a figure falls under them.
 
 With ``--answers`` each question is also asked of the app's configured model in a one-shot turn, through the
 relay's own turn machinery started in this process (conversations in a temporary store): whether the final answer
@@ -142,6 +143,15 @@ def url_matches(found: str, expected: str) -> bool:
     return False
 
 
+def top_score(found: list[dict[str, Any]]) -> float | None:
+    """How well a search's best section matches (None: nothing found): with hybrid search the best cosine
+    similarity among the hits (``similarity``), else the first hit's score."""
+    similarities = [float(h["similarity"]) for h in found if "similarity" in h]
+    if similarities:
+        return max(similarities)
+    return float(found[0]["score"]) if found else None
+
+
 def score(probes: list[Probe], hits: list[list[dict[str, Any]]], seconds: list[float],
           threshold: float | None) -> tuple[list[ProbeResult], Figures]:
     """Per-probe results and the overall figures from each probe's hits (best first)."""
@@ -151,7 +161,7 @@ def score(probes: list[Probe], hits: list[list[dict[str, Any]]], seconds: list[f
     declined = lost = 0
     for probe, found, secs in zip(probes, hits, seconds, strict=True):
         urls = [str(h["url"]) for h in found[:DEPTH]]
-        top = float(found[0]["score"]) if found else None
+        top = top_score(found)
         below = None if threshold is None else (top is None or top < threshold)
         rank = None
         if probe.expect == "unanswerable":
@@ -190,7 +200,8 @@ def eval_parser() -> argparse.ArgumentParser:
     p.add_argument("probes", metavar="PROBES.jsonl", help="the probe file")
     store_flags(p)
     p.add_argument("--threshold", type=float, default=None,
-                   help="a best score under this declines (unanswerable probes should fall under it)")
+                   help="a best score under this declines (unanswerable probes should fall under it); with hybrid "
+                        "search the best cosine similarity (about 0.3-0.5), else the engine's score")
     p.add_argument("--json", action="store_true", help="print one JSON object (for CI)")
     p.add_argument("--min-hit1", type=float, default=None, metavar="X", help="exit 1 when hit@1 < X")
     p.add_argument("--min-hit5", type=float, default=None, metavar="X", help="exit 1 when hit@5 < X")

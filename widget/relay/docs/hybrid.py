@@ -129,8 +129,13 @@ class HybridDocsIndex:
             return bm25[:limit]
         # A scope leaves out the other versions' sections: look further down the list for enough of its own.
         near = matrix.best(qv[0], CANDIDATES if prefix is None else SCOPED_CANDIDATES)
-        vec = [h for h in await self.store.hits(near) if in_scope(h["url"], prefix)]
-        return fuse([bm25, vec[:CANDIDATES]], limit, weights=[BM25_WEIGHT, VECTOR_WEIGHT])
+        vec = [h for h in await self.store.hits(near) if in_scope(h["url"], prefix)][:CANDIDATES]
+        fused = fuse([bm25, vec], limit, weights=[BM25_WEIGHT, VECTOR_WEIGHT])
+        cosine = {h["key"]: h["score"] for h in vec}
+        for hit in fused:
+            if hit["key"] in cosine:
+                hit["similarity"] = round(cosine[hit["key"]], 4)
+        return fused
 
     async def vector_search(self, app_id: str, query: str, *, limit: int = 5) -> list[DocHit]:
         """The vectors' side alone (score: the cosine of the best window); for measuring, not the turn loop."""

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Protocol, TypedDict
+from typing import NotRequired, Protocol, TypedDict
 
 
 class DocHit(TypedDict):
@@ -20,6 +20,10 @@ class DocHit(TypedDict):
     text: str
     #: The engine's relevance score, higher is better (comparable within one engine, not across engines).
     score: float
+    #: Hybrid search only, on a section the vectors ranked: the cosine between the question and the section's best
+    #: window (-1 to 1). Unlike the fused ``score``, which is made of ranks, it says how close the best match is,
+    #: so a "not in the docs" threshold can be set on it (``autopilot-relay eval --threshold``).
+    similarity: NotRequired[float]
 
 
 class DocsIndex(Protocol):
