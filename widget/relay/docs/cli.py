@@ -104,7 +104,8 @@ def search_parser() -> argparse.ArgumentParser:
     p.add_argument("query", metavar="QUERY")
     store_flags(p)
     p.add_argument("--limit", type=int, default=DEFAULT_HITS, help=f"sections (default {DEFAULT_HITS})")
-    p.add_argument("--hits", action="store_true", help="print the raw hits with their scores instead")
+    p.add_argument("--hits", action="store_true", help="print the raw hits with their scores instead (and, with "
+                   "hybrid search, each one's similarity: the cosine of its best window)")
     p.add_argument("--scope", metavar="PATH", help="only sections of pages under this URL path (a site's version "
                                                    "or language, like /en/3.11/)")
     return p
