@@ -55,7 +55,8 @@ machine that is not Debian)::
 
     dpkg-deb -x python3.11-doc_3.11.2-6+deb12u9_all.deb /tmp/python311-doc
     python bench/docs_outside.py --corpora python311 --corpus /tmp/python311-doc/usr/share/doc/python3.11/html
- The model folder is ``--model``, else ``AUTOPILOT_EMBEDDINGS_MODEL``,
+
+The model folder is ``--model``, else ``AUTOPILOT_EMBEDDINGS_MODEL``,
 else ``~/.cache/autopilot-widget/embeddings`` (``autopilot-relay embeddings fetch``); without one (or with
 ``--no-model``) the bench measures BM25 alone. Goal (issue 33): hit@5 >= 0.9. Figures go to
 ``bench/results/docs_outside-<time>.json`` with the machine's load (bench/results.py).

@@ -199,6 +199,9 @@ def collect(sources: list[Source], *, max_pages: int, excludes: tuple[str, ...] 
     return pages, warnings
 
 
+#: The kinds of site whose Markdown sources are refused, as a message names them.
+FOREIGN_SITES: dict[str, str] = {"docusaurus": "a Docusaurus site", "vitepress": "a VitePress site",
+                                 "mdx": "an MDX site"}
 #: Why a Docusaurus or VitePress site's Markdown (or MDX) is not indexed as sources, by kind of site.
 FOREIGN_WHY: dict[str, str] = {
     "docusaurus": "Docusaurus makes its own page URLs (slug: and id: front matter, numeric prefixes dropped, .mdx "
@@ -220,13 +223,14 @@ def _refuse_foreign_markdown(source: Path, folder: Path, mdx: int) -> None:
         config = next((where / name for name in DOCUSAURUS_CONFIGS if (where / name).is_file()), None)
         if config is not None:
             raise ForeignMarkdown(
-                f"{source}: Markdown sources of a Docusaurus site ({config}). {FOREIGN_WHY['docusaurus']}. Index the "
-                f"built site instead: build it (npm run build in {where}) "
+                f"{source}: Markdown sources of {FOREIGN_SITES['docusaurus']} ({config}). {FOREIGN_WHY['docusaurus']}. "
+                f"Index the built site instead: build it (npm run build in {where}) "
                 f"and index {where / 'build'} with the URL it is served under ({where / 'build'}=https://docs."
                 "example.com/)" + anyway)
         if (where / ".vitepress").is_dir():
             raise ForeignMarkdown(
-                f"{source}: Markdown sources of a VitePress site ({where / '.vitepress'}). {FOREIGN_WHY['vitepress']}. "
+                f"{source}: Markdown sources of {FOREIGN_SITES['vitepress']} ({where / '.vitepress'}). "
+                f"{FOREIGN_WHY['vitepress']}. "
                 f"Index the built site instead: build it (npx vitepress build {where}) and index "
                 f"{where / '.vitepress' / 'dist'} (its outDir) with the URL it is served under" + anyway)
     if mdx:

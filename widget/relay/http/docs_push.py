@@ -35,6 +35,7 @@ from ..docs.limits import MAX_PAGE_BYTES, MAX_PAGES
 from ..docs.walk import (
     DEFAULT_EXCLUDES,
     DOCUSAURUS_CONFIGS,
+    FOREIGN_SITES,
     FOREIGN_WHY,
     PAGE_KINDS,
     SKIP_DIRS,
@@ -46,9 +47,6 @@ from ..docs.walk import (
 )
 from .api import Api
 from .edge import HttpError, endpoint
-
-#: The kinds of site whose Markdown sources are refused (``walk.FOREIGN_WHY``), as a message names them.
-_SITES: Final = {"docusaurus": "a Docusaurus site", "vitepress": "a VitePress site", "mdx": "an MDX site"}
 
 #: The route (beside the app's other secret-holder routes, ``/stats``).
 DOCS_PUSH_PATH: Final = "/api/apps/{app_id}/docs"
@@ -129,10 +127,10 @@ def read_archive(raw: Any, base_url: str, url_style: Any, *,
         site, shown_by = next(iter(foreign.items()))
         raise ProtocolError(
             P.ErrorCode.BAD_REQUEST,
-            f"The archive holds the Markdown sources of {_SITES[site]} ({shown_by}): {FOREIGN_WHY[site]}. Push the "
-            "built site instead (tar czf - -C build . for "
-            "Docusaurus, -C .vitepress/dist . for VitePress), or add markdown_anyway=true to index the sources with "
-            "MkDocs' URLs and anchors all the same; nothing was changed.")
+            f"The archive holds the Markdown sources of {FOREIGN_SITES[site]} ({shown_by}): {FOREIGN_WHY[site]}. "
+            "Push the built site instead (tar czf - -C build . for Docusaurus, -C .vitepress/dist . for VitePress), "
+            "or add markdown_anyway=true to index the sources with MkDocs' URLs and anchors all the same; nothing "
+            "was changed.")
     pages.sort(key=lambda p: p.rel)
     return pages, warnings
 
